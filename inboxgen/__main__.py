@@ -1,0 +1,3 @@
+from inboxgen.cli import main
+
+raise SystemExit(main())

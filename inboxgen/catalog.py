@@ -1,0 +1,499 @@
+"""The schema as the service's migrations leave it: tables, columns and indexes.
+
+Migrations are split into statements with sqlglot's tokenizer (so quotes, comments and dollar
+quoting are respected), parsed one statement at a time, and replayed in order. A statement that
+sqlglot cannot parse, or only understands as an opaque command, is kept in `Catalog.opaque` with
+its file and line: the checks decide whether it matters (it names a queue table) or is a warning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+from inboxgen.dialects import Dialect
+from inboxgen.errors import Diagnostic
+
+# Broad kinds of column type, the vocabulary the role checks and the renderer speak.
+INT, BOOL, TEXT, BYTES, JSON, TIMESTAMP, TIMESTAMPTZ, FLOAT, DECIMAL, DATE, TIME, UUID, OTHER = (
+    "int",
+    "bool",
+    "text",
+    "bytes",
+    "json",
+    "timestamp",
+    "timestamptz",
+    "float",
+    "decimal",
+    "date",
+    "time",
+    "uuid",
+    "other",
+)
+
+_T = exp.DataType.Type
+_KINDS: dict[exp.DataType.Type, str] = {}
+for _kind, _types in {
+    INT: (
+        "TINYINT SMALLINT MEDIUMINT INT BIGINT UTINYINT USMALLINT UMEDIUMINT UINT UBIGINT "
+        "SERIAL SMALLSERIAL BIGSERIAL"
+    ),
+    BOOL: "BOOLEAN",
+    TEXT: "TEXT VARCHAR CHAR NCHAR NVARCHAR TINYTEXT MEDIUMTEXT LONGTEXT NAME CITEXT BPCHAR",
+    BYTES: "VARBINARY BINARY BLOB TINYBLOB MEDIUMBLOB LONGBLOB",
+    JSON: "JSON JSONB",
+    TIMESTAMP: "TIMESTAMP DATETIME DATETIME64 TIMESTAMPNTZ",
+    TIMESTAMPTZ: "TIMESTAMPTZ TIMESTAMPLTZ",
+    FLOAT: "FLOAT DOUBLE",
+    DECIMAL: "DECIMAL MONEY",
+    DATE: "DATE",
+    TIME: "TIME TIMETZ",
+    UUID: "UUID",
+}.items():
+    for _name in _types.split():
+        if hasattr(_T, _name):
+            _KINDS[getattr(_T, _name)] = _kind
+
+_SERIALS = {_T.SERIAL, _T.SMALLSERIAL, _T.BIGSERIAL}
+
+
+@attrs.define
+class Column:
+    name: str
+    type_sql: str  # the type as the dialect spells it, for messages
+    kind: str
+    nullable: bool
+    has_default: bool
+    # The database fills it: identity, serial, AUTO_INCREMENT, SQLite rowid alias, computed.
+    auto: bool
+    path: str
+    line: int
+
+
+@attrs.define
+class Index:
+    name: str | None
+    schema: str | None
+    table: str
+    columns: list[str]  # column names; an expression is kept as its SQL text
+    unique: bool
+    partial: bool
+    path: str
+    line: int
+
+
+@attrs.define
+class Table:
+    schema: str | None
+    name: str
+    columns: list[Column]
+    primary_key: list[str]
+    path: str
+    line: int
+
+    def column(self, name: str, dialect: Dialect) -> Column | None:
+        for col in self.columns:
+            if dialect.same_name(col.name, name):
+                return col
+        return None
+
+
+@attrs.define
+class Opaque:
+    """A statement the catalog could not replay: sqlglot failed or left it opaque."""
+
+    path: str
+    line: int
+    text: str
+    reason: str
+
+
+@attrs.define
+class Catalog:
+    dialect: Dialect
+    tables: list[Table] = attrs.field(factory=list)
+    indexes: list[Index] = attrs.field(factory=list)
+    opaque: list[Opaque] = attrs.field(factory=list)
+    diagnostics: list[Diagnostic] = attrs.field(factory=list)
+
+    def table(self, schema: str | None, name: str) -> Table | None:
+        d = self.dialect
+        for t in self.tables:
+            if d.same_name(t.name, name) and _same_schema(d, t.schema, schema):
+                return t
+        return None
+
+    def indexes_of(self, table: Table) -> list[Index]:
+        d = self.dialect
+        found = [
+            i
+            for i in self.indexes
+            if d.same_name(i.table, table.name) and _same_schema(d, i.schema, table.schema)
+        ]
+        if table.primary_key:
+            pk = Index(None, table.schema, table.name, list(table.primary_key), True, False,
+                       table.path, table.line)
+            found.insert(0, pk)
+        return found
+
+
+def _same_schema(d: Dialect, a: str | None, b: str | None) -> bool:
+    default = "public" if d.name == "postgres" else None
+    return (a or default) == (b or default) if not d.case_insensitive else (
+        (a or "").lower() == (b or "").lower()
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading migration files
+
+_DOWN_MARKERS = re.compile(
+    r"^\s*--\s*(\+goose\s+down|migrate:down|\+migrate\s+down)\b|^\s*----\s*create above",
+    re.IGNORECASE,
+)
+_UP_MARKERS = re.compile(r"^\s*--\s*(\+goose\s+up|migrate:up|\+migrate\s+up)\b", re.IGNORECASE)
+
+
+def strip_down_sections(text: str) -> str:
+    """Blank out down-migration sections (goose, dbmate, sql-migrate, tern), keeping line numbers."""
+    out: list[str] = []
+    down = False
+    for line in text.splitlines(keepends=True):
+        if _UP_MARKERS.match(line):
+            down = False
+        elif _DOWN_MARKERS.match(line):
+            down = True
+        out.append("\n" if down and line.endswith("\n") else ("" if down else line))
+    return "".join(out)
+
+
+def migration_files(sources: Iterable[Path]) -> list[Path]:
+    """Files in replay order: each folder's `.sql` files by name (down files left out)."""
+    files: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            files.extend(
+                sorted(
+                    (p for p in src.iterdir() if p.suffix == ".sql" and not p.name.endswith(
+                        ".down.sql")),
+                    key=lambda p: p.name,
+                )
+            )
+        else:
+            files.append(src)
+    return files
+
+
+@attrs.frozen
+class Statement:
+    path: str
+    line: int
+    text: str
+
+
+def split_statements(text: str, path: str, dialect: Dialect) -> tuple[list[Statement], str | None]:
+    """Split on top-level semicolons; returns the statements and a tokenizer error, if any."""
+    text = strip_down_sections(text)
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(dialect.sqlglot_name).tokenize(text)
+    except TokenError as err:
+        return [], str(err).splitlines()[0]
+    statements: list[Statement] = []
+    start: int | None = None
+    line = 1
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            if start is not None:
+                statements.append(Statement(path, line, text[start:tok.start]))
+            start = None
+            continue
+        if start is None:
+            start, line = tok.start, tok.line
+        end = tok.end
+    if start is not None:
+        statements.append(Statement(path, line, text[start:end + 1]))
+    return statements, None
+
+
+def load_catalog(files: Iterable[tuple[str, str]], dialect: Dialect) -> Catalog:
+    """Replay migrations given as (display path, text) pairs, in order."""
+    catalog = Catalog(dialect)
+    for path, text in files:
+        statements, err = split_statements(text, path, dialect)
+        if err is not None:
+            line = _line_from_message(err)
+            catalog.opaque.append(Opaque(path, line, text, f"cannot be read: {err}"))
+            continue
+        for st in statements:
+            _replay(catalog, st)
+    return catalog
+
+
+def _line_from_message(msg: str) -> int:
+    m = re.search(r"[Ll]ine:? (\d+)", msg)
+    return int(m.group(1)) if m else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Replaying statements
+
+
+def _replay(catalog: Catalog, st: Statement) -> None:
+    d = catalog.dialect
+    try:
+        # ErrorLevel.RAISE keeps sqlglot from "recovering" into a half-parsed tree.
+        tree = sqlglot.parse_one(st.text, read=d.sqlglot_name,
+                                 error_level=sqlglot.ErrorLevel.RAISE)
+    except ParseError as err:
+        first = str(err).splitlines()[0]
+        first = re.sub(r"\. Line \d+, Col: \d+\.?$", "", first)
+        catalog.opaque.append(Opaque(st.path, st.line, st.text, f"cannot be parsed: {first}"))
+        return
+    if isinstance(tree, exp.Command):
+        catalog.opaque.append(Opaque(st.path, st.line, st.text, "is not understood by sqlglot"))
+        return
+    if isinstance(tree, exp.Create):
+        kind = (tree.args.get("kind") or "").upper()
+        if kind == "TABLE":
+            _create_table(catalog, tree, st)
+        elif kind == "INDEX":
+            _create_index(catalog, tree, st)
+    elif isinstance(tree, exp.Alter) and (tree.args.get("kind") or "").upper() == "TABLE":
+        _alter_table(catalog, tree, st)
+    elif isinstance(tree, exp.Drop):
+        _drop(catalog, tree, st)
+
+
+def _ident(node: exp.Expression | None, d: Dialect) -> str:
+    if node is None:
+        return ""
+    if isinstance(node, exp.Identifier):
+        name, quoted = node.this, node.quoted
+    elif isinstance(node, (exp.Column, exp.Table)):
+        return _ident(node.this, d)
+    else:
+        return node.sql(dialect=d.sqlglot_name)
+    return name.lower() if d.folds_to_lower and not quoted else str(name)
+
+
+def _table_name(node: exp.Expression, d: Dialect) -> tuple[str | None, str]:
+    table = node if isinstance(node, exp.Table) else node.find(exp.Table)
+    if table is None:
+        return None, ""
+    db = table.args.get("db")
+    return (_ident(db, d) if db is not None else None), _ident(table.this, d)
+
+
+def _line_of_word(word: str, st: Statement) -> int:
+    pattern = re.compile(r"(?<![\w$])" + re.escape(word) + r"(?![\w$])", re.IGNORECASE)
+    lines = st.text.splitlines()
+    for offset, text in enumerate(lines):
+        if offset == 0 and "(" in text:
+            text = text.split("(", 1)[1]
+        if pattern.search(text):
+            return st.line + offset
+    return st.line
+
+
+def _column(cd: exp.ColumnDef, st: Statement, d: Dialect) -> tuple[Column, bool]:
+    """The column a definition describes, and whether it declares itself the primary key."""
+    name = _ident(cd.this, d)
+    dtype = cd.args.get("kind")
+    kind = OTHER
+    type_sql = "?"
+    serial = False
+    if isinstance(dtype, exp.DataType):
+        kind = _KINDS.get(dtype.this, OTHER)
+        type_sql = dtype.sql(dialect=d.sqlglot_name)
+        serial = dtype.this in _SERIALS
+    nullable = True
+    has_default = serial
+    auto = serial
+    primary = False
+    for cons in cd.constraints:
+        k = cons.kind
+        if isinstance(k, exp.NotNullColumnConstraint):
+            nullable = bool(k.args.get("allow_null"))
+        elif isinstance(k, exp.PrimaryKeyColumnConstraint):
+            primary = True
+            nullable = False
+        elif isinstance(k, exp.DefaultColumnConstraint):
+            has_default = not isinstance(k.this, exp.Null)
+        elif isinstance(k, (exp.AutoIncrementColumnConstraint,
+                            exp.GeneratedAsIdentityColumnConstraint,
+                            exp.ComputedColumnConstraint)):
+            auto = True
+            has_default = True
+    if primary and d.name == "sqlite" and _is_rowid_alias(name, st.text):
+        auto = has_default = True
+    return Column(name, type_sql, kind, nullable, has_default, auto, st.path,
+                  _line_of_word(name, st)), primary
+
+
+def _is_rowid_alias(name: str, text: str) -> bool:
+    # Only a column declared exactly "INTEGER PRIMARY KEY" aliases SQLite's rowid (sqlglot
+    # normalises the type name away, so look at the source text).
+    pattern = r'["`\[]?' + re.escape(name) + r'["`\]]?\s+INTEGER\s+PRIMARY\s+KEY'
+    return re.search(pattern, text, re.IGNORECASE) is not None
+
+
+def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
+    d = catalog.dialect
+    schema_node = tree.this
+    if not isinstance(schema_node, exp.Schema):
+        return  # CREATE TABLE ... AS SELECT / LIKE: no column list to record
+    schema, name = _table_name(schema_node, d)
+    existing = catalog.table(schema, name)
+    if existing is not None:
+        if tree.args.get("exists"):
+            return
+        catalog.tables.remove(existing)
+    table = Table(schema, name, [], [], st.path, st.line)
+    for item in schema_node.expressions:
+        if isinstance(item, exp.ColumnDef):
+            col, primary = _column(item, st, d)
+            table.columns.append(col)
+            if primary:
+                table.primary_key = [col.name]
+        elif isinstance(item, exp.PrimaryKey):
+            table.primary_key = [_ident(e, d) for e in item.expressions]
+            for col in table.columns:
+                if any(d.same_name(col.name, k) for k in table.primary_key):
+                    col.nullable = False
+        elif isinstance(item, exp.IndexColumnConstraint):
+            cols = [_ident(e, d) for e in _index_exprs(item)]
+            catalog.indexes.append(Index(_ident(item.this, d) or None, schema, name, cols,
+                                         False, False, st.path, st.line))
+        elif isinstance(item, exp.UniqueColumnConstraint) and isinstance(item.this, exp.Schema):
+            cols = [_ident(e, d) for e in item.this.expressions]
+            catalog.indexes.append(Index(None, schema, name, cols, True, False, st.path,
+                                         st.line))
+    catalog.tables.append(table)
+
+
+def _index_exprs(item: exp.Expression) -> list[exp.Expression]:
+    params = item.args.get("params") or item.args.get("expressions")
+    if isinstance(params, exp.IndexParameters):
+        cols = params.args.get("columns") or []
+    elif isinstance(params, list):
+        cols = params
+    else:
+        cols = item.args.get("expressions") or []
+    return [c.this if isinstance(c, exp.Ordered) else c for c in cols]
+
+
+def _create_index(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
+    d = catalog.dialect
+    idx = tree.this
+    if not isinstance(idx, exp.Index):
+        return
+    table = idx.args.get("table")
+    if table is None:
+        return
+    schema, tname = _table_name(table, d)
+    params = idx.args.get("params")
+    cols_nodes = params.args.get("columns") or [] if isinstance(params, exp.IndexParameters) else []
+    cols: list[str] = []
+    for c in cols_nodes:
+        inner = c.this if isinstance(c, exp.Ordered) else c
+        cols.append(_ident(inner, d) if isinstance(inner, (exp.Column, exp.Identifier))
+                    else inner.sql(dialect=d.sqlglot_name))
+    partial = isinstance(params, exp.IndexParameters) and params.args.get("where") is not None
+    name = _ident(idx.this, d) or None
+    if name and any(i.name == name for i in catalog.indexes) and tree.args.get("exists"):
+        return
+    catalog.indexes.append(Index(name, schema, tname, cols, bool(tree.args.get("unique")),
+                                 partial, st.path, st.line))
+
+
+def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
+    d = catalog.dialect
+    schema, name = _table_name(tree.this, d)
+    table = catalog.table(schema, name)
+    if table is None:
+        return
+    for action in tree.args.get("actions") or []:
+        if isinstance(action, exp.ColumnDef):
+            col, primary = _column(action, st, d)
+            if table.column(col.name, d) is None or not action.args.get("exists"):
+                _drop_column(table, col.name, d)
+                table.columns.append(col)
+                if primary:
+                    table.primary_key = [col.name]
+        elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "COLUMN":
+            for target in action.expressions:
+                _drop_column(table, _ident(target, d), d)
+        elif isinstance(action, exp.RenameColumn):
+            col = table.column(_ident(action.this, d), d)
+            if col is not None:
+                col.name = _ident(action.args.get("to"), d)
+        elif isinstance(action, exp.AlterRename):
+            _, new_name = _table_name(action.this, d)
+            for index in catalog.indexes_of(table)[1 if table.primary_key else 0:]:
+                index.table = new_name
+            table.name = new_name
+        elif isinstance(action, exp.AlterColumn):
+            col = table.column(_ident(action.this, d), d)
+            if col is None:
+                continue
+            dtype = action.args.get("dtype")
+            if isinstance(dtype, exp.DataType):
+                col.kind = _KINDS.get(dtype.this, OTHER)
+                col.type_sql = dtype.sql(dialect=d.sqlglot_name)
+            if action.args.get("allow_null") is not None:
+                col.nullable = bool(action.args.get("allow_null"))
+            elif action.args.get("drop"):
+                col.has_default = col.auto
+            if action.args.get("default") is not None:
+                col.has_default = True
+        elif isinstance(action, exp.ModifyColumn):
+            cd = action.this
+            if not isinstance(cd, exp.ColumnDef):
+                continue
+            old = _ident(action.args.get("rename_from"), d) or _ident(cd.this, d)
+            index = next((i for i, c in enumerate(table.columns) if d.same_name(c.name, old)),
+                         None)
+            new, _ = _column(cd, st, d)
+            if index is None:
+                table.columns.append(new)
+            else:
+                table.columns[index] = new
+        elif isinstance(action, exp.AddConstraint):
+            for pk in action.find_all(exp.PrimaryKey):
+                table.primary_key = [_ident(e, d) for e in pk.expressions]
+        else:
+            catalog.diagnostics.append(Diagnostic(
+                st.path, st.line,
+                f"ALTER TABLE {table.name}: an action inboxgen does not replay was ignored: "
+                f"{action.sql(dialect=d.sqlglot_name)[:80]}",
+                "warning"))
+
+
+def _drop_column(table: Table, name: str, d: Dialect) -> None:
+    table.columns = [c for c in table.columns if not d.same_name(c.name, name)]
+
+
+def _drop(catalog: Catalog, tree: exp.Drop, st: Statement) -> None:
+    d = catalog.dialect
+    kind = (tree.args.get("kind") or "").upper()
+    for target in tree.expressions:
+        schema, name = _table_name(target, d)
+        if kind == "TABLE":
+            table = catalog.table(schema, name)
+            if table is not None:
+                catalog.tables.remove(table)
+                catalog.indexes = [
+                    i for i in catalog.indexes
+                    if not (d.same_name(i.table, table.name)
+                            and _same_schema(d, i.schema, table.schema))
+                ]
+        elif kind == "INDEX":
+            catalog.indexes = [i for i in catalog.indexes if not (i.name and
+                                                                   d.same_name(i.name, name))]

@@ -1,0 +1,376 @@
+"""The offline checks: a spec against the catalog its migrations build.
+
+`resolve` returns the resolved `Queue` (or None when an error makes one impossible) and every
+diagnostic found, so that one run reports all the problems of a spec at once.
+"""
+
+from __future__ import annotations
+
+import re
+
+from inboxgen import catalog as cat
+from inboxgen.catalog import Catalog, Column, Table
+from inboxgen.dialects import ADVISORY, LEASE, ROW_LOCK
+from inboxgen.errors import Diagnostic
+from inboxgen.model import Field, Queue, TableRef, attr_name
+from inboxgen.spec import RoleBinding, Spec
+
+# Which column kinds each role accepts (SQLite keeps its times as TEXT).
+_ROLE_KINDS: dict[str, tuple[str, ...]] = {
+    "id": (cat.INT, cat.TEXT, cat.UUID),
+    "group": (cat.TEXT,),
+    "priority": (cat.INT,),
+    "attempt": (cat.INT,),
+    "retry_after": (cat.TIMESTAMP, cat.TIMESTAMPTZ),
+    "processed_at": (cat.TIMESTAMP, cat.TIMESTAMPTZ),
+    "locked_until": (cat.TIMESTAMP, cat.TIMESTAMPTZ),
+    "headers": (cat.JSON, cat.TEXT),
+    "payload": (cat.BYTES, cat.TEXT, cat.JSON),
+}
+_ROLE_WANTS = {
+    "id": "an integer, text or uuid",
+    "group": "text",
+    "priority": "an integer",
+    "attempt": "an integer",
+    "retry_after": "a timestamp",
+    "processed_at": "a timestamp",
+    "locked_until": "a timestamp",
+    "headers": "json or text",
+    "payload": "bytes, text or json",
+}
+_SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until")
+_CODEC_KINDS = {"bytes": (cat.BYTES,), "text": (cat.TEXT,),
+                "json": (cat.JSON, cat.TEXT, cat.BYTES)}
+_DEFAULT_CODEC = {cat.BYTES: "bytes", cat.TEXT: "text", cat.JSON: "json"}
+_KEY_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+class _Checker:
+    def __init__(self, spec: Spec, catalog: Catalog) -> None:
+        self.spec = spec
+        self.catalog = catalog
+        self.d = spec.dialect
+        self.found: list[Diagnostic] = list(catalog.diagnostics)
+
+    def err(self, line: int, message: str, path: str | None = None) -> None:
+        self.found.append(Diagnostic(path or self.spec.display, line, message))
+
+    def warn(self, line: int, message: str, path: str | None = None) -> None:
+        self.found.append(Diagnostic(path or self.spec.display, line, message, "warning"))
+
+    # -----------------------------------------------------------------------------------------
+
+    def run(self) -> Queue | None:
+        spec = self.spec
+        self.opaque_statements()
+        table = self.catalog.table(spec.schema, spec.table)
+        tname = f'"{spec.schema}.{spec.table}"' if spec.schema else f'"{spec.table}"'
+        if table is None:
+            known = ", ".join(sorted(t.name for t in self.catalog.tables)) or "none"
+            self.err(spec.line("table"), f"table {tname} is not created by the DDL "
+                                         f"({self.ddl_names()}); tables there: {known}")
+            self.roles_without_table()
+            return None
+        self.check_identifier(tname.strip('"'), spec.line("table"), "table")
+        roles = self.bind_roles(table)
+        form = self.claim_form(roles)
+        fields = self.fields(table, roles)
+        payload = roles.get("payload")
+        codec = self.codec(payload) if payload else None
+        key = self.advisory_key(form, fields)
+        dead_table = self.dead_letter(table, roles)
+        unique = self.unique(table, fields)
+        self.indexes(table, roles)
+        if any(d.severity == "error" for d in self.found):
+            return None
+        return Queue(
+            spec=spec, dialect=self.d, table=TableRef(table.schema, table.name), form=form,
+            fifo=spec.fifo, fields=tuple(fields), codec=codec,
+            payload_type=next((b.type for b in spec.bindings if b.role == "payload"), None),
+            advisory_key=key, dead_letter_group=spec.dead_letter_group,
+            dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
+        )
+
+    def ddl_names(self) -> str:
+        return ", ".join(_rel(p, self.spec) for p in self.spec.ddl)
+
+    def opaque_statements(self) -> None:
+        names = [self.spec.table]
+        if self.spec.dead_letter_table:
+            names.append(self.spec.dead_letter_table.rpartition(".")[2])
+        for op in self.catalog.opaque:
+            snippet = " ".join(op.text.split())[:60]
+            hit = next((n for n in names if re.search(
+                r"(?<![\w$])" + re.escape(n) + r"(?![\w$])", op.text, re.IGNORECASE)), None)
+            if hit is not None:
+                self.err(op.line, f"statement {op.reason} and names queue table \"{hit}\", so "
+                                  f"its effect on the table is unknown: {snippet}", op.path)
+            else:
+                self.warn(op.line, f"statement ignored: it {op.reason}: {snippet}", op.path)
+
+    def roles_without_table(self) -> None:
+        self.bound_roles()
+
+    def bound_roles(self) -> dict[str, RoleBinding]:
+        seen: dict[str, RoleBinding] = {}
+        for b in self.spec.bindings:
+            if b.role in seen:
+                first = seen[b.role]
+                self.err(b.line, f"role \"{b.role}\" is bound twice: to column \"{first.column}\""
+                                 f" (line {first.line}) and to column \"{b.column}\"")
+                continue
+            seen[b.role] = b
+        if "id" not in seen:
+            self.err(self.spec.line("columns"), "no column has role \"id\": every settlement "
+                                                "targets a row by its id, so one is required")
+        return seen
+
+    def bind_roles(self, table: Table) -> dict[str, tuple[RoleBinding, Column]]:
+        out: dict[str, tuple[RoleBinding, Column]] = {}
+        for role, b in self.bound_roles().items():
+            col = table.column(b.column, self.d)
+            if col is None:
+                names = ", ".join(c.name for c in table.columns)
+                self.err(b.line, f"table \"{table.name}\" has no column \"{b.column}\" "
+                                 f"(role {role}); its columns: {names}")
+                continue
+            self.check_identifier(col.name, b.line, "column")
+            self.check_type(table, b, col)
+            self.check_nullability(table, b, col)
+            if b.generated and not (col.has_default or col.auto):
+                self.err(b.line, f"column \"{table.name}.{col.name}\" (role {role}) is marked "
+                                 f"generated, but the DDL ({col.path}:{col.line}) gives it no "
+                                 f"default, identity or autoincrement")
+            out[role] = (b, col)
+        return out
+
+    def check_type(self, table: Table, b: RoleBinding, col: Column) -> None:
+        allowed = _ROLE_KINDS[b.role]
+        wants = _ROLE_WANTS[b.role]
+        if self.d.name == "sqlite" and b.role in _SQLITE_TIME_ROLES:
+            allowed, wants = (cat.TEXT,), "TEXT (SQLite keeps times as fixed-format UTC text)"
+        if col.kind not in allowed:
+            self.err(b.line, f"column \"{table.name}.{col.name}\" is {col.type_sql} "
+                             f"({col.path}:{col.line}), but role {b.role} needs {wants}")
+
+    def check_nullability(self, table: Table, b: RoleBinding, col: Column) -> None:
+        where = f"column \"{table.name}.{col.name}\" ({col.path}:{col.line})"
+        if b.role in ("locked_until", "processed_at") and not col.nullable:
+            self.err(b.line, f"{where} is NOT NULL, but role {b.role} must be nullable "
+                             f"(NULL means not {'leased' if b.role == 'locked_until' else 'processed'})")
+        if b.role in ("retry_after", "id", "attempt", "priority", "group") and col.nullable:
+            self.err(b.line, f"{where} is nullable, but role {b.role} must be NOT NULL")
+
+    def check_identifier(self, name: str, line: int, what: str) -> None:
+        if self.d.identifier_too_long(name):
+            unit = "bytes" if self.d.limit_in_bytes else "characters"
+            self.err(line, f"{what} name \"{name}\" is longer than {self.d.name} allows "
+                           f"({self.d.max_identifier} {unit})")
+
+    def claim_form(self, roles: dict[str, tuple[RoleBinding, Column]]) -> str:
+        spec = self.spec
+        line = spec.line("claim")
+        form = spec.claim
+        if form is None:
+            form = LEASE if "locked_until" in roles else ADVISORY if spec.advisory_key else \
+                ROW_LOCK
+            if form == ROW_LOCK and ROW_LOCK not in self.d.forms:
+                self.err(spec.line("dialect"), f"{self.d.name} has no row lock, so the table "
+                         "needs a claim form: bind a locked_until column (lease) or set "
+                         "claim = \"advisory\" with an advisory_key")
+                return form
+        if form not in self.d.forms:
+            self.err(line, f"claim form {form} does not exist on {self.d.name} (it has: "
+                           f"{', '.join(self.d.forms)})")
+        if form == LEASE and "locked_until" not in roles:
+            self.err(line, "claim = \"lease\" needs a column with role locked_until")
+        if form != LEASE and "locked_until" in roles:
+            self.err(roles["locked_until"][0].line,
+                     f"role locked_until makes the claim a lease, but claim = \"{form}\"")
+        if form == ADVISORY and not spec.advisory_key:
+            self.err(line, "claim = \"advisory\" needs advisory_key, a template naming "
+                           "columns such as \"jobs-{id}\"")
+        if form != ADVISORY and spec.advisory_key:
+            self.err(spec.line("advisory_key"), f"advisory_key is only used by claim = "
+                                                f"\"advisory\", but the claim form is {form}")
+        if spec.fifo and "group" not in roles:
+            self.err(spec.line("fifo"), "fifo = true needs a column with role group")
+        if spec.fifo and form == ADVISORY:
+            self.err(spec.line("fifo"), "fifo = true cannot be combined with the advisory "
+                                        "claim form (FIFO needs row lock or lease)")
+        self.server_version(form)
+        return form
+
+    def server_version(self, form: str) -> None:
+        v = self.spec.server_version
+        if v is None:
+            return
+        line = self.spec.line("server_version")
+        shown = ".".join(map(str, v))
+        if self.d.name == "postgres":
+            if v < (9, 5):
+                self.err(line, f"PostgreSQL {shown} has no SKIP LOCKED: inboxgen needs 9.5 "
+                               f"or newer")
+            elif v < (11,) and (form == ADVISORY or self.spec.fifo):
+                what = "the advisory claim form" if form == ADVISORY else "FIFO groups"
+                self.err(line, f"{what} need hashtextextended(), PostgreSQL 11 or newer "
+                               f"(server_version is {shown})")
+        elif self.d.name == "mysql":
+            if v < (8, 0, 1) or (v[0] == 10 and v < (10, 6)) or (v[0] == 5):
+                self.err(line, f"MySQL/MariaDB {shown} has no SKIP LOCKED: inboxgen needs "
+                               f"MySQL 8.0.1+ or MariaDB 10.6+")
+        elif self.d.name == "sqlite" and v < (3, 35):
+            self.err(line, f"SQLite {shown} has no RETURNING: inboxgen needs 3.35 or newer")
+
+    def fields(self, table: Table,
+               roles: dict[str, tuple[RoleBinding, Column]]) -> list[Field]:
+        by_column = {col.name: b for b, col in roles.values()}
+        fields: list[Field] = []
+        attrs_seen: dict[str, str] = {}
+        for col in table.columns:
+            b = by_column.get(col.name)
+            role = b.role if b else None
+            if role in ("locked_until", "processed_at"):
+                generated = True  # the runtime owns them; a new row starts with NULL
+            elif b is not None:
+                generated = b.generated
+            else:
+                generated = col.auto
+            if generated and not (col.has_default or col.auto or col.nullable):
+                if b is None:
+                    self.err(col.line, f"column \"{table.name}.{col.name}\" is generated by the "
+                                       f"database but NOT NULL without a default", col.path)
+            attr = attr_name(col.name)
+            if attr in attrs_seen:
+                self.err(col.line, f"columns \"{attrs_seen[attr]}\" and \"{col.name}\" of "
+                                   f"table \"{table.name}\" map to the same Python name "
+                                   f"\"{attr}\"", col.path)
+            attrs_seen[attr] = col.name
+            fields.append(Field(col, attr, role, generated))
+        return fields
+
+    def codec(self, payload: tuple[RoleBinding, Column]) -> str | None:
+        b, col = payload
+        codec = b.codec or _DEFAULT_CODEC.get(col.kind)
+        if codec is None:
+            return None
+        if col.kind not in _CODEC_KINDS[codec]:
+            self.err(b.line, f"codec {codec} does not fit payload column \"{col.name}\" of type "
+                             f"{col.type_sql} ({col.path}:{col.line})")
+        if b.type is not None and codec != "json":
+            self.err(b.line, f"payload type {b.type} needs codec json, not {codec}")
+        return codec
+
+    def advisory_key(self, form: str, fields: list[Field]) -> tuple[tuple[str, str], ...]:
+        template = self.spec.advisory_key
+        if form != ADVISORY or not template:
+            return ()
+        line = self.spec.line("advisory_key")
+        pieces: list[tuple[str, str]] = []
+        pos = 0
+        for m in _KEY_FIELD.finditer(template):
+            name = m.group(1)
+            field = next((f for f in fields if self.d.same_name(f.name, name)), None)
+            if field is None:
+                self.err(line, f"advisory_key \"{template}\" names column \"{name}\", which "
+                               f"table \"{self.spec.table}\" does not have")
+                continue
+            pieces.append((template[pos:m.start()], field.attr))
+            pos = m.end()
+        if not _KEY_FIELD.search(template):
+            self.err(line, f"advisory_key \"{template}\" names no column: every job would "
+                           f"share one lock (write it like \"jobs-{{id}}\")")
+        if pos < len(template):
+            pieces.append((template[pos:], ""))
+        return tuple(pieces)
+
+    def dead_letter(self, table: Table,
+                    roles: dict[str, tuple[RoleBinding, Column]]) -> TableRef | None:
+        spec = self.spec
+        has_dest = spec.dead_letter_group is not None or spec.dead_letter_table is not None
+        if spec.runtime.max_attempts is not None and not has_dest:
+            self.err(spec.line("runtime", "max_attempts"),
+                     "runtime.max_attempts is set but [dead_letter] is missing: say where spent "
+                     "jobs go (group = \"...\" or table = \"...\")")
+        if has_dest and spec.runtime.max_attempts is None:
+            self.err(spec.line("dead_letter"), "[dead_letter] is set but runtime.max_attempts "
+                                               "is missing: say after how many attempts")
+        if spec.dead_letter_group is not None and "group" not in roles:
+            self.err(spec.line("dead_letter", "group"),
+                     "dead_letter.group needs a column with role group; without one, dead "
+                     "letters go to a table (dead_letter.table)")
+        if spec.dead_letter_table is None:
+            return None
+        line = spec.line("dead_letter", "table")
+        schema, _, name = spec.dead_letter_table.rpartition(".")
+        dest = self.catalog.table(schema or None, name)
+        if dest is None:
+            self.err(line, f"dead-letter table \"{spec.dead_letter_table}\" is not created by "
+                           f"the DDL ({self.ddl_names()})")
+            return None
+        self.check_identifier(dest.name, line, "table")
+        missing = [c.name for c in table.columns if dest.column(c.name, self.d) is None]
+        if missing:
+            self.err(line, f"dead-letter table \"{dest.name}\" lacks column(s) "
+                           f"{', '.join(missing)} of table \"{table.name}\"")
+        for c in table.columns:
+            other = dest.column(c.name, self.d)
+            if other is not None and other.kind != c.kind:
+                self.err(line, f"dead-letter table \"{dest.name}\" has column \"{other.name}\" "
+                               f"as {other.type_sql}, but \"{table.name}.{c.name}\" is "
+                               f"{c.type_sql}")
+        return TableRef(dest.schema, dest.name)
+
+    def unique(self, table: Table, fields: list[Field]) -> tuple[Field, ...]:
+        out: list[Field] = []
+        for name in self.spec.unique:
+            f = next((f for f in fields if self.d.same_name(f.name, name)), None)
+            if f is None:
+                self.err(self.spec.line("unique"), f"unique key names column \"{name}\", which "
+                                                   f"table \"{table.name}\" does not have")
+            else:
+                out.append(f)
+        if out:
+            cols = [f.name for f in out]
+            if not any(i.unique and not i.partial and sorted(i.columns) == sorted(cols)
+                       for i in self.catalog.indexes_of(table)):
+                self.err(self.spec.line("unique"),
+                         f"unique key ({', '.join(cols)}) has no unique index on table "
+                         f"\"{table.name}\": the insert's conflict clause needs one")
+        return tuple(out)
+
+    def indexes(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]]) -> None:
+        order = [roles[r][1].name for r in ("group", "priority", "retry_after", "id")
+                 if r in roles]
+        if not order:
+            return
+        indexes = self.catalog.indexes_of(table)
+        if not any([c.lower() for c in i.columns[:len(order)]] == [c.lower() for c in order]
+                   for i in indexes):
+            self.warn(self.spec.line("table"),
+                      f"no index serves the claim order ({', '.join(order)}) of table "
+                      f"\"{table.name}\"; claims will scan: CREATE INDEX ON {table.name} "
+                      f"({', '.join(order)})")
+        lease = roles.get("locked_until")
+        if lease is not None and self.d.name == "postgres":
+            for i in indexes:
+                if any(lease[1].name.lower() in c.lower() for c in i.columns):
+                    self.warn(i.line, f"index {i.name or '(unnamed)'} on \"{table.name}\" "
+                                      f"mentions {lease[1].name}: every lease renewal becomes a "
+                                      f"non-HOT update", i.path)
+
+
+def _rel(path: object, spec: Spec) -> str:
+    from pathlib import Path
+
+    p = Path(str(path))
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+def resolve(spec: Spec, catalog: Catalog) -> tuple[Queue | None, list[Diagnostic]]:
+    checker = _Checker(spec, catalog)
+    queue = checker.run()
+    return queue, checker.found

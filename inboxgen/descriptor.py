@@ -1,0 +1,51 @@
+"""What a generated module tells the runtime about its table: no SQL parsing at run time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class RuntimeDefaults:
+    """Spec defaults for settings that shape no SQL; the runtime's arguments override them."""
+
+    workers: int = 1
+    batch: int = 1
+    lease_seconds: int = 30
+    poll_interval: float = 1.0
+    max_attempts: int | None = None
+
+
+@attrs.frozen
+class TableDescriptor:
+    """A queue table as generated: its claim form, roles, statements and row types."""
+
+    table: str
+    schema: str | None
+    dialect: str  # "postgres", "mysql" or "sqlite"
+    form: str  # "row_lock", "lease" or "advisory"
+    fifo: bool
+    roles: Mapping[str, str]  # role -> column name
+    columns: tuple[str, ...]
+    statements: Mapping[str, str]  # statement name -> exact SQL text
+    claimed_row: type[Any]
+    new_row: type[Any]
+    codec: str | None
+    decode_payload: Callable[[Any], Any] | None
+    advisory_key: Callable[[Any], str] | None
+    dead_letter_group: str | None
+    dead_letter_table: str | None
+    defaults: RuntimeDefaults
+    source: str  # the spec the module was generated from
+
+    @property
+    def claim_counts_attempt(self) -> bool:
+        """Lease and advisory claims count the attempt; row lock counts it at a retry."""
+        return self.form != "row_lock" and "attempt" in self.roles
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}" if self.schema else self.table

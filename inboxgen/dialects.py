@@ -1,0 +1,82 @@
+"""What differs between PostgreSQL, MySQL/MariaDB and SQLite: quoting, placeholders, limits."""
+
+from __future__ import annotations
+
+import attrs
+
+ROW_LOCK = "row_lock"
+LEASE = "lease"
+ADVISORY = "advisory"
+FORMS = (ROW_LOCK, LEASE, ADVISORY)
+
+
+@attrs.frozen
+class Dialect:
+    name: str
+    sqlglot_name: str
+    quote_char: str
+    forms: tuple[str, ...]
+    # Longest identifier the server accepts, and whether the limit counts bytes or characters.
+    max_identifier: int | None
+    limit_in_bytes: bool
+    # Unquoted identifiers: PostgreSQL folds them to lower case; MySQL and SQLite compare
+    # column names without regard to case.
+    folds_to_lower: bool
+    case_insensitive: bool
+    driver: str
+
+    def quote(self, name: str) -> str:
+        q = self.quote_char
+        return f"{q}{name.replace(q, q + q)}{q}"
+
+    def qualified(self, schema: str | None, table: str) -> str:
+        return f"{self.quote(schema)}.{self.quote(table)}" if schema else self.quote(table)
+
+    def param(self, name: str) -> str:
+        return f":{name}" if self.name == "sqlite" else f"%({name})s"
+
+    def identifier_too_long(self, name: str) -> bool:
+        if self.max_identifier is None:
+            return False
+        size = len(name.encode()) if self.limit_in_bytes else len(name)
+        return size > self.max_identifier
+
+    def same_name(self, a: str, b: str) -> bool:
+        return a.lower() == b.lower() if self.case_insensitive else a == b
+
+
+POSTGRES = Dialect(
+    name="postgres",
+    sqlglot_name="postgres",
+    quote_char='"',
+    forms=(ROW_LOCK, LEASE, ADVISORY),
+    max_identifier=63,
+    limit_in_bytes=True,
+    folds_to_lower=True,
+    case_insensitive=False,
+    driver="psycopg",
+)
+MYSQL = Dialect(
+    name="mysql",
+    sqlglot_name="mysql",
+    quote_char="`",
+    forms=(ROW_LOCK, LEASE, ADVISORY),
+    max_identifier=64,
+    limit_in_bytes=False,
+    folds_to_lower=False,
+    case_insensitive=True,
+    driver="pymysql",
+)
+SQLITE = Dialect(
+    name="sqlite",
+    sqlglot_name="sqlite",
+    quote_char='"',
+    forms=(LEASE, ADVISORY),
+    max_identifier=None,
+    limit_in_bytes=False,
+    folds_to_lower=False,
+    case_insensitive=True,
+    driver="sqlite3",
+)
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (POSTGRES, MYSQL, SQLITE)}

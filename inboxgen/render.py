@@ -1,0 +1,502 @@
+"""Render a resolved queue and its statements into the Python module the user commits.
+
+The module's layout lives in `templates/module.py.j2`; this file decides the pieces: Python types
+of each column, how values cross the driver boundary, and the bodies of the typed functions. The
+same function body is emitted twice on PostgreSQL, once plain and once with `await`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import attrs
+import jinja2
+
+from inboxgen import catalog as cat
+from inboxgen.dialects import ADVISORY, LEASE, ROW_LOCK
+from inboxgen.model import Field, Queue
+from inboxgen.statements import Statement
+
+_PY_TYPES = {
+    cat.INT: "int",
+    cat.BOOL: "bool",
+    cat.TEXT: "str",
+    cat.BYTES: "bytes",
+    cat.TIMESTAMP: "datetime.datetime",
+    cat.TIMESTAMPTZ: "datetime.datetime",
+    cat.FLOAT: "float",
+    cat.DECIMAL: "decimal.Decimal",
+    cat.DATE: "datetime.date",
+    cat.TIME: "datetime.time",
+    cat.UUID: "uuid.UUID",
+}
+# What sqlite3 hands back without type detection.
+_SQLITE_TYPES = {cat.INT: "int", cat.BOOL: "int", cat.TEXT: "str", cat.BYTES: "bytes",
+                 cat.FLOAT: "float"}
+
+
+def docstring(text: str, indent: str = "    ") -> str:
+    """A docstring wrapped to the line length."""
+    one = f'{indent}"""{text}"""'
+    if len(one) <= 100:
+        return one
+    first, *rest = textwrap.wrap(text, width=96 - len(indent))
+    return "\n".join([f'{indent}"""{first}', *(f"{indent}{line}" for line in rest),
+                      f'{indent}"""'])
+
+
+def comment(text: str) -> str:
+    return "\n".join(textwrap.wrap(text, width=98, initial_indent="# ",
+                                   subsequent_indent="# "))
+
+
+def py_str(value: str) -> str:
+    """A double-quoted Python string literal."""
+    return json.dumps(value)
+
+
+def sql_literal(sql: str) -> str:
+    """The SQL as a readable triple-quoted literal, or a plain one where that is not safe."""
+    if "\\" in sql or '"""' in sql:
+        return py_str(sql)
+    return f'"""\n{sql}\n"""'
+
+
+# Keyword arguments of generated functions, in the order a reader expects them.
+_ARG_ORDER = ["id", "group", "key", "fifo_key", "now", "locked_until", "attempt",
+              "new_locked_until", "retry_after", "limit"]
+
+
+@attrs.frozen
+class Func:
+    name: str
+    args: str  # after `conn`, e.g. "*, now: datetime.datetime"
+    returns: str
+    doc: str
+    body: tuple[str, ...]  # lines; "AWAIT " marks where the async twin awaits
+
+
+@attrs.frozen
+class RowField:
+    attr: str
+    claimed_type: str
+    new_type: str
+    new_default: str | None
+
+
+class _Renderer:
+    def __init__(self, q: Queue, statements: list[Statement]) -> None:
+        self.q = q
+        self.d = q.dialect
+        self.st = {s.name: s for s in statements}
+        self.sqlite = self.d.name == "sqlite"
+        self.pg = self.d.name == "postgres"
+
+    # -- types and conversions --------------------------------------------------------------
+
+    def payload_type(self) -> str:
+        if self.q.payload_type:
+            return self.q.payload_type.rpartition(":")[2]
+        return {"bytes": "bytes", "text": "str", "json": "_v.JSONValue"}.get(self.q.codec or "",
+                                                                              "object")
+
+    def raw_type(self, f: Field) -> str:
+        """The type of the value the driver hands back for this column."""
+        kind = f.column.kind
+        if self.q.time_text(f):
+            base = "datetime.datetime"
+        elif self.sqlite:
+            base = _SQLITE_TYPES.get(kind, "object")
+        elif kind == cat.JSON:
+            base = "object" if self.pg else "str"
+        elif kind == cat.UUID and not self.pg:
+            base = "str"
+        else:
+            base = _PY_TYPES.get(kind, "object")
+        return base if not f.column.nullable or base == "object" else f"{base} | None"
+
+    def new_type(self, f: Field) -> str:
+        if f.role == "payload":
+            t = self.payload_type()
+        elif f.role == "headers":
+            t = "Mapping[str, str]"
+        else:
+            return self.raw_type(f)
+        return f"{t} | None" if f.column.nullable else t
+
+    def from_db(self, f: Field, expr: str) -> str:
+        none = "_or_none" if f.column.nullable else ""
+        if self.q.time_text(f):
+            return f"_v.parse_sqlite_time{none}({expr})"
+        if f.column.kind == cat.TIMESTAMP and not self.sqlite:
+            return f"_v.aware{none}({expr})"
+        return expr
+
+    def time_encoder(self, f: Field | None, expr: str) -> str:
+        if f is None:
+            return expr
+        if self.q.time_text(f):
+            return f"_v.sqlite_time({expr})"
+        if f.column.kind == cat.TIMESTAMP:
+            return f"_v.naive_utc({expr})"
+        return expr
+
+    def to_db(self, f: Field, expr: str) -> str:
+        """Encode a NewRow attribute for insert."""
+        kind = f.column.kind
+        nullable = f.column.nullable
+        if f.role == "payload" and self.q.codec == "json":
+            if kind == cat.JSON and self.pg:
+                enc = f"Jsonb({expr}, dumps=_v.json_text)"
+            elif kind == cat.BYTES:
+                enc = f"_v.json_bytes({expr})"
+            else:
+                enc = f"_v.json_text({expr})"
+            return f"None if {expr} is None else {enc}" if nullable else enc
+        if f.role == "headers":
+            if kind == cat.JSON and self.pg:
+                enc = f"Jsonb(dict({expr}))"
+            else:
+                enc = f"_v.json_text(dict({expr}))"
+            return f"None if {expr} is None else {enc}" if nullable else enc
+        if kind == cat.JSON and self.pg:
+            return f"Jsonb({expr})"
+        if self.q.time_text(f):
+            return f"_v.sqlite_time{'_or_none' if nullable else ''}({expr})"
+        if kind == cat.TIMESTAMP and not self.sqlite:
+            return f"_v.naive_utc{'_or_none' if nullable else ''}({expr})"
+        return expr
+
+    # -- functions ----------------------------------------------------------------------------
+
+    def param_value(self, name: str) -> str:
+        role_of = {"now": None, "locked_until": "locked_until", "new_locked_until": "locked_until",
+                   "retry_after": "retry_after"}
+        if name == "now":
+            f = next((self.q.role(r) for r in ("retry_after", "locked_until", "processed_at")
+                      if self.q.role(r)), None)
+            return self.time_encoder(f, "now")
+        if name in role_of:
+            return self.time_encoder(self.q.role(role_of[name] or ""), name)
+        if name == "dead_group":
+            return py_str(self.q.dead_letter_group or "")
+        if name == "channel":
+            return "CHANNEL"
+        if name == "payload":
+            return "group"
+        return name
+
+    def params(self, st: Statement) -> list[str]:
+        return [f"{py_str(p)}: {self.param_value(p)}" for p in st.params]
+
+    def run(self, head: str, name: str, items: list[str]) -> list[str]:
+        """`head` + `conn.execute(NAME, {params})`, wrapped when the line gets long."""
+        one = f"{head}AWAIT conn.execute({name}, {{{', '.join(items)}}})"
+        if len(one.replace("AWAIT ", "await ")) + 4 <= 100 or not items:
+            return [one]
+        return [f"{head}AWAIT conn.execute(", f"    {name},", "    {",
+                *[f"        {i}," for i in items], "    },", ")"]
+
+    def arg_types(self) -> dict[str, str]:
+        types = {
+            "now": "datetime.datetime", "locked_until": "datetime.datetime",
+            "new_locked_until": "datetime.datetime", "retry_after": "datetime.datetime",
+            "limit": "int", "attempt": "int", "key": "str", "fifo_key": "str",
+            "group": self.group_type(),
+        }
+        types["id"] = self.raw_type(self.q.id).removesuffix(" | None")
+        return types
+
+    def group_type(self) -> str:
+        return "str"
+
+    def args(self, st: Statement, *, skip: tuple[str, ...] = (), extra: str = "") -> str:
+        types = self.arg_types()
+        names = sorted((p for p in st.params
+                        if p not in skip and p not in ("dead_group", "channel", "payload")),
+                       key=_ARG_ORDER.index)
+        parts = [f"{p}: {types[p]}" for p in names]
+        if extra:
+            parts.append(extra)
+        return "*, " + ", ".join(parts) if parts else ""
+
+    def functions(self) -> list[Func]:
+        q = self.q
+        out: list[Func] = []
+        st = self.st
+        lease_doc = (" Returns False when the lease is no longer held (the row is untouched)."
+                     if q.lease else "")
+        if "CLAIM" in st:
+            claim = st["CLAIM"]
+            body = [*self.run("cur = ", "CLAIM", self.params(claim)),
+                    "rows = [_claimed(r) for r in AWAIT cur.fetchall()]"]
+            if q.form == LEASE:
+                body.append("rows.sort(key=_claim_order)  # RETURNING keeps no order")
+            body.append("return rows")
+            out.append(Func("claim", self.args(claim, skip=("limit",), extra="limit: int = 1"),
+                            "list[ClaimedRow]", claim.doc, tuple(body)))
+        if "CANDIDATES" in st:
+            cand = st["CANDIDATES"]
+            out.append(Func("candidates", self.args(cand, skip=("limit",),
+                                                    extra="limit: int = 1"),
+                            "list[ClaimedRow]", cand.doc, (
+                                *self.run("cur = ", "CANDIDATES", self.params(cand)),
+                                "return [_claimed(r) for r in AWAIT cur.fetchall()]")))
+            take = st["TAKE"]
+            out.append(Func("take", self.args(take), "ClaimedRow | None", take.doc, (
+                *self.run("cur = ", "TAKE", self.params(take)),
+                "row = AWAIT cur.fetchone()",
+                "return None if row is None else _claimed(row)")))
+        if "LOCK" in st:
+            for name in ("LOCK", "UNLOCK"):
+                s = st[name]
+                out.append(Func(name.lower(), self.args(s), "bool", s.doc, (
+                    *self.run("cur = ", name, self.params(s)),
+                    "row = AWAIT cur.fetchone()",
+                    "return row is not None and bool(row[0])")))
+        if "FIFO_CLAIM" in st:
+            fc = st["FIFO_CLAIM"]
+            body = []
+            if "FIFO_GUARD" in st:
+                body += [*self.run("guard = ", "FIFO_GUARD", ['"fifo_key": TABLE + ":" + group']),
+                         "held = AWAIT guard.fetchone()",
+                         "if held is None or not held[0]:",
+                         "    return None"]
+            body += [*self.run("cur = ", "FIFO_CLAIM", self.params(fc)),
+                     "row = AWAIT cur.fetchone()",
+                     "return None if row is None else _claimed(row)"]
+            doc = fc.doc + (" Takes the group's transaction-scoped guard first."
+                            if "FIFO_GUARD" in st else "")
+            out.append(Func("fifo_claim", self.args(fc), "ClaimedRow | None", doc, tuple(body)))
+        for name, fname in (("RENEW", "renew"), ("FINISH", "finish"), ("RETRY", "retry"),
+                            ("RETRY_AFTER", "retry_after"), ("DEAD_LETTER", "dead_letter")):
+            if name not in st:
+                continue
+            s = st[name]
+            out.append(Func(fname, self.args(s), "bool", s.doc + lease_doc, (
+                *self.run("cur = ", name, self.params(s)),
+                "return cur.rowcount == 1")))
+        if "DEAD_LETTER_COPY" in st:
+            s = st["DEAD_LETTER_COPY"]
+            out.append(Func("dead_letter", self.args(s), "bool",
+                            "Move a spent row to the dead-letter table: copy, then delete. Run it "
+                            "in one transaction and roll back when it returns False." + lease_doc,
+                            (*self.run("cur = ", "DEAD_LETTER_COPY", self.params(s)),
+                             "if cur.rowcount != 1:",
+                             "    return False",
+                             *self.run("cur = ", "DEAD_LETTER_DELETE",
+                                       self.params(st["DEAD_LETTER_DELETE"])),
+                             "return cur.rowcount == 1")))
+        ins = st["INSERT"]
+        ins_params = "_insert_params(row)" if q.insert_fields else "{}"
+        out.append(Func("insert", "row: NewRow", "None",
+                        "Enqueue one row on the caller's connection; nothing is committed here.",
+                        (f"AWAIT conn.execute(INSERT, {ins_params})",)))
+        if "INSERT_UNIQUE" in st:
+            out.append(Func("insert_unique", "row: NewRow", "bool",
+                            "Enqueue one row unless its unique key is already queued; "
+                            "returns whether it was inserted.",
+                            (f"cur = AWAIT conn.execute(INSERT_UNIQUE, {ins_params})",
+                             "return cur.rowcount == 1")))
+        if "INSERT_MANY" in st:
+            many = st["INSERT_MANY"]
+            cols = [f"{py_str(f.attr)}: [{self.to_db(f, 'r.' + f.attr)} for r in rows]"
+                    for f in q.insert_fields]
+            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None", many.doc
+                            + " Nothing is committed here.",
+                            tuple(self.run("", "INSERT_MANY", cols))))
+        elif q.insert_fields:
+            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
+                            "Enqueue many rows in one call (executemany); nothing is committed "
+                            "here.",
+                            ("conn.executemany(INSERT, [_insert_params(r) for r in rows])",)))
+        if "NOTIFY" in st:
+            out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc,
+                            tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
+        return out
+
+    # -- module -------------------------------------------------------------------------------
+
+    def context(self) -> dict[str, object]:
+        q = self.q
+        rows = [
+            RowField(f.attr, self.raw_type(f) if f.role != "payload" or True else "",
+                     self.new_type(f), "None" if f.column.nullable else None)
+            for f in q.fields
+        ]
+        new_rows = [r for r, f in zip(rows, q.fields, strict=True) if not f.generated]
+        # Required attributes first: attrs needs defaults last.
+        new_rows.sort(key=lambda r: r.new_default is not None)
+        order = [f for f in (q.role(r) for r in ("priority", "retry_after", "id")) if f]
+        conn = {"postgres": "psycopg.Connection[Any]", "sqlite": "sqlite3.Connection",
+                "mysql": "pymysql.connections.Connection[Any]"}[self.d.name]
+        funcs = self.functions()
+        twins = self.pg
+        decode = self.decode_payload()
+        key = self.advisory_key_expr()
+        roles = {f.role: f.name for f in q.fields if f.role}
+        d_table = q.dead_letter_table
+        ctx: dict[str, object] = {
+            "q": q,
+            "spec_path": q.spec.display,
+            "table_name": q.table.name,
+            "qualified": f"{q.table.schema}.{q.table.name}" if q.table.schema else q.table.name,
+            "statements": [(s.name, sql_literal(s.sql), s.doc) for s in self.st.values()],
+            "rows": rows,
+            "new_rows": new_rows,
+            "claimed_from_db": [self.from_db(f, f"r[{i}]") for i, f in enumerate(q.fields)],
+            "insert_params": [(f.attr, self.to_db(f, "row." + f.attr)) for f in
+                              q.insert_fields],
+            "order_key": ", ".join(f"row.{f.attr}" for f in order) + ("," if len(order) == 1
+                                                                         else ""),
+            "funcs": funcs,
+            "signature": signature,
+            "docstring": docstring,
+            "comment": comment,
+            "conn": conn,
+            "async_conn": "psycopg.AsyncConnection[Any]",
+            "twins": twins,
+            "decode_payload": decode,
+            "advisory_key": key,
+            "py_str": py_str,
+            "roles": [(py_str(k), py_str(v)) for k, v in roles.items()],
+            "columns": [py_str(f.name) for f in q.fields],
+            "dead_letter_table": py_str(f"{d_table.schema}.{d_table.name}" if d_table and
+                                        d_table.schema else d_table.name) if d_table else "None",
+            "dead_letter_group": py_str(q.dead_letter_group) if q.dead_letter_group else "None",
+            "codec": py_str(q.codec) if q.codec else "None",
+            "rt": q.runtime,
+            "lease_form": q.form == LEASE,
+            "forms": {"row_lock": ROW_LOCK, "lease": LEASE, "advisory": ADVISORY},
+        }
+        return ctx
+
+    def decode_payload(self) -> tuple[str, str, list[str]] | None:
+        """(raw argument type, return type, body lines) of decode_payload, if there is one."""
+        payload = self.q.role("payload")
+        if payload is None:
+            return None
+        raw = self.raw_type(payload)
+        ret = self.payload_type()
+        if self.q.codec != "json":
+            return raw, raw, ["return raw"]
+        target = ret if self.q.payload_type else "_v.JSONValue"
+        lines = []
+        if payload.column.nullable:
+            raw_nn = raw.removesuffix(" | None")
+            ret = f"{ret} | None"
+            lines.append("if raw is None:")
+            lines.append("    return None")
+            raw = f"{raw_nn} | None"
+        if payload.column.kind == cat.JSON and self.pg:
+            call = f"msgspec.convert(raw, type={target})"
+        else:
+            call = f"msgspec.json.decode(raw, type={target})"
+        if not self.q.payload_type:
+            # msgspec decodes any JSON without a target type; the alias documents the result.
+            call = ("cast(\"_v.JSONValue\", raw)" if "convert" in call else
+                    "cast(\"_v.JSONValue\", msgspec.json.decode(raw))")
+        lines.append(f"return {call}")
+        return raw, ret, lines
+
+    def advisory_key_expr(self) -> str | None:
+        if not self.q.advisory_key:
+            return None
+        parts = []
+        for literal, attr in self.q.advisory_key:
+            if literal:
+                parts.append(py_str(literal))
+            if attr:
+                parts.append(f"str(row.{attr})")
+        return " + ".join(parts)
+
+
+def signature(f: Func, conn: str, is_async: bool) -> str:
+    """The `def` line of a generated function, one argument a line when it gets long."""
+    prefix = "async def" if is_async else "def"
+    name = f"{f.name}_async" if is_async else f.name
+    args = [f"conn: {conn}"] + ([a.strip() for a in _split_args(f.args)] if f.args else [])
+    one = f"{prefix} {name}({', '.join(args)}) -> {f.returns}:"
+    if len(one) <= 100:
+        return one
+    inner = "".join(f"    {a},\n" for a in args)
+    return f"{prefix} {name}(\n{inner}) -> {f.returns}:"
+
+
+def _split_args(args: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    current = ""
+    for ch in args:
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        depth += ch in "[("
+        depth -= ch in "])"
+        current += ch
+    parts.append(current)
+    return [p for p in parts if p.strip()]
+
+
+def _environment() -> jinja2.Environment:
+    here = Path(__file__).resolve().parent
+    # Installed wheels carry the templates inside the package; a source checkout (editable
+    # install) keeps them in the top-level templates/ folder.
+    search = [str(p) for p in (here / "templates", here.parent / "templates") if p.is_dir()]
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(search),
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+
+
+def render_module(queue: Queue, statements: list[Statement]) -> str:
+    r = _Renderer(queue, statements)
+    body = _environment().get_template("module.py.j2").render(**r.context())
+    body = re.sub(r"\n{4,}", "\n\n\n", body)
+    return _with_imports(body, queue)
+
+
+def _with_imports(body: str, q: Queue) -> str:
+    """Insert exactly the imports the body uses (ruff rejects unused ones)."""
+    head, marker, rest = body.partition("# -- imports --\n")
+    std: list[str] = ["from __future__ import annotations", ""]
+    uses = rest
+    mods = []
+    for mod in ("datetime", "decimal", "sqlite3", "uuid"):
+        if re.search(rf"\b{mod}\.", uses):
+            mods.append(f"import {mod}")
+    std += mods
+    abc = [n for n in ("Mapping", "Sequence") if re.search(rf"\b{n}\[", uses)]
+    if abc:
+        std.append(f"from collections.abc import {', '.join(abc)}")
+    typing_names = [n for n in ("Any", "Final", "LiteralString", "cast")
+                    if re.search(rf"\b{n}\b", uses)]
+    if typing_names:
+        std.append(f"from typing import {', '.join(typing_names)}")
+    third = ["import attrs"]
+    if re.search(r"\bmsgspec\.", uses):
+        third.append("import msgspec")
+    if re.search(r"\bpsycopg\.", uses):
+        third.append("import psycopg")
+    if re.search(r"\bpymysql\.", uses):
+        third.append("import pymysql")
+    third_from = []
+    if "_v." in uses:
+        third_from.append("from inboxgen import values as _v")
+    third_from.append("from inboxgen.descriptor import RuntimeDefaults, TableDescriptor")
+    if "Jsonb(" in uses:
+        third_from.append("from psycopg.types.json import Jsonb")
+    # isort's order: plain imports first, then from-imports, each sorted by module.
+    lines = std + [""] + sorted(third) + third_from
+    if q.payload_type:
+        module, _, name = q.payload_type.partition(":")
+        lines += ["", f"from {module} import {name}"]
+    return head + "\n".join(lines) + "\n" + rest

@@ -1,0 +1,350 @@
+"""Queue specs: one TOML file per queue table, read into a `Spec` with the line of every key.
+
+`tomllib` gives no positions, so a second, line-oriented pass records where each key stands
+(tables, dotted headers and inline tables); every diagnostic about a spec points at its line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from inboxgen.dialects import DIALECTS, FORMS, Dialect
+from inboxgen.errors import Diagnostic
+
+ROLES = (
+    "id",
+    "group",
+    "priority",
+    "retry_after",
+    "attempt",
+    "processed_at",
+    "locked_until",
+    "headers",
+    "payload",
+)
+CODECS = ("json", "bytes", "text")
+
+_TOP_KEYS = {
+    "table", "dialect", "ddl", "claim", "advisory_key", "fifo", "unique", "server_version",
+    "columns", "dead_letter", "runtime",
+}
+_COLUMN_KEYS = {"role", "generated", "codec", "type"}
+_DEAD_LETTER_KEYS = {"group", "table"}
+_RUNTIME_KEYS = {"workers", "batch", "lease", "poll_interval", "max_attempts"}
+
+
+@attrs.frozen
+class RoleBinding:
+    column: str
+    role: str
+    generated: bool
+    codec: str | None
+    type: str | None  # "module:Class", the payload's user type
+    line: int
+
+
+@attrs.frozen
+class RuntimeDefaults:
+    workers: int = 1
+    batch: int = 1
+    lease: int = 30
+    poll_interval: float = 1.0
+    max_attempts: int | None = None
+
+
+@attrs.frozen
+class Spec:
+    path: Path
+    display: str  # the path as messages and headers show it
+    table: str
+    schema: str | None
+    dialect: Dialect
+    ddl: tuple[Path, ...]
+    claim: str | None
+    advisory_key: str | None
+    fifo: bool
+    unique: tuple[str, ...]
+    server_version: tuple[int, ...] | None
+    bindings: tuple[RoleBinding, ...]
+    dead_letter_group: str | None
+    dead_letter_table: str | None
+    runtime: RuntimeDefaults
+    lines: dict[tuple[str, ...], int]
+
+    def line(self, *key: str) -> int:
+        """The line of `key`, or of its nearest enclosing key that has one."""
+        while key:
+            if key in self.lines:
+                return self.lines[key]
+            key = key[:-1]
+        return 1
+
+
+class SpecInvalid(Exception):
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self.diagnostics = diagnostics
+        super().__init__("; ".join(d.format() for d in diagnostics))
+
+
+# ---------------------------------------------------------------------------------------------
+# Key positions
+
+_HEADER = re.compile(r"^\s*\[\[?\s*(?P<key>[^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r'^\s*(?P<key>"(?:[^"\\]|\\.)*"|\'[^\']*\'|[A-Za-z0-9_.\-" ]+?)\s*=')
+_INLINE_KEY = re.compile(r'(?:[{,]\s*)(?P<key>"(?:[^"\\]|\\.)*"|[A-Za-z0-9_\-]+)\s*=')
+
+
+def _split_key(raw: str) -> tuple[str, ...]:
+    parts: list[str] = []
+    for m in re.finditer(r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\'|([^.\s]+)', raw):
+        parts.append(next(g for g in m.groups() if g is not None))
+    return tuple(parts)
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    lines: dict[tuple[str, ...], int] = {}
+    prefix: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            prefix = _split_key(header.group("key"))
+            lines.setdefault(prefix, number)
+            continue
+        key = _KEY.match(line)
+        if key:
+            full = prefix + _split_key(key.group("key"))
+            lines.setdefault(full, number)
+            rest = line[key.end():]
+            for inner in _INLINE_KEY.finditer(rest):
+                lines.setdefault(full + _split_key(inner.group("key")), number)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_spec(path: Path, display: str | None = None) -> Spec:
+    """Read and shape-check one spec; raises SpecInvalid with every problem found."""
+    shown = display or str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SpecInvalid([Diagnostic(shown, 0, f"cannot read spec: {err.strerror}")]) from None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        msg = str(err)
+        m = re.search(r"\(at line (\d+), column \d+\)", msg)
+        line = int(m.group(1)) if m else 1
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
+        msg = re.sub(r"\s*\(at end of document\)", " (at end of file)", msg)
+        raise SpecInvalid([Diagnostic(shown, line, f"invalid TOML: {msg}")]) from None
+    return _Reader(path, shown, key_lines(text)).read(data)
+
+
+class _Reader:
+    def __init__(self, path: Path, display: str, lines: dict[tuple[str, ...], int]) -> None:
+        self.path = path
+        self.display = display
+        self.lines = lines
+        self.problems: list[Diagnostic] = []
+
+    def line(self, *key: str) -> int:
+        while key:
+            if key in self.lines:
+                return self.lines[key]
+            key = key[:-1]
+        return 1
+
+    def err(self, key: tuple[str, ...], message: str) -> None:
+        self.problems.append(Diagnostic(self.display, self.line(*key), message))
+
+    def unknown(self, table: dict[str, Any], allowed: set[str], where: tuple[str, ...]) -> None:
+        for key in table:
+            if key not in allowed:
+                place = ".".join(where + (key,))
+                self.err(where + (key,), f"unknown key '{place}' (expected one of: "
+                                         f"{', '.join(sorted(allowed))})")
+
+    def typed(self, data: dict[str, Any], key: tuple[str, ...], kind: type | tuple[type, ...],
+              what: str) -> Any:
+        value = data.get(key[-1])
+        if value is None:
+            return None
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, float))
+        if kind == float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            self.err(key, f"'{'.'.join(key)}' must be {what}, not {value!r}")
+            return None
+        return value
+
+    def read(self, data: dict[str, Any]) -> Spec:
+        self.unknown(data, _TOP_KEYS, ())
+        table_raw = self.typed(data, ("table",), str, "a table name")
+        if table_raw is None and "table" not in data:
+            self.err(("table",), "'table' is required: the queue table's name")
+        schema, table = _split_table(table_raw or "")
+
+        dialect_name = self.typed(data, ("dialect",), str, "a dialect name")
+        dialect = DIALECTS.get(dialect_name or "")
+        if dialect_name is None and "dialect" not in data:
+            self.err(("dialect",), "'dialect' is required: one of postgres, mysql, sqlite")
+        elif dialect is None and dialect_name is not None:
+            self.err(("dialect",), f"unknown dialect '{dialect_name}' (expected one of "
+                                   f"postgres, mysql, sqlite)")
+
+        ddl = self.ddl(data)
+        claim = self.typed(data, ("claim",), str, "a claim form")
+        if claim is not None and claim not in FORMS:
+            self.err(("claim",), f"unknown claim form '{claim}' (expected one of "
+                                 f"{', '.join(FORMS)})")
+        advisory_key = self.typed(data, ("advisory_key",), str, "a key template")
+        fifo = bool(self.typed(data, ("fifo",), bool, "true or false"))
+        unique = data.get("unique") or []
+        if not (isinstance(unique, list) and all(isinstance(u, str) for u in unique)):
+            self.err(("unique",), "'unique' must be a list of column names")
+            unique = []
+        version = self.typed(data, ("server_version",), str, "a version string like \"11\"")
+        server_version = None
+        if version is not None:
+            if re.fullmatch(r"\d+(\.\d+)*", version):
+                server_version = tuple(int(p) for p in version.split("."))
+            else:
+                self.err(("server_version",), f"'server_version' must look like \"11\" or "
+                                              f"\"8.0.1\", not {version!r}")
+
+        bindings = self.columns(data)
+        dl_group, dl_table = self.dead_letter(data)
+        runtime = self.runtime(data)
+        if self.problems or dialect is None:
+            raise SpecInvalid(self.problems)
+        return Spec(
+            path=self.path, display=self.display, table=table, schema=schema, dialect=dialect,
+            ddl=tuple(ddl), claim=claim, advisory_key=advisory_key, fifo=fifo,
+            unique=tuple(unique), server_version=server_version, bindings=tuple(bindings),
+            dead_letter_group=dl_group, dead_letter_table=dl_table, runtime=runtime,
+            lines=self.lines,
+        )
+
+    def ddl(self, data: dict[str, Any]) -> list[Path]:
+        value = data.get("ddl")
+        if value is None:
+            self.err(("ddl",), "'ddl' is required: a migration file, a folder of migrations, "
+                               "or a list of them")
+            return []
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            self.err(("ddl",), "'ddl' must be a path or a list of paths")
+            return []
+        paths: list[Path] = []
+        for item in items:
+            p = (self.path.parent / item)
+            if not p.exists():
+                self.err(("ddl",), f"migration path '{item}' does not exist (looked for "
+                                   f"{_shown(p)})")
+            paths.append(p)
+        return paths
+
+    def columns(self, data: dict[str, Any]) -> list[RoleBinding]:
+        cols = data.get("columns")
+        if cols is None:
+            self.err(("columns",), "'[columns]' is required: it binds columns to roles "
+                                   "(at least one column with role \"id\")")
+            return []
+        if not isinstance(cols, dict):
+            self.err(("columns",), "'columns' must be a table of column = role")
+            return []
+        out: list[RoleBinding] = []
+        for column, value in cols.items():
+            key = ("columns", column)
+            if isinstance(value, str):
+                value = {"role": value}
+            if not isinstance(value, dict):
+                self.err(key, f"column '{column}': expected a role name or "
+                              f"{{ role = ..., generated = ... }}, not {value!r}")
+                continue
+            self.unknown(value, _COLUMN_KEYS, key)
+            role = value.get("role")
+            if not isinstance(role, str):
+                self.err(key, f"column '{column}': 'role' is required")
+                continue
+            if role not in ROLES:
+                self.err(key + ("role",), f"column '{column}': unknown role '{role}' "
+                                          f"(expected one of: {', '.join(ROLES)})")
+                continue
+            generated = self.typed(value, key + ("generated",), bool, "true or false")
+            codec = self.typed(value, key + ("codec",), str, "a codec name")
+            user_type = self.typed(value, key + ("type",), str, "\"module:Class\"")
+            if codec is not None and codec not in CODECS:
+                self.err(key + ("codec",), f"column '{column}': unknown codec '{codec}' "
+                                           f"(expected one of: {', '.join(CODECS)})")
+            if (codec is not None or user_type is not None) and role != "payload":
+                self.err(key, f"column '{column}': 'codec' and 'type' belong to the payload "
+                              f"role, not '{role}'")
+            if user_type is not None and not re.fullmatch(
+                    r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", user_type):
+                self.err(key + ("type",), f"column '{column}': type must be "
+                                          f"\"package.module:ClassName\", not {user_type!r}")
+            out.append(RoleBinding(column, role, bool(generated), codec, user_type,
+                                   self.line(*key)))
+        return out
+
+    def dead_letter(self, data: dict[str, Any]) -> tuple[str | None, str | None]:
+        dl = data.get("dead_letter")
+        if dl is None:
+            return None, None
+        if not isinstance(dl, dict):
+            self.err(("dead_letter",), "'dead_letter' must be a table with 'group' or 'table'")
+            return None, None
+        self.unknown(dl, _DEAD_LETTER_KEYS, ("dead_letter",))
+        group = self.typed(dl, ("dead_letter", "group"), str, "a group name")
+        table = self.typed(dl, ("dead_letter", "table"), str, "a table name")
+        if group is not None and table is not None:
+            self.err(("dead_letter",), "dead_letter takes 'group' or 'table', not both")
+        if group is None and table is None and not self.problems:
+            self.err(("dead_letter",), "dead_letter needs 'group' or 'table'")
+        return group, table
+
+    def runtime(self, data: dict[str, Any]) -> RuntimeDefaults:
+        rt = data.get("runtime")
+        if rt is None:
+            return RuntimeDefaults()
+        if not isinstance(rt, dict):
+            self.err(("runtime",), "'runtime' must be a table")
+            return RuntimeDefaults()
+        self.unknown(rt, _RUNTIME_KEYS, ("runtime",))
+        values: dict[str, Any] = {}
+        for name in ("workers", "batch", "lease", "max_attempts"):
+            v = self.typed(rt, ("runtime", name), int, "a whole number")
+            if v is not None and v < 1:
+                self.err(("runtime", name), f"'runtime.{name}' must be at least 1, not {v}")
+            elif v is not None:
+                values[name] = v
+        poll = self.typed(rt, ("runtime", "poll_interval"), float, "a number of seconds")
+        if poll is not None and poll <= 0:
+            self.err(("runtime", "poll_interval"), "'runtime.poll_interval' must be above 0")
+        elif poll is not None:
+            values["poll_interval"] = float(poll)
+        return RuntimeDefaults(**values)
+
+
+def _split_table(raw: str) -> tuple[str | None, str]:
+    if "." in raw:
+        schema, _, table = raw.partition(".")
+        return schema, table
+    return None, raw
+
+
+def _shown(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)

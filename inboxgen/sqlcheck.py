@@ -1,0 +1,49 @@
+"""Parse every rendered statement back and check what it names against the catalog.
+
+A generator bug (a misspelt column, a table that is not there) then fails the build, not a user's
+worker at three in the morning.
+"""
+
+from __future__ import annotations
+
+import re
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from inboxgen.catalog import Catalog, Table
+from inboxgen.errors import GeneratorBug
+from inboxgen.model import Queue
+from inboxgen.statements import Statement
+
+_PLACEHOLDERS = {
+    "sqlite": re.compile(r"(?<!:):[A-Za-z_]\w*"),
+    "postgres": re.compile(r"%\([A-Za-z_]\w*\)s"),
+    "mysql": re.compile(r"%\([A-Za-z_]\w*\)s"),
+}
+
+
+def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog) -> None:
+    d = queue.dialect
+    for st in statements:
+        text = _PLACEHOLDERS[d.name].sub("NULL", st.sql)
+        where = f"{queue.spec.display}: statement {st.name} of table \"{queue.table.name}\""
+        try:
+            tree = sqlglot.parse_one(text, read=d.sqlglot_name,
+                                     error_level=sqlglot.ErrorLevel.RAISE)
+        except ParseError as err:
+            raise GeneratorBug(f"{where} does not parse: {str(err).splitlines()[0]}") from None
+        if isinstance(tree, exp.Command):
+            raise GeneratorBug(f"{where} is not understood by sqlglot")
+        tables: list[Table] = []
+        for node in tree.find_all(exp.Table):
+            db = node.args.get("db")
+            schema = db.name if isinstance(db, exp.Identifier) else None
+            table = catalog.table(schema, node.name)
+            if table is None:
+                raise GeneratorBug(f"{where} names table \"{node.name}\", which the DDL lacks")
+            tables.append(table)
+        for col in tree.find_all(exp.Column):
+            if not any(t.column(col.name, d) is not None for t in tables):
+                raise GeneratorBug(f"{where} names column \"{col.name}\", which its tables lack")

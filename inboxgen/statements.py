@@ -1,0 +1,347 @@
+"""Every SQL statement the runtime may run for a queue table, rendered once, at build time.
+
+Each statement is fixed text with identifiers quoted for the dialect and values as named
+placeholders; nothing is assembled at run time. The shapes, per claim form:
+
+- row lock: CLAIM (SELECT ... FOR UPDATE SKIP LOCKED; the claim's transaction holds the job),
+  settlements in the same transaction; a crash rolls back, so the claim does not count the
+  attempt and RETRY / RETRY_AFTER do.
+- lease: CLAIM (UPDATE ... WHERE id IN (SELECT ...) RETURNING, committed at once) writes the
+  expiry, which is the ownership token: RENEW and every settlement are guarded by
+  `locked_until = <held expiry>` (and the attempt, where there is one).
+- advisory: CANDIDATES lists due rows, LOCK takes the session lock on a row's key, TAKE confirms
+  the row is still claimable (counting the attempt), UNLOCK releases it after settlement.
+
+Claims report the attempt as it stood before the claim (`attempt - 1` where the claim counted it).
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from inboxgen.dialects import ADVISORY, LEASE, ROW_LOCK
+from inboxgen.model import Field, Queue, TableRef
+
+_PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BIGINT"}
+
+
+@attrs.frozen
+class Statement:
+    name: str
+    sql: str
+    params: tuple[str, ...]
+    doc: str
+
+
+class _Builder:
+    def __init__(self, q: Queue) -> None:
+        self.q = q
+        self.d = q.dialect
+        self.out: list[Statement] = []
+
+    # -- small pieces ---------------------------------------------------------------------------
+
+    def c(self, f: Field) -> str:
+        return self.d.quote(f.name)
+
+    def t(self, ref: TableRef | None = None) -> str:
+        ref = ref or self.q.table
+        return self.d.qualified(ref.schema, ref.name)
+
+    def p(self, name: str) -> str:
+        return self.d.param(name)
+
+    def add(self, name: str, sql: str, doc: str) -> None:
+        sql = "\n".join(_wrap(line) for line in sql.strip("\n").splitlines())
+        self.out.append(Statement(name, sql, tuple(_params_in(sql, self.d.name)), doc))
+
+    def role(self, role: str) -> Field | None:
+        return self.q.role(role)
+
+    def select_list(self, returning_claim: bool = False) -> str:
+        cols: list[str] = []
+        attempt = self.role("attempt")
+        for f in self.q.fields:
+            if returning_claim and f is attempt:
+                cols.append(f"{self.c(f)} - 1 AS {self.c(f)}")
+            else:
+                cols.append(self.c(f))
+        return ", ".join(cols)
+
+    def filters(self, with_group: bool = True) -> list[str]:
+        out: list[str] = []
+        g, pa, ra, lu = (self.role(r) for r in ("group", "processed_at", "retry_after",
+                                                  "locked_until"))
+        if g is not None and with_group:
+            out.append(f"{self.c(g)} = {self.p('group')}")
+        if pa is not None:
+            out.append(f"{self.c(pa)} IS NULL")
+        if ra is not None:
+            out.append(f"{self.c(ra)} <= {self.p('now')}")
+        if lu is not None:
+            out.append(f"({self.c(lu)} IS NULL OR {self.c(lu)} <= {self.p('now')})")
+        return out
+
+    def order(self) -> str:
+        return ", ".join(self.c(f) for f in (self.role(r) for r in
+                                             ("priority", "retry_after", "id")) if f)
+
+    def where(self, conds: list[str], indent: str = "") -> str:
+        if not conds:
+            return ""
+        return f"{indent}WHERE " + f"\n{indent}  AND ".join(conds)
+
+    def guard(self) -> list[str]:
+        """The conditions that say this worker still holds the row."""
+        conds = [f"{self.c(self.q.id)} = {self.p('id')}"]
+        if self.q.lease:
+            lu = self.role("locked_until")
+            assert lu is not None
+            conds.append(f"{self.c(lu)} = {self.p('locked_until')}")
+            attempt = self.role("attempt")
+            if attempt is not None:
+                conds.append(f"{self.c(attempt)} = {self.p('attempt')} + 1")
+        return conds
+
+    def clear_lease(self) -> list[str]:
+        lu = self.role("locked_until")
+        return [f"{self.c(lu)} = NULL"] if lu is not None and self.q.lease else []
+
+    def update(self, name: str, sets: list[str], doc: str) -> None:
+        self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets) + "\n"
+                 + self.where(self.guard()), doc)
+
+    # -- statements -----------------------------------------------------------------------------
+
+    def build(self) -> list[Statement]:
+        form = self.q.form
+        if form == ROW_LOCK:
+            self.claim_row_lock()
+        elif form == LEASE:
+            self.claim_lease()
+        elif form == ADVISORY:
+            self.claim_advisory()
+        if self.q.fifo:
+            self.fifo()
+        if form == LEASE:
+            lu = self.role("locked_until")
+            assert lu is not None
+            self.update("RENEW", [f"{self.c(lu)} = {self.p('new_locked_until')}"],
+                        "Extend a held lease; the held expiry is the token.")
+        self.settlements()
+        self.inserts()
+        if self.d.name == "postgres":
+            self.add("NOTIFY", "SELECT pg_notify(%(channel)s, %(payload)s)",
+                     "Wake workers listening on the table's channel; the payload is the group.")
+        return self.out
+
+    def claim_row_lock(self) -> None:
+        self.add("CLAIM", "\n".join(x for x in (
+            f"SELECT {self.select_list()}",
+            f"FROM {self.t()}",
+            self.where(self.filters()),
+            f"ORDER BY {self.order()}",
+            f"LIMIT {self.p('limit')}",
+            "FOR UPDATE SKIP LOCKED",
+        ) if x), "Claim up to `limit` rows; the claim's open transaction holds them.")
+
+    def claim_set(self) -> list[str]:
+        lu = self.role("locked_until")
+        assert lu is not None
+        sets = [f"{self.c(lu)} = {self.p('locked_until')}"]
+        attempt = self.role("attempt")
+        if attempt is not None:
+            sets.append(f"{self.c(attempt)} = {self.c(attempt)} + 1")
+        return sets
+
+    def claim_lease(self) -> None:
+        inner = "\n".join(x for x in (
+            f"    SELECT {self.c(self.q.id)}",
+            f"    FROM {self.t()}",
+            self.where(self.filters(), "    "),
+            f"    ORDER BY {self.order()}",
+            f"    LIMIT {self.p('limit')}",
+            "    FOR UPDATE SKIP LOCKED" if self.d.name == "postgres" else "",
+        ) if x)
+        self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
+                 + f"\nWHERE {self.c(self.q.id)} IN (\n{inner}\n)\n"
+                 + f"RETURNING {self.select_list(returning_claim=True)}",
+                 "Claim up to `limit` rows under a lease ending at `locked_until`.")
+
+    def claim_advisory(self) -> None:
+        self.add("CANDIDATES", "\n".join(x for x in (
+            f"SELECT {self.select_list()}",
+            f"FROM {self.t()}",
+            self.where(self.filters()),
+            f"ORDER BY {self.order()}",
+            f"LIMIT {self.p('limit')}",
+        ) if x), "Rows due for a claim, in claim order; each is then locked by its key.")
+        take_where = [f"{self.c(self.q.id)} = {self.p('id')}"] + self.filters()
+        attempt = self.role("attempt")
+        if attempt is not None:
+            self.add("TAKE", f"UPDATE {self.t()}\n"
+                             f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
+                             + self.where(take_where) + "\n"
+                             + f"RETURNING {self.select_list(returning_claim=True)}",
+                     "Under its key's lock, confirm the row is still due and count the attempt.")
+        else:
+            self.add("TAKE", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
+                             + self.where(take_where),
+                     "Under its key's lock, confirm the row is still due.")
+        if self.d.name == "postgres":
+            self.add("LOCK", "SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0))",
+                     "Take the session-level lock on a job's key, without waiting.")
+            self.add("UNLOCK", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
+                     "Release the session-level lock on a job's key.")
+
+    def fifo(self) -> None:
+        g = self.role("group")
+        assert g is not None
+        head_filters = [f"{self.c(g)} = {self.p('group')}"]
+        pa = self.role("processed_at")
+        if pa is not None:
+            head_filters.append(f"{self.c(pa)} IS NULL")
+        head = "\n".join((
+            f"    SELECT {self.c(self.q.id)}",
+            f"    FROM {self.t()}",
+            self.where(head_filters, "    "),
+            f"    ORDER BY {self.order()}",
+            "    LIMIT 1",
+        ))
+        conds = [f"{self.c(self.q.id)} = (\n{head}\n)"]
+        ra = self.role("retry_after")
+        if ra is not None:
+            conds.append(f"{self.c(ra)} <= {self.p('now')}")
+        if self.d.name == "postgres":
+            self.add("FIFO_GUARD",
+                     "SELECT pg_try_advisory_xact_lock(hashtextextended(%(fifo_key)s, 0))",
+                     "Serialise claims of one FIFO group for the rest of the transaction.")
+        if self.q.form == ROW_LOCK:
+            self.add("FIFO_CLAIM", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
+                     + self.where(conds) + "\nFOR UPDATE SKIP LOCKED",
+                     "Claim the group's head, or nothing when it is held or not yet due.")
+            return
+        lu = self.role("locked_until")
+        assert lu is not None
+        held = "\n".join((
+            "    SELECT 1",
+            f"    FROM {self.t()}",
+            self.where(head_filters + [f"{self.c(lu)} > {self.p('now')}"], "    "),
+        ))
+        conds.append(f"NOT EXISTS (\n{held}\n)")
+        self.add("FIFO_CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
+                 + "\n" + self.where(conds) + "\n"
+                 + f"RETURNING {self.select_list(returning_claim=True)}",
+                 "Claim the group's head under a lease, or nothing while any row of the group "
+                 "is leased or the head is not yet due.")
+
+    def settlements(self) -> None:
+        q = self.q
+        pa, ra, attempt, g = (self.role(r) for r in ("processed_at", "retry_after", "attempt",
+                                                       "group"))
+        if pa is not None:
+            self.update("FINISH", [f"{self.c(pa)} = {self.p('now')}"] + self.clear_lease(),
+                        "Ack or drop: mark the row processed (kept for audit).")
+        else:
+            self.add("FINISH", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
+                     "Ack or drop: delete the row.")
+        # Row lock counts the attempt when it settles a retry; the other forms counted it at
+        # the claim.
+        count = ([f"{self.c(attempt)} = {self.c(attempt)} + 1"]
+                 if attempt is not None and q.form == ROW_LOCK else [])
+        if q.lease:
+            self.update("RETRY", self.clear_lease(), "Return the row to the queue now.")
+        elif count:
+            self.update("RETRY", count, "Return the row to the queue now, counting the attempt.")
+        if ra is not None:
+            self.update("RETRY_AFTER", [f"{self.c(ra)} = {self.p('retry_after')}"]
+                        + self.clear_lease() + count,
+                        "Return the row to the queue, due at `retry_after`.")
+        keep_attempt = ([f"{self.c(attempt)} = {self.p('attempt')}"]
+                        if attempt is not None and q.form != ROW_LOCK else [])
+        if q.dead_letter_group is not None and g is not None:
+            self.update("DEAD_LETTER", [f"{self.c(g)} = {self.p('dead_group')}"]
+                        + self.clear_lease() + keep_attempt,
+                        "Move a spent row to the dead-letter group, keeping its attempt count.")
+        if q.dead_letter_table is not None:
+            values: list[str] = []
+            for f in q.fields:
+                if f.role == "locked_until":
+                    values.append("NULL")
+                elif f.role == "attempt" and keep_attempt:
+                    values.append(self.p("attempt"))
+                else:
+                    values.append(self.c(f))
+            cols = ", ".join(self.c(f) for f in q.fields)
+            self.add("DEAD_LETTER_COPY",
+                     f"INSERT INTO {self.t(q.dead_letter_table)} ({cols})\n"
+                     f"SELECT {', '.join(values)}\nFROM {self.t()}\n" + self.where(self.guard()),
+                     "Copy a spent row to the dead-letter table (same transaction as the "
+                     "delete).")
+            self.add("DEAD_LETTER_DELETE", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
+                     "Remove the row copied to the dead-letter table.")
+
+    def inserts(self) -> None:
+        fields = self.q.insert_fields
+        cols = ", ".join(self.c(f) for f in fields)
+        values = ", ".join(self.p(f.attr) for f in fields)
+        if not fields:
+            self.add("INSERT", f"INSERT INTO {self.t()} DEFAULT VALUES", "Enqueue one row.")
+            return
+        insert = f"INSERT INTO {self.t()} ({cols})\nVALUES ({values})"
+        self.add("INSERT", insert, "Enqueue one row (inside the caller's transaction).")
+        if self.q.unique:
+            keys = ", ".join(self.c(f) for f in self.q.unique)
+            if self.d.name == "mysql":
+                self.add("INSERT_UNIQUE", f"INSERT IGNORE INTO {self.t()} ({cols})\n"
+                                          f"VALUES ({values})",
+                         "Enqueue one row unless its unique key is already queued.")
+            else:
+                self.add("INSERT_UNIQUE", f"{insert}\nON CONFLICT ({keys}) DO NOTHING",
+                         "Enqueue one row unless its unique key is already queued.")
+        if self.d.name == "postgres":
+            arrays = ",\n    ".join(
+                f"{self.p(f.attr)}::{_pg_array_type(f)}" for f in fields)
+            self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
+                                    f"SELECT * FROM unnest(\n    {arrays}\n)",
+                     "Enqueue many rows in one statement: one array per column.")
+
+
+def _wrap(line: str, width: int = 96) -> str:
+    """Break a long list (SELECT, RETURNING, INSERT columns) after its commas."""
+    if len(line) <= width or ", " not in line:
+        return line
+    head = re.match(r"\s*(\w+ (\w+ )?)?\(?", line)
+    indent = " " * (head.end() if head else 0)
+    out: list[str] = []
+    current = ""
+    for piece in line.split(", "):
+        candidate = f"{current}, {piece}" if current else piece
+        if current and len(candidate) + 1 > width:
+            out.append(current + ",")
+            current = indent + piece
+        else:
+            current = candidate
+    out.append(current)
+    return "\n".join(out)
+
+
+def _pg_array_type(f: Field) -> str:
+    base = f.column.type_sql
+    base = _PG_SERIAL_ARRAY.get(base.upper(), base)
+    return f"{base}[]"
+
+
+def _params_in(sql: str, dialect: str) -> list[str]:
+    pattern = r"(?<!:):([A-Za-z_]\w*)" if dialect == "sqlite" else r"%\(([A-Za-z_]\w*)\)s"
+    seen: list[str] = []
+    for name in re.findall(pattern, sql):
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+def build_statements(queue: Queue) -> list[Statement]:
+    return _Builder(queue).build()

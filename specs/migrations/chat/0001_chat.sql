@@ -1,0 +1,10 @@
+-- Outgoing chat messages: each conversation's messages leave in order (FIFO groups).
+CREATE TABLE "Chat"."OutgoingMessages" (
+    "MessageId" BIGSERIAL PRIMARY KEY,
+    conversation TEXT NOT NULL,
+    retry_after TIMESTAMPTZ NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TIMESTAMPTZ,
+    body TEXT NOT NULL
+);
+CREATE INDEX outgoing_claim ON "Chat"."OutgoingMessages" (conversation, retry_after, "MessageId");
