@@ -16,7 +16,7 @@ import attrs
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import TokenType
+from sqlglot.tokenizer_core import TokenType
 
 from inboxgen.dialects import Dialect
 from inboxgen.errors import Diagnostic
@@ -39,7 +39,7 @@ INT, BOOL, TEXT, BYTES, JSON, TIMESTAMP, TIMESTAMPTZ, FLOAT, DECIMAL, DATE, TIME
 )
 
 _T = exp.DataType.Type
-_KINDS: dict[exp.DataType.Type, str] = {}
+_KINDS: dict[object, str] = {}
 for _kind, _types in {
     INT: (
         "TINYINT SMALLINT MEDIUMINT INT BIGINT UTINYINT USMALLINT UMEDIUMINT UINT UBIGINT "
@@ -162,7 +162,7 @@ _UP_MARKERS = re.compile(r"^\s*--\s*(\+goose\s+up|migrate:up|\+migrate\s+up)\b",
 
 
 def strip_down_sections(text: str) -> str:
-    """Blank out down-migration sections (goose, dbmate, sql-migrate, tern), keeping line numbers."""
+    """Blank out down-migration sections (goose, dbmate, sql-migrate, tern), keeping lines."""
     out: list[str] = []
     down = False
     for line in text.splitlines(keepends=True):
@@ -428,43 +428,34 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
                 if primary:
                     table.primary_key = [col.name]
         elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "COLUMN":
-            for target in action.expressions:
+            for target in action.args.get("tables") or action.expressions:
                 _drop_column(table, _ident(target, d), d)
         elif isinstance(action, exp.RenameColumn):
-            col = table.column(_ident(action.this, d), d)
-            if col is not None:
-                col.name = _ident(action.args.get("to"), d)
+            renamed = table.column(_ident(action.this, d), d)
+            if renamed is not None:
+                renamed.name = _ident(action.args.get("to"), d)
         elif isinstance(action, exp.AlterRename):
             _, new_name = _table_name(action.this, d)
-            for index in catalog.indexes_of(table)[1 if table.primary_key else 0:]:
-                index.table = new_name
+            for moved in catalog.indexes_of(table)[1 if table.primary_key else 0:]:
+                moved.table = new_name
             table.name = new_name
         elif isinstance(action, exp.AlterColumn):
-            col = table.column(_ident(action.this, d), d)
-            if col is None:
+            altered = table.column(_ident(action.this, d), d)
+            if altered is None:
                 continue
-            dtype = action.args.get("dtype")
-            if isinstance(dtype, exp.DataType):
-                col.kind = _KINDS.get(dtype.this, OTHER)
-                col.type_sql = dtype.sql(dialect=d.sqlglot_name)
-            if action.args.get("allow_null") is not None:
-                col.nullable = bool(action.args.get("allow_null"))
-            elif action.args.get("drop"):
-                col.has_default = col.auto
-            if action.args.get("default") is not None:
-                col.has_default = True
+            _alter_column(altered, action, st, d)
         elif isinstance(action, exp.ModifyColumn):
             cd = action.this
             if not isinstance(cd, exp.ColumnDef):
                 continue
             old = _ident(action.args.get("rename_from"), d) or _ident(cd.this, d)
-            index = next((i for i, c in enumerate(table.columns) if d.same_name(c.name, old)),
-                         None)
+            position = next((i for i, c in enumerate(table.columns)
+                             if d.same_name(c.name, old)), None)
             new, _ = _column(cd, st, d)
-            if index is None:
+            if position is None:
                 table.columns.append(new)
             else:
-                table.columns[index] = new
+                table.columns[position] = new
         elif isinstance(action, exp.AddConstraint):
             for pk in action.find_all(exp.PrimaryKey):
                 table.primary_key = [_ident(e, d) for e in pk.expressions]
@@ -476,6 +467,21 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
                 "warning"))
 
 
+def _alter_column(col: Column, action: exp.AlterColumn, st: Statement, d: Dialect) -> None:
+    dtype = action.args.get("dtype")
+    if isinstance(dtype, exp.DataType):
+        col.kind = _KINDS.get(dtype.this, OTHER)
+        col.type_sql = dtype.sql(dialect=d.sqlglot_name)
+        col.path, col.line = st.path, st.line  # messages point at the last change
+    if action.args.get("allow_null") is not None:
+        col.nullable = bool(action.args.get("allow_null"))
+        col.path, col.line = st.path, st.line
+    elif action.args.get("drop"):
+        col.has_default = col.auto
+    if action.args.get("default") is not None:
+        col.has_default = True
+
+
 def _drop_column(table: Table, name: str, d: Dialect) -> None:
     table.columns = [c for c in table.columns if not d.same_name(c.name, name)]
 
@@ -483,7 +489,7 @@ def _drop_column(table: Table, name: str, d: Dialect) -> None:
 def _drop(catalog: Catalog, tree: exp.Drop, st: Statement) -> None:
     d = catalog.dialect
     kind = (tree.args.get("kind") or "").upper()
-    for target in tree.expressions:
+    for target in tree.args.get("tables") or tree.expressions:
         schema, name = _table_name(target, d)
         if kind == "TABLE":
             table = catalog.table(schema, name)

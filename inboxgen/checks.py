@@ -156,8 +156,9 @@ class _Checker:
     def check_nullability(self, table: Table, b: RoleBinding, col: Column) -> None:
         where = f"column \"{table.name}.{col.name}\" ({col.path}:{col.line})"
         if b.role in ("locked_until", "processed_at") and not col.nullable:
+            meaning = "leased" if b.role == "locked_until" else "processed"
             self.err(b.line, f"{where} is NOT NULL, but role {b.role} must be nullable "
-                             f"(NULL means not {'leased' if b.role == 'locked_until' else 'processed'})")
+                             f"(NULL means not {meaning})")
         if b.role in ("retry_after", "id", "attempt", "priority", "group") and col.nullable:
             self.err(b.line, f"{where} is nullable, but role {b.role} must be NOT NULL")
 

@@ -290,7 +290,6 @@ class _Renderer:
                              *self.run("cur = ", "DEAD_LETTER_DELETE",
                                        self.params(st["DEAD_LETTER_DELETE"])),
                              "return cur.rowcount == 1")))
-        ins = st["INSERT"]
         ins_params = "_insert_params(row)" if q.insert_fields else "{}"
         out.append(Func("insert", "row: NewRow", "None",
                         "Enqueue one row on the caller's connection; nothing is committed here.",

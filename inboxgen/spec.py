@@ -179,7 +179,7 @@ class _Reader:
         if value is None:
             return None
         ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, float))
-        if kind == float and isinstance(value, int) and not isinstance(value, bool):
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
             ok = True
         if not ok:
             self.err(key, f"'{'.'.join(key)}' must be {what}, not {value!r}")

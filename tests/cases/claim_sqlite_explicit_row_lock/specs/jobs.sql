@@ -1,0 +1,4 @@
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,
+    payload BLOB NOT NULL
+);

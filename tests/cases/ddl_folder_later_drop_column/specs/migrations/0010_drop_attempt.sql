@@ -1,0 +1,2 @@
+-- Attempts are counted elsewhere now.
+ALTER TABLE jobs DROP COLUMN attempt;

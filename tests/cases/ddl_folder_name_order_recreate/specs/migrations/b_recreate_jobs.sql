@@ -1,0 +1,5 @@
+DROP TABLE jobs;
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    body JSONB NOT NULL
+);

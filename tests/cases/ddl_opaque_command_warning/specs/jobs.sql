@@ -1,0 +1,13 @@
+CREATE EXTENSION IF NOT EXISTS pgcrypto;
+
+DO $$
+BEGIN
+    RAISE NOTICE 'hello';
+END
+$$;
+
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSONB NOT NULL
+);

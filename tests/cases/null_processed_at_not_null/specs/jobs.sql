@@ -1,0 +1,6 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    processed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    payload JSONB NOT NULL
+);

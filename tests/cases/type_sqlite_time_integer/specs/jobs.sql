@@ -1,0 +1,5 @@
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,
+    locked_until INTEGER,
+    payload BLOB NOT NULL
+);

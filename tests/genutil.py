@@ -1,0 +1,45 @@
+"""Build a spec and its DDL in a temporary project, and import the module it generates."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+from inboxgen.build import generate, write
+from inboxgen.config import Project
+from inboxgen.errors import CheckFailed
+
+
+def make_project(root: Path, spec: str, ddl: str, name: str = "jobs") -> Project:
+    """Write `specs/<name>.toml` and `specs/<name>.sql` under root; the spec's ddl is that file."""
+    specs = root / "specs"
+    specs.mkdir(parents=True, exist_ok=True)
+    (specs / f"{name}.sql").write_text(textwrap.dedent(ddl).lstrip(), encoding="utf-8")
+    text = textwrap.dedent(spec).lstrip()
+    if "ddl" not in text.split("[", 1)[0]:
+        text = f'ddl = "{name}.sql"\n' + text
+    (specs / f"{name}.toml").write_text(text, encoding="utf-8")
+    return Project(root, specs, root / "generated")
+
+
+def build_module(root: Path, spec: str, ddl: str, name: str = "jobs") -> ModuleType:
+    """Generate the module for one spec and import it (under a name unique to `root`)."""
+    project = make_project(root, spec, ddl, name)
+    generated = generate(project, [project.specs / f"{name}.toml"])
+    if not generated.ok:
+        raise CheckFailed(generated.diagnostics)
+    (path,) = write(generated)
+    module_name = f"_inboxgen_test_{abs(hash(str(path)))}_{name}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    assert loader_spec is not None and loader_spec.loader is not None
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module
+    loader_spec.loader.exec_module(module)
+    return module
+
+
+def ddl_of(root: Path, name: str = "jobs") -> str:
+    return (root / "specs" / f"{name}.sql").read_text(encoding="utf-8")
