@@ -13,7 +13,7 @@ from typing import Any, Final, LiteralString
 
 import attrs
 import psycopg
-from inboxgen.descriptor import RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 
 TABLE: Final = "Chat.OutgoingMessages"
 CHANNEL: Final = "OutgoingMessages"
@@ -449,6 +449,30 @@ async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> N
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
+OPS: Final = Operations(
+    claim=claim,
+    fifo_claim=fifo_claim,
+    renew=renew,
+    finish=finish,
+    retry=retry,
+    retry_after=retry_after,
+    insert=insert,
+    insert_many=insert_many,
+    notify=notify,
+)
+
+ASYNC_OPS: Final = Operations(
+    claim=claim_async,
+    fifo_claim=fifo_claim_async,
+    renew=renew_async,
+    finish=finish_async,
+    retry=retry_async,
+    retry_after=retry_after_async,
+    insert=insert_async,
+    insert_many=insert_many_async,
+    notify=notify_async,
+)
+
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "FIFO_GUARD": FIFO_GUARD,
@@ -469,6 +493,14 @@ DESCRIPTOR: Final = TableDescriptor(
     form="lease",
     fifo=True,
     roles={
+        "id": "MessageId",
+        "group": "conversation",
+        "retry_after": "retry_after",
+        "attempt": "attempt",
+        "locked_until": "locked_until",
+        "payload": "body",
+    },
+    role_attrs={
         "id": "MessageId",
         "group": "conversation",
         "retry_after": "retry_after",
@@ -500,4 +532,6 @@ DESCRIPTOR: Final = TableDescriptor(
         max_attempts=None,
     ),
     source="specs/chat.toml",
+    ops=OPS,
+    async_ops=ASYNC_OPS,
 )

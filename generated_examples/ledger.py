@@ -14,7 +14,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import psycopg
 from inboxgen import values as _v
-from inboxgen.descriptor import RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 from psycopg.types.json import Jsonb
 
 TABLE: Final = "ledger_jobs"
@@ -312,6 +312,32 @@ async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> N
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
+OPS: Final = Operations(
+    candidates=candidates,
+    take=take,
+    lock=lock,
+    unlock=unlock,
+    finish=finish,
+    retry_after=retry_after,
+    dead_letter=dead_letter,
+    insert=insert,
+    insert_many=insert_many,
+    notify=notify,
+)
+
+ASYNC_OPS: Final = Operations(
+    candidates=candidates_async,
+    take=take_async,
+    lock=lock_async,
+    unlock=unlock_async,
+    finish=finish_async,
+    retry_after=retry_after_async,
+    dead_letter=dead_letter_async,
+    insert=insert_async,
+    insert_many=insert_many_async,
+    notify=notify_async,
+)
+
 STATEMENTS: Final = {
     "CANDIDATES": CANDIDATES,
     "TAKE": TAKE,
@@ -333,6 +359,13 @@ DESCRIPTOR: Final = TableDescriptor(
     form="advisory",
     fifo=False,
     roles={
+        "id": "id",
+        "retry_after": "retry_after",
+        "attempt": "attempt",
+        "headers": "headers",
+        "payload": "payload",
+    },
+    role_attrs={
         "id": "id",
         "retry_after": "retry_after",
         "attempt": "attempt",
@@ -363,4 +396,6 @@ DESCRIPTOR: Final = TableDescriptor(
         max_attempts=3,
     ),
     source="specs/ledger.toml",
+    ops=OPS,
+    async_ops=ASYNC_OPS,
 )

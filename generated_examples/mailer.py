@@ -12,7 +12,7 @@ from typing import Any, Final, LiteralString
 
 import attrs
 import psycopg
-from inboxgen.descriptor import RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 
 TABLE: Final = "email_jobs"
 CHANNEL: Final = "email_jobs"
@@ -204,6 +204,26 @@ async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> N
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
+OPS: Final = Operations(
+    claim=claim,
+    finish=finish,
+    retry=retry,
+    dead_letter=dead_letter,
+    insert=insert,
+    insert_many=insert_many,
+    notify=notify,
+)
+
+ASYNC_OPS: Final = Operations(
+    claim=claim_async,
+    finish=finish_async,
+    retry=retry_async,
+    dead_letter=dead_letter_async,
+    insert=insert_async,
+    insert_many=insert_many_async,
+    notify=notify_async,
+)
+
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "FINISH": FINISH,
@@ -221,6 +241,12 @@ DESCRIPTOR: Final = TableDescriptor(
     form="row_lock",
     fifo=False,
     roles={
+        "id": "job_id",
+        "group": "name",
+        "attempt": "attempt",
+        "payload": "payload",
+    },
+    role_attrs={
         "id": "job_id",
         "group": "name",
         "attempt": "attempt",
@@ -248,4 +274,6 @@ DESCRIPTOR: Final = TableDescriptor(
         max_attempts=5,
     ),
     source="specs/mailer.toml",
+    ops=OPS,
+    async_ops=ASYNC_OPS,
 )

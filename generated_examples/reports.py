@@ -14,7 +14,7 @@ from typing import Any, Final, LiteralString
 
 import attrs
 from inboxgen import values as _v
-from inboxgen.descriptor import RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 
 TABLE: Final = "report_jobs"
 CHANNEL: Final = "report_jobs"
@@ -204,6 +204,15 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
     conn.executemany(INSERT, [_insert_params(r) for r in rows])
 
 
+OPS: Final = Operations(
+    claim=claim,
+    renew=renew,
+    finish=finish,
+    retry=retry,
+    insert=insert,
+    insert_many=insert_many,
+)
+
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "RENEW": RENEW,
@@ -219,6 +228,12 @@ DESCRIPTOR: Final = TableDescriptor(
     form="lease",
     fifo=False,
     roles={
+        "id": "id",
+        "attempt": "attempt",
+        "locked_until": "locked_until",
+        "payload": "payload",
+    },
+    role_attrs={
         "id": "id",
         "attempt": "attempt",
         "locked_until": "locked_until",
@@ -246,4 +261,6 @@ DESCRIPTOR: Final = TableDescriptor(
         max_attempts=None,
     ),
     source="specs/reports.toml",
+    ops=OPS,
+    async_ops=None,
 )

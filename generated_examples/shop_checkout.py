@@ -15,7 +15,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import msgspec
 from inboxgen import values as _v
-from inboxgen.descriptor import RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 
 TABLE: Final = "checkout_jobs"
 CHANNEL: Final = "checkout_jobs"
@@ -171,6 +171,15 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
     conn.executemany(INSERT, [_insert_params(r) for r in rows])
 
 
+OPS: Final = Operations(
+    claim=claim,
+    renew=renew,
+    finish=finish,
+    retry=retry,
+    insert=insert,
+    insert_many=insert_many,
+)
+
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "RENEW": RENEW,
@@ -186,6 +195,11 @@ DESCRIPTOR: Final = TableDescriptor(
     form="lease",
     fifo=False,
     roles={
+        "id": "id",
+        "locked_until": "locked_until",
+        "payload": "payload",
+    },
+    role_attrs={
         "id": "id",
         "locked_until": "locked_until",
         "payload": "payload",
@@ -211,4 +225,6 @@ DESCRIPTOR: Final = TableDescriptor(
         max_attempts=None,
     ),
     source="specs/shop_checkout.toml",
+    ops=OPS,
+    async_ops=None,
 )

@@ -15,7 +15,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import msgspec
 from inboxgen import values as _v
-from inboxgen.descriptor import RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 
 TABLE: Final = "email_jobs"
 CHANNEL: Final = "email_jobs"
@@ -328,6 +328,17 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
     conn.executemany(INSERT, [_insert_params(r) for r in rows])
 
 
+OPS: Final = Operations(
+    claim=claim,
+    renew=renew,
+    finish=finish,
+    retry=retry,
+    retry_after=retry_after,
+    dead_letter=dead_letter,
+    insert=insert,
+    insert_many=insert_many,
+)
+
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "RENEW": RENEW,
@@ -347,6 +358,15 @@ DESCRIPTOR: Final = TableDescriptor(
     form="lease",
     fifo=False,
     roles={
+        "id": "id",
+        "priority": "priority",
+        "retry_after": "retry_after",
+        "attempt": "attempt",
+        "processed_at": "processed_at",
+        "locked_until": "locked_until",
+        "payload": "payload",
+    },
+    role_attrs={
         "id": "id",
         "priority": "priority",
         "retry_after": "retry_after",
@@ -382,4 +402,6 @@ DESCRIPTOR: Final = TableDescriptor(
         max_attempts=5,
     ),
     source="specs/shop_emails.toml",
+    ops=OPS,
+    async_ops=None,
 )

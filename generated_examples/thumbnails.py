@@ -15,7 +15,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import msgspec
 from inboxgen import values as _v
-from inboxgen.descriptor import RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 
 TABLE: Final = "thumbnail_jobs"
 CHANNEL: Final = "thumbnail_jobs"
@@ -127,6 +127,14 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
     conn.executemany(INSERT, [_insert_params(r) for r in rows])
 
 
+OPS: Final = Operations(
+    candidates=candidates,
+    take=take,
+    finish=finish,
+    insert=insert,
+    insert_many=insert_many,
+)
+
 STATEMENTS: Final = {
     "CANDIDATES": CANDIDATES,
     "TAKE": TAKE,
@@ -141,6 +149,12 @@ DESCRIPTOR: Final = TableDescriptor(
     form="advisory",
     fifo=False,
     roles={
+        "id": "id",
+        "attempt": "attempt",
+        "processed_at": "processed_at",
+        "payload": "payload",
+    },
+    role_attrs={
         "id": "id",
         "attempt": "attempt",
         "processed_at": "processed_at",
@@ -169,4 +183,6 @@ DESCRIPTOR: Final = TableDescriptor(
         max_attempts=None,
     ),
     source="specs/thumbnails.toml",
+    ops=OPS,
+    async_ops=None,
 )

@@ -62,6 +62,10 @@ class _Checker:
 
     def run(self) -> Queue | None:
         spec = self.spec
+        if self.d.name == "mysql":
+            # The catalog reads MySQL/MariaDB DDL, but its statements are not generated yet.
+            self.err(spec.line("dialect"), "dialect mysql: the DDL is read, but inboxgen does "
+                                           "not generate MySQL/MariaDB statements yet")
         self.opaque_statements()
         table = self.catalog.table(spec.schema, spec.table)
         tname = f'"{spec.schema}.{spec.table}"' if spec.schema else f'"{spec.table}"'

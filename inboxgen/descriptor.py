@@ -19,6 +19,30 @@ class RuntimeDefaults:
     max_attempts: int | None = None
 
 
+@attrs.frozen(kw_only=True)
+class Operations:
+    """The generated functions of one table (sync or async); None where the form has none.
+
+    Their keyword arguments follow the table's roles (a table without groups takes no `group`),
+    which the runtime reads from the descriptor.
+    """
+
+    claim: Callable[..., Any] | None = None
+    fifo_claim: Callable[..., Any] | None = None
+    candidates: Callable[..., Any] | None = None
+    take: Callable[..., Any] | None = None
+    lock: Callable[..., Any] | None = None
+    unlock: Callable[..., Any] | None = None
+    renew: Callable[..., Any] | None = None
+    finish: Callable[..., Any] | None = None
+    retry: Callable[..., Any] | None = None
+    retry_after: Callable[..., Any] | None = None
+    dead_letter: Callable[..., Any] | None = None
+    insert: Callable[..., Any] | None = None
+    insert_many: Callable[..., Any] | None = None
+    notify: Callable[..., Any] | None = None
+
+
 @attrs.frozen
 class TableDescriptor:
     """A queue table as generated: its claim form, roles, statements and row types."""
@@ -29,6 +53,7 @@ class TableDescriptor:
     form: str  # "row_lock", "lease" or "advisory"
     fifo: bool
     roles: Mapping[str, str]  # role -> column name
+    role_attrs: Mapping[str, str]  # role -> attribute of the claimed row
     columns: tuple[str, ...]
     statements: Mapping[str, str]  # statement name -> exact SQL text
     claimed_row: type[Any]
@@ -40,6 +65,8 @@ class TableDescriptor:
     dead_letter_table: str | None
     defaults: RuntimeDefaults
     source: str  # the spec the module was generated from
+    ops: Operations
+    async_ops: Operations | None  # PostgreSQL only
 
     @property
     def claim_counts_attempt(self) -> bool:

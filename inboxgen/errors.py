@@ -3,7 +3,11 @@
     InboxgenError
     ├── ConfigError        project settings ([tool.inboxgen]) or command-line usage are wrong
     ├── CheckFailed        one or more specs failed their checks; carries the diagnostics
-    └── GeneratorBug       a rendered statement did not survive its own check (a bug in inboxgen)
+    ├── GeneratorBug       a rendered statement did not survive its own check (a bug in inboxgen)
+    └── WorkerError        the runtime failed; names the worker, table and statement
+        ├── SchemaError        a statement does not prepare against the live database
+        ├── LeaseLost          a lease settlement or renewal found the row taken by another
+        └── WorkerConfigError  the worker's settings contradict each other or the table
 
 Errors caused by user input carry where the problem is (file and line, table, column) so that the
 message is one line a person can act on.
@@ -50,3 +54,28 @@ class CheckFailed(InboxgenError):
 
 class GeneratorBug(InboxgenError):
     """A statement inboxgen rendered names a table or column the catalog does not have."""
+
+
+class WorkerError(InboxgenError):
+    """A worker could not do its job; names the worker, the table and the statement involved."""
+
+    def __init__(self, message: str, *, worker: str = "", table: str = "",
+                 statement: str = "") -> None:
+        self.worker = worker
+        self.table = table
+        self.statement = statement
+        where = ", ".join(f"{k} {v}" for k, v in (("worker", worker), ("table", table),
+                                                  ("statement", statement)) if v)
+        super().__init__(f"{message} ({where})" if where else message)
+
+
+class SchemaError(WorkerError):
+    """A generated statement does not prepare against the live database (table or column gone)."""
+
+
+class LeaseLost(WorkerError):
+    """A lease settlement or renewal found the row no longer held by this worker."""
+
+
+class WorkerConfigError(WorkerError):
+    """The worker's settings contradict each other or the table (e.g. max_attempts alone)."""

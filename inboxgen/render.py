@@ -16,6 +16,7 @@ import attrs
 import jinja2
 
 from inboxgen import catalog as cat
+from inboxgen.descriptor import Operations
 from inboxgen.dialects import ADVISORY, LEASE, ROW_LOCK
 from inboxgen.model import Field, Queue
 from inboxgen.statements import Statement
@@ -64,6 +65,8 @@ def sql_literal(sql: str) -> str:
         return py_str(sql)
     return f'"""\n{sql}\n"""'
 
+
+OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "fifo_key", "now", "locked_until", "attempt",
@@ -353,6 +356,7 @@ class _Renderer:
                                                                          else ""),
             "funcs": funcs,
             "signature": signature,
+            "op_names": OPERATION_NAMES,
             "docstring": docstring,
             "comment": comment,
             "conn": conn,
@@ -362,6 +366,7 @@ class _Renderer:
             "advisory_key": key,
             "py_str": py_str,
             "roles": [(py_str(k), py_str(v)) for k, v in roles.items()],
+            "role_attrs": [(py_str(f.role), py_str(f.attr)) for f in q.fields if f.role],
             "columns": [py_str(f.name) for f in q.fields],
             "dead_letter_table": py_str(f"{d_table.schema}.{d_table.name}" if d_table and
                                         d_table.schema else d_table.name) if d_table else "None",
@@ -490,7 +495,8 @@ def _with_imports(body: str, q: Queue) -> str:
     third_from = []
     if "_v." in uses:
         third_from.append("from inboxgen import values as _v")
-    third_from.append("from inboxgen.descriptor import RuntimeDefaults, TableDescriptor")
+    third_from.append(
+        "from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor")
     if "Jsonb(" in uses:
         third_from.append("from psycopg.types.json import Jsonb")
     # isort's order: plain imports first, then from-imports, each sorted by module.

@@ -1,0 +1,253 @@
+"""The drivers under the worker: connections, transactions and calls of the generated functions.
+
+The worker decides; a backend only executes. SQLite's sqlite3 is synchronous, so its calls run
+in threads; PostgreSQL uses psycopg's async connections and the generated `_async` functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from inboxgen.descriptor import Operations, TableDescriptor
+
+log = logging.getLogger("inboxgen.worker")
+
+# Every placeholder name a generated statement may use; EXPLAIN binds them all to NULL.
+_ALL_PARAMS = (
+    "id", "group", "key", "fifo_key", "now", "locked_until", "attempt", "new_locked_until",
+    "retry_after", "limit", "dead_group", "channel", "payload",
+)
+
+
+class Backend:
+    """One database as the worker sees it."""
+
+    dialect = ""
+
+    def __init__(self, descriptor: TableDescriptor) -> None:
+        self.descriptor = descriptor
+        self.busy = 0  # calls in flight, so tests on a fake clock can tell when all is quiet
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def begin(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    async def commit(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    async def rollback(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    async def execute(self, conn: Any, sql: str) -> None:
+        raise NotImplementedError
+
+    async def explain(self, conn: Any, sql: str) -> None:
+        """Prepare a statement without running it; raises the driver's error when it fails."""
+        raise NotImplementedError
+
+    def insert_params(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(fields)
+
+
+class SqliteBackend(Backend):
+    """sqlite3 connections (WAL, a busy timeout), each used by one task at a time."""
+
+    dialect = "sqlite"
+
+    def __init__(self, descriptor: TableDescriptor, path: str | Path, *,
+                 busy_timeout: float = 30.0) -> None:
+        super().__init__(descriptor)
+        self.path = str(path)
+        self.busy_timeout = busy_timeout
+        self._idle: list[sqlite3.Connection] = []
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        return conn
+
+    async def open(self) -> None:
+        conn = await self._run(self._connect)
+        self._idle.append(conn)
+        self._all.append(conn)
+
+    async def close(self) -> None:
+        for conn in self._all:
+            await self._run(conn.close)
+        self._all.clear()
+        self._idle.clear()
+
+    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.busy += 1
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        finally:
+            self.busy -= 1
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = await self._run(self._connect)
+            with self._lock:
+                self._all.append(conn)
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                await self._run(conn.rollback)
+            with self._lock:
+                self._idle.append(conn)
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.descriptor.ops, op)
+        return await self._run(fn, conn, *args, **kwargs)
+
+    async def begin(self, conn: Any) -> None:
+        # IMMEDIATE takes the write lock up front: no deadlock upgrading a read later.
+        await self._run(conn.execute, "BEGIN IMMEDIATE")
+
+    async def commit(self, conn: Any) -> None:
+        if conn.in_transaction:
+            await self._run(conn.execute, "COMMIT")
+
+    async def rollback(self, conn: Any) -> None:
+        if conn.in_transaction:
+            await self._run(conn.execute, "ROLLBACK")
+
+    async def execute(self, conn: Any, sql: str) -> None:
+        await self._run(conn.execute, sql)
+
+    async def explain(self, conn: Any, sql: str) -> None:
+        await self._run(conn.execute, "EXPLAIN " + sql, dict.fromkeys(_ALL_PARAMS))
+
+
+class PostgresBackend(Backend):
+    """psycopg async connections from a pool that always keeps one connection spare."""
+
+    dialect = "postgres"
+
+    def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
+                 pool: Any = None, size: int = 1) -> None:
+        super().__init__(descriptor)
+        from psycopg_pool import AsyncConnectionPool
+
+        self.own_pool = pool is None
+        self.conninfo = conninfo if conninfo is not None else str(getattr(pool, "conninfo", ""))
+        self.pool: AsyncConnectionPool[Any] = pool or AsyncConnectionPool(
+            self.conninfo, min_size=1, max_size=size + 1, open=False,
+            name=f"inboxgen-{descriptor.table}")
+        assert descriptor.async_ops is not None
+        self.ops: Operations = descriptor.async_ops
+
+    async def open(self) -> None:
+        if self.own_pool:
+            await self.pool.open(wait=True)
+
+    async def close(self) -> None:
+        if self.own_pool:
+            await self.pool.close()
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self._connection()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        self.busy += 1
+        try:
+            async with self.pool.connection() as conn:
+                self.busy -= 1
+                try:
+                    yield conn
+                finally:
+                    self.busy += 1
+                    await conn.rollback()  # what was not committed does not leak
+        finally:
+            self.busy -= 1
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        self.busy += 1
+        try:
+            return await getattr(self.ops, op)(conn, *args, **kwargs)
+        finally:
+            self.busy -= 1
+
+    async def begin(self, conn: Any) -> None:
+        pass  # psycopg opens the transaction with the first statement
+
+    async def commit(self, conn: Any) -> None:
+        self.busy += 1
+        try:
+            await conn.commit()
+        finally:
+            self.busy -= 1
+
+    async def rollback(self, conn: Any) -> None:
+        self.busy += 1
+        try:
+            await conn.rollback()
+        finally:
+            self.busy -= 1
+
+    async def execute(self, conn: Any, sql: Any) -> None:
+        self.busy += 1
+        try:
+            await conn.execute(sql)
+        finally:
+            self.busy -= 1
+
+    async def explain(self, conn: Any, sql: Any) -> None:
+        try:
+            await conn.execute("EXPLAIN " + sql, dict.fromkeys(_ALL_PARAMS))
+        finally:
+            await conn.rollback()
+
+
+class AdvisoryRegistry:
+    """SQLite's advisory locks: a registry in the process (one process per database file)."""
+
+    _held: dict[tuple[str, str], object] = {}
+    _guard = threading.Lock()
+
+    @classmethod
+    def try_lock(cls, database: str, key: str, owner: object) -> bool:
+        with cls._guard:
+            if (database, key) in cls._held:
+                return False
+            cls._held[(database, key)] = owner
+            return True
+
+    @classmethod
+    def unlock(cls, database: str, key: str, owner: object) -> None:
+        with cls._guard:
+            if cls._held.get((database, key)) is owner:
+                del cls._held[(database, key)]
+
+    @classmethod
+    def release_all(cls, owner: object) -> None:
+        with cls._guard:
+            for k in [k for k, v in cls._held.items() if v is owner]:
+                del cls._held[k]

@@ -1,0 +1,54 @@
+"""LISTEN/NOTIFY on PostgreSQL: wake workers the moment a job is enqueued.
+
+The channel is the table's name and the payload its group; inserts notify with the generated
+`notify()` in the same transaction, so the wake-up arrives when the job commits. A listening
+connection that is lost is opened again, and every worker is woken once (notifications sent
+meanwhile are gone, and polling alone would find their jobs late).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import sql
+
+if TYPE_CHECKING:
+    from inboxgen.worker import Worker
+
+log = logging.getLogger("inboxgen.worker")
+
+
+async def listen(worker: Worker) -> None:
+    from inboxgen.backends import PostgresBackend
+
+    backend = worker.backend
+    assert isinstance(backend, PostgresBackend)
+    channel = worker.descriptor.table
+    first = True
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(backend.conninfo, autocommit=True)
+        except psycopg.OperationalError as err:
+            log.error("%s: cannot open the listening connection, trying again in 1 s: %s",
+                      worker.name, err)
+            await asyncio.sleep(1.0)
+            continue
+        try:
+            async with conn:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                worker.listener_pid = conn.info.backend_pid
+                if not first:
+                    log.warning("%s: listening again on %s; waking every worker once",
+                                worker.name, channel)
+                    worker.wake()
+                first = False
+                async for note in conn.notifies():
+                    if worker.group is None or note.payload in ("", worker.group):
+                        worker.wake()
+        except psycopg.OperationalError as err:
+            log.warning("%s: the listening connection was lost (%s); reconnecting",
+                        worker.name, str(err).strip())
+            await asyncio.sleep(0.1)

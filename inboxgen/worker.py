@@ -1,0 +1,686 @@
+"""The worker: claims rows of one table (and group), runs the handler, renews, settles.
+
+One asyncio task per worker slot. Each claim form has its own loop, and all of them end in the
+same place: `decide` (outcomes.py) says what a delivery's result means, and the form's settle
+step executes it with the generated functions (backends.py). Shutdown stops claiming, lets jobs
+in work finish within a timeout, then leaves unfinished rows as the form's rule says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import inspect
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from inboxgen.backends import AdvisoryRegistry, Backend, PostgresBackend, SqliteBackend
+from inboxgen.clock import Clock, SystemClock
+from inboxgen.descriptor import TableDescriptor
+from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
+from inboxgen.outcomes import (
+    DEAD_LETTER,
+    FINISH,
+    REQUEUE,
+    REQUEUE_AT,
+    Backoff,
+    Outcome,
+    Settlement,
+    ack,
+    decide,
+    lease_expiry,
+    retry,
+    retry_after,
+)
+
+log = logging.getLogger("inboxgen.worker")
+
+P = TypeVar("P")
+_UNSET: Any = object()
+
+
+@attrs.frozen
+class Job(Generic[P]):
+    """One delivery, as the handler receives it."""
+
+    payload: P  # the decoded payload (the whole row where the table has no payload column)
+    id: Any
+    attempt: int | None  # this delivery's number: the first reads 1
+    row: Any  # the claimed row (the generated ClaimedRow)
+    group: str | None
+    headers: Mapping[str, str]
+    connection: Any | None  # in transactional mode: writes here commit with the ack
+    worker: str
+
+
+Handler = Callable[[Job[Any]], "Outcome | None | Awaitable[Outcome | None]"]
+
+
+@attrs.define
+class Stats:
+    delivered: int = 0
+    acked: int = 0
+    dropped: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    renewed: int = 0
+    lease_lost: int = 0
+    failed_claims: int = 0
+
+
+@attrs.define
+class _Held:
+    """A claimed row while it is in work."""
+
+    row: Any
+    id: Any
+    attempt: int | None
+    token: _dt.datetime | None = None  # lease: the expiry we wrote, our ownership token
+    key: str | None = None  # advisory: the lock key
+    lost: bool = False
+    settling: bool = False
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    renewal: asyncio.Task[None] | None = None
+
+
+class Worker:
+    """Serve one queue table (and one group, where the table has groups) with a handler."""
+
+    def __init__(
+        self,
+        descriptor: TableDescriptor,
+        handler: Handler,
+        *,
+        database: str | Path | None = None,
+        pool: Any = None,
+        group: str | None = None,
+        name: str | None = None,
+        workers: int | None = None,
+        batch: int | None = None,
+        lease: int | None = None,
+        poll_interval: float | None = None,
+        max_attempts: int | None = _UNSET,
+        backoff: Backoff | None = None,
+        transactional: bool = False,
+        listen: bool | None = None,
+        clock: Clock | None = None,
+        shutdown_timeout: float = 30.0,
+    ) -> None:
+        d = descriptor
+        defaults = d.defaults
+        self.descriptor = d
+        self.handler = handler
+        self.group = group
+        self.name = name or (f"{d.table}:{group}" if group else d.table)
+        self.workers = workers or defaults.workers
+        self.batch = batch or defaults.batch
+        self.lease = lease or defaults.lease_seconds
+        self.poll_interval = poll_interval if poll_interval is not None else \
+            defaults.poll_interval
+        self.max_attempts = defaults.max_attempts if max_attempts is _UNSET else max_attempts
+        self.backoff = backoff or Backoff()
+        self.transactional = transactional
+        self.clock: Clock = clock or SystemClock()
+        self.shutdown_timeout = shutdown_timeout
+        self.stats = Stats()
+        self._check_settings()
+        if pool is not None:
+            max_size = int(getattr(pool, "max_size", self.workers + 1))
+            if self.workers > max_size - 1:
+                log.warning("%s: pool of %d connections: running %d workers, not %d, so the "
+                            "worker never takes the pool's last connection",
+                            self.name, max_size, max(max_size - 1, 1), self.workers)
+                self.workers = max(max_size - 1, 1)
+        self.backend: Backend
+        if d.dialect == "sqlite":
+            if database is None:
+                raise WorkerConfigError("a SQLite worker needs database=<path of the file>",
+                                        worker=self.name, table=d.qualified_name)
+            self.backend = SqliteBackend(d, database)
+            self.listen = False
+        elif d.dialect == "postgres":
+            if database is None and pool is None:
+                raise WorkerConfigError("a PostgreSQL worker needs database=<conninfo or URL> "
+                                        "or pool=<psycopg_pool.AsyncConnectionPool>",
+                                        worker=self.name, table=d.qualified_name)
+            self.backend = PostgresBackend(d, str(database) if database else None, pool=pool,
+                                           size=self.workers)
+            self.listen = True if listen is None else listen
+        else:
+            raise WorkerConfigError(f"no runtime for dialect {d.dialect} yet",
+                                    worker=self.name, table=d.qualified_name)
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._idle: set[int] = set()
+        self._in_flight = 0
+        self._handlers_running = 0
+        self.handler_threads = 0  # synchronous handlers running in threads
+        self._listener: asyncio.Task[None] | None = None
+        self.listener_pid: int | None = None  # the listening session, where there is one
+        self._signature_cache: dict[str, frozenset[str]] = {}
+        self.started = False
+
+    # -- settings -------------------------------------------------------------------------
+
+    def _check_settings(self) -> None:
+        d = self.descriptor
+        where = {"worker": self.name, "table": d.qualified_name}
+        has_dest = d.dead_letter_group is not None or d.dead_letter_table is not None
+        if self.max_attempts is not None and not has_dest:
+            raise WorkerConfigError(
+                f"max_attempts={self.max_attempts} needs a dead-letter destination: add "
+                f"[dead_letter] to {d.source}", **where)
+        if has_dest and self.max_attempts is None:
+            raise WorkerConfigError(
+                "the table has a dead-letter destination but max_attempts is missing: set "
+                "runtime.max_attempts in the spec or max_attempts= here", **where)
+        if self.max_attempts is not None and "attempt" not in d.roles:
+            raise WorkerConfigError("max_attempts needs a column with role attempt", **where)
+        if "group" in d.roles and self.group is None:
+            raise WorkerConfigError("the table has groups: give the worker group=<name>",
+                                    **where)
+        if "group" not in d.roles and self.group is not None:
+            raise WorkerConfigError("group= given, but the table has no group column", **where)
+        for label, value in (("workers", self.workers), ("batch", self.batch),
+                             ("lease", self.lease)):
+            if value < 1:
+                raise WorkerConfigError(f"{label} must be at least 1, not {value}", **where)
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until SIGINT or SIGTERM, then shut down gracefully."""
+        asyncio.run(self._run_with_signals())
+
+    async def _run_with_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop)
+        try:
+            await self.serve()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    async def serve(self) -> None:
+        """Start, serve until `stop()`, then shut down."""
+        await self.start()
+        try:
+            await self._stopping.wait()
+        finally:
+            await self.shutdown()
+
+    async def start(self) -> None:
+        """Open connections, prepare every statement, start the worker slots."""
+        await self.backend.open()
+        try:
+            await self._prepare()
+        except BaseException:
+            await self.backend.close()
+            raise
+        if self.listen and isinstance(self.backend, PostgresBackend):
+            from inboxgen.listener import listen
+
+            self._listener = asyncio.create_task(listen(self), name=f"{self.name}:listen")
+        self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
+                       for i in range(self.workers)]
+        self.started = True
+        log.info("%s: serving %s (%s%s), %d worker(s), batch %d", self.name,
+                 self.descriptor.qualified_name, self.descriptor.form,
+                 ", FIFO" if self.descriptor.fifo else "", self.workers, self.batch)
+
+    def stop(self) -> None:
+        """Stop claiming; `serve()` then lets jobs in work finish and returns."""
+        self._stopping.set()
+        self.wake()
+
+    def wake(self) -> None:
+        """Claim now instead of waiting out the poll interval."""
+        event, self._wake = self._wake, asyncio.Event()
+        event.set()
+
+    async def shutdown(self) -> None:
+        """Wait for jobs in work (up to shutdown_timeout), then cancel what remains and close."""
+        self.stop()
+        if self._tasks:
+            done, pending = await asyncio.wait(self._tasks, timeout=self.shutdown_timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("%s: %d job(s) still in work after %.0f s: cancelled (%s)",
+                            self.name, len(pending), self.shutdown_timeout,
+                            _UNFINISHED[self.descriptor.form])
+                await asyncio.gather(*pending, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+        AdvisoryRegistry.release_all(self)
+        await self.backend.close()
+        self._tasks = []
+        log.info("%s: stopped", self.name)
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs claimed and not yet settled."""
+        return self._in_flight
+
+    @property
+    def quiet(self) -> bool:
+        """No job in work, no claim or statement under way, every slot waiting for work."""
+        return (self._in_flight == 0 and self.backend.busy == 0
+                and self._handlers_running == 0 and len(self._idle) == len(self._tasks))
+
+    async def _prepare(self) -> None:
+        d = self.descriptor
+        async with self.backend.connection() as conn:
+            for name, sql in d.statements.items():
+                try:
+                    await self.backend.explain(conn, sql)
+                except Exception as err:  # the driver's error names what is missing
+                    detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+                    raise SchemaError(f"statement does not prepare against the database: "
+                                      f"{detail}", worker=self.name,
+                                      table=d.qualified_name, statement=name) from err
+
+    # -- the slot loop --------------------------------------------------------------------
+
+    async def _slot(self, index: int) -> None:
+        while not self._stopping.is_set():
+            try:
+                claimed = await self._claim_and_work()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                self.stats.failed_claims += 1
+                log.error("%s: claim failed, trying again in 1 s: %s", self.name, err)
+                await self._wait(index, 1.0)
+                continue
+            if claimed < self.batch:
+                await self._wait(index, self.poll_interval)
+
+    async def _wait(self, index: int, seconds: float) -> None:
+        self._idle.add(index)
+        waits = [asyncio.ensure_future(self.clock.sleep(seconds)),
+                 asyncio.ensure_future(self._wake.wait()),
+                 asyncio.ensure_future(self._stopping.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            self._idle.discard(index)
+
+    async def _claim_and_work(self) -> int:
+        form = self.descriptor.form
+        if form == "lease":
+            return await self._lease_round()
+        if form == "row_lock":
+            return await self._row_lock_round()
+        return await self._advisory_round()
+
+    def _args(self, op: str, **values: Any) -> dict[str, Any]:
+        """Keep the arguments the generated function takes (they follow the table's roles)."""
+        names = self._signature_cache.get(op)
+        if names is None:
+            fn = getattr(self.descriptor.ops, op)
+            names = frozenset(inspect.signature(fn).parameters) - {"conn"}
+            self._signature_cache[op] = names
+        return {k: v for k, v in values.items() if k in names}
+
+    async def _call(self, conn: Any, op: str, **values: Any) -> Any:
+        return await self.backend.call(conn, op, **self._args(op, **values))
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        async with self.backend.connection() as conn:
+            await self.backend.begin(conn)
+            try:
+                yield conn
+            except BaseException:
+                await self.backend.rollback(conn)
+                raise
+            await self.backend.commit(conn)
+
+    async def _claim(self, conn: Any, now: _dt.datetime, limit: int,
+                     until: _dt.datetime | None = None) -> list[Any]:
+        if self.descriptor.fifo:
+            row = await self._call(conn, "fifo_claim", group=self.group, now=now,
+                                   locked_until=until)
+            return [] if row is None else [row]
+        rows: list[Any] = await self._call(conn, "claim", group=self.group, now=now,
+                                           locked_until=until, limit=limit)
+        return rows
+
+    def _held(self, row: Any, **extra: Any) -> _Held:
+        attrs_ = self.descriptor.role_attrs
+        attempt = getattr(row, attrs_["attempt"]) if "attempt" in attrs_ else None
+        return _Held(row, getattr(row, attrs_["id"]), attempt, **extra)
+
+    # -- lease ------------------------------------------------------------------------------
+
+    async def _lease_round(self) -> int:
+        now = self.clock.now()
+        until = lease_expiry(now, self.lease)
+        async with self._transaction() as conn:
+            rows = await self._claim(conn, now, self.batch, until)
+        held = [self._held(r, token=until) for r in rows]
+        self._in_flight += len(held)
+        for h in held:  # every claimed row renews from the start, not only the one in work
+            h.renewal = asyncio.create_task(self._renew(h))
+        try:
+            for h in held:
+                await self._deliver(h)
+        finally:
+            for h in held:
+                if h.renewal is not None:
+                    h.renewal.cancel()
+        return len(rows)
+
+    async def _renew(self, h: _Held) -> None:
+        while True:
+            await self.clock.sleep(self.lease / 2)
+            async with h.lock:
+                if h.settling or h.lost:
+                    return
+                new = lease_expiry(self.clock.now(), self.lease)
+                async with self._transaction() as conn:
+                    ok = await self._call(conn, "renew", id=h.id, locked_until=h.token,
+                                          attempt=h.attempt, new_locked_until=new)
+                if ok:
+                    h.token = new
+                    self.stats.renewed += 1
+                else:
+                    h.lost = True
+                    self.stats.lease_lost += 1
+                    log.warning("%s: lease on row %s lost before it could be renewed: another "
+                                "worker may run it", self.name, h.id)
+                    return
+
+    async def _settle_lease(self, h: _Held, s: Settlement, conn: Any | None = None) -> None:
+        async with h.lock:
+            h.settling = True
+            if h.renewal is not None:
+                h.renewal.cancel()
+            if conn is None:
+                async with self._transaction() as tx:
+                    await self._execute_settlement(tx, h, s)
+            else:
+                await self._execute_settlement(conn, h, s)
+
+    # -- row lock ---------------------------------------------------------------------------
+
+    async def _row_lock_round(self) -> int:
+        async with self.backend.connection() as conn:
+            await self.backend.begin(conn)
+            rows = await self._claim(conn, self.clock.now(), self.batch)
+            if not rows:
+                await self.backend.rollback(conn)
+                return 0
+            held = [self._held(r) for r in rows]
+            self._in_flight += len(held)
+            try:
+                for h in held:
+                    await self._deliver(h, conn)
+            except BaseException:
+                # A cancelled or broken round rolls back: its rows return at once, attempts
+                # unchanged (what a crash does in this form).
+                await self.backend.rollback(conn)
+                raise
+            await self.backend.commit(conn)
+            return len(rows)
+
+    # -- advisory ---------------------------------------------------------------------------
+
+    async def _advisory_round(self) -> int:
+        got = 0
+        async with self.backend.connection() as conn:
+            candidates = await self._call(conn, "candidates", group=self.group,
+                                          now=self.clock.now(),
+                                          limit=self.batch + self.workers)
+            await self.backend.commit(conn)
+            for row in candidates:
+                if got >= self.batch:
+                    break
+                key = self.descriptor.advisory_key(row) if self.descriptor.advisory_key else ""
+                if not await self._lock(conn, key):
+                    continue
+                try:
+                    async with self._on(conn):
+                        taken = await self._call(conn, "take", id=getattr(
+                            row, self.descriptor.role_attrs["id"]), group=self.group,
+                            now=self.clock.now())
+                    if taken is None:
+                        continue  # finished or rescheduled since the candidates were read
+                    got += 1
+                    self._in_flight += 1
+                    await self._deliver(self._held(taken, key=key), conn)
+                finally:
+                    await self._unlock(conn, key)
+        return got
+
+    @contextlib.asynccontextmanager
+    async def _on(self, conn: Any) -> AsyncIterator[Any]:
+        """A transaction on a connection the caller holds (advisory: the lock's session)."""
+        await self.backend.begin(conn)
+        try:
+            yield conn
+        except BaseException:
+            await self.backend.rollback(conn)
+            raise
+        await self.backend.commit(conn)
+
+    async def _lock(self, conn: Any, key: str) -> bool:
+        if self.backend.dialect == "sqlite":
+            database = getattr(self.backend, "path", "")
+            return AdvisoryRegistry.try_lock(database, key, self)
+        ok = bool(await self._call(conn, "lock", key=key))
+        await self.backend.commit(conn)
+        return ok
+
+    async def _unlock(self, conn: Any, key: str) -> None:
+        if self.backend.dialect == "sqlite":
+            AdvisoryRegistry.unlock(getattr(self.backend, "path", ""), key, self)
+            return
+        with contextlib.suppress(Exception):  # a broken session has released it already
+            await self.backend.rollback(conn)
+            await self._call(conn, "unlock", key=key)
+            await self.backend.commit(conn)
+
+    # -- one delivery -----------------------------------------------------------------------
+
+    async def _deliver(self, h: _Held, conn: Any | None = None) -> None:
+        """Run the handler on one held row and settle it. `conn` holds the row (row lock and
+        advisory); lease rows are held by their token alone."""
+        d = self.descriptor
+        try:
+            self.stats.delivered += 1
+            try:
+                payload = d.decode_payload(getattr(h.row, d.role_attrs["payload"])) \
+                    if d.decode_payload is not None else h.row
+            except Exception as err:
+                log.error("%s: row %s has a payload that does not decode (%s)", self.name,
+                          h.id, err)
+                await self._settle(h, self._poison(h), conn)
+                return
+            if self.transactional:
+                await self._deliver_in_transaction(h, payload, conn)
+                return
+            outcome = await self._run_handler(h, payload, None)
+            await self._settle(h, self._decide(h, outcome), conn)
+        except LeaseLost as err:
+            self.stats.lease_lost += 1
+            log.warning("%s", err)
+        finally:
+            self._in_flight -= 1
+
+    async def _deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
+        form = self.descriptor.form
+        if form == "row_lock":
+            assert conn is not None
+            await self.backend.execute(conn, "SAVEPOINT inboxgen_job")
+            outcome = await self._run_handler(h, payload, conn)
+            s = self._decide(h, outcome)
+            if s.action != FINISH or outcome.kind != "ack":
+                await self.backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
+            await self.backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
+            await self._settle(h, s, conn)
+            return
+        if form == "advisory":
+            assert conn is not None
+            await self.backend.begin(conn)
+            outcome = await self._run_handler(h, payload, conn)
+            s = self._decide(h, outcome)
+            if outcome.kind == "ack" and s.action == FINISH:
+                await self._execute_settlement(conn, h, s)
+                await self.backend.commit(conn)
+                self._count(s, outcome)
+                return
+            await self.backend.rollback(conn)
+            await self._settle(h, s, conn)
+            return
+        async with self.backend.connection() as tx:
+            await self.backend.begin(tx)
+            outcome = await self._run_handler(h, payload, tx)
+            s = self._decide(h, outcome)
+            if outcome.kind == "ack" and s.action == FINISH:
+                try:
+                    await self._settle_lease(h, s, tx)
+                except BaseException:
+                    await self.backend.rollback(tx)
+                    raise
+                await self.backend.commit(tx)
+                self._count(s, outcome)
+                return
+            await self.backend.rollback(tx)
+        await self._settle(h, s, None)
+
+    async def _run_handler(self, h: _Held, payload: Any, conn: Any | None) -> Outcome:
+        d = self.descriptor
+        headers: Mapping[str, str] = {}
+        if "headers" in d.role_attrs:
+            raw = getattr(h.row, d.role_attrs["headers"])
+            headers = _decode_headers(raw)
+        job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
+                            group=self.group, headers=headers, connection=conn,
+                            worker=self.name)
+        self._handlers_running += 1
+        try:
+            if inspect.iscoroutinefunction(self.handler):
+                result = await self.handler(job)
+            else:
+                self.handler_threads += 1
+                try:
+                    result = await asyncio.to_thread(self.handler, job)
+                finally:
+                    self.handler_threads -= 1
+                if inspect.isawaitable(result):
+                    result = await result
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            delay = self.backoff.delay(h.attempt)
+            log.warning("%s: handler failed on row %s (attempt %s): %r; retrying in %.0f s",
+                        self.name, h.id, h.attempt, err, delay.total_seconds())
+            return retry_after(delay) if "retry_after" in d.roles else retry()
+        finally:
+            self._handlers_running -= 1
+        if result is None:
+            return ack()
+        if not isinstance(result, Outcome):
+            log.error("%s: handler returned %r, not an outcome: retrying the job", self.name,
+                      result)
+            return retry()
+        return result
+
+    def _decide(self, h: _Held, outcome: Outcome) -> Settlement:
+        s = decide(outcome, attempt=h.attempt, max_attempts=self.max_attempts,
+                   has_retry_after="retry_after" in self.descriptor.roles, now=self.clock.now())
+        if s.note and s.action == REQUEUE and outcome.kind == "retry_after":
+            log.warning("%s: row %s: %s", self.name, h.id, s.note)
+        return s
+
+    def _poison(self, h: _Held) -> Settlement:
+        d = self.descriptor
+        if d.dead_letter_group is not None or d.dead_letter_table is not None:
+            return Settlement(DEAD_LETTER, note="payload does not decode")
+        delay = self.backoff.delay(h.attempt)
+        return decide(retry_after(delay), attempt=h.attempt, max_attempts=None,
+                      has_retry_after="retry_after" in d.roles, now=self.clock.now())
+
+    async def _settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
+        if self.descriptor.form == "lease":
+            await self._settle_lease(h, s)
+        elif self.descriptor.form == "advisory":
+            assert conn is not None
+            async with self._on(conn):
+                await self._execute_settlement(conn, h, s)
+        else:
+            assert conn is not None
+            await self._execute_settlement(conn, h, s)
+        self._count(s, None)
+
+    def _count(self, s: Settlement, outcome: Outcome | None) -> None:
+        if s.action == FINISH:
+            if s.note == "drop":
+                self.stats.dropped += 1
+            else:
+                self.stats.acked += 1
+        elif s.action == DEAD_LETTER:
+            self.stats.dead_lettered += 1
+        else:
+            self.stats.retried += 1
+
+    async def _execute_settlement(self, conn: Any, h: _Held, s: Settlement) -> None:
+        d = self.descriptor
+        now = self.clock.now()
+        values: dict[str, Any] = {"id": h.id, "locked_until": h.token, "attempt": h.attempt,
+                                  "now": now}
+        if s.action == FINISH:
+            op = "finish"
+        elif s.action == REQUEUE:
+            op = "retry"
+        elif s.action == REQUEUE_AT:
+            op, values["retry_after"] = "retry_after", s.due
+        else:
+            op = "dead_letter"
+            log.error("%s: row %s moved to the dead letters (%s): %s", self.name, h.id,
+                      d.dead_letter_group or d.dead_letter_table, s.note)
+        if getattr(d.ops, op) is None:
+            # Row lock without an attempt column, or advisory: a plain retry needs no
+            # statement (the rollback or the unlock returns the row).
+            return
+        if h.lost:
+            raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
+                            f"nothing", worker=self.name, table=d.qualified_name,
+                            statement=op.upper())
+        ok = await self._call(conn, op, **values)
+        if not ok:
+            if d.form == "lease":
+                raise LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran "
+                                f"out and it was claimed again); {op} changed nothing",
+                                worker=self.name, table=d.qualified_name, statement=op.upper())
+            log.warning("%s: %s of row %s changed no row", self.name, op, h.id)
+
+
+_UNFINISHED = {
+    "row_lock": "their transactions roll back: the rows return at once, attempts unchanged",
+    "lease": "their leases stay: the rows return when the leases end",
+    "advisory": "their locks are released: the rows return at once",
+}
+
+
+def _decode_headers(raw: Any) -> Mapping[str, str]:
+    import json
+
+    if raw is None:
+        return {}
+    if isinstance(raw, (str, bytes)):
+        raw = json.loads(raw)
+    return {str(k): str(v) for k, v in dict(raw).items()}
