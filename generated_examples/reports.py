@@ -246,6 +246,13 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
+    statement_params={
+        "CLAIM": ("locked_until", "now", "limit"),
+        "RENEW": ("new_locked_until", "id", "locked_until", "attempt"),
+        "FINISH": ("id", "locked_until", "attempt"),
+        "RETRY": ("id", "locked_until", "attempt"),
+        "INSERT": ("payload",),
+    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="bytes",

@@ -210,6 +210,13 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
+    statement_params={
+        "CLAIM": ("locked_until", "now", "limit"),
+        "RENEW": ("new_locked_until", "id", "locked_until"),
+        "FINISH": ("id", "locked_until"),
+        "RETRY": ("id", "locked_until"),
+        "INSERT": ("payload",),
+    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="json",

@@ -168,6 +168,12 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
+    statement_params={
+        "CANDIDATES": ("limit",),
+        "TAKE": ("id",),
+        "FINISH": ("now", "id"),
+        "INSERT": ("image_path", "payload"),
+    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="json",

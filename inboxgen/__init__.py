@@ -1,0 +1,41 @@
+"""inboxgen: job queues in your own SQL tables.
+
+The generator (`inboxgen build` / `inboxgen verify`) writes one typed module per queue table; the
+runtime here serves those tables: `Worker(module.DESCRIPTOR, handler, database=...)`.
+"""
+
+from inboxgen.clock import Clock, SystemClock
+from inboxgen.errors import (
+    CheckFailed,
+    ConfigError,
+    GeneratorBug,
+    InboxgenError,
+    LeaseLost,
+    SchemaError,
+    WorkerConfigError,
+    WorkerError,
+)
+from inboxgen.outcomes import Backoff, Outcome, ack, drop, retry, retry_after
+from inboxgen.worker import Job, Stats, Worker
+
+__all__ = [
+    "Backoff",
+    "CheckFailed",
+    "Clock",
+    "ConfigError",
+    "GeneratorBug",
+    "InboxgenError",
+    "Job",
+    "LeaseLost",
+    "Outcome",
+    "SchemaError",
+    "Stats",
+    "SystemClock",
+    "Worker",
+    "WorkerConfigError",
+    "WorkerError",
+    "ack",
+    "drop",
+    "retry",
+    "retry_after",
+]

@@ -19,12 +19,6 @@ from inboxgen.descriptor import Operations, TableDescriptor
 
 log = logging.getLogger("inboxgen.worker")
 
-# Every placeholder name a generated statement may use; EXPLAIN binds them all to NULL.
-_ALL_PARAMS = (
-    "id", "group", "key", "fifo_key", "now", "locked_until", "attempt", "new_locked_until",
-    "retry_after", "limit", "dead_group", "channel", "payload",
-)
-
 
 class Backend:
     """One database as the worker sees it."""
@@ -59,9 +53,15 @@ class Backend:
     async def execute(self, conn: Any, sql: str) -> None:
         raise NotImplementedError
 
-    async def explain(self, conn: Any, sql: str) -> None:
+    async def explain(self, conn: Any, name: str) -> None:
         """Prepare a statement without running it; raises the driver's error when it fails."""
         raise NotImplementedError
+
+    def _explain_args(self, name: str) -> tuple[str, dict[str, None]]:
+        # EXPLAIN plans the statement (so a missing table or column fails) without running it;
+        # every placeholder is bound to NULL.
+        params = self.descriptor.statement_params.get(name, ())
+        return "EXPLAIN " + self.descriptor.statements[name], dict.fromkeys(params)
 
     def insert_params(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         return dict(fields)
@@ -141,8 +141,8 @@ class SqliteBackend(Backend):
     async def execute(self, conn: Any, sql: str) -> None:
         await self._run(conn.execute, sql)
 
-    async def explain(self, conn: Any, sql: str) -> None:
-        await self._run(conn.execute, "EXPLAIN " + sql, dict.fromkeys(_ALL_PARAMS))
+    async def explain(self, conn: Any, name: str) -> None:
+        await self._run(conn.execute, *self._explain_args(name))
 
 
 class PostgresBackend(Backend):
@@ -219,9 +219,9 @@ class PostgresBackend(Backend):
         finally:
             self.busy -= 1
 
-    async def explain(self, conn: Any, sql: Any) -> None:
+    async def explain(self, conn: Any, name: str) -> None:
         try:
-            await conn.execute("EXPLAIN " + sql, dict.fromkeys(_ALL_PARAMS))
+            await conn.execute(*self._explain_args(name))
         finally:
             await conn.rollback()
 

@@ -10,6 +10,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from inboxgen.build import Generated, compare, generate, spec_files, write
 from inboxgen.config import Project, find_project
@@ -35,7 +36,49 @@ def _parser() -> argparse.ArgumentParser:
                                            "drifted")
     verify.add_argument("specs", nargs="*", help="spec files or folders (default: "
                                                  "[tool.inboxgen] specs)")
+    worker = sub.add_parser("worker", help="run a worker defined in your code")
+    worker.add_argument("target", help="module:attribute naming a Worker, or a function "
+                                       "returning one (e.g. myapp.queues:mailer)")
+    worker.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
+
+
+def _load_worker(target: str) -> Any:
+    import importlib
+
+    from inboxgen.worker import Worker
+
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"worker target must look like package.module:name, not {target!r}")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"cannot import {module_name}: {err}") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"{module_name} has no attribute {attr!r}") from None
+    if not isinstance(obj, Worker) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Worker):
+        raise ConfigError(f"{target} is not an inboxgen Worker (nor a function returning one)")
+    return obj
+
+
+def _run_worker(target: str, level: str) -> int:
+    from inboxgen.errors import WorkerError
+
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    worker = _load_worker(target)
+    try:
+        worker.run()
+    except WorkerError as err:
+        print(f"inboxgen: {type(err).__name__}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _report(generated: Generated) -> None:
@@ -82,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
     try:
         project = find_project(Path.cwd())
+        if args.command == "worker":
+            return _run_worker(args.target, args.log_level)
         if args.command == "build":
             return _build(project, args.specs)
         return _verify(project, args.specs)

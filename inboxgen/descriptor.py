@@ -56,6 +56,7 @@ class TableDescriptor:
     role_attrs: Mapping[str, str]  # role -> attribute of the claimed row
     columns: tuple[str, ...]
     statements: Mapping[str, str]  # statement name -> exact SQL text
+    statement_params: Mapping[str, tuple[str, ...]]  # statement name -> placeholder names
     claimed_row: type[Any]
     new_row: type[Any]
     codec: str | None

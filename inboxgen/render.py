@@ -59,6 +59,11 @@ def py_str(value: str) -> str:
     return json.dumps(value)
 
 
+def py_tuple(items: tuple[str, ...]) -> str:
+    inner = ", ".join(py_str(i) for i in items)
+    return f"({inner},)" if len(items) == 1 else f"({inner})"
+
+
 def sql_literal(sql: str) -> str:
     """The SQL as a readable triple-quoted literal, or a plain one where that is not safe."""
     if "\\" in sql or '"""' in sql:
@@ -347,6 +352,7 @@ class _Renderer:
             "table_name": q.table.name,
             "qualified": f"{q.table.schema}.{q.table.name}" if q.table.schema else q.table.name,
             "statements": [(s.name, sql_literal(s.sql), s.doc) for s in self.st.values()],
+            "statement_params": [(s.name, py_tuple(s.params)) for s in self.st.values()],
             "rows": rows,
             "new_rows": new_rows,
             "claimed_from_db": [self.from_db(f, f"r[{i}]") for i, f in enumerate(q.fields)],

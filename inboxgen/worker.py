@@ -280,9 +280,9 @@ class Worker:
     async def _prepare(self) -> None:
         d = self.descriptor
         async with self.backend.connection() as conn:
-            for name, sql in d.statements.items():
+            for name in d.statements:
                 try:
-                    await self.backend.explain(conn, sql)
+                    await self.backend.explain(conn, name)
                 except Exception as err:  # the driver's error names what is missing
                     detail = str(err).splitlines()[0] if str(err) else type(err).__name__
                     raise SchemaError(f"statement does not prepare against the database: "
