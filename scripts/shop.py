@@ -19,7 +19,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from generated_examples import shop_checkout, shop_emails  # noqa: E402
-
 from inboxgen import Job, Outcome, Worker, ack, drop  # noqa: E402
 from inboxgen.testing import run_until_idle  # noqa: E402
 
