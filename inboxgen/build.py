@@ -44,7 +44,8 @@ def spec_files(project: Project, targets: Sequence[str]) -> list[Path]:
         else:
             raise ConfigError(f"{p}: no such spec file or folder")
     if not files:
-        raise ConfigError(f"no specs (*.toml) found in {', '.join(str(p) for p in paths)}")
+        shown = ", ".join(project.display(p) for p in paths)
+        raise ConfigError(f"no specs (*.toml) found in {shown}")
     return files
 
 
@@ -64,7 +65,7 @@ class _Catalogs:
 
     def _read(self, files: Iterable[Path]) -> Iterable[tuple[str, str]]:
         for f in files:
-            yield self.project.display(f), f.read_text(encoding="utf-8", errors="replace")
+            yield self.project.display(f), f.read_text(encoding="utf-8-sig", errors="replace")
 
 
 def generate(project: Project, files: Sequence[Path]) -> Generated:

@@ -122,6 +122,14 @@ class Catalog:
     indexes: list[Index] = attrs.field(factory=list)
     opaque: list[Opaque] = attrs.field(factory=list)
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
+    # Tables a later migration dropped: (schema, name) as written -> (path, line) of the DROP.
+    dropped: dict[tuple[str | None, str], tuple[str, int]] = attrs.field(factory=dict)
+
+    def dropped_at(self, schema: str | None, name: str) -> tuple[str, int] | None:
+        for (s, n), where in self.dropped.items():
+            if self.dialect.same_name(n, name) and _same_schema(self.dialect, s, schema):
+                return where
+        return None
 
     def table(self, schema: str | None, name: str) -> Table | None:
         d = self.dialect
@@ -222,23 +230,65 @@ def split_statements(text: str, path: str, dialect: Dialect) -> tuple[list[State
     return statements, None
 
 
+def unclosed_at(text: str) -> tuple[int, str] | None:
+    """Where a quoted string, quoted name or comment opens and never closes: (line, what)."""
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if text.startswith("--", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                return text.count("\n", 0, i) + 1, "comment"
+            i = end + 2
+            continue
+        dollar = re.match(r"\$(\w*)\$", text[i:]) if ch == "$" else None
+        if dollar:
+            tag = dollar.group(0)
+            end = text.find(tag, i + len(tag))
+            if end < 0:
+                return text.count("\n", 0, i) + 1, "dollar-quoted string"
+            i = end + len(tag)
+            continue
+        if ch in "'\"`":
+            j = i + 1
+            while True:
+                j = text.find(ch, j)
+                if j < 0:
+                    what = "quoted string" if ch == "'" else "quoted name"
+                    return text.count("\n", 0, i) + 1, what
+                if text.startswith(ch * 2, j):
+                    j += 2
+                    continue
+                break
+            i = j + 1
+            continue
+        i += 1
+    return None
+
+
 def load_catalog(files: Iterable[tuple[str, str]], dialect: Dialect) -> Catalog:
     """Replay migrations given as (display path, text) pairs, in order."""
     catalog = Catalog(dialect)
     for path, text in files:
         statements, err = split_statements(text, path, dialect)
         if err is not None:
-            line = _line_from_message(err)
-            catalog.opaque.append(Opaque(path, line, text, f"cannot be read: {err}"))
+            where = unclosed_at(strip_down_sections(text))
+            line, what = where if where else (1, "")
+            source = text.splitlines()[line - 1].strip() if line <= len(text.splitlines()) \
+                else ""
+            reason = (f"the {what} that starts on this line is never closed" if what
+                      else f"sqlglot cannot split it into statements ({err})")
+            catalog.diagnostics.append(Diagnostic(
+                path, line, f"cannot be read: {reason}, so no statement of {path} was "
+                            f"replayed: {source[:80]}"))
             continue
         for st in statements:
             _replay(catalog, st)
     return catalog
-
-
-def _line_from_message(msg: str) -> int:
-    m = re.search(r"[Ll]ine:? (\d+)", msg)
-    return int(m.group(1)) if m else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,10 +304,13 @@ def _replay(catalog: Catalog, st: Statement) -> None:
     except ParseError as err:
         first = str(err).splitlines()[0]
         first = re.sub(r"\. Line \d+, Col: \d+\.?$", "", first)
-        catalog.opaque.append(Opaque(st.path, st.line, st.text, f"cannot be parsed: {first}"))
+        first = re.sub(r"<Token token_type: [\w.]+, text: (.*?), line: .*?>", r"'\1'", first)
+        catalog.opaque.append(Opaque(st.path, st.line, st.text,
+                                     f"sqlglot cannot parse it ({first})"))
         return
     if isinstance(tree, exp.Command):
-        catalog.opaque.append(Opaque(st.path, st.line, st.text, "is not understood by sqlglot"))
+        catalog.opaque.append(Opaque(st.path, st.line, st.text,
+                                     "sqlglot reads it only as an opaque command"))
         return
     if isinstance(tree, exp.Create):
         kind = (tree.args.get("kind") or "").upper()
@@ -348,8 +401,9 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     d = catalog.dialect
     schema_node = tree.this
     if not isinstance(schema_node, exp.Schema):
-        return  # CREATE TABLE ... AS SELECT / LIKE: no column list to record
+        return  # CREATE TABLE ... AS SELECT: no column list to record
     schema, name = _table_name(schema_node, d)
+    catalog.dropped.pop((schema, name), None)
     existing = catalog.table(schema, name)
     if existing is not None:
         if tree.args.get("exists"):
@@ -357,11 +411,16 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
         catalog.tables.remove(existing)
     table = Table(schema, name, [], [], st.path, st.line)
     for item in schema_node.expressions:
-        if isinstance(item, exp.ColumnDef):
+        if isinstance(item, exp.LikeProperty):
+            _copy_like(catalog, table, item, st)
+        elif isinstance(item, exp.ColumnDef):
             col, primary = _column(item, st, d)
             table.columns.append(col)
             if primary:
                 table.primary_key = [col.name]
+            if any(isinstance(c.kind, exp.UniqueColumnConstraint) for c in item.constraints):
+                catalog.indexes.append(Index(None, schema, name, [col.name], True, False,
+                                             st.path, col.line))
         elif isinstance(item, exp.PrimaryKey):
             table.primary_key = [_ident(e, d) for e in item.expressions]
             for col in table.columns:
@@ -376,6 +435,28 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
             catalog.indexes.append(Index(None, schema, name, cols, True, False, st.path,
                                          st.line))
     catalog.tables.append(table)
+
+
+def _copy_like(catalog: Catalog, table: Table, like: exp.LikeProperty, st: Statement) -> None:
+    """CREATE TABLE t (LIKE source ...): the source's columns (defaults and identity are only
+    copied with INCLUDING options, so the copies are plain)."""
+    d = catalog.dialect
+    schema, name = _table_name(like.this, d)
+    source = catalog.table(schema, name)
+    if source is None:
+        catalog.diagnostics.append(Diagnostic(
+            st.path, st.line, f"CREATE TABLE {table.name} (LIKE {name}): table {name} is not "
+                              f"created before this statement, so no column was copied",
+            "warning"))
+        return
+    including = " ".join(e.sql() for e in like.expressions).upper()
+    for col in source.columns:
+        keep_defaults = "DEFAULTS" in including or "ALL" in including
+        keep_identity = "IDENTITY" in including or "ALL" in including
+        table.columns.append(Column(
+            col.name, col.type_sql, col.kind, col.nullable,
+            col.has_default if keep_defaults or keep_identity else False,
+            col.auto if keep_identity else False, st.path, st.line))
 
 
 def _index_exprs(item: exp.Expression) -> list[exp.Expression]:
@@ -459,6 +540,11 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
         elif isinstance(action, exp.AddConstraint):
             for pk in action.find_all(exp.PrimaryKey):
                 table.primary_key = [_ident(e, d) for e in pk.expressions]
+            for unique in action.find_all(exp.UniqueColumnConstraint):
+                if isinstance(unique.this, exp.Schema):
+                    cols = [_ident(e, d) for e in unique.this.expressions]
+                    catalog.indexes.append(Index(None, table.schema, table.name, cols, True,
+                                                 False, st.path, st.line))
         else:
             catalog.diagnostics.append(Diagnostic(
                 st.path, st.line,
@@ -495,6 +581,7 @@ def _drop(catalog: Catalog, tree: exp.Drop, st: Statement) -> None:
             table = catalog.table(schema, name)
             if table is not None:
                 catalog.tables.remove(table)
+                catalog.dropped[(table.schema, table.name)] = (st.path, st.line)
                 catalog.indexes = [
                     i for i in catalog.indexes
                     if not (d.same_name(i.table, table.name)

@@ -43,6 +43,21 @@ _CODEC_KINDS = {"bytes": (cat.BYTES,), "text": (cat.TEXT,),
                 "json": (cat.JSON, cat.TEXT, cat.BYTES)}
 _DEFAULT_CODEC = {cat.BYTES: "bytes", cat.TEXT: "text", cat.JSON: "json"}
 _KEY_FIELD = re.compile(r"\{([^{}]*)\}")
+# Statements sqlglot cannot read that still leave a table's columns and indexes as they were.
+_HARMLESS = re.compile(
+    r"^\s*(ALTER\s+TABLE\s+.*\b(OWNER\s+TO|SET\s+STORAGE|SET\s+STATISTICS|SET\s+COMPRESSION|"
+    r"(ENABLE|DISABLE)\s+(ALWAYS\s+|REPLICA\s+)?TRIGGER|REPLICA\s+IDENTITY|SET\s*\(|RESET\s*\(|"
+    r"CLUSTER\s+ON|SET\s+(UN)?LOGGED|(ENABLE|DISABLE|FORCE|NO\s+FORCE)\s+ROW\s+LEVEL\s+SECURITY)"
+    r"|(GRANT|REVOKE|COMMENT\s+ON|ANALYZE|VACUUM|CLUSTER|REINDEX|CREATE\s+(OR\s+REPLACE\s+)?"
+    r"(TRIGGER|POLICY|RULE|FUNCTION|PROCEDURE)|SECURITY\s+LABEL)\b)",
+    re.IGNORECASE | re.DOTALL)
+
+
+def _snippet(text: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    return flat[:width].rsplit(" ", 1)[0] + " ..."
 
 
 class _Checker:
@@ -71,8 +86,10 @@ class _Checker:
         tname = f'"{spec.schema}.{spec.table}"' if spec.schema else f'"{spec.table}"'
         if table is None:
             known = ", ".join(sorted(t.name for t in self.catalog.tables)) or "none"
-            self.err(spec.line("table"), f"table {tname} is not created by the DDL "
-                                         f"({self.ddl_names()}); tables there: {known}")
+            dropped = self.catalog.dropped_at(spec.schema, spec.table)
+            how = (f"is dropped by the DDL ({dropped[0]}:{dropped[1]})" if dropped else
+                   f"is not created by the DDL ({self.ddl_names()})")
+            self.err(spec.line("table"), f"table {tname} {how}; tables there: {known}")
             self.roles_without_table()
             return None
         self.check_identifier(tname.strip('"'), spec.line("table"), "table")
@@ -103,14 +120,18 @@ class _Checker:
         if self.spec.dead_letter_table:
             names.append(self.spec.dead_letter_table.rpartition(".")[2])
         for op in self.catalog.opaque:
-            snippet = " ".join(op.text.split())[:60]
+            snippet = _snippet(op.text)
             hit = next((n for n in names if re.search(
                 r"(?<![\w$])" + re.escape(n) + r"(?![\w$])", op.text, re.IGNORECASE)), None)
-            if hit is not None:
-                self.err(op.line, f"statement {op.reason} and names queue table \"{hit}\", so "
-                                  f"its effect on the table is unknown: {snippet}", op.path)
+            if hit is not None and _HARMLESS.search(op.text):
+                self.warn(op.line, f"statement ignored: it cannot change the columns or indexes "
+                                   f"of queue table \"{hit}\": {snippet}", op.path)
+            elif hit is not None:
+                self.err(op.line, f"statement names queue table \"{hit}\" but was not replayed: "
+                                  f"{op.reason}; its effect on the table is unknown: {snippet}",
+                         op.path)
             else:
-                self.warn(op.line, f"statement ignored: it {op.reason}: {snippet}", op.path)
+                self.warn(op.line, f"statement ignored: {op.reason}: {snippet}", op.path)
 
     def roles_without_table(self) -> None:
         self.bound_roles()
@@ -125,8 +146,9 @@ class _Checker:
                 continue
             seen[b.role] = b
         if "id" not in seen:
-            self.err(self.spec.line("columns"), "no column has role \"id\": every settlement "
-                                                "targets a row by its id, so one is required")
+            self.err(self.spec.line("columns"), f"no column of table \"{self.spec.table}\" has "
+                                                f"role \"id\": every settlement targets a row by "
+                                                f"its id, so one is required")
         return seen
 
     def bind_roles(self, table: Table) -> dict[str, tuple[RoleBinding, Column]]:
@@ -190,8 +212,9 @@ class _Checker:
         if form == LEASE and "locked_until" not in roles:
             self.err(line, "claim = \"lease\" needs a column with role locked_until")
         if form != LEASE and "locked_until" in roles:
-            self.err(roles["locked_until"][0].line,
-                     f"role locked_until makes the claim a lease, but claim = \"{form}\"")
+            b, col = roles["locked_until"]
+            self.err(b.line, f"column \"{spec.table}.{col.name}\" has role locked_until, which "
+                             f"makes the claim a lease, but claim = \"{form}\"")
         if form == ADVISORY and not spec.advisory_key:
             self.err(line, "claim = \"advisory\" needs advisory_key, a template naming "
                            "columns such as \"jobs-{id}\"")
@@ -199,7 +222,8 @@ class _Checker:
             self.err(spec.line("advisory_key"), f"advisory_key is only used by claim = "
                                                 f"\"advisory\", but the claim form is {form}")
         if spec.fifo and "group" not in roles:
-            self.err(spec.line("fifo"), "fifo = true needs a column with role group")
+            self.err(spec.line("fifo"), f"fifo = true needs a column of table \"{spec.table}\" "
+                                        f"with role group")
         if spec.fifo and form == ADVISORY:
             self.err(spec.line("fifo"), "fifo = true cannot be combined with the advisory "
                                         "claim form (FIFO needs row lock or lease)")
@@ -263,7 +287,8 @@ class _Checker:
             self.err(b.line, f"codec {codec} does not fit payload column \"{col.name}\" of type "
                              f"{col.type_sql} ({col.path}:{col.line})")
         if b.type is not None and codec != "json":
-            self.err(b.line, f"payload type {b.type} needs codec json, not {codec}")
+            self.err(b.line, f"column \"{self.spec.table}.{col.name}\" (role payload): payload "
+                             f"type {b.type} needs codec json, not {codec}")
         return codec
 
     def advisory_key(self, form: str, fields: list[Field]) -> tuple[tuple[str, str], ...]:
@@ -309,6 +334,10 @@ class _Checker:
         line = spec.line("dead_letter", "table")
         schema, _, name = spec.dead_letter_table.rpartition(".")
         dest = self.catalog.table(schema or None, name)
+        if dest is not None and dest is table:
+            self.err(line, f"dead-letter table \"{dest.name}\" is the queue table itself: spent "
+                           f"jobs would be claimed again; name another table")
+            return None
         if dest is None:
             self.err(line, f"dead-letter table \"{spec.dead_letter_table}\" is not created by "
                            f"the DDL ({self.ddl_names()})")

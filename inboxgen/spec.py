@@ -136,7 +136,7 @@ def load_spec(path: Path, display: str | None = None) -> Spec:
         raw = path.read_bytes()
     except OSError as err:
         raise SpecInvalid([Diagnostic(shown, 0, f"cannot read spec: {err.strerror}")]) from None
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8-sig", errors="replace")  # a leading BOM is not TOML
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -243,6 +243,10 @@ class _Reader:
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
             self.err(("ddl",), "'ddl' must be a path or a list of paths")
+            return []
+        if not items:
+            self.err(("ddl",), "'ddl' is an empty list: give a migration file, a folder of "
+                               "migrations, or a list of them")
             return []
         paths: list[Path] = []
         for item in items:

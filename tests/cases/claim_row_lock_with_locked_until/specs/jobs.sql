@@ -1,5 +1,5 @@
 CREATE TABLE jobs (
     id BIGSERIAL PRIMARY KEY,
-    locked_until TIMESTAMPTZ,
+    lease_expires TIMESTAMPTZ,
     payload JSONB NOT NULL
 );

@@ -1,4 +1,4 @@
 CREATE TABLE jobs (
     id BIGSERIAL PRIMARY KEY,
-    payload TEXT NOT NULL
+    body TEXT NOT NULL
 );

@@ -1,7 +1,6 @@
+-- The queue.
 CREATE TABLE jobs (
-    id BIGSERIAL PRIMARY KEY,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    payload JSONB NOT NULL
+    id INTEGER PRIMARY KEY ON CONFLICT REPLACE,
+    locked_until TEXT,
+    payload BLOB NOT NULL
 );
-
-ALTER TABLE jobs ADD COLUMN note TEXT NOT NULL DEFAULT 'x' FROBNICATE WITH (magic);

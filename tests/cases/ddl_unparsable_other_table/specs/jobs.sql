@@ -1,7 +1,11 @@
 CREATE TABLE jobs (
-    id BIGSERIAL PRIMARY KEY,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    payload JSONB NOT NULL
+    id INTEGER PRIMARY KEY,
+    locked_until TEXT,
+    payload BLOB NOT NULL
 );
 
-CREATE TABLE audit_log (id BIGSERIAL PRIMARY KEY) FROBNICATE WITH (magic);
+-- Not a queue table: a warning at most.
+CREATE TABLE jobs_archive (
+    id INTEGER PRIMARY KEY ON CONFLICT REPLACE,
+    payload BLOB NOT NULL
+);

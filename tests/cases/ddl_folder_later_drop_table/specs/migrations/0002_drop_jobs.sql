@@ -1,0 +1,2 @@
+-- The queue moved to another service.
+DROP TABLE jobs;

@@ -1,0 +1,2 @@
+ALTER TABLE jobs ALTER COLUMN locked_until SET DEFAULT now();
+ALTER TABLE jobs ALTER COLUMN locked_until SET NOT NULL;

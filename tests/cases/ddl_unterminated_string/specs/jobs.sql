@@ -1,0 +1,7 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSONB NOT NULL
+);
+
+COMMENT ON TABLE jobs IS 'the queue;

@@ -1,0 +1,4 @@
+CREATE TABLE jobs (
+    id BIGINT AUTO_INCREMENT PRIMARY KEY,
+    payload JSON NOT NULL
+);

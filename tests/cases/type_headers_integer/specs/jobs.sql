@@ -1,0 +1,6 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    headers INTEGER,
+    payload JSONB NOT NULL
+);

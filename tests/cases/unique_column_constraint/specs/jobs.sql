@@ -1,0 +1,5 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    dedupe_key TEXT NOT NULL UNIQUE,
+    payload JSONB NOT NULL
+);
