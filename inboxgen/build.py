@@ -89,7 +89,8 @@ def generate(project: Project, files: Sequence[Path]) -> Generated:
         producers[out] = shown
         catalog = catalogs.get(spec)
         queue, found = resolve(spec, catalog)
-        result.diagnostics.extend(found)
+        # Findings about shared migrations are reported once, not once per spec.
+        result.diagnostics.extend(d for d in found if d not in result.diagnostics)
         if queue is None:
             continue
         statements = build_statements(queue)

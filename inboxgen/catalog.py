@@ -384,16 +384,14 @@ def _column(cd: exp.ColumnDef, st: Statement, d: Dialect) -> tuple[Column, bool]
                             exp.ComputedColumnConstraint)):
             auto = True
             has_default = True
-    if primary and d.name == "sqlite" and _is_rowid_alias(name, st.text):
-        auto = has_default = True
     return Column(name, type_sql, kind, nullable, has_default, auto, st.path,
                   _line_of_word(name, st)), primary
 
 
-def _is_rowid_alias(name: str, text: str) -> bool:
-    # Only a column declared exactly "INTEGER PRIMARY KEY" aliases SQLite's rowid (sqlglot
-    # normalises the type name away, so look at the source text).
-    pattern = r'["`\[]?' + re.escape(name) + r'["`\]]?\s+INTEGER\s+PRIMARY\s+KEY'
+def _declared_integer(name: str, text: str) -> bool:
+    # A single-column primary key declared with the type name exactly INTEGER aliases SQLite's
+    # rowid, which SQLite fills; sqlglot normalises INTEGER to INT, so read the source text.
+    pattern = r'(^|[\s(,])["`\[]?' + re.escape(name) + r'["`\]]?\s+INTEGER\b(?!\s*\()'
     return re.search(pattern, text, re.IGNORECASE) is not None
 
 
@@ -410,7 +408,7 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
             return
         catalog.tables.remove(existing)
     table = Table(schema, name, [], [], st.path, st.line)
-    for item in schema_node.expressions:
+    for item in _table_items(schema_node):
         if isinstance(item, exp.LikeProperty):
             _copy_like(catalog, table, item, st)
         elif isinstance(item, exp.ColumnDef):
@@ -434,7 +432,22 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
             cols = [_ident(e, d) for e in item.this.expressions]
             catalog.indexes.append(Index(None, schema, name, cols, True, False, st.path,
                                          st.line))
+    if d.name == "sqlite" and len(table.primary_key) == 1:
+        pk = table.column(table.primary_key[0], d)
+        if pk is not None and _declared_integer(pk.name, st.text):
+            pk.auto = pk.has_default = True
     catalog.tables.append(table)
+
+
+def _table_items(schema_node: exp.Schema) -> list[exp.Expression]:
+    """The column definitions and constraints, with named constraints unwrapped."""
+    items: list[exp.Expression] = []
+    for item in schema_node.expressions:
+        if isinstance(item, exp.Constraint):
+            items.extend(item.expressions)
+        else:
+            items.append(item)
+    return items
 
 
 def _copy_like(catalog: Catalog, table: Table, like: exp.LikeProperty, st: Statement) -> None:

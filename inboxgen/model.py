@@ -81,6 +81,8 @@ def attr_name(column: str) -> str:
     name = re.sub(r"\W+", "_", column).strip("_") or "column"
     if name[0].isdigit():
         name = "c_" + name
-    if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in ("self", "cls"):
+    # Soft keywords (match, case, type, _) are valid names; the list of those varies between
+    # Python versions, and the output must not.
+    if keyword.iskeyword(name) or name in ("self", "cls"):
         name += "_"
     return name
