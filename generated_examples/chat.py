@@ -492,6 +492,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="postgres",
     form="lease",
     fifo=True,
+    count_crashes=False,
     roles={
         "id": "MessageId",
         "group": "conversation",

@@ -358,6 +358,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="postgres",
     form="advisory",
     fifo=False,
+    count_crashes=False,
     roles={
         "id": "id",
         "retry_after": "retry_after",

@@ -240,6 +240,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="postgres",
     form="row_lock",
     fifo=False,
+    count_crashes=False,
     roles={
         "id": "job_id",
         "group": "name",

@@ -227,6 +227,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="sqlite",
     form="lease",
     fifo=False,
+    count_crashes=False,
     roles={
         "id": "id",
         "attempt": "attempt",

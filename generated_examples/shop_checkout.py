@@ -194,6 +194,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="sqlite",
     form="lease",
     fifo=False,
+    count_crashes=False,
     roles={
         "id": "id",
         "locked_until": "locked_until",

@@ -357,6 +357,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="sqlite",
     form="lease",
     fifo=False,
+    count_crashes=False,
     roles={
         "id": "id",
         "priority": "priority",

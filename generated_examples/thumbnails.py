@@ -148,6 +148,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="sqlite",
     form="advisory",
     fifo=False,
+    count_crashes=False,
     roles={
         "id": "id",
         "attempt": "attempt",

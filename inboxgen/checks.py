@@ -108,7 +108,7 @@ class _Checker:
             return None
         return Queue(
             spec=spec, dialect=self.d, table=TableRef(table.schema, table.name), form=form,
-            fifo=spec.fifo, fields=tuple(fields), codec=codec,
+            fifo=spec.fifo, count_crashes=spec.count_crashes, fields=tuple(fields), codec=codec,
             payload_type=next((b.type for b in spec.bindings if b.role == "payload"), None),
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
@@ -230,6 +230,16 @@ class _Checker:
         if spec.fifo and form == ADVISORY:
             self.err(spec.line("fifo"), "fifo = true cannot be combined with the advisory "
                                         "claim form (FIFO needs row lock or lease)")
+        if spec.count_crashes:
+            line = spec.line("count_crashes")
+            if form != ROW_LOCK:
+                self.err(line, f"count_crashes = true is for the row lock form; the {form} "
+                               f"form counts every claim already")
+            elif "attempt" not in roles:
+                self.err(line, f"count_crashes = true needs a column of table "
+                               f"\"{spec.table}\" with role attempt")
+            elif spec.fifo:
+                self.err(line, "count_crashes = true cannot be combined with fifo = true")
         self.server_version(form)
         return form
 

@@ -31,6 +31,7 @@ class Operations:
     fifo_claim: Callable[..., Any] | None = None
     candidates: Callable[..., Any] | None = None
     take: Callable[..., Any] | None = None
+    relock: Callable[..., Any] | None = None
     lock: Callable[..., Any] | None = None
     unlock: Callable[..., Any] | None = None
     renew: Callable[..., Any] | None = None
@@ -52,6 +53,7 @@ class TableDescriptor:
     dialect: str  # "postgres", "mysql" or "sqlite"
     form: str  # "row_lock", "lease" or "advisory"
     fifo: bool
+    count_crashes: bool  # row lock: claims count the attempt in a transaction of their own
     roles: Mapping[str, str]  # role -> column name
     role_attrs: Mapping[str, str]  # role -> attribute of the claimed row
     columns: tuple[str, ...]
@@ -72,7 +74,7 @@ class TableDescriptor:
     @property
     def claim_counts_attempt(self) -> bool:
         """Lease and advisory claims count the attempt; row lock counts it at a retry."""
-        return self.form != "row_lock" and "attempt" in self.roles
+        return (self.form != "row_lock" or self.count_crashes) and "attempt" in self.roles
 
     @property
     def qualified_name(self) -> str:

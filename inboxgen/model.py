@@ -41,6 +41,7 @@ class Queue:
     table: TableRef
     form: str
     fifo: bool
+    count_crashes: bool
     fields: tuple[Field, ...]
     codec: str | None  # payload codec: json, bytes, text
     payload_type: str | None  # "module:Class"

@@ -241,11 +241,17 @@ class _Renderer:
             claim = st["CLAIM"]
             body = [*self.run("cur = ", "CLAIM", self.params(claim)),
                     "rows = [_claimed(r) for r in AWAIT cur.fetchall()]"]
-            if q.form == LEASE:
+            if q.form == LEASE or q.count_crashes:
                 body.append("rows.sort(key=_claim_order)  # RETURNING keeps no order")
             body.append("return rows")
             out.append(Func("claim", self.args(claim, skip=("limit",), extra="limit: int = 1"),
                             "list[ClaimedRow]", claim.doc, tuple(body)))
+        if "RELOCK" in st:
+            relock = st["RELOCK"]
+            out.append(Func("relock", self.args(relock), "ClaimedRow | None", relock.doc, (
+                *self.run("cur = ", "RELOCK", self.params(relock)),
+                "row = AWAIT cur.fetchone()",
+                "return None if row is None else _claimed(row)")))
         if "CANDIDATES" in st:
             cand = st["CANDIDATES"]
             out.append(Func("candidates", self.args(cand, skip=("limit",),
@@ -379,7 +385,8 @@ class _Renderer:
             "dead_letter_group": py_str(q.dead_letter_group) if q.dead_letter_group else "None",
             "codec": py_str(q.codec) if q.codec else "None",
             "rt": q.runtime,
-            "lease_form": q.form == LEASE,
+            "lease_form": q.form == LEASE or q.count_crashes,
+            "count_crashes": q.count_crashes,
             "forms": {"row_lock": ROW_LOCK, "lease": LEASE, "advisory": ADVISORY},
         }
         return ctx

@@ -31,6 +31,7 @@ CODECS = ("json", "bytes", "text")
 
 _TOP_KEYS = {
     "table", "dialect", "ddl", "claim", "advisory_key", "fifo", "unique", "server_version",
+    "count_crashes",
     "columns", "dead_letter", "runtime",
 }
 _COLUMN_KEYS = {"role", "generated", "codec", "type"}
@@ -68,6 +69,7 @@ class Spec:
     claim: str | None
     advisory_key: str | None
     fifo: bool
+    count_crashes: bool  # row lock: the claim counts the attempt in a statement of its own
     unique: tuple[str, ...]
     server_version: tuple[int, ...] | None
     bindings: tuple[RoleBinding, ...]
@@ -208,6 +210,7 @@ class _Reader:
                                  f"{', '.join(FORMS)})")
         advisory_key = self.typed(data, ("advisory_key",), str, "a key template")
         fifo = bool(self.typed(data, ("fifo",), bool, "true or false"))
+        count_crashes = bool(self.typed(data, ("count_crashes",), bool, "true or false"))
         unique = data.get("unique") or []
         if not (isinstance(unique, list) and all(isinstance(u, str) for u in unique)):
             self.err(("unique",), "'unique' must be a list of column names")
@@ -229,6 +232,7 @@ class _Reader:
         return Spec(
             path=self.path, display=self.display, table=table, schema=schema, dialect=dialect,
             ddl=tuple(ddl), claim=claim, advisory_key=advisory_key, fifo=fifo,
+            count_crashes=count_crashes,
             unique=tuple(unique), server_version=server_version, bindings=tuple(bindings),
             dead_letter_group=dl_group, dead_letter_table=dl_table, runtime=runtime,
             lines=self.lines,

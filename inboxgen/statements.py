@@ -117,7 +117,9 @@ class _Builder:
 
     def build(self) -> list[Statement]:
         form = self.q.form
-        if form == ROW_LOCK:
+        if form == ROW_LOCK and self.q.count_crashes:
+            self.claim_row_lock_counted()
+        elif form == ROW_LOCK:
             self.claim_row_lock()
         elif form == LEASE:
             self.claim_lease()
@@ -146,6 +148,32 @@ class _Builder:
             f"LIMIT {self.p('limit')}",
             "FOR UPDATE SKIP LOCKED",
         ) if x), "Claim up to `limit` rows; the claim's open transaction holds them.")
+
+    def claim_row_lock_counted(self) -> None:
+        """Row lock that survives crash loops: count the attempt in a short transaction of its
+        own, then lock the row again (guarded by the attempt) for the handler's transaction."""
+        attempt = self.role("attempt")
+        assert attempt is not None
+        inner = "\n".join(x for x in (
+            f"    SELECT {self.c(self.q.id)}",
+            f"    FROM {self.t()}",
+            self.where(self.filters(), "    "),
+            f"    ORDER BY {self.order()}",
+            f"    LIMIT {self.p('limit')}",
+            "    FOR UPDATE SKIP LOCKED",
+        ) if x)
+        self.add("CLAIM", f"UPDATE {self.t()}\n"
+                          f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
+                          f"WHERE {self.c(self.q.id)} IN (\n{inner}\n)\n"
+                          f"RETURNING {self.select_list(returning_claim=True)}",
+                 "Count the next delivery of up to `limit` rows (commit it at once, so a crash "
+                 "still spends the attempt).")
+        self.add("RELOCK", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
+                 + self.where([f"{self.c(self.q.id)} = {self.p('id')}",
+                               f"{self.c(attempt)} = {self.p('attempt')} + 1"])
+                 + "\nFOR UPDATE SKIP LOCKED",
+                 "Lock a counted row for the handler's transaction, unless another claim "
+                 "counted it since.")
 
     def claim_set(self) -> list[str]:
         lu = self.role("locked_until")
@@ -250,7 +278,7 @@ class _Builder:
         # Row lock counts the attempt when it settles a retry; the other forms counted it at
         # the claim.
         count = ([f"{self.c(attempt)} = {self.c(attempt)} + 1"]
-                 if attempt is not None and q.form == ROW_LOCK else [])
+                 if attempt is not None and q.form == ROW_LOCK and not q.count_crashes else [])
         if q.lease:
             self.update("RETRY", self.clear_lease(), "Return the row to the queue now.")
         elif count:
@@ -260,7 +288,8 @@ class _Builder:
                         + self.clear_lease() + count,
                         "Return the row to the queue, due at `retry_after`.")
         keep_attempt = ([f"{self.c(attempt)} = {self.p('attempt')}"]
-                        if attempt is not None and q.form != ROW_LOCK else [])
+                        if attempt is not None and (q.form != ROW_LOCK or q.count_crashes)
+                        else [])
         if q.dead_letter_group is not None and g is not None:
             self.update("DEAD_LETTER", [f"{self.c(g)} = {self.p('dead_group')}"]
                         + self.clear_lease() + keep_attempt,

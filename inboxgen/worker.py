@@ -417,12 +417,27 @@ class Worker:
     # -- row lock ---------------------------------------------------------------------------
 
     async def _row_lock_round(self) -> int:
+        counted: list[Any] = []
+        if self.descriptor.count_crashes:
+            # The attempt is counted and committed first, so a job that kills its process
+            # still spends it; the rows are then locked again for the handler's transaction.
+            async with self._transaction() as conn:
+                counted = await self._claim(conn, self.clock.now(), self.batch)
+            if not counted:
+                return 0
         async with self.backend.connection() as conn:
             await self.backend.begin(conn)
-            rows = await self._claim(conn, self.clock.now(), self.batch)
+            if self.descriptor.count_crashes:
+                rows = []
+                for row in counted:
+                    h = self._held(row)
+                    if await self._call(conn, "relock", id=h.id, attempt=h.attempt):
+                        rows.append(row)
+            else:
+                rows = await self._claim(conn, self.clock.now(), self.batch)
             if not rows:
                 await self.backend.rollback(conn)
-                return 0
+                return len(counted)
             held = [self._held(r) for r in rows]
             self._in_flight += len(held)
             try:
@@ -500,6 +515,15 @@ class Worker:
         advisory); lease rows are held by their token alone."""
         d = self.descriptor
         try:
+            if (self.max_attempts is not None and h.attempt is not None
+                    and h.attempt > self.max_attempts):
+                # Earlier deliveries never settled (their process died): the attempts are spent
+                # before the handler runs again, so a job that kills its worker cannot loop.
+                await self._settle(h, Settlement(
+                    DEAD_LETTER, note=f"attempt {h.attempt} is past max_attempts "
+                                      f"{self.max_attempts}: earlier deliveries never finished"),
+                    conn)
+                return
             self.stats.delivered += 1
             try:
                 payload = d.decode_payload(getattr(h.row, d.role_attrs["payload"])) \
