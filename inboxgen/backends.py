@@ -41,7 +41,7 @@ class Backend:
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
-    async def begin(self, conn: Any) -> None:
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         raise NotImplementedError
 
     async def commit(self, conn: Any) -> None:
@@ -126,9 +126,9 @@ class SqliteBackend(Backend):
         fn = getattr(self.descriptor.ops, op)
         return await self._run(fn, conn, *args, **kwargs)
 
-    async def begin(self, conn: Any) -> None:
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         # IMMEDIATE takes the write lock up front: no deadlock upgrading a read later.
-        await self._run(conn.execute, "BEGIN IMMEDIATE")
+        await self._run(conn.execute, "BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     async def commit(self, conn: Any) -> None:
         if conn.in_transaction:
@@ -195,7 +195,7 @@ class PostgresBackend(Backend):
         finally:
             self.busy -= 1
 
-    async def begin(self, conn: Any) -> None:
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         pass  # psycopg opens the transaction with the first statement
 
     async def commit(self, conn: Any) -> None:

@@ -53,6 +53,8 @@ class Backoff:
 
 
 FINISH, REQUEUE, REQUEUE_AT, DEAD_LETTER = "finish", "requeue", "requeue_at", "dead_letter"
+# Lease form only: leave the lease to run out, so the row comes back one lease later.
+PARK = "park"
 
 
 @attrs.frozen

@@ -27,6 +27,7 @@ class FakeClock:
             raise ValueError("FakeClock needs a timezone-aware start")
         self._sleepers: list[tuple[_dt.datetime, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
+        self.sleeping_tasks: set[asyncio.Task[object]] = set()
 
     def now(self) -> _dt.datetime:
         return self._now
@@ -38,7 +39,14 @@ class FakeClock:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         wake = self._now + _dt.timedelta(seconds=seconds)
         heapq.heappush(self._sleepers, (wake, next(self._seq), future))
-        await future
+        task = asyncio.current_task()
+        if task is not None:
+            self.sleeping_tasks.add(task)
+        try:
+            await future
+        finally:
+            if task is not None:
+                self.sleeping_tasks.discard(task)
 
     def advance(self, seconds: float) -> None:
         """Move time forward, waking every sleeper whose time has come."""
@@ -91,8 +99,12 @@ async def run_until_idle(worker: Worker, *, timeout: float = 60.0) -> None:
             await _settle(worker)
             if worker.quiet:
                 return
-            if isinstance(worker.clock, FakeClock) and worker.in_flight:
-                worker.clock.jump()
+            clock = worker.clock
+            # Jump only when every running handler waits on the fake clock: one awaiting real
+            # I/O must not see its lease run out under it.
+            if (isinstance(clock, FakeClock) and worker.in_flight
+                    and all(t in clock.sleeping_tasks for t in worker.handler_tasks)):
+                clock.jump()
             if loop.time() > deadline:
                 raise TimeoutError(f"{worker.name}: still busy after {timeout} s")
     finally:

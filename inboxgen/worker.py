@@ -27,6 +27,7 @@ from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
 from inboxgen.outcomes import (
     DEAD_LETTER,
     FINISH,
+    PARK,
     REQUEUE,
     REQUEUE_AT,
     Backoff,
@@ -132,6 +133,11 @@ class Worker:
         self._check_settings()
         if pool is not None:
             max_size = int(getattr(pool, "max_size", self.workers + 1))
+            if max_size < 2:
+                raise WorkerConfigError(
+                    f"a pool of {max_size} connection cannot serve a worker: it never takes "
+                    f"the pool's last connection, so give the pool at least 2",
+                    worker=self.name, table=d.qualified_name)
             if self.workers > max_size - 1:
                 log.warning("%s: pool of %d connections: running %d workers, not %d, so the "
                             "worker never takes the pool's last connection",
@@ -162,6 +168,7 @@ class Worker:
         self._in_flight = 0
         self._handlers_running = 0
         self.handler_threads = 0  # synchronous handlers running in threads
+        self.handler_tasks: set[asyncio.Future[Any]] = set()  # asynchronous handlers running
         self._listener: asyncio.Task[None] | None = None
         self.listener_pid: int | None = None  # the listening session, where there is one
         self._signature_cache: dict[str, frozenset[str]] = {}
@@ -294,7 +301,7 @@ class Worker:
     async def _slot(self, index: int) -> None:
         while not self._stopping.is_set():
             try:
-                claimed = await self._claim_and_work()
+                drained = await self._claim_and_work()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
@@ -302,7 +309,7 @@ class Worker:
                 log.error("%s: claim failed, trying again in 1 s: %s", self.name, err)
                 await self._wait(index, 1.0)
                 continue
-            if claimed < self.batch:
+            if drained:
                 await self._wait(index, self.poll_interval)
 
     async def _wait(self, index: int, seconds: float) -> None:
@@ -317,12 +324,14 @@ class Worker:
                 w.cancel()
             self._idle.discard(index)
 
-    async def _claim_and_work(self) -> int:
+    async def _claim_and_work(self) -> bool:
+        """One round of claiming and working; True when the queue looked drained (the claim
+        came back short), so the slot waits for the poll interval or a wake-up."""
         form = self.descriptor.form
         if form == "lease":
-            return await self._lease_round()
+            return await self._lease_round() < self.batch
         if form == "row_lock":
-            return await self._row_lock_round()
+            return await self._row_lock_round() < self.batch
         return await self._advisory_round()
 
     def _args(self, op: str, **values: Any) -> dict[str, Any]:
@@ -384,21 +393,32 @@ class Worker:
         return len(rows)
 
     async def _renew(self, h: _Held) -> None:
+        """Renew every half lease. A renewal that fails (a busy or lost connection) is tried
+        again every second; only a renewal that finds the row taken ends the lease."""
+        wait = self.lease / 2
         while True:
-            await self.clock.sleep(self.lease / 2)
+            await self.clock.sleep(wait)
             async with h.lock:
                 if h.settling or h.lost:
                     return
                 new = lease_expiry(self.clock.now(), self.lease)
-                async with self._transaction() as conn:
-                    ok = await self._call(conn, "renew", id=h.id, locked_until=h.token,
-                                          attempt=h.attempt, new_locked_until=new)
+                try:
+                    async with self._transaction() as conn:
+                        ok = await self._call(conn, "renew", id=h.id, locked_until=h.token,
+                                              attempt=h.attempt, new_locked_until=new)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    log.warning("%s: renewing the lease on row %s failed, trying again in 1 s "
+                                "(it holds until %s): %s", self.name, h.id, h.token, err)
+                    wait = min(1.0, self.lease / 2)
+                    continue
+                wait = self.lease / 2
                 if ok:
                     h.token = new
                     self.stats.renewed += 1
                 else:
-                    h.lost = True
-                    self.stats.lease_lost += 1
+                    h.lost = True  # counted when the settlement reports it
                     log.warning("%s: lease on row %s lost before it could be renewed: another "
                                 "worker may run it", self.name, h.id)
                     return
@@ -453,12 +473,15 @@ class Worker:
 
     # -- advisory ---------------------------------------------------------------------------
 
-    async def _advisory_round(self) -> int:
+    async def _advisory_round(self) -> bool:
+        """Lock and take up to `batch` of the due rows. Rows whose key another slot or process
+        holds are skipped; the round counts as drained only when fewer rows were due than it
+        read."""
         got = 0
+        limit = self.batch + self.workers
         async with self.backend.connection() as conn:
             candidates = await self._call(conn, "candidates", group=self.group,
-                                          now=self.clock.now(),
-                                          limit=self.batch + self.workers)
+                                          now=self.clock.now(), limit=limit)
             await self.backend.commit(conn)
             for row in candidates:
                 if got >= self.batch:
@@ -478,7 +501,13 @@ class Worker:
                     await self._deliver(self._held(taken, key=key), conn)
                 finally:
                     await self._unlock(conn, key)
-        return got
+        if len(candidates) < limit:
+            return got < self.batch
+        if got == 0:
+            # Every due row we read is held by others (a shared key, or other slots): look
+            # again shortly rather than wait out the poll interval.
+            await asyncio.sleep(0.01)
+        return False
 
     @contextlib.asynccontextmanager
     async def _on(self, conn: Any) -> AsyncIterator[Any]:
@@ -570,7 +599,8 @@ class Worker:
             await self._settle(h, s, conn)
             return
         async with self.backend.connection() as tx:
-            await self.backend.begin(tx)
+            # Deferred: on SQLite the write lock is taken only when the handler first writes.
+            await self.backend.begin(tx, immediate=False)
             outcome = await self._run_handler(h, payload, tx)
             s = self._decide(h, outcome)
             if outcome.kind == "ack" and s.action == FINISH:
@@ -597,7 +627,14 @@ class Worker:
         self._handlers_running += 1
         try:
             if inspect.iscoroutinefunction(self.handler):
-                result = await self.handler(job)
+                # Its own task, so a fake clock can tell a handler waiting on it from one
+                # waiting on real I/O.
+                task = asyncio.ensure_future(self.handler(job))
+                self.handler_tasks.add(task)
+                try:
+                    result = await task
+                finally:
+                    self.handler_tasks.discard(task)
             else:
                 self.handler_threads += 1
                 try:
@@ -631,12 +668,22 @@ class Worker:
         return s
 
     def _poison(self, h: _Held) -> Settlement:
+        """A payload that does not decode never will: dead-letter it, or delay it, or (with
+        neither a destination nor retry_after) drop it rather than loop on it."""
         d = self.descriptor
         if d.dead_letter_group is not None or d.dead_letter_table is not None:
             return Settlement(DEAD_LETTER, note="payload does not decode")
-        delay = self.backoff.delay(h.attempt)
-        return decide(retry_after(delay), attempt=h.attempt, max_attempts=None,
-                      has_retry_after="retry_after" in d.roles, now=self.clock.now())
+        if "retry_after" in d.roles:
+            delay = self.backoff.delay(h.attempt)
+            return Settlement(REQUEUE_AT, due=self.clock.now() + delay)
+        if d.form == "lease":
+            log.error("%s: row %s left leased: its payload does not decode, and the table has "
+                      "no dead-letter destination; it comes back when the lease ends",
+                      self.name, h.id)
+            return Settlement(PARK)
+        log.error("%s: row %s dropped: its payload does not decode and the table has neither a "
+                  "dead-letter destination nor a retry_after column", self.name, h.id)
+        return Settlement(FINISH, note="drop")
 
     async def _settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
         if self.descriptor.form == "lease":
@@ -672,6 +719,8 @@ class Worker:
             op = "retry"
         elif s.action == REQUEUE_AT:
             op, values["retry_after"] = "retry_after", s.due
+        elif s.action == PARK:
+            return
         else:
             op = "dead_letter"
             log.error("%s: row %s moved to the dead letters (%s): %s", self.name, h.id,
