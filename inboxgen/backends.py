@@ -157,6 +157,10 @@ class PostgresBackend(Backend):
 
         self.own_pool = pool is None
         self.conninfo = conninfo if conninfo is not None else str(getattr(pool, "conninfo", ""))
+        # The listening connection is opened like the pool's own (a password may live here).
+        self.connect_kwargs: dict[str, Any] = {
+            k: v for k, v in dict(getattr(pool, "kwargs", None) or {}).items()
+            if k != "autocommit"}
         self.pool: AsyncConnectionPool[Any] = pool or AsyncConnectionPool(
             self.conninfo, min_size=1, max_size=size + 1, open=False,
             name=f"inboxgen-{descriptor.table}")

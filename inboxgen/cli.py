@@ -72,8 +72,8 @@ def _run_worker(target: str, level: str) -> int:
     from inboxgen.errors import WorkerError
 
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    worker = _load_worker(target)
     try:
+        worker = _load_worker(target)
         worker.run()
     except WorkerError as err:
         print(f"inboxgen: {type(err).__name__}: {err}", file=sys.stderr)
@@ -124,9 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # inboxgen reports statements sqlglot cannot parse itself, with file and line.
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
     try:
-        project = find_project(Path.cwd())
-        if args.command == "worker":
+        if args.command == "worker":  # needs no project settings
             return _run_worker(args.target, args.log_level)
+        project = find_project(Path.cwd())
         if args.command == "build":
             return _build(project, args.specs)
         return _verify(project, args.specs)

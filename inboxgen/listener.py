@@ -30,8 +30,9 @@ async def listen(worker: Worker) -> None:
     first = True
     while True:
         try:
-            conn = await psycopg.AsyncConnection.connect(backend.conninfo, autocommit=True)
-        except psycopg.OperationalError as err:
+            conn = await psycopg.AsyncConnection.connect(
+                backend.conninfo, **{**backend.connect_kwargs, "autocommit": True})
+        except (psycopg.Error, OSError) as err:
             log.error("%s: cannot open the listening connection, trying again in 1 s: %s",
                       worker.name, err)
             await asyncio.sleep(1.0)
@@ -48,7 +49,7 @@ async def listen(worker: Worker) -> None:
                 async for note in conn.notifies():
                     if worker.group is None or note.payload in ("", worker.group):
                         worker.wake()
-        except psycopg.OperationalError as err:
+        except (psycopg.Error, OSError) as err:
             log.warning("%s: the listening connection was lost (%s); reconnecting",
-                        worker.name, str(err).strip())
+                        worker.name, str(err).strip().splitlines()[0] if str(err) else err)
             await asyncio.sleep(0.1)

@@ -119,9 +119,9 @@ class Worker:
         self.handler = handler
         self.group = group
         self.name = name or (f"{d.table}:{group}" if group else d.table)
-        self.workers = workers or defaults.workers
-        self.batch = batch or defaults.batch
-        self.lease = lease or defaults.lease_seconds
+        self.workers = defaults.workers if workers is None else workers
+        self.batch = defaults.batch if batch is None else batch
+        self.lease = defaults.lease_seconds if lease is None else lease
         self.poll_interval = poll_interval if poll_interval is not None else \
             defaults.poll_interval
         self.max_attempts = defaults.max_attempts if max_attempts is _UNSET else max_attempts
@@ -261,8 +261,8 @@ class Worker:
             for task in pending:
                 task.cancel()
             if pending:
-                log.warning("%s: %d job(s) still in work after %.0f s: cancelled (%s)",
-                            self.name, len(pending), self.shutdown_timeout,
+                log.warning("%s: %d job(s) still in work after %g s: cancelled (%s)",
+                            self.name, self._in_flight, self.shutdown_timeout,
                             _UNFINISHED[self.descriptor.form])
                 await asyncio.gather(*pending, return_exceptions=True)
         if self._listener is not None:
@@ -271,6 +271,10 @@ class Worker:
         AdvisoryRegistry.release_all(self)
         await self.backend.close()
         self._tasks = []
+        self._listener = None
+        # Ready to start again (a worker can serve, stop, and serve once more).
+        self.started = False
+        self._stopping = asyncio.Event()
         log.info("%s: stopped", self.name)
 
     @property
@@ -380,17 +384,27 @@ class Worker:
         async with self._transaction() as conn:
             rows = await self._claim(conn, now, self.batch, until)
         held = [self._held(r, token=until) for r in rows]
-        self._in_flight += len(held)
         for h in held:  # every claimed row renews from the start, not only the one in work
             h.renewal = asyncio.create_task(self._renew(h))
         try:
-            for h in held:
-                await self._deliver(h)
+            await self._deliver_all(held)
         finally:
             for h in held:
                 if h.renewal is not None:
                     h.renewal.cancel()
         return len(rows)
+
+    async def _deliver_all(self, held: list[_Held], conn: Any | None = None) -> None:
+        """Deliver claimed rows one after another; rows a broken round never reached leave the
+        in-work count too."""
+        self._in_flight += len(held)
+        started = 0
+        try:
+            for h in held:
+                started += 1
+                await self._deliver(h, conn)
+        finally:
+            self._in_flight -= len(held) - started
 
     async def _renew(self, h: _Held) -> None:
         """Renew every half lease. A renewal that fails (a busy or lost connection) is tried
@@ -459,10 +473,8 @@ class Worker:
                 await self.backend.rollback(conn)
                 return len(counted)
             held = [self._held(r) for r in rows]
-            self._in_flight += len(held)
             try:
-                for h in held:
-                    await self._deliver(h, conn)
+                await self._deliver_all(held, conn)
             except BaseException:
                 # A cancelled or broken round rolls back: its rows return at once, attempts
                 # unchanged (what a crash does in this form).
@@ -523,14 +535,15 @@ class Worker:
     async def _lock(self, conn: Any, key: str) -> bool:
         if self.backend.dialect == "sqlite":
             database = getattr(self.backend, "path", "")
-            return AdvisoryRegistry.try_lock(database, key, self)
+            return AdvisoryRegistry.try_lock(str(Path(database).resolve()), key, self)
         ok = bool(await self._call(conn, "lock", key=key))
         await self.backend.commit(conn)
         return ok
 
     async def _unlock(self, conn: Any, key: str) -> None:
         if self.backend.dialect == "sqlite":
-            AdvisoryRegistry.unlock(getattr(self.backend, "path", ""), key, self)
+            database = getattr(self.backend, "path", "")
+            AdvisoryRegistry.unlock(str(Path(database).resolve()), key, self)
             return
         with contextlib.suppress(Exception):  # a broken session has released it already
             await self.backend.rollback(conn)
@@ -599,21 +612,30 @@ class Worker:
             await self._settle(h, s, conn)
             return
         async with self.backend.connection() as tx:
-            # Deferred: on SQLite the write lock is taken only when the handler first writes.
-            await self.backend.begin(tx, immediate=False)
-            outcome = await self._run_handler(h, payload, tx)
-            s = self._decide(h, outcome)
-            if outcome.kind == "ack" and s.action == FINISH:
-                try:
-                    await self._settle_lease(h, s, tx)
-                except BaseException:
-                    await self.backend.rollback(tx)
-                    raise
-                await self.backend.commit(tx)
-                self._count(s, outcome)
-                return
-            await self.backend.rollback(tx)
-        await self._settle(h, s, None)
+            sqlite = self.backend.dialect == "sqlite"
+            await self.backend.begin(tx, immediate=True)
+            if sqlite:
+                # This transaction holds SQLite's write lock until the job settles, so no other
+                # connection can claim the row: the lease needs no renewal meanwhile (and a
+                # renewal, on another connection, would only wait for this very lock).
+                async with h.lock:
+                    if h.renewal is not None:
+                        h.renewal.cancel()
+            try:
+                await self.backend.execute(tx, "SAVEPOINT inboxgen_job")
+                outcome = await self._run_handler(h, payload, tx)
+                s = self._decide(h, outcome)
+                if outcome.kind != "ack" or s.action != FINISH:
+                    # The handler's writes go; the outcome is still recorded, in the same
+                    # transaction, so no other claim can slip in between.
+                    await self.backend.execute(tx, "ROLLBACK TO SAVEPOINT inboxgen_job")
+                await self.backend.execute(tx, "RELEASE SAVEPOINT inboxgen_job")
+                await self._settle_lease(h, s, tx)
+            except BaseException:
+                await self.backend.rollback(tx)
+                raise
+            await self.backend.commit(tx)
+            self._count(s, outcome)
 
     async def _run_handler(self, h: _Held, payload: Any, conn: Any | None) -> Outcome:
         d = self.descriptor
@@ -646,10 +668,15 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            if "retry_after" not in d.roles:
+                log.warning("%s: handler failed on row %s (attempt %s): %r; retrying now (the "
+                            "table has no retry_after column for a backoff)", self.name, h.id,
+                            h.attempt, err)
+                return retry()
             delay = self.backoff.delay(h.attempt)
-            log.warning("%s: handler failed on row %s (attempt %s): %r; retrying in %.0f s",
+            log.warning("%s: handler failed on row %s (attempt %s): %r; retrying in %g s",
                         self.name, h.id, h.attempt, err, delay.total_seconds())
-            return retry_after(delay) if "retry_after" in d.roles else retry()
+            return retry_after(delay)
         finally:
             self._handlers_running -= 1
         if result is None:
@@ -700,6 +727,7 @@ class Worker:
     def _count(self, s: Settlement, outcome: Outcome | None) -> None:
         if s.action == FINISH:
             if s.note == "drop":
+                log.info("%s: job dropped by its handler", self.name)
                 self.stats.dropped += 1
             else:
                 self.stats.acked += 1

@@ -1259,3 +1259,44 @@ def test_sync_handler_runs_in_a_thread(sqlite_path: Path) -> None:
     assert seen == [(b"a", False), (b"b", False)]
     assert worker.stats.acked == 2
     assert sqlite_rows(sqlite_path, "SELECT count(*) FROM report_jobs") == [(0,)]
+
+
+# -- SQLite transactional handlers longer than the lease; a worker served twice ---------------
+
+
+def test_sqlite_transactional_job_longer_than_its_lease_settles_once(sqlite_path: Path) -> None:
+    """The handler's transaction holds SQLite's write lock, so nobody can take the row while it
+    runs: a job twice as long as its lease still acks, once, with its writes."""
+    reports = example("reports")
+    db = sqlite_db(sqlite_path, migration_sql("reports") + "\nCREATE TABLE done (id INTEGER);")
+    reports.insert(db, reports.NewRow(payload=b"long"))
+    db.commit()
+    clock = fake_clock()
+
+    async def render(job: Job[bytes]) -> None:
+        job.connection.execute("INSERT INTO done (id) VALUES (?)", (job.id,))
+        await clock.sleep(120)  # two leases long
+
+    worker = Worker(reports.DESCRIPTOR, render, database=sqlite_path, clock=clock,
+                    transactional=True)
+    asyncio.run(run_until_idle(worker, timeout=30))
+    assert worker.stats.acked == 1
+    assert worker.stats.lease_lost == 0
+    assert worker.stats.delivered == 1
+    assert sqlite_rows(sqlite_path, "SELECT id FROM done") == [(1,)]
+    assert sqlite_rows(sqlite_path, "SELECT count(*) FROM report_jobs") == [(0,)]
+
+
+def test_a_worker_can_serve_again_after_shutdown(sqlite_path: Path) -> None:
+    reports = example("reports")
+    db = sqlite_db(sqlite_path, migration_sql("reports"))
+    seen: list[bytes] = []
+    worker = Worker(reports.DESCRIPTOR, lambda job: seen.append(job.payload),
+                    database=sqlite_path, clock=fake_clock())
+    reports.insert(db, reports.NewRow(payload=b"first"))
+    db.commit()
+    asyncio.run(run_until_idle(worker, timeout=30))
+    reports.insert(db, reports.NewRow(payload=b"second"))
+    db.commit()
+    asyncio.run(run_until_idle(worker, timeout=30))
+    assert seen == [b"first", b"second"]
