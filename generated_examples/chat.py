@@ -210,7 +210,14 @@ def fifo_claim(
     held = guard.fetchone()
     if held is None or not held[0]:
         return None
-    cur = conn.execute(FIFO_CLAIM, {"locked_until": locked_until, "group": group, "now": now})
+    cur = conn.execute(
+        FIFO_CLAIM,
+        {
+            "locked_until": locked_until,
+            "group": group,
+            "now": now,
+        },
+    )
     row = cur.fetchone()
     return None if row is None else _claimed(row)
 
@@ -248,7 +255,14 @@ def finish(
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(FINISH, {"id": id, "locked_until": locked_until, "attempt": attempt})
+    cur = conn.execute(
+        FINISH,
+        {
+            "id": id,
+            "locked_until": locked_until,
+            "attempt": attempt,
+        },
+    )
     return cur.rowcount == 1
 
 
@@ -262,7 +276,14 @@ def retry(
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
+    cur = conn.execute(
+        RETRY,
+        {
+            "id": id,
+            "locked_until": locked_until,
+            "attempt": attempt,
+        },
+    )
     return cur.rowcount == 1
 
 
@@ -348,7 +369,14 @@ async def fifo_claim_async(
     held = await guard.fetchone()
     if held is None or not held[0]:
         return None
-    cur = await conn.execute(FIFO_CLAIM, {"locked_until": locked_until, "group": group, "now": now})
+    cur = await conn.execute(
+        FIFO_CLAIM,
+        {
+            "locked_until": locked_until,
+            "group": group,
+            "now": now,
+        },
+    )
     row = await cur.fetchone()
     return None if row is None else _claimed(row)
 
@@ -386,7 +414,14 @@ async def finish_async(
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await conn.execute(FINISH, {"id": id, "locked_until": locked_until, "attempt": attempt})
+    cur = await conn.execute(
+        FINISH,
+        {
+            "id": id,
+            "locked_until": locked_until,
+            "attempt": attempt,
+        },
+    )
     return cur.rowcount == 1
 
 
@@ -400,7 +435,14 @@ async def retry_async(
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
+    cur = await conn.execute(
+        RETRY,
+        {
+            "id": id,
+            "locked_until": locked_until,
+            "attempt": attempt,
+        },
+    )
     return cur.rowcount == 1
 
 

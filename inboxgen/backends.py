@@ -230,6 +230,136 @@ class PostgresBackend(Backend):
             await conn.rollback()
 
 
+def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
+    """PyMySQL connect() arguments from a URL (mysql://user:password@host:port/db) or a mapping
+    of them."""
+    if not isinstance(database, str):
+        return dict(database)
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    url = urlsplit(database)
+    if url.scheme not in ("mysql", "mariadb", "mysql+pymysql"):
+        raise ValueError("a MySQL/MariaDB database is a URL like mysql://user@host:3306/name")
+    args: dict[str, Any] = {"host": url.hostname or "localhost", "port": url.port or 3306,
+                            "database": unquote(url.path.lstrip("/")) or None}
+    if url.username:
+        args["user"] = unquote(url.username)
+    if url.password:
+        args["password"] = unquote(url.password)
+    for key, values in parse_qs(url.query).items():
+        if key in ("unix_socket", "charset", "ssl_ca"):
+            args[key] = values[-1]
+    return args
+
+
+class MySQLBackend(Backend):
+    """PyMySQL connections (a small pool of the worker's own), each used by one task at a time,
+    at READ COMMITTED and in UTC."""
+
+    dialect = "mysql"
+
+    def __init__(self, descriptor: TableDescriptor, database: str | Mapping[str, Any]) -> None:
+        super().__init__(descriptor)
+        self.connect_args = mysql_connect_args(database)
+        self._idle: list[Any] = []
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def _connect(self) -> Any:
+        import pymysql
+
+        conn = pymysql.connect(**self.connect_args, autocommit=False)
+        with conn.cursor() as cur:
+            # Claims run at READ COMMITTED; times travel as naive UTC.
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute("SET SESSION time_zone = '+00:00'")
+        return conn
+
+    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.busy += 1
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        finally:
+            self.busy -= 1
+
+    async def open(self) -> None:
+        conn = await self._run(self._connect)
+        self._all.append(conn)
+        self._idle.append(conn)
+
+    async def close(self) -> None:
+        for conn in self._all:
+            with contextlib.suppress(Exception):
+                await self._run(conn.close)
+        self._all.clear()
+        self._idle.clear()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = await self._run(self._connect)
+            with self._lock:
+                self._all.append(conn)
+        broken = False
+        try:
+            yield conn
+        except BaseException:
+            broken = True
+            raise
+        finally:
+            try:
+                await self._run(conn.rollback)  # what was not committed does not leak
+            except Exception:
+                broken = True
+            if broken and not conn.open:
+                with self._lock:
+                    self._all.remove(conn)
+            else:
+                with self._lock:
+                    self._idle.append(conn)
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.descriptor.ops, op)
+        return await self._run(fn, conn, *args, **kwargs)
+
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
+        await self._run(conn.begin)
+
+    async def commit(self, conn: Any) -> None:
+        await self._run(conn.commit)
+
+    async def rollback(self, conn: Any) -> None:
+        await self._run(conn.rollback)
+
+    async def execute(self, conn: Any, sql: str) -> None:
+        def run() -> None:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+
+        await self._run(run)
+
+    async def query(self, conn: Any, sql: str) -> Any:
+        def run() -> Any:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchone()
+
+        return await self._run(run)
+
+    async def explain(self, conn: Any, name: str) -> None:
+        sql, params = self._explain_args(name)
+        # A list parameter (`IN %(ids)s`) is bound as a one-element list.
+        bound = {k: ([None] if k == "ids" else v) for k, v in params.items()}
+
+        def run() -> None:
+            with conn.cursor() as cur:
+                cur.execute(sql, bound)
+
+        await self._run(run)
+
+
 class AdvisoryRegistry:
     """SQLite's advisory locks: a registry in the process (one process per database file)."""
 

@@ -398,6 +398,12 @@ def _declared_integer(name: str, text: str) -> bool:
 def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     d = catalog.dialect
     schema_node = tree.this
+    props = tree.args.get("properties")
+    like = props.find(exp.LikeProperty) if isinstance(props, exp.Expression) else None
+    if isinstance(schema_node, exp.Table) and like is not None:
+        # MySQL's CREATE TABLE t LIKE source: columns, defaults and AUTO_INCREMENT alike.
+        schema_node = exp.Schema(this=schema_node, expressions=[like])
+        like.set("expressions", [exp.Property(this="INCLUDING", value=exp.var("ALL"))])
     if not isinstance(schema_node, exp.Schema):
         return  # CREATE TABLE ... AS SELECT: no column list to record
     schema, name = _table_name(schema_node, d)

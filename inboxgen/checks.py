@@ -77,10 +77,6 @@ class _Checker:
 
     def run(self) -> Queue | None:
         spec = self.spec
-        if self.d.name == "mysql":
-            # The catalog reads MySQL/MariaDB DDL, but its statements are not generated yet.
-            self.err(spec.line("dialect"), "dialect mysql: the DDL is read, but inboxgen does "
-                                           "not generate MySQL/MariaDB statements yet")
         self.opaque_statements()
         table = self.catalog.table(spec.schema, spec.table)
         tname = f'"{spec.schema}.{spec.table}"' if spec.schema else f'"{spec.table}"'
@@ -96,6 +92,7 @@ class _Checker:
             if part:
                 self.check_identifier(part, spec.line("table"), what)
         roles = self.bind_roles(table)
+        self.time_roles_agree(table, roles)
         form = self.claim_form(roles)
         fields = self.fields(table, roles)
         payload = roles.get("payload")
@@ -190,6 +187,25 @@ class _Checker:
                              f"(NULL means not {meaning})")
         if b.role in ("retry_after", "id", "attempt", "priority", "group") and col.nullable:
             self.err(b.line, f"{where} is nullable, but role {b.role} must be NOT NULL")
+
+    def time_roles_agree(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]]
+                         ) -> None:
+        """`now` is bound once per statement, so the time roles must share one type: a
+        TIMESTAMPTZ compared with a TIMESTAMP is read in the session's time zone."""
+        if self.d.name != "postgres":
+            return
+        timed = [(b, c) for r, (b, c) in roles.items()
+                 if r in ("retry_after", "processed_at", "locked_until")
+                 and c.kind in (cat.TIMESTAMP, cat.TIMESTAMPTZ)]
+        kinds = {c.kind for _, c in timed}
+        if len(kinds) > 1:
+            first_b, first = timed[0]
+            for b, c in timed[1:]:
+                if c.kind != first.kind:
+                    self.err(b.line, f"column \"{table.name}.{c.name}\" is {c.type_sql} but "
+                                     f"\"{table.name}.{first.name}\" ({first_b.role}) is "
+                                     f"{first.type_sql}: the time roles must share one type")
+                    break
 
     def check_identifier(self, name: str, line: int, what: str) -> None:
         if self.d.identifier_too_long(name):

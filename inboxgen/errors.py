@@ -7,6 +7,7 @@
     └── WorkerError        the runtime failed; names the worker, table and statement
         ├── SchemaError        a statement does not prepare against the live database
         ├── LeaseLost          a lease settlement or renewal found the row taken by another
+        ├── ServerTooOld       the MySQL/MariaDB server lacks what the claims need
         └── WorkerConfigError  the worker's settings contradict each other or the table
 
 Errors caused by user input carry where the problem is (file and line, table, column) so that the
@@ -75,6 +76,10 @@ class SchemaError(WorkerError):
 
 class LeaseLost(WorkerError):
     """A lease settlement or renewal found the row no longer held by this worker."""
+
+
+class ServerTooOld(WorkerError):
+    """The server is older than inboxgen's floor (MySQL 8.0.1, MariaDB 10.6: SKIP LOCKED)."""
 
 
 class WorkerConfigError(WorkerError):

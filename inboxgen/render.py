@@ -102,6 +102,7 @@ class _Renderer:
         self.st = {s.name: s for s in statements}
         self.sqlite = self.d.name == "sqlite"
         self.pg = self.d.name == "postgres"
+        self.mysql = self.d.name == "mysql"
 
     # -- types and conversions --------------------------------------------------------------
 
@@ -139,7 +140,8 @@ class _Renderer:
         none = "_or_none" if f.column.nullable else ""
         if self.q.time_text(f):
             return f"_v.parse_sqlite_time{none}({expr})"
-        if f.column.kind == cat.TIMESTAMP and not self.sqlite:
+        if f.column.kind == cat.TIMESTAMP and not self.sqlite or (
+                self.mysql and f.column.kind == cat.TIMESTAMPTZ):
             return f"_v.aware{none}({expr})"
         return expr
 
@@ -148,7 +150,9 @@ class _Renderer:
             return expr
         if self.q.time_text(f):
             return f"_v.sqlite_time({expr})"
-        if f.column.kind == cat.TIMESTAMP:
+        # MySQL's DATETIME and TIMESTAMP both travel as naive UTC (the worker's sessions run
+        # with time_zone '+00:00').
+        if f.column.kind == cat.TIMESTAMP or (self.mysql and f.column.kind == cat.TIMESTAMPTZ):
             return f"_v.naive_utc({expr})"
         return expr
 
@@ -174,7 +178,7 @@ class _Renderer:
             return f"Jsonb({expr})"
         if self.q.time_text(f):
             return f"_v.sqlite_time{'_or_none' if nullable else ''}({expr})"
-        if kind == cat.TIMESTAMP and not self.sqlite:
+        if kind == cat.TIMESTAMP and not self.sqlite or (self.mysql and kind == cat.TIMESTAMPTZ):
             return f"_v.naive_utc{'_or_none' if nullable else ''}({expr})"
         return expr
 
@@ -195,16 +199,24 @@ class _Renderer:
             return "CHANNEL"
         if name == "payload":
             return "group"
+        if name == "ids":
+            return f"[r.{self.q.id.attr} for r in rows]"
         return name
 
     def params(self, st: Statement) -> list[str]:
         return [f"{py_str(p)}: {self.param_value(p)}" for p in st.params]
 
-    def run(self, head: str, name: str, items: list[str]) -> list[str]:
-        """`head` + `conn.execute(NAME, {params})`, wrapped when the line gets long."""
-        one = f"{head}AWAIT conn.execute({name}, {{{', '.join(items)}}})"
-        if len(one.replace("AWAIT ", "await ")) + 4 <= 100 or not items:
+    def run(self, head: str, name: str, items: list[str] | str) -> list[str]:
+        """`head` + `conn.execute(NAME, {params})`, wrapped when the line gets long. PyMySQL
+        connections have no execute(): a cursor runs the statement there."""
+        call = "_v.mysql_execute(conn, " if self.mysql else "AWAIT conn.execute("
+        params = items if isinstance(items, str) else f"{{{', '.join(items)}}}"
+        one = f"{head}{call}{name}, {params})"
+        if len(one.replace("AWAIT ", "await ")) + 8 <= 100 or isinstance(items, str):
             return [one]
+        if self.mysql:
+            return [f"{head}_v.mysql_execute(", "    conn,", f"    {name},", "    {",
+                    *[f"        {i}," for i in items], "    },", ")"]
         return [f"{head}AWAIT conn.execute(", f"    {name},", "    {",
                 *[f"        {i}," for i in items], "    },", ")"]
 
@@ -224,7 +236,8 @@ class _Renderer:
     def args(self, st: Statement, *, skip: tuple[str, ...] = (), extra: str = "") -> str:
         types = self.arg_types()
         names = sorted((p for p in st.params
-                        if p not in skip and p not in ("dead_group", "channel", "payload")),
+                        if p not in skip and p not in ("dead_group", "channel", "payload",
+                                                       "ids")),
                        key=_ARG_ORDER.index)
         parts = [f"{p}: {types[p]}" for p in names]
         if extra:
@@ -237,7 +250,9 @@ class _Renderer:
         st = self.st
         lease_doc = (" Returns False when the lease is no longer held (the row is untouched)."
                      if q.lease else "")
-        if "CLAIM" in st:
+        if "CLAIM" in st and self.mysql:
+            out.append(self.mysql_claim())
+        elif "CLAIM" in st:
             claim = st["CLAIM"]
             body = [*self.run("cur = ", "CLAIM", self.params(claim)),
                     "rows = [_claimed(r) for r in AWAIT cur.fetchall()]"]
@@ -260,10 +275,17 @@ class _Renderer:
                                 *self.run("cur = ", "CANDIDATES", self.params(cand)),
                                 "return [_claimed(r) for r in AWAIT cur.fetchall()]")))
             take = st["TAKE"]
-            out.append(Func("take", self.args(take), "ClaimedRow | None", take.doc, (
-                *self.run("cur = ", "TAKE", self.params(take)),
-                "row = AWAIT cur.fetchone()",
-                "return None if row is None else _claimed(row)")))
+            body = [*self.run("cur = ", "TAKE", self.params(take)),
+                    "row = AWAIT cur.fetchone()"]
+            if "TAKE_COUNT" in st:
+                body += ["if row is None:", "    return None",
+                         *self.run("", "TAKE_COUNT", self.params(st["TAKE_COUNT"])),
+                         "return _claimed(row)"]
+            else:
+                body.append("return None if row is None else _claimed(row)")
+            out.append(Func("take", self.args(take), "ClaimedRow | None",
+                            take.doc + (" Counts the attempt." if "TAKE_COUNT" in st else ""),
+                            tuple(body)))
         if "LOCK" in st:
             for name in ("LOCK", "UNLOCK"):
                 s = st[name]
@@ -271,6 +293,8 @@ class _Renderer:
                     *self.run("cur = ", name, self.params(s)),
                     "row = AWAIT cur.fetchone()",
                     "return row is not None and bool(row[0])")))
+        if "FIFO_HEAD" in st:
+            out.append(self.mysql_fifo_claim())
         if "FIFO_CLAIM" in st:
             fc = st["FIFO_CLAIM"]
             body = []
@@ -307,12 +331,12 @@ class _Renderer:
         ins_params = "_insert_params(row)" if q.insert_fields else "{}"
         out.append(Func("insert", "row: NewRow", "None",
                         "Enqueue one row on the caller's connection; nothing is committed here.",
-                        (f"AWAIT conn.execute(INSERT, {ins_params})",)))
+                        tuple(self.run("", "INSERT", ins_params))))
         if "INSERT_UNIQUE" in st:
             out.append(Func("insert_unique", "row: NewRow", "bool",
                             "Enqueue one row unless its unique key is already queued; "
                             "returns whether it was inserted.",
-                            (f"cur = AWAIT conn.execute(INSERT_UNIQUE, {ins_params})",
+                            (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
                              "return cur.rowcount == 1")))
         if "INSERT_MANY" in st:
             many = st["INSERT_MANY"]
@@ -321,6 +345,18 @@ class _Renderer:
             out.append(Func("insert_many", "rows: Sequence[NewRow]", "None", many.doc
                             + " Nothing is committed here.",
                             tuple(self.run("", "INSERT_MANY", cols))))
+        elif q.insert_fields and self.pg:
+            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
+                            "Enqueue many rows (executemany, pipelined by psycopg); nothing is "
+                            "committed here.",
+                            ("cur = conn.cursor()",
+                             "AWAIT cur.executemany(INSERT, [_insert_params(r) for r in rows])")))
+        elif q.insert_fields and self.mysql:
+            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
+                            "Enqueue many rows in one statement (PyMySQL's executemany writes "
+                            "one multi-row INSERT); nothing is committed here.",
+                            ("_v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in "
+                             "rows])",)))
         elif q.insert_fields:
             out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
                             "Enqueue many rows in one call (executemany); nothing is committed "
@@ -330,6 +366,70 @@ class _Renderer:
             out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc,
                             tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
         return out
+
+    def mysql_claim(self) -> Func:
+        """MySQL has no UPDATE ... RETURNING: select and lock, then mark, in one transaction."""
+        st = self.st
+        claim = st["CLAIM"]
+        body = [*self.run("cur = ", "CLAIM", self.params(claim)),
+                "rows = [_claimed(r) for r in cur.fetchall()]"]
+        args = self.args(claim, skip=("limit",), extra="limit: int = 1")
+        doc = claim.doc
+        if "CLAIM_MARK" in st:
+            mark = st["CLAIM_MARK"]
+            body += ["if rows:", *("    " + line for line in
+                                   self.run("", "CLAIM_MARK", self.params(mark))),
+                     "return [attrs.evolve(r, locked_until=locked_until) for r in rows]"]
+            args = self.args(claim, skip=("limit",),
+                             extra="locked_until: datetime.datetime, limit: int = 1")
+            doc = "Claim up to `limit` rows under a lease ending at `locked_until`; run it in " \
+                  "a transaction and commit."
+        elif "CLAIM_COUNT" in st:
+            count = st["CLAIM_COUNT"]
+            body += ["if rows:", *("    " + line for line in
+                                   self.run("", "CLAIM_COUNT", self.params(count))),
+                     "return rows"]
+            doc = st["CLAIM_COUNT"].doc.replace("the claimed rows", "up to `limit` rows")
+        else:
+            body.append("return rows")
+        return Func("claim", args, "list[ClaimedRow]", doc, tuple(body))
+
+    def mysql_fifo_claim(self) -> Func:
+        q, st = self.q, self.st
+        head = st["FIFO_HEAD"]
+        ra = q.role("retry_after")
+        lines: list[str] = []
+        if q.form == ROW_LOCK:
+            lines += ["try:", *("    " + line for line in
+                                self.run("cur = ", "FIFO_HEAD", self.params(head))),
+                      "except pymysql.err.OperationalError as err:",
+                      "    if _v.mysql_lock_unavailable(err):",
+                      "        return None  # another claim holds the head",
+                      "    raise"]
+        else:
+            lines += self.run("cur = ", "FIFO_HEAD", self.params(head))
+        lines += ["row = cur.fetchone()", "if row is None:", "    return None",
+                  "head = _claimed(row)"]
+        if ra is not None:
+            lines += [f"if head.{ra.attr} > now:", "    return None  # the head is not due"]
+        extra = "now: datetime.datetime" if ra is not None else ""
+        if q.form == LEASE:
+            held = st["FIFO_HELD"]
+            lines += [*self.run("cur = ", "FIFO_HELD", self.params(held)),
+                      "held = cur.fetchone()", "if held is not None and held[0]:",
+                      "    return None  # a row of the group is leased",
+                      *self.run("", "CLAIM_MARK", [
+                          f'"locked_until": {self.param_value("locked_until")}',
+                          f'"ids": [head.{q.id.attr}]']),
+                      "return attrs.evolve(head, locked_until=locked_until)"]
+            extra = "now: datetime.datetime, locked_until: datetime.datetime"
+        else:
+            lines.append("return head")
+        args = "*, group: str" + (f", {extra}" if extra else "")
+        return Func("fifo_claim", args, "ClaimedRow | None",
+                    "Claim the group's head, or nothing while it (or, under a lease, any row of "
+                    "the group) is held or the head is not yet due; run it in a transaction.",
+                    tuple(lines))
 
     # -- module -------------------------------------------------------------------------------
 

@@ -115,9 +115,33 @@ class _Builder:
 
     # -- statements -----------------------------------------------------------------------------
 
+    @property
+    def mysql(self) -> bool:
+        return self.d.name == "mysql"
+
+    def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
+                         ) -> None:
+        """SELECT the rows due for a claim, in claim order (MySQL's first claim step)."""
+        self.add(name, "\n".join(x for x in (
+            f"SELECT {self.select_list()}",
+            f"FROM {self.t()}",
+            self.where(self.filters()),
+            f"ORDER BY {self.order()}",
+            f"LIMIT {self.p('limit')}",
+            lock,
+        ) if x), doc)
+
+    def mark(self, name: str, sets: list[str], doc: str) -> None:
+        """UPDATE the rows a MySQL claim selected (MySQL has no UPDATE ... RETURNING); `ids`
+        is a list, which PyMySQL writes as a parenthesised list."""
+        self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
+                 + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}", doc)
+
     def build(self) -> list[Statement]:
         form = self.q.form
-        if form == ROW_LOCK and self.q.count_crashes:
+        if self.mysql:
+            self.claim_mysql()
+        elif form == ROW_LOCK and self.q.count_crashes:
             self.claim_row_lock_counted()
         elif form == ROW_LOCK:
             self.claim_row_lock()
@@ -126,7 +150,7 @@ class _Builder:
         elif form == ADVISORY:
             self.claim_advisory()
         if self.q.fifo:
-            self.fifo()
+            self.fifo_mysql() if self.mysql else self.fifo()
         if form == LEASE:
             lu = self.role("locked_until")
             assert lu is not None
@@ -149,6 +173,81 @@ class _Builder:
             "FOR UPDATE SKIP LOCKED",
         ) if x), "Claim up to `limit` rows; the claim's open transaction holds them.")
 
+    def claim_mysql(self) -> None:
+        form = self.q.form
+        attempt = self.role("attempt")
+        if form == ROW_LOCK:
+            self.select_claimable("CLAIM", "Claim up to `limit` rows; the claim's open "
+                                           "transaction holds them.")
+            if self.q.count_crashes:
+                assert attempt is not None
+                self.mark("CLAIM_COUNT", [f"{self.c(attempt)} = {self.c(attempt)} + 1"],
+                          "Count the next delivery of the claimed rows (committed at once, so a "
+                          "crash still spends the attempt).")
+                self.relock()
+        elif form == LEASE:
+            self.select_claimable("CLAIM", "Select up to `limit` due rows and lock them until "
+                                           "CLAIM_MARK, in the same transaction.")
+            self.mark("CLAIM_MARK", self.claim_set(),
+                      "Write the lease (the ownership token) on the rows CLAIM selected.")
+        else:
+            self.select_claimable("CANDIDATES", "Rows due for a claim, in claim order; each is "
+                                                "then locked by its key.", lock="")
+            take_where = [f"{self.c(self.q.id)} = {self.p('id')}"] + self.filters()
+            self.add("TAKE", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
+                     + self.where(take_where),
+                     "Under its key's lock, confirm the row is still due.")
+            if attempt is not None:
+                self.add("TAKE_COUNT", f"UPDATE {self.t()}\n"
+                                       f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
+                                       f"WHERE {self.c(self.q.id)} = {self.p('id')}",
+                         "Count the attempt of a taken row.")
+            # Lock names: prefixed with the database, hashed where they pass MySQL's 64.
+            name = ("FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name")
+            self.add("LOCK", "SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), "
+                             f"name), 0)\n{name}",
+                     "Take the session-level lock on a job's key, without waiting.")
+            self.add("UNLOCK", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256),"
+                               f" name))\n{name}",
+                     "Release the session-level lock on a job's key.")
+
+    def fifo_mysql(self) -> None:
+        """MySQL FIFO without advisory transaction locks: locking the group's head row
+        serialises the group's claimers; a live lease anywhere in the group still blocks."""
+        g = self.role("group")
+        assert g is not None
+        head_filters = [f"{self.c(g)} = {self.p('group')}"]
+        pa = self.role("processed_at")
+        if pa is not None:
+            head_filters.append(f"{self.c(pa)} IS NULL")
+        lock = "FOR UPDATE NOWAIT" if self.q.form == ROW_LOCK else "FOR UPDATE"
+        self.add("FIFO_HEAD", "\n".join((
+            f"SELECT {self.select_list()}",
+            f"FROM {self.t()}",
+            self.where(head_filters),
+            f"ORDER BY {self.order()}",
+            "LIMIT 1",
+            lock,
+        )), "The group's head (first unfinished row in claim order), locked"
+            + (" without waiting: a held head means nothing to claim." if self.q.form == ROW_LOCK
+               else ": concurrent claims of the group wait here."))
+        if self.q.form == LEASE:
+            lu = self.role("locked_until")
+            assert lu is not None
+            self.add("FIFO_HELD", f"SELECT COUNT(*)\nFROM {self.t()}\n"
+                     + self.where(head_filters + [f"{self.c(lu)} > {self.p('now')}"]),
+                     "Rows of the group under a live lease: any blocks the claim.")
+
+    def relock(self) -> None:
+        attempt = self.role("attempt")
+        assert attempt is not None
+        self.add("RELOCK", f"SELECT {self.select_list(returning_claim=True)}\nFROM {self.t()}\n"
+                 + self.where([f"{self.c(self.q.id)} = {self.p('id')}",
+                               f"{self.c(attempt)} = {self.p('attempt')} + 1"])
+                 + "\nFOR UPDATE SKIP LOCKED",
+                 "Lock a counted row for the handler's transaction, unless another claim "
+                 "counted it since.")
+
     def claim_row_lock_counted(self) -> None:
         """Row lock that survives crash loops: count the attempt in a short transaction of its
         own, then lock the row again (guarded by the attempt) for the handler's transaction."""
@@ -168,12 +267,7 @@ class _Builder:
                           f"RETURNING {self.select_list(returning_claim=True)}",
                  "Count the next delivery of up to `limit` rows (commit it at once, so a crash "
                  "still spends the attempt).")
-        self.add("RELOCK", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
-                 + self.where([f"{self.c(self.q.id)} = {self.p('id')}",
-                               f"{self.c(attempt)} = {self.p('attempt')} + 1"])
-                 + "\nFOR UPDATE SKIP LOCKED",
-                 "Lock a counted row for the handler's transaction, unless another claim "
-                 "counted it since.")
+        self.relock()
 
     def claim_set(self) -> list[str]:
         lu = self.role("locked_until")
@@ -330,7 +424,9 @@ class _Builder:
             else:
                 self.add("INSERT_UNIQUE", f"{insert}\nON CONFLICT ({keys}) DO NOTHING",
                          "Enqueue one row unless its unique key is already queued.")
-        if self.d.name == "postgres":
+        if self.d.name == "postgres" and not any(_is_array(f) for f in fields):
+            # unnest() flattens arrays of arrays, so a table with an array column is
+            # enqueued in bulk with executemany instead.
             arrays = ",\n    ".join(
                 f"{self.p(f.attr)}::{_pg_array_type(f)}" for f in fields)
             self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
@@ -355,6 +451,11 @@ def _wrap(line: str, width: int = 96) -> str:
             current = candidate
     out.append(current)
     return "\n".join(out)
+
+
+def _is_array(f: Field) -> bool:
+    return f.column.type_sql.rstrip().endswith("]") or f.column.type_sql.upper().startswith(
+        "ARRAY")
 
 
 def _pg_array_type(f: Field) -> str:

@@ -28,6 +28,8 @@ class FakeClock:
         self._sleepers: list[tuple[_dt.datetime, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self.sleeping_tasks: set[asyncio.Task[object]] = set()
+        # Sleepers woken whose tasks have not run yet: until they do, nothing is quiet.
+        self.pending_wakeups = 0
 
     def now(self) -> _dt.datetime:
         return self._now
@@ -45,6 +47,8 @@ class FakeClock:
         try:
             await future
         finally:
+            if future.done() and not future.cancelled():
+                self.pending_wakeups -= 1
             if task is not None:
                 self.sleeping_tasks.discard(task)
 
@@ -72,14 +76,17 @@ class FakeClock:
             _, _, future = heapq.heappop(self._sleepers)
             if not future.done():
                 future.set_result(None)
+                self.pending_wakeups += 1
 
 
 async def _settle(worker: Worker) -> None:
     """Let every runnable task run until nothing is under way but timers."""
     calm = 0
+    clock = worker.clock
     while calm < 3:
         await asyncio.sleep(0.001)
-        busy = worker.backend.busy or worker.handler_threads
+        busy = worker.backend.busy or worker.handler_threads or (
+            isinstance(clock, FakeClock) and clock.pending_wakeups)
         calm = 0 if busy else calm + 1
 
 

@@ -8,9 +8,12 @@ sorts correctly against it). Times handed to inboxgen must be timezone-aware.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
 
 UTC = _dt.UTC
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -68,6 +71,27 @@ def json_text(value: Any) -> str:
 
 def json_text_or_none(value: Any) -> str | None:
     return None if value is None else json_text(value)
+
+
+# MySQL/MariaDB errors that mean "the row is locked" for FOR UPDATE NOWAIT.
+_MYSQL_LOCKED = (1205, 3572)
+
+
+def mysql_lock_unavailable(err: BaseException) -> bool:
+    return bool(err.args) and err.args[0] in _MYSQL_LOCKED
+
+
+def mysql_execute(conn: Any, sql: str, params: Any) -> Cursor:
+    """Run one statement on a PyMySQL connection; returns its (buffered) cursor."""
+    cur: Cursor = conn.cursor()
+    cur.execute(sql, params)
+    return cur
+
+
+def mysql_executemany(conn: Any, sql: str, rows: Any) -> None:
+    """PyMySQL turns an INSERT ... VALUES run with many rows into one multi-row INSERT."""
+    with conn.cursor() as cur:
+        cur.executemany(sql, rows)
 
 
 def whole_seconds(value: _dt.datetime) -> _dt.datetime:

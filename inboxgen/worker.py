@@ -20,10 +20,16 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from inboxgen.backends import AdvisoryRegistry, Backend, PostgresBackend, SqliteBackend
+from inboxgen.backends import (
+    AdvisoryRegistry,
+    Backend,
+    MySQLBackend,
+    PostgresBackend,
+    SqliteBackend,
+)
 from inboxgen.clock import Clock, SystemClock
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
+from inboxgen.errors import LeaseLost, SchemaError, ServerTooOld, WorkerConfigError
 from inboxgen.outcomes import (
     DEAD_LETTER,
     FINISH,
@@ -98,7 +104,7 @@ class Worker:
         descriptor: TableDescriptor,
         handler: Handler,
         *,
-        database: str | Path | None = None,
+        database: str | Path | Mapping[str, Any] | None = None,
         pool: Any = None,
         group: str | None = None,
         name: str | None = None,
@@ -148,7 +154,7 @@ class Worker:
             if database is None:
                 raise WorkerConfigError("a SQLite worker needs database=<path of the file>",
                                         worker=self.name, table=d.qualified_name)
-            self.backend = SqliteBackend(d, database)
+            self.backend = SqliteBackend(d, str(database))
             self.listen = False
         elif d.dialect == "postgres":
             if database is None and pool is None:
@@ -158,8 +164,16 @@ class Worker:
             self.backend = PostgresBackend(d, str(database) if database else None, pool=pool,
                                            size=self.workers)
             self.listen = True if listen is None else listen
+        elif d.dialect == "mysql":
+            if database is None:
+                raise WorkerConfigError("a MySQL/MariaDB worker needs database=<URL like "
+                                        "mysql://user@host:3306/name, or connect() arguments>",
+                                        worker=self.name, table=d.qualified_name)
+            self.backend = MySQLBackend(d, database if not isinstance(database, Path)
+                                        else str(database))
+            self.listen = False
         else:
-            raise WorkerConfigError(f"no runtime for dialect {d.dialect} yet",
+            raise WorkerConfigError(f"no runtime for dialect {d.dialect}",
                                     worker=self.name, table=d.qualified_name)
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -288,9 +302,31 @@ class Worker:
         return (self._in_flight == 0 and self.backend.busy == 0
                 and self._handlers_running == 0 and len(self._idle) == len(self._tasks))
 
+    async def _check_server(self, conn: Any) -> None:
+        """MySQL/MariaDB: the version floor, and a binary log format that allows READ
+        COMMITTED writes."""
+        if not isinstance(self.backend, MySQLBackend):
+            return
+        from inboxgen.serverversion import parse_server_version
+
+        where = {"worker": self.name, "table": self.descriptor.qualified_name}
+        (text,) = await self.backend.query(conn, "SELECT VERSION()")
+        version = parse_server_version(str(text))
+        if version is None or not version.supported:
+            shown = str(version) if version else repr(text)
+            raise ServerTooOld(f"the server is {shown}; inboxgen needs MySQL 8.0.1 or MariaDB "
+                               f"10.6 or newer (SKIP LOCKED)", **where)
+        log_bin, binlog_format = await self.backend.query(
+            conn, "SELECT @@log_bin, @@binlog_format")
+        if int(log_bin or 0) and str(binlog_format).upper() == "STATEMENT":
+            raise WorkerConfigError(
+                "the server's binlog_format is STATEMENT, which refuses the READ COMMITTED "
+                "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
+
     async def _prepare(self) -> None:
         d = self.descriptor
         async with self.backend.connection() as conn:
+            await self._check_server(conn)
             for name in d.statements:
                 try:
                     await self.backend.explain(conn, name)

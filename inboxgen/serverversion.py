@@ -1,0 +1,43 @@
+"""Which MySQL and MariaDB servers inboxgen runs on: SKIP LOCKED needs MySQL 8.0.1 or MariaDB 10.6.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+MYSQL_FLOOR = (8, 0, 1)
+MARIADB_FLOOR = (10, 6, 0)
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:[-.+~].*)?$")
+
+
+@attrs.frozen
+class ServerVersion:
+    flavor: str  # "MySQL" or "MariaDB"
+    version: tuple[int, int, int]
+
+    @property
+    def floor(self) -> tuple[int, int, int]:
+        return MARIADB_FLOOR if self.flavor == "MariaDB" else MYSQL_FLOOR
+
+    @property
+    def supported(self) -> bool:
+        return self.version >= self.floor
+
+    def __str__(self) -> str:
+        return f"{self.flavor} {'.'.join(map(str, self.version))}"
+
+
+def parse_server_version(text: str) -> ServerVersion | None:
+    """`SELECT VERSION()` as a flavor and version; None when it is not a version string.
+
+    MariaDB reports itself with "-MariaDB"; a bare 10.x or 11.x (MariaDB's numbering, which MySQL
+    never used) is MariaDB too.
+    """
+    m = _VERSION.match(text.strip())
+    if m is None:
+        return None
+    version = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    flavor = "MariaDB" if "mariadb" in text.lower() or version[0] in (10, 11, 12) else "MySQL"
+    return ServerVersion(flavor, version)

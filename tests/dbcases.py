@@ -1,0 +1,483 @@
+"""Queue tables for the statement tests: specs and DDL, recording connections, raw views of rows.
+
+Everything here runs on real databases: a fresh PostgreSQL database per test (``pg_dsn``) or a
+SQLite file. Time is explicit: tests pass ``now`` (``T0`` plus some seconds) instead of waiting
+for the clock, and every lease expiry is a whole second.
+
+- ``Layout`` describes a test table ``jobs`` (claim form, group, FIFO, dead letters, unique key)
+  and renders its spec and DDL for a dialect;
+- ``open_queue`` generates the module for a layout with ``genutil.build_module`` and creates the
+  table (``open_spec`` does the same for a spec and DDL written out in a test);
+  ``open_example`` loads one of ``generated_examples/`` with its migrations;
+- ``Queue`` wraps a generated module and its database: connections that record every SQL text
+  they execute, form-independent ``claim`` / ``settle`` helpers, and a raw ``rows`` view read on a
+  fresh connection (what another process would see).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import inspect
+import itertools
+import sqlite3
+import sys
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import attrs
+import psycopg
+from genutil import build_module, ddl_of
+from psycopg.rows import dict_row
+
+from inboxgen import values
+from inboxgen.model import attr_name
+
+REPO = Path(__file__).resolve().parents[1]
+UTC = dt.UTC
+T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
+LEASE = 30  # seconds
+TIME_ROLES = ("retry_after", "processed_at", "locked_until")
+
+
+def at(seconds: float) -> dt.datetime:
+    """T0 moved by `seconds`."""
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+# -- connections that remember what they ran ---------------------------------------------------
+
+
+class RecordingCursor(psycopg.Cursor[Any]):
+    """Appends the SQL of every statement it runs to its connection's `executed` list."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        executed(self.connection).append(str(query))
+        return super().execute(query, params, **kwargs)
+
+    def executemany(self, query: Any, params_seq: Iterable[Any], **kwargs: Any) -> None:
+        params_seq = list(params_seq)
+        executed(self.connection).extend(str(query) for _ in params_seq)
+        super().executemany(query, params_seq, **kwargs)
+
+
+class RecordingAsyncCursor(psycopg.AsyncCursor[Any]):
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        executed(self.connection).append(str(query))
+        return await super().execute(query, params, **kwargs)
+
+    async def executemany(self, query: Any, params_seq: Iterable[Any], **kwargs: Any) -> None:
+        params_seq = list(params_seq)
+        executed(self.connection).extend(str(query) for _ in params_seq)
+        await super().executemany(query, params_seq, **kwargs)
+
+
+class RecordingSqlite(sqlite3.Connection):
+    """A sqlite3 connection that records the SQL of every statement it runs in `executed`."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        executed(self).append(sql)
+        return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        parameters = list(parameters)
+        executed(self).extend(sql for _ in parameters)
+        return super().executemany(sql, parameters)
+
+
+def executed(conn: Any) -> list[str]:
+    """The SQL texts a recording connection has executed so far, oldest first."""
+    log: list[str] = conn.__dict__.setdefault("executed", [])
+    return log
+
+
+# -- test tables ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A queue table `jobs` with id, priority, retry_after, attempt, account (data), payload (text).
+
+    `dead` is "group" (dead letters move to group "dead") or "table" (to `jobs_dead`); either
+    comes with max_attempts = 3. With `unique`, the unique key is `account`.
+    """
+
+    form: str = "lease"  # row_lock, lease or advisory
+    group: bool = False
+    fifo: bool = False
+    processed: bool = True  # a processed_at column: finish marks the row instead of deleting it
+    dead: str | None = None
+    unique: bool = False
+    key: str = "account-{account}"  # the advisory key template
+    count_crashes: bool = False  # row lock: the claim counts the attempt in its own transaction
+
+    def columns(self, dialect: str) -> list[tuple[str, str]]:
+        pg = dialect == "postgres"
+        time = "TIMESTAMPTZ" if pg else "TEXT"
+        cols = [("id", "BIGSERIAL PRIMARY KEY" if pg else "INTEGER PRIMARY KEY")]
+        if self.group:
+            cols.append(("grp", "TEXT NOT NULL"))
+        cols += [("priority", "INTEGER NOT NULL"), ("retry_after", f"{time} NOT NULL"),
+                 ("attempt", "INTEGER NOT NULL DEFAULT 1")]
+        if self.processed:
+            cols.append(("processed_at", time))
+        if self.form == "lease":
+            cols.append(("locked_until", time))
+        cols += [("account", "TEXT NOT NULL"), ("payload", "TEXT NOT NULL")]
+        return cols
+
+    def ddl(self, dialect: str) -> str:
+        cols = self.columns(dialect)
+        body = ",\n".join(f"    {name} {sql}" for name, sql in cols)
+        order = ", ".join((["grp"] if self.group else []) + ["priority", "retry_after", "id"])
+        out = [f"CREATE TABLE jobs (\n{body}\n);",
+               f"CREATE INDEX jobs_claim ON jobs ({order});"]
+        if self.unique:
+            out.append("CREATE UNIQUE INDEX jobs_once ON jobs (account);")
+        if self.dead == "table":
+            dead_cols = [(n, "BIGINT PRIMARY KEY" if n == "id" else
+                          "INTEGER NOT NULL" if n == "attempt" else s) for n, s in cols]
+            body = ",\n".join(f"    {name} {sql}" for name, sql in dead_cols)
+            out.append(f"CREATE TABLE jobs_dead (\n{body}\n);")
+        return "\n".join(out) + "\n"
+
+    def spec(self, dialect: str) -> str:
+        lines = ['table = "jobs"', f'dialect = "{dialect}"']
+        if self.form == "advisory":
+            lines += ['claim = "advisory"', f'advisory_key = "{self.key}"']
+        if self.fifo:
+            lines.append("fifo = true")
+        if self.count_crashes:
+            lines.append("count_crashes = true")
+        if self.unique:
+            lines.append('unique = ["account"]')
+        lines += ["", "[columns]", 'id = { role = "id", generated = true }']
+        if self.group:
+            lines.append('grp = "group"')
+        lines += ['priority = "priority"', 'retry_after = "retry_after"',
+                  'attempt = { role = "attempt", generated = true }']
+        if self.processed:
+            lines.append('processed_at = "processed_at"')
+        if self.form == "lease":
+            lines.append('locked_until = "locked_until"')
+        lines += ['payload = { role = "payload", codec = "text" }', "", "[runtime]",
+                  f"lease = {LEASE}"]
+        if self.dead:
+            lines += ["max_attempts = 3", "", "[dead_letter]",
+                      'group = "dead"' if self.dead == "group" else 'table = "jobs_dead"']
+        return "\n".join(lines) + "\n"
+
+
+# -- a generated module on its database ----------------------------------------------------------
+
+
+class Queue:
+    """A generated module with the database its table lives in."""
+
+    def __init__(self, mod: ModuleType, dialect: str, target: str) -> None:
+        self.mod = mod
+        self.dialect = dialect
+        self.target = target  # conninfo or sqlite file
+        d = mod.DESCRIPTOR
+        self.form: str = d.form
+        self.count_crashes: bool = getattr(d, "count_crashes", False)
+        self.roles: dict[str, str] = dict(d.roles)
+        self.id_attr = attr_name(self.roles["id"])
+        self.group_attr = attr_name(self.roles["group"]) if "group" in self.roles else None
+        self.connections: list[Any] = []
+        self._serial = itertools.count(1)
+
+    @property
+    def pg(self) -> bool:
+        return self.dialect == "postgres"
+
+    # connections
+
+    def connect(self, *, autocommit: bool = False, time_zone: str | None = None) -> Any:
+        """A new recording connection (psycopg or sqlite3); closed at the end of the test.
+
+        `time_zone` sets a PostgreSQL session's TimeZone (the test server's default is UTC).
+        """
+        conn: Any
+        if self.pg:
+            # A statement that waits on a lock fails within seconds instead of hanging the suite.
+            options = "-c lock_timeout=5s -c statement_timeout=20s"
+            if time_zone:
+                options += f" -c TimeZone={time_zone}"
+            conn = psycopg.connect(self.target, autocommit=autocommit,
+                                   cursor_factory=RecordingCursor, options=options)
+        else:
+            # As the runtime does: writes begin IMMEDIATE (the write lock up front, so two
+            # writers never deadlock upgrading a read lock), on a WAL database (apply_ddl).
+            # check_same_thread=False: concurrency tests hand each connection to one thread.
+            conn = sqlite3.connect(self.target, timeout=5, factory=RecordingSqlite,
+                                   isolation_level=None if autocommit else "IMMEDIATE",
+                                   check_same_thread=False)
+        self.connections.append(conn)
+        return conn
+
+    async def connect_async(self) -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(
+            self.target, cursor_factory=RecordingAsyncCursor,
+            options="-c lock_timeout=5s -c statement_timeout=20s")
+        return conn
+
+    def close(self) -> None:
+        for conn in self.connections:
+            conn.close()
+
+    # the table as another session sees it
+
+    def table_sql(self, table: str | None = None) -> str:
+        d = self.mod.DESCRIPTOR
+        name = table or d.table
+        schema = d.schema if table is None else None
+        return f'"{schema}"."{name}"' if schema else f'"{name}"'
+
+    def rows(self, table: str | None = None) -> list[dict[str, Any]]:
+        """Every row of the queue table (or `table`) in id order, read on a fresh connection.
+
+        SQLite's time roles come back as aware datetimes, like PostgreSQL's timestamptz.
+        """
+        sql = f'SELECT * FROM {self.table_sql(table)} ORDER BY "{self.roles["id"]}"'
+        if self.pg:
+            with psycopg.connect(self.target, row_factory=dict_row) as conn:
+                return list(conn.execute(sql).fetchall())
+        times = {self.roles[r] for r in TIME_ROLES if r in self.roles}
+        with sqlite3.connect(self.target) as conn:
+            conn.row_factory = sqlite3.Row
+            out = [dict(r) for r in conn.execute(sql).fetchall()]
+        for row in out:
+            for k in times & row.keys():
+                if row[k] is not None:
+                    row[k] = values.parse_sqlite_time(row[k])
+        return out
+
+    def row(self, id: int, table: str | None = None) -> dict[str, Any] | None:
+        return next((r for r in self.rows(table) if r[self.roles["id"]] == id), None)
+
+    def ids(self, table: str | None = None) -> list[int]:
+        return [r[self.roles["id"]] for r in self.rows(table)]
+
+    def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        dead = self.mod.DESCRIPTOR.dead_letter_table
+        return self.rows(), self.rows(dead) if dead else []
+
+    # writing rows
+
+    def new(self, **fields: Any) -> Any:
+        """A NewRow: `fields` as given, the group "g", times T0 - 60 s, other values unique."""
+        n = next(self._serial)
+        out: dict[str, Any] = {}
+        for f in attrs.fields(self.mod.NewRow):
+            if f.name in fields:
+                out[f.name] = fields[f.name]
+            elif f.name == self.group_attr:
+                out[f.name] = "g"
+            elif f.name == "priority":
+                out[f.name] = 0
+            else:
+                out[f.name] = _sample(str(f.type), n)
+        return self.mod.NewRow(**out)
+
+    def add(self, conn: Any, **fields: Any) -> int:
+        """Insert one row (committed) and return its id."""
+        self.mod.insert(conn, self.new(**fields))
+        conn.commit()
+        return max(self.ids())
+
+    def id_of(self, row: Any) -> int:
+        value: int = getattr(row, self.id_attr)
+        return value
+
+    # claiming and settling, whatever the form
+
+    def claim(self, conn: Any, *, now: dt.datetime = T0, until: dt.datetime | None = None,
+              limit: int = 1, group: str = "g") -> list[Any]:
+        """Claim up to `limit` rows the form's way; nothing is committed.
+
+        Lease: CLAIM with the expiry `until` (default now + LEASE). Row lock: CLAIM in the open
+        transaction; with count_crashes, CLAIM (counting the attempt) is committed and each row
+        is locked again by RELOCK in a new transaction, as the runtime does; the rows are those
+        CLAIM returned. Advisory: CANDIDATES, then (PostgreSQL) LOCK of each candidate's key and
+        TAKE; keys whose TAKE finds nothing are unlocked again.
+        """
+        args: dict[str, Any] = {"now": now, "limit": limit, "group": group,
+                                "locked_until": until or now + dt.timedelta(seconds=LEASE)}
+        m = self.mod
+        if self.count_crashes:
+            counted = list(call(m.claim, conn, **args))
+            conn.commit()
+            return [r for r in counted
+                    if m.relock(conn, id=self.id_of(r), attempt=r.attempt) is not None]
+        if self.form != "advisory":
+            return list(call(m.claim, conn, **args))
+        taken = []
+        for cand in call(m.candidates, conn, **args):
+            key = m.advisory_key(cand)
+            if self.pg and not m.lock(conn, key=key):
+                continue
+            row = call(m.take, conn, id=self.id_of(cand), **args)
+            if row is not None:
+                taken.append(row)
+            elif self.pg:
+                m.unlock(conn, key=key)
+        return taken
+
+    def claim_one(self, conn: Any, **kwargs: Any) -> Any:
+        rows = self.claim(conn, **kwargs)
+        assert len(rows) == 1, rows
+        return rows[0]
+
+    def fifo_claim(self, conn: Any, *, group: str = "g", now: dt.datetime = T0,
+                   until: dt.datetime | None = None) -> Any:
+        return call(self.mod.fifo_claim, conn, group=group, now=now,
+                    locked_until=until or now + dt.timedelta(seconds=LEASE))
+
+    def token(self, row: Any) -> dict[str, Any]:
+        """What a settlement needs to name the claimed row: its id and, under a lease, the
+        held expiry and the attempt as the claim returned it."""
+        out = {"id": self.id_of(row)}
+        for name in ("locked_until", "attempt"):
+            if hasattr(row, name):
+                out[name] = getattr(row, name)
+        return out
+
+    def settle(self, name: str, conn: Any, row: Any, **extra: Any) -> bool:
+        """Run settlement `name` (finish, retry, retry_after, dead_letter, renew) on a claimed
+        row with its token; `extra` overrides token values or adds `now`, `retry_after`,
+        `new_locked_until` (each passed only where the function takes it)."""
+        args = {"now": T0, **self.token(row), **extra}
+        result: bool = call(getattr(self.mod, name), conn, **args)
+        return result
+
+    def release(self, conn: Any, row: Any) -> None:
+        """Advisory on PostgreSQL: unlock the row's key (other forms hold nothing to release)."""
+        if self.form == "advisory" and self.pg:
+            assert self.mod.unlock(conn, key=self.mod.advisory_key(row))
+
+
+def call(fn: Callable[..., Any], conn: Any, **available: Any) -> Any:
+    """Call a generated function with those of `available` that it takes as keywords."""
+    names = inspect.signature(fn).parameters
+    return fn(conn, **{k: v for k, v in available.items() if k in names})
+
+
+def _sample(type_: str, n: int) -> Any:
+    """A value of a NewRow field's (string) annotation, distinct for each n."""
+    if type_.startswith("int"):
+        return n
+    if type_.startswith("str"):
+        return f"s{n}"
+    if type_.startswith("bytes"):
+        return f"b{n}".encode()
+    if type_.startswith("datetime.datetime"):
+        return at(-60)
+    if type_.startswith("_v.JSONValue"):
+        return {"n": n}
+    if type_.startswith("Mapping"):
+        return {"h": str(n)}
+    if type_.endswith("| None"):
+        return None
+    raise AssertionError(f"no sample value for a field of type {type_}")
+
+
+# -- building and loading --------------------------------------------------------------------------
+
+
+def apply_ddl(dialect: str, target: str, ddl: str) -> None:
+    if dialect == "postgres":
+        with psycopg.connect(target) as conn:
+            conn.execute(ddl)
+    else:
+        with sqlite3.connect(target) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(ddl)
+
+
+def open_spec(root: Path, dialect: str, spec: str, ddl: str, target: str) -> Queue:
+    """Generate the module for a spec and its DDL under `root`; create its tables on `target`."""
+    mod = build_module(root, spec, ddl)
+    apply_ddl(dialect, target, ddl_of(root))
+    return Queue(mod, dialect, target)
+
+
+def open_queue(root: Path, dialect: str, layout: Layout, target: str) -> Queue:
+    return open_spec(root, dialect, layout.spec(dialect), layout.ddl(dialect), target)
+
+
+_examples: dict[str, ModuleType] = {}
+
+
+def example_module(name: str) -> ModuleType:
+    """generated_examples/<name>.py, imported once."""
+    if name not in _examples:
+        path = REPO / "generated_examples" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"_example_{name}", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        _examples[name] = mod
+    return _examples[name]
+
+
+def example_ddl(name: str) -> str:
+    """The migrations of specs/<name>.toml in replay order, without their down sections."""
+    spec_path = REPO / "specs" / f"{name}.toml"
+    spec = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+    items: Sequence[str] = [spec["ddl"]] if isinstance(spec["ddl"], str) else spec["ddl"]
+    files: list[Path] = []
+    for item in items:
+        p = spec_path.parent / item
+        files += sorted(p.glob("*.sql")) if p.is_dir() else [p]
+    return "\n".join(f.read_text(encoding="utf-8").split("-- +goose Down")[0] for f in files)
+
+
+def open_example(name: str, dialect: str, target: str) -> Queue:
+    mod = example_module(name)
+    assert mod.DESCRIPTOR.dialect == dialect
+    ddl = example_ddl(name)
+    if mod.DESCRIPTOR.schema:
+        ddl = f'CREATE SCHEMA IF NOT EXISTS "{mod.DESCRIPTOR.schema}";\n{ddl}'
+    apply_ddl(dialect, target, ddl)
+    return Queue(mod, dialect, target)
+
+
+# -- every statement once ------------------------------------------------------------------------
+
+
+def tour(q: Queue) -> list[str]:
+    """Drive each generated function of q's module once, on one connection, checking that every
+    settlement finds its row; returns the SQL texts that connection executed."""
+    m = q.mod
+    conn = q.connect()
+    rows = [q.new() for _ in range(6)]
+    m.insert(conn, rows[0])
+    m.insert_many(conn, rows[1:5])
+    if hasattr(m, "insert_unique"):
+        assert m.insert_unique(conn, rows[5])
+    else:
+        m.insert(conn, rows[5])
+    conn.commit()
+    if hasattr(m, "notify"):
+        m.notify(conn, "g")
+        conn.commit()
+    names = [n for n in ("renew", "retry", "retry_after", "dead_letter", "finish")
+             if hasattr(m, n)]
+    for i, name in enumerate(names):
+        if i == 0 and hasattr(m, "fifo_claim"):
+            row = q.fifo_claim(conn)
+            assert row is not None
+        else:
+            row = q.claim_one(conn)
+        if q.form != "row_lock":
+            conn.commit()
+        assert q.settle(name, conn, row, retry_after=at(-30), new_locked_until=at(90)), name
+        conn.commit()
+        q.release(conn, row)
+    return executed(conn)
