@@ -12,6 +12,7 @@ from inboxgen.errors import (
     InboxgenError,
     LeaseLost,
     SchemaError,
+    ServerTooOld,
     WorkerConfigError,
     WorkerError,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "LeaseLost",
     "Outcome",
     "SchemaError",
+    "ServerTooOld",
     "Stats",
     "SystemClock",
     "Worker",

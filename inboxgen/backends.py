@@ -57,11 +57,14 @@ class Backend:
         """Prepare a statement without running it; raises the driver's error when it fails."""
         raise NotImplementedError
 
-    def _explain_args(self, name: str) -> tuple[str, dict[str, None]]:
+    def _explain_args(self, name: str) -> tuple[str, dict[str, Any]]:
         # EXPLAIN plans the statement (so a missing table or column fails) without running it;
         # every placeholder is bound to NULL.
         params = self.descriptor.statement_params.get(name, ())
-        return "EXPLAIN " + self.descriptor.statements[name], dict.fromkeys(params)
+        bound: dict[str, Any] = dict.fromkeys(params)
+        if "limit" in bound:
+            bound["limit"] = 1  # MySQL takes no NULL in LIMIT
+        return "EXPLAIN " + self.descriptor.statements[name], bound
 
     def insert_params(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         return dict(fields)

@@ -7,6 +7,8 @@ import re
 
 import attrs
 
+from inboxgen.errors import ServerTooOld
+
 MYSQL_FLOOR = (8, 0, 1)
 MARIADB_FLOOR = (10, 6, 0)
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:[-.+~].*)?$")
@@ -41,3 +43,13 @@ def parse_server_version(text: str) -> ServerVersion | None:
     version = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
     flavor = "MariaDB" if "mariadb" in text.lower() or version[0] in (10, 11, 12) else "MySQL"
     return ServerVersion(flavor, version)
+
+
+def require_supported(text: str, *, worker: str = "", table: str = "") -> ServerVersion:
+    """The server's version, or ServerTooOld naming the server and the floor it misses."""
+    version = parse_server_version(text)
+    if version is None or not version.supported:
+        shown = str(version) if version else repr(text)
+        raise ServerTooOld(f"the server is {shown}; inboxgen needs MySQL 8.0.1 or MariaDB 10.6 "
+                           f"or newer (SKIP LOCKED)", worker=worker, table=table)
+    return version

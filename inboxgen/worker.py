@@ -29,7 +29,7 @@ from inboxgen.backends import (
 )
 from inboxgen.clock import Clock, SystemClock
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import LeaseLost, SchemaError, ServerTooOld, WorkerConfigError
+from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
 from inboxgen.outcomes import (
     DEAD_LETTER,
     FINISH,
@@ -307,15 +307,11 @@ class Worker:
         COMMITTED writes."""
         if not isinstance(self.backend, MySQLBackend):
             return
-        from inboxgen.serverversion import parse_server_version
+        from inboxgen.serverversion import require_supported
 
         where = {"worker": self.name, "table": self.descriptor.qualified_name}
         (text,) = await self.backend.query(conn, "SELECT VERSION()")
-        version = parse_server_version(str(text))
-        if version is None or not version.supported:
-            shown = str(version) if version else repr(text)
-            raise ServerTooOld(f"the server is {shown}; inboxgen needs MySQL 8.0.1 or MariaDB "
-                               f"10.6 or newer (SKIP LOCKED)", **where)
+        require_supported(str(text), **where)
         log_bin, binlog_format = await self.backend.query(
             conn, "SELECT @@log_bin, @@binlog_format")
         if int(log_bin or 0) and str(binlog_format).upper() == "STATEMENT":

@@ -4,12 +4,16 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
-    echo "test.sh: PostgreSQL server binaries not found; installing 'postgresql'" >&2
+# The tests start private servers of their own (PostgreSQL as the postgres user, MariaDB in a
+# temporary folder); here we only make sure the server binaries are installed.
+missing=()
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "test.sh: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    # The package may create/start its own cluster on 5432; our tests start private servers.
-    apt-get install -y --no-install-recommends postgresql
+    apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
 export PIP_ROOT_USER_ACTION=ignore

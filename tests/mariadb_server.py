@@ -44,7 +44,8 @@ def _exe(*names: str) -> str:
 
 
 class MariaDBServer:
-    def __init__(self) -> None:
+    def __init__(self, *extra_args: str) -> None:
+        self.extra_args = extra_args  # e.g. "--log-bin", "--binlog-format=STATEMENT"
         self.dir = Path(tempfile.mkdtemp(prefix="inboxgen-mariadb-"))
         self.datadir = self.dir / "data"
         self.socket = str(self.dir / "mysqld.sock")
@@ -75,10 +76,12 @@ class MariaDBServer:
             self._proc = subprocess.Popen(
                 [_exe("mariadbd", "mysqld"), "--no-defaults", "--user=root",
                  f"--datadir={self.datadir}", f"--socket={self.socket}",
-                 f"--port={self.port}", "--bind-address=127.0.0.1", "--skip-log-bin",
+                 f"--port={self.port}", "--bind-address=127.0.0.1",
+                 *(["--skip-log-bin"] if not self.extra_args else []),
                  "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0",
                  "--innodb-doublewrite=0", "--max-connections=300",
-                 f"--pid-file={self.dir / 'mysqld.pid'}", f"--log-error={self.log}"],
+                 f"--pid-file={self.dir / 'mysqld.pid'}", f"--log-error={self.log}",
+                 *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
