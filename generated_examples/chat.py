@@ -310,9 +310,13 @@ def retry_after(
     return cur.rowcount == 1
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
+def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> None:
+    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
+    listening workers wake when the transaction commits.
+    """
     conn.execute(INSERT, _insert_params(row))
+    if notify:
+        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.conversation})
 
 
 def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
@@ -469,9 +473,18 @@ async def retry_after_async(
     return cur.rowcount == 1
 
 
-async def insert_async(conn: psycopg.AsyncConnection[Any], row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
+async def insert_async(
+    conn: psycopg.AsyncConnection[Any],
+    row: NewRow,
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
+    listening workers wake when the transaction commits.
+    """
     await conn.execute(INSERT, _insert_params(row))
+    if notify:
+        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.conversation})
 
 
 async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:

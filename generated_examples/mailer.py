@@ -132,9 +132,13 @@ def dead_letter(conn: psycopg.Connection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
+def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> None:
+    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
+    listening workers wake when the transaction commits.
+    """
     conn.execute(INSERT, _insert_params(row))
+    if notify:
+        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.name})
 
 
 def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
@@ -183,9 +187,18 @@ async def dead_letter_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> b
     return cur.rowcount == 1
 
 
-async def insert_async(conn: psycopg.AsyncConnection[Any], row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
+async def insert_async(
+    conn: psycopg.AsyncConnection[Any],
+    row: NewRow,
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
+    listening workers wake when the transaction commits.
+    """
     await conn.execute(INSERT, _insert_params(row))
+    if notify:
+        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.name})
 
 
 async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:

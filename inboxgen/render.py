@@ -329,9 +329,21 @@ class _Renderer:
                                        self.params(st["DEAD_LETTER_DELETE"])),
                              "return cur.rowcount == 1")))
         ins_params = "_insert_params(row)" if q.insert_fields else "{}"
-        out.append(Func("insert", "row: NewRow", "None",
-                        "Enqueue one row on the caller's connection; nothing is committed here.",
-                        tuple(self.run("", "INSERT", ins_params))))
+        if "NOTIFY" in st:
+            g = q.role("group")
+            group = f"row.{g.attr}" if g is not None and not g.generated else '""'
+            out.append(Func("insert", "row: NewRow, *, notify: bool = False", "None",
+                            "Enqueue one row on the caller's connection; nothing is committed "
+                            "here. With notify, listening workers wake when the transaction "
+                            "commits.",
+                            (*self.run("", "INSERT", ins_params),
+                             "if notify:",
+                             *("    " + line for line in self.run(
+                                 "", "NOTIFY", ['"channel": CHANNEL', f'"payload": {group}'])))))
+        else:
+            out.append(Func("insert", "row: NewRow", "None",
+                            "Enqueue one row on the caller's connection; nothing is committed "
+                            "here.", tuple(self.run("", "INSERT", ins_params))))
         if "INSERT_UNIQUE" in st:
             out.append(Func("insert_unique", "row: NewRow", "bool",
                             "Enqueue one row unless its unique key is already queued; "
