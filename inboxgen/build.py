@@ -99,13 +99,17 @@ def generate(project: Project, files: Sequence[Path]) -> Generated:
     return result
 
 
-def write(generated: Generated) -> list[Path]:
-    """Write the modules whose text changed; returns every module path produced."""
-    for path, text in generated.outputs.items():
+def write(generated: Generated) -> list[tuple[Path, bool]]:
+    """Write the modules whose text changed; returns every module produced, with whether it was
+    written (False: already up to date)."""
+    done: list[tuple[Path, bool]] = []
+    for path, text in sorted(generated.outputs.items()):
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        changed = not path.is_file() or path.read_text(encoding="utf-8") != text
+        if changed:
             path.write_text(text, encoding="utf-8", newline="\n")
-    return sorted(generated.outputs)
+        done.append((path, changed))
+    return done
 
 
 @attrs.frozen

@@ -92,8 +92,8 @@ def _build(project: Project, targets: Sequence[str]) -> int:
     if not generated.ok:
         print("inboxgen: build failed; nothing was written", file=sys.stderr)
         return EXIT_FAILED
-    for path in write(generated):
-        print(f"wrote {project.display(path)}")
+    for path, changed in write(generated):
+        print(f"{'wrote' if changed else 'up to date'} {project.display(path)}")
     return EXIT_OK
 
 

@@ -31,7 +31,7 @@ def build_module(root: Path, spec: str, ddl: str, name: str = "jobs") -> ModuleT
     generated = generate(project, [project.specs / f"{name}.toml"])
     if not generated.ok:
         raise CheckFailed(generated.diagnostics)
-    (path,) = write(generated)
+    ((path, _),) = write(generated)
     module_name = f"_inboxgen_test_{abs(hash(str(path)))}_{name}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     assert loader_spec is not None and loader_spec.loader is not None
