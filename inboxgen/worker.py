@@ -303,8 +303,10 @@ class Worker:
                 and self._handlers_running == 0 and len(self._idle) == len(self._tasks))
 
     async def _check_server(self, conn: Any) -> None:
-        """MySQL/MariaDB: the version floor, and a binary log format that allows READ
-        COMMITTED writes."""
+        """PostgreSQL: session features behind a transaction pooler. MySQL/MariaDB: the version
+        floor, and a binary log format that allows READ COMMITTED writes."""
+        if isinstance(self.backend, PostgresBackend):
+            await self._check_session_pooling(conn)
         if not isinstance(self.backend, MySQLBackend):
             return
         from inboxgen.serverversion import require_supported
@@ -318,6 +320,29 @@ class Worker:
             raise WorkerConfigError(
                 "the server's binlog_format is STATEMENT, which refuses the READ COMMITTED "
                 "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
+
+    async def _check_session_pooling(self, conn: Any) -> None:
+        """Advisory locks and LISTEN live on a server session. Behind a transaction pooler
+        (PgBouncer's pool_mode=transaction) two transactions of one client connection may run
+        on different server sessions: where that shows, refuse the advisory form and poll
+        instead of listening."""
+        pids = set()
+        for _ in range(3):
+            cur = await conn.execute("SELECT pg_backend_pid()")
+            pids.add((await cur.fetchone())[0])
+            await conn.commit()
+        if len(pids) == 1:
+            return
+        where = {"worker": self.name, "table": self.descriptor.qualified_name}
+        if self.descriptor.form == "advisory":
+            raise WorkerConfigError(
+                "the connection is behind a transaction pooler (each transaction ran on another "
+                "server session), where advisory locks do not hold: connect directly or use "
+                "session pooling", **where)
+        if self.listen:
+            log.warning("%s: behind a transaction pooler LISTEN cannot work: polling every "
+                        "%g s instead", self.name, self.poll_interval)
+            self.listen = False
 
     async def _prepare(self) -> None:
         d = self.descriptor

@@ -4,11 +4,12 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# The tests start private servers of their own (PostgreSQL as the postgres user, MariaDB in a
-# temporary folder); here we only make sure the server binaries are installed.
+# The tests start private servers of their own (PostgreSQL and PgBouncer as the postgres user,
+# MariaDB in a temporary folder); here we only make sure the server binaries are installed.
 missing=()
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "test.sh: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

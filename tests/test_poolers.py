@@ -1,0 +1,134 @@
+"""Behind a transaction pooler (PgBouncer, pool_mode = transaction) session features break: the
+advisory form is refused, and a lease worker polls instead of listening."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from servers import PostgresServer
+
+from generated_examples import chat, ledger
+from inboxgen import Worker, WorkerConfigError, ack
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def bouncer(pg_server: PostgresServer, pg_dsn: str) -> Iterator[str]:
+    """A PgBouncer in transaction mode in front of the test database; yields its conninfo."""
+    exe = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    assert Path(exe).is_file(), "PgBouncer is not installed (Debian package pgbouncer)"
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    folder = Path(tempfile.mkdtemp(prefix="inboxgen-pgbouncer-", dir="/tmp"))
+    port = _free_port()
+    (folder / "users.txt").write_text('"postgres" ""\n')
+    (folder / "pgbouncer.ini").write_text(
+        f"[databases]\n{dbname} = host=127.0.0.1 port={pg_server.port} dbname={dbname}\n"
+        f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n"
+        f"unix_socket_dir =\nauth_type = trust\nauth_file = {folder}/users.txt\n"
+        f"pool_mode = transaction\ndefault_pool_size = 4\nserver_round_robin = 1\n"
+        f"logfile = {folder}/pgbouncer.log\n")
+    command = [exe, str(folder / "pgbouncer.ini")]
+    if os.geteuid() == 0:  # PgBouncer will not run as root
+        shutil.chown(folder, "postgres")
+        for f in folder.iterdir():
+            shutil.chown(f, "postgres")
+        command = ["runuser", "-u", "postgres", "--", *command]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    dsn = f"host=127.0.0.1 port={port} dbname={dbname} user=postgres"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                psycopg.connect(dsn).close()
+                break
+            except psycopg.OperationalError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log = folder / "pgbouncer.log"
+                    raise RuntimeError("PgBouncer did not start: " + (
+                        log.read_text() if log.exists() else "no log")) from None
+                time.sleep(0.1)
+        yield dsn
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _migrate(dsn: str, folder: str, schema: str | None = None) -> None:
+    with psycopg.connect(dsn) as conn:
+        if schema:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        for migration in sorted((REPO / "specs" / "migrations" / folder).glob("*.sql")):
+            conn.execute(migration.read_text())
+
+
+def _busy_pool(dsn: str) -> list[psycopg.Connection]:
+    """Open server sessions in the pool, so consecutive transactions land on different ones."""
+    conns = [psycopg.connect(dsn) for _ in range(3)]
+    for c in conns:  # three transactions open at once take three server sessions
+        c.execute("SELECT 1")
+    for c in conns:
+        c.commit()
+    return conns
+
+
+def test_the_advisory_form_is_refused_behind_a_transaction_pooler(pg_dsn: str,
+                                                                 bouncer: str) -> None:
+    _migrate(pg_dsn, "ledger")
+    others = _busy_pool(bouncer)
+    try:
+        worker = Worker(ledger.DESCRIPTOR, lambda job: ack(), database=bouncer)
+        with pytest.raises(WorkerConfigError, match="behind a transaction pooler .* advisory "
+                                                    "locks do not hold"):
+            asyncio.run(worker.start())
+    finally:
+        for c in others:
+            c.close()
+
+
+def test_a_lease_worker_polls_instead_of_listening_behind_a_transaction_pooler(
+        pg_dsn: str, bouncer: str, caplog: pytest.LogCaptureFixture) -> None:
+    _migrate(pg_dsn, "chat", schema="Chat")
+    others = _busy_pool(bouncer)
+    try:
+        worker = Worker(chat.DESCRIPTOR, lambda job: ack(), database=bouncer, group="c1")
+
+        async def start_and_stop() -> None:
+            await worker.start()
+            await worker.shutdown()
+
+        asyncio.run(start_and_stop())
+        assert worker.listen is False
+        assert any("LISTEN cannot work: polling" in r.getMessage() for r in caplog.records)
+    finally:
+        for c in others:
+            c.close()
+
+
+def test_a_direct_connection_keeps_listening(pg_dsn: str) -> None:
+    _migrate(pg_dsn, "chat", schema="Chat")
+    worker = Worker(chat.DESCRIPTOR, lambda job: ack(), database=pg_dsn, group="c1")
+
+    async def start_and_stop() -> None:
+        await worker.start()
+        await worker.shutdown()
+
+    asyncio.run(start_and_stop())
+    assert worker.listen is True
