@@ -70,37 +70,25 @@ class Backend:
         return dict(fields)
 
 
-class SqliteBackend(Backend):
-    """sqlite3 connections (WAL, a busy timeout), each used by one task at a time."""
+class ThreadedBackend(Backend):
+    """A driver without async support (sqlite3, PyMySQL): connections kept by the worker, each
+    used by one task at a time, every call run in a thread."""
 
-    dialect = "sqlite"
-
-    def __init__(self, descriptor: TableDescriptor, path: str | Path, *,
-                 busy_timeout: float = 30.0) -> None:
+    def __init__(self, descriptor: TableDescriptor) -> None:
         super().__init__(descriptor)
-        self.path = str(path)
-        self.busy_timeout = busy_timeout
-        self._idle: list[sqlite3.Connection] = []
-        self._all: list[sqlite3.Connection] = []
+        self._idle: list[Any] = []
+        self._all: list[Any] = []
         self._lock = threading.Lock()
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
-        return conn
+    def _connect(self) -> Any:
+        raise NotImplementedError
 
-    async def open(self) -> None:
-        conn = await self._run(self._connect)
-        self._idle.append(conn)
-        self._all.append(conn)
+    def _release(self, conn: Any) -> None:
+        """Called in a thread when a borrowed connection comes back: end its transaction."""
+        conn.rollback()
 
-    async def close(self) -> None:
-        for conn in self._all:
-            await self._run(conn.close)
-        self._all.clear()
-        self._idle.clear()
+    def _usable(self, conn: Any) -> bool:
+        return True
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         self.busy += 1
@@ -109,8 +97,22 @@ class SqliteBackend(Backend):
         finally:
             self.busy -= 1
 
+    async def open(self) -> None:
+        conn = await self._run(self._connect)
+        with self._lock:
+            self._all.append(conn)
+            self._idle.append(conn)
+
+    async def close(self) -> None:
+        for conn in self._all:
+            with contextlib.suppress(Exception):
+                await self._run(conn.close)
+        with self._lock:
+            self._all.clear()
+            self._idle.clear()
+
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[sqlite3.Connection]:
+    async def connection(self) -> AsyncIterator[Any]:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
@@ -120,14 +122,40 @@ class SqliteBackend(Backend):
         try:
             yield conn
         finally:
-            if conn.in_transaction:
-                await self._run(conn.rollback)
+            with contextlib.suppress(Exception):
+                await self._run(self._release, conn)  # what was not committed does not leak
             with self._lock:
-                self._idle.append(conn)
+                if self._usable(conn):
+                    self._idle.append(conn)
+                else:
+                    self._all.remove(conn)
 
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(self.descriptor.ops, op)
         return await self._run(fn, conn, *args, **kwargs)
+
+
+class SqliteBackend(ThreadedBackend):
+    """sqlite3 connections in autocommit mode (explicit BEGIN), WAL, a busy timeout."""
+
+    dialect = "sqlite"
+
+    def __init__(self, descriptor: TableDescriptor, path: str | Path, *,
+                 busy_timeout: float = 30.0) -> None:
+        super().__init__(descriptor)
+        self.path = str(path)
+        self.busy_timeout = busy_timeout
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        return conn
+
+    def _release(self, conn: Any) -> None:
+        if conn.in_transaction:
+            conn.rollback()
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         # IMMEDIATE takes the write lock up front: no deadlock upgrading a read later.
@@ -255,18 +283,14 @@ def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
-class MySQLBackend(Backend):
-    """PyMySQL connections (a small pool of the worker's own), each used by one task at a time,
-    at READ COMMITTED and in UTC."""
+class MySQLBackend(ThreadedBackend):
+    """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC."""
 
     dialect = "mysql"
 
     def __init__(self, descriptor: TableDescriptor, database: str | Mapping[str, Any]) -> None:
         super().__init__(descriptor)
         self.connect_args = mysql_connect_args(database)
-        self._idle: list[Any] = []
-        self._all: list[Any] = []
-        self._lock = threading.Lock()
 
     def _connect(self) -> Any:
         import pymysql
@@ -278,54 +302,8 @@ class MySQLBackend(Backend):
             cur.execute("SET SESSION time_zone = '+00:00'")
         return conn
 
-    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        self.busy += 1
-        try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        finally:
-            self.busy -= 1
-
-    async def open(self) -> None:
-        conn = await self._run(self._connect)
-        self._all.append(conn)
-        self._idle.append(conn)
-
-    async def close(self) -> None:
-        for conn in self._all:
-            with contextlib.suppress(Exception):
-                await self._run(conn.close)
-        self._all.clear()
-        self._idle.clear()
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = await self._run(self._connect)
-            with self._lock:
-                self._all.append(conn)
-        broken = False
-        try:
-            yield conn
-        except BaseException:
-            broken = True
-            raise
-        finally:
-            try:
-                await self._run(conn.rollback)  # what was not committed does not leak
-            except Exception:
-                broken = True
-            if broken and not conn.open:
-                with self._lock:
-                    self._all.remove(conn)
-            else:
-                with self._lock:
-                    self._idle.append(conn)
-
-    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self.descriptor.ops, op)
-        return await self._run(fn, conn, *args, **kwargs)
+    def _usable(self, conn: Any) -> bool:
+        return bool(conn.open)
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         await self._run(conn.begin)

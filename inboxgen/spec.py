@@ -79,12 +79,16 @@ class Spec:
     lines: dict[tuple[str, ...], int]
 
     def line(self, *key: str) -> int:
-        """The line of `key`, or of its nearest enclosing key that has one."""
-        while key:
-            if key in self.lines:
-                return self.lines[key]
-            key = key[:-1]
-        return 1
+        return line_of(self.lines, key)
+
+
+def line_of(lines: dict[tuple[str, ...], int], key: tuple[str, ...]) -> int:
+    """The line of `key`, or of its nearest enclosing key that has one."""
+    while key:
+        if key in lines:
+            return lines[key]
+        key = key[:-1]
+    return 1
 
 
 class SpecInvalid(Exception):
@@ -159,11 +163,7 @@ class _Reader:
         self.problems: list[Diagnostic] = []
 
     def line(self, *key: str) -> int:
-        while key:
-            if key in self.lines:
-                return self.lines[key]
-            key = key[:-1]
-        return 1
+        return line_of(self.lines, key)
 
     def err(self, key: tuple[str, ...], message: str) -> None:
         self.problems.append(Diagnostic(self.display, self.line(*key), message))

@@ -121,7 +121,7 @@ class _Builder:
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
                          ) -> None:
-        """SELECT the rows due for a claim, in claim order (MySQL's first claim step)."""
+        """SELECT the rows due for a claim, in claim order, locked as `lock` says."""
         self.add(name, "\n".join(x for x in (
             f"SELECT {self.select_list()}",
             f"FROM {self.t()}",
@@ -164,21 +164,14 @@ class _Builder:
         return self.out
 
     def claim_row_lock(self) -> None:
-        self.add("CLAIM", "\n".join(x for x in (
-            f"SELECT {self.select_list()}",
-            f"FROM {self.t()}",
-            self.where(self.filters()),
-            f"ORDER BY {self.order()}",
-            f"LIMIT {self.p('limit')}",
-            "FOR UPDATE SKIP LOCKED",
-        ) if x), "Claim up to `limit` rows; the claim's open transaction holds them.")
+        self.select_claimable("CLAIM", "Claim up to `limit` rows; the claim's open transaction "
+                                       "holds them.")
 
     def claim_mysql(self) -> None:
         form = self.q.form
         attempt = self.role("attempt")
         if form == ROW_LOCK:
-            self.select_claimable("CLAIM", "Claim up to `limit` rows; the claim's open "
-                                           "transaction holds them.")
+            self.claim_row_lock()
             if self.q.count_crashes:
                 assert attempt is not None
                 self.mark("CLAIM_COUNT", [f"{self.c(attempt)} = {self.c(attempt)} + 1"],
@@ -191,8 +184,7 @@ class _Builder:
             self.mark("CLAIM_MARK", self.claim_set(),
                       "Write the lease (the ownership token) on the rows CLAIM selected.")
         else:
-            self.select_claimable("CANDIDATES", "Rows due for a claim, in claim order; each is "
-                                                "then locked by its key.", lock="")
+            self.claim_advisory_candidates()
             take_where = [f"{self.c(self.q.id)} = {self.p('id')}"] + self.filters()
             self.add("TAKE", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
                      + self.where(take_where),
@@ -292,14 +284,12 @@ class _Builder:
                  + f"RETURNING {self.select_list(returning_claim=True)}",
                  "Claim up to `limit` rows under a lease ending at `locked_until`.")
 
+    def claim_advisory_candidates(self) -> None:
+        self.select_claimable("CANDIDATES", "Rows due for a claim, in claim order; each is then "
+                                            "locked by its key.", lock="")
+
     def claim_advisory(self) -> None:
-        self.add("CANDIDATES", "\n".join(x for x in (
-            f"SELECT {self.select_list()}",
-            f"FROM {self.t()}",
-            self.where(self.filters()),
-            f"ORDER BY {self.order()}",
-            f"LIMIT {self.p('limit')}",
-        ) if x), "Rows due for a claim, in claim order; each is then locked by its key.")
+        self.claim_advisory_candidates()
         take_where = [f"{self.c(self.q.id)} = {self.p('id')}"] + self.filters()
         attempt = self.role("attempt")
         if attempt is not None:
