@@ -9,6 +9,7 @@ in work finish within a timeout, then leaves unfinished rows as the form's rule 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as _dt
 import inspect
@@ -186,6 +187,13 @@ class Worker:
         self._listener: asyncio.Task[None] | None = None
         self.listener_pid: int | None = None  # the listening session, where there is one
         self._signature_cache: dict[str, frozenset[str]] = {}
+        self._keys_in_work: set[str] = set()  # advisory keys this worker's slots hold
+        # Advisory: when this worker settled each id lately (a sequence number), so candidates
+        # read before a settlement cost no round trip; an id settled before the read is a new
+        # row (SQLite may reuse the largest rowid) and is tried as usual.
+        self._settle_seq = 0
+        self._settled_at: dict[Any, int] = {}
+        self._settled_order: collections.deque[Any] = collections.deque()
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
@@ -549,26 +557,34 @@ class Worker:
         got = 0
         limit = self.batch + self.workers
         async with self.backend.connection() as conn:
+            read_at = self._settle_seq
             candidates = await self._call(conn, "candidates", group=self.group,
                                           now=self.clock.now(), limit=limit)
             await self.backend.commit(conn)
             for row in candidates:
                 if got >= self.batch:
                     break
+                row_id = getattr(row, self.descriptor.role_attrs["id"])
+                if self._settled_at.get(row_id, -1) >= read_at:
+                    continue  # a slot of this worker settled it since the candidates were read
                 key = self.descriptor.advisory_key(row) if self.descriptor.advisory_key else ""
+                if key in self._keys_in_work:
+                    continue  # another slot of this worker holds it: no round trip to learn so
+                self._keys_in_work.add(key)  # reserved before the lock's round trip
                 if not await self._lock(conn, key):
+                    self._keys_in_work.discard(key)
                     continue
                 try:
                     async with self._on(conn):
-                        taken = await self._call(conn, "take", id=getattr(
-                            row, self.descriptor.role_attrs["id"]), group=self.group,
-                            now=self.clock.now())
+                        taken = await self._call(conn, "take", id=row_id, group=self.group,
+                                                 now=self.clock.now())
                     if taken is None:
                         continue  # finished or rescheduled since the candidates were read
                     got += 1
                     self._in_flight += 1
                     await self._deliver(self._held(taken, key=key), conn)
                 finally:
+                    self._keys_in_work.discard(key)
                     await self._unlock(conn, key)
         if len(candidates) < limit:
             return got < self.batch
@@ -776,10 +792,21 @@ class Worker:
             assert conn is not None
             async with self._on(conn):
                 await self._execute_settlement(conn, h, s)
+            if s.action in (FINISH, DEAD_LETTER):  # gone for good: retried rows come back
+                self._remember_settled(h.id)
         else:
             assert conn is not None
             await self._execute_settlement(conn, h, s)
         self._count(s, None)
+
+    def _remember_settled(self, row_id: Any) -> None:
+        self._settled_at[row_id] = self._settle_seq
+        self._settle_seq += 1
+        self._settled_order.append(row_id)
+        if len(self._settled_order) > 4096:
+            old = self._settled_order.popleft()
+            if self._settled_at.get(old, 0) < self._settle_seq - 4096:
+                del self._settled_at[old]
 
     def _count(self, s: Settlement, outcome: Outcome | None) -> None:
         if s.action == FINISH:

@@ -1,0 +1,62 @@
+"""An advisory worker remembers the rows it settled, to skip stale candidates without a round
+trip; a new row that reuses a settled id (SQLite reuses the largest rowid) is still served."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from genutil import build_module, ddl_of
+
+from inboxgen import Job, Worker
+from inboxgen.testing import FakeClock, run_until_idle
+
+SPEC = """
+table = "jobs"
+dialect = "sqlite"
+advisory_key = "job-{id}"
+
+[columns]
+id = "id"
+attempt = { role = "attempt", generated = true }
+payload = { role = "payload", codec = "text" }
+"""
+DDL = """
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    payload TEXT NOT NULL
+);
+"""
+
+
+def test_a_new_row_reusing_a_settled_id_is_delivered(tmp_path: Path) -> None:
+    module: Any = build_module(tmp_path, SPEC, DDL)
+    path = tmp_path / "jobs.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(ddl_of(tmp_path))
+    seen: list[tuple[int, str]] = []
+
+    def handle(job: Job[str]) -> None:
+        seen.append((job.id, job.payload))
+
+    worker = Worker(module.DESCRIPTOR, handle, database=path, workers=2, clock=FakeClock())
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            module.insert(db, module.NewRow(id=7, payload="first"))
+            db.commit()
+            worker.wake()
+            await run_until_idle(worker)
+            module.insert(db, module.NewRow(id=7, payload="second"))  # the same id again
+            db.commit()
+            worker.wake()
+            await run_until_idle(worker)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert seen == [(7, "first"), (7, "second")]
