@@ -294,8 +294,13 @@ class MySQLBackend(ThreadedBackend):
 
     def _connect(self) -> Any:
         import pymysql
+        from pymysql.constants import CLIENT
 
-        conn = pymysql.connect(**self.connect_args, autocommit=False)
+        # FOUND_ROWS: an UPDATE reports the rows it matched, not only those it changed, so a
+        # renewal that writes the expiry already held still counts as held.
+        args = dict(self.connect_args)
+        flags = int(args.pop("client_flag", 0)) | CLIENT.FOUND_ROWS
+        conn = pymysql.connect(**args, client_flag=flags, autocommit=False)
         with conn.cursor() as cur:
             # Claims run at READ COMMITTED; times travel as naive UTC.
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

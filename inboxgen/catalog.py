@@ -431,7 +431,7 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
                 if any(d.same_name(col.name, k) for k in table.primary_key):
                     col.nullable = False
         elif isinstance(item, exp.IndexColumnConstraint):
-            cols = [_ident(e, d) for e in _index_exprs(item)]
+            cols = [_index_column(e, d) for e in _index_exprs(item)]
             catalog.indexes.append(Index(_ident(item.this, d) or None, schema, name, cols,
                                          False, False, st.path, st.line))
         elif isinstance(item, exp.UniqueColumnConstraint) and isinstance(item.this, exp.Schema):
@@ -469,6 +469,11 @@ def _copy_like(catalog: Catalog, table: Table, like: exp.LikeProperty, st: State
             "warning"))
         return
     including = " ".join(e.sql() for e in like.expressions).upper()
+    if "INDEXES" in including or "ALL" in including:
+        table.primary_key = list(source.primary_key)
+        for index in catalog.indexes_of(source)[1 if source.primary_key else 0:]:
+            catalog.indexes.append(Index(None, table.schema, table.name, list(index.columns),
+                                         index.unique, index.partial, st.path, st.line))
     for col in source.columns:
         keep_defaults = "DEFAULTS" in including or "ALL" in including
         keep_identity = "IDENTITY" in including or "ALL" in including
@@ -476,6 +481,19 @@ def _copy_like(catalog: Catalog, table: Table, like: exp.LikeProperty, st: State
             col.name, col.type_sql, col.kind, col.nullable,
             col.has_default if keep_defaults or keep_identity else False,
             col.auto if keep_identity else False, st.path, st.line))
+
+
+def _index_column(node: exp.Expression, d: Dialect) -> str:
+    """An index part as a column name; MySQL's prefix part `col(191)` indexes `col` too."""
+    if isinstance(node, (exp.Column, exp.Identifier)):
+        return _ident(node, d)
+    prefix = getattr(exp, "ColumnPrefix", None)
+    if prefix is not None and isinstance(node, prefix):
+        return _ident(node.this, d)
+    if (d.name == "mysql" and isinstance(node, exp.Anonymous) and len(node.expressions) == 1
+            and isinstance(node.expressions[0], exp.Literal)):
+        return str(node.this)
+    return node.sql(dialect=d.sqlglot_name)
 
 
 def _index_exprs(item: exp.Expression) -> list[exp.Expression]:
@@ -500,11 +518,7 @@ def _create_index(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     schema, tname = _table_name(table, d)
     params = idx.args.get("params")
     cols_nodes = params.args.get("columns") or [] if isinstance(params, exp.IndexParameters) else []
-    cols: list[str] = []
-    for c in cols_nodes:
-        inner = c.this if isinstance(c, exp.Ordered) else c
-        cols.append(_ident(inner, d) if isinstance(inner, (exp.Column, exp.Identifier))
-                    else inner.sql(dialect=d.sqlglot_name))
+    cols = [_index_column(c.this if isinstance(c, exp.Ordered) else c, d) for c in cols_nodes]
     partial = isinstance(params, exp.IndexParameters) and params.args.get("where") is not None
     name = _ident(idx.this, d) or None
     if name and any(i.name == name for i in catalog.indexes) and tree.args.get("exists"):
@@ -533,7 +547,8 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
         elif isinstance(action, exp.RenameColumn):
             renamed = table.column(_ident(action.this, d), d)
             if renamed is not None:
-                renamed.name = _ident(action.args.get("to"), d)
+                old, renamed.name = renamed.name, _ident(action.args.get("to"), d)
+                _rename_in_indexes(catalog, table, old, renamed.name)
         elif isinstance(action, exp.AlterRename):
             _, new_name = _table_name(action.this, d)
             for moved in catalog.indexes_of(table)[1 if table.primary_key else 0:]:
@@ -556,14 +571,26 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
                 table.columns.append(new)
             else:
                 table.columns[position] = new
+                _rename_in_indexes(catalog, table, old, new.name)
         elif isinstance(action, exp.AddConstraint):
             for pk in action.find_all(exp.PrimaryKey):
                 table.primary_key = [_ident(e, d) for e in pk.expressions]
             for unique in action.find_all(exp.UniqueColumnConstraint):
                 if isinstance(unique.this, exp.Schema):
-                    cols = [_ident(e, d) for e in unique.this.expressions]
-                    catalog.indexes.append(Index(None, table.schema, table.name, cols, True,
-                                                 False, st.path, st.line))
+                    cols = [_index_column(e, d) for e in unique.this.expressions]
+                    catalog.indexes.append(Index(_ident(unique.this.this, d) or None,
+                                                 table.schema, table.name, cols, True, False,
+                                                 st.path, st.line))
+            for index in action.find_all(exp.IndexColumnConstraint):
+                cols = [_index_column(e, d) for e in _index_exprs(index)]
+                catalog.indexes.append(Index(_ident(index.this, d) or None, table.schema,
+                                             table.name, cols, False, False, st.path, st.line))
+        elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "INDEX":
+            for target in action.args.get("tables") or action.expressions:
+                gone = _ident(target, d)
+                catalog.indexes = [i for i in catalog.indexes
+                                   if not (i.name and d.same_name(i.name, gone)
+                                           and d.same_name(i.table, table.name))]
         else:
             catalog.diagnostics.append(Diagnostic(
                 st.path, st.line,
@@ -585,6 +612,14 @@ def _alter_column(col: Column, action: exp.AlterColumn, st: Statement, d: Dialec
         col.has_default = col.auto
     if action.args.get("default") is not None:
         col.has_default = True
+
+
+def _rename_in_indexes(catalog: Catalog, table: Table, old: str, new: str) -> None:
+    """The server renames a column inside the indexes (and the primary key) that name it."""
+    d = catalog.dialect
+    for index in catalog.indexes_of(table):
+        index.columns = [new if d.same_name(c, old) else c for c in index.columns]
+    table.primary_key = [new if d.same_name(c, old) else c for c in table.primary_key]
 
 
 def _drop_column(table: Table, name: str, d: Dialect) -> None:

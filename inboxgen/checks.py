@@ -416,8 +416,8 @@ class _Checker:
                    for i in indexes):
             self.warn(self.spec.line("table"),
                       f"no index serves the claim order ({', '.join(order)}) of table "
-                      f"\"{table.name}\"; claims will scan: CREATE INDEX ON {table.name} "
-                      f"({', '.join(order)})")
+                      f"\"{table.name}\"; claims will scan: CREATE INDEX {table.name}_claim ON "
+                      f"{table.name} ({', '.join(order)})")
         lease = roles.get("locked_until")
         if lease is not None and self.d.name == "postgres":
             for i in indexes:

@@ -344,6 +344,20 @@ class _Renderer:
             out.append(Func("insert", "row: NewRow", "None",
                             "Enqueue one row on the caller's connection; nothing is committed "
                             "here.", tuple(self.run("", "INSERT", ins_params))))
+        if self.mysql and q.unique:
+            # INSERT IGNORE would also swallow truncations and foreign-key errors: only a
+            # duplicate key (error 1062) means the job is already queued.
+            out.append(Func("insert_unique", "row: NewRow", "bool",
+                            "Enqueue one row unless its unique key is already queued; returns "
+                            "whether it was inserted. Run it inside a transaction: only the "
+                            "statement is undone by a duplicate.",
+                            ("try:", *("    " + line for line in
+                                       self.run("", "INSERT", ins_params)),
+                             "except pymysql.err.IntegrityError as err:",
+                             "    if _v.mysql_duplicate_key(err):",
+                             "        return False",
+                             "    raise",
+                             "return True")))
         if "INSERT_UNIQUE" in st:
             out.append(Func("insert_unique", "row: NewRow", "bool",
                             "Enqueue one row unless its unique key is already queued; "

@@ -408,9 +408,7 @@ class _Builder:
         if self.q.unique:
             keys = ", ".join(self.c(f) for f in self.q.unique)
             if self.d.name == "mysql":
-                self.add("INSERT_UNIQUE", f"INSERT IGNORE INTO {self.t()} ({cols})\n"
-                                          f"VALUES ({values})",
-                         "Enqueue one row unless its unique key is already queued.")
+                pass  # insert_unique runs INSERT and takes a duplicate-key error as "queued"
             else:
                 self.add("INSERT_UNIQUE", f"{insert}\nON CONFLICT ({keys}) DO NOTHING",
                          "Enqueue one row unless its unique key is already queued.")

@@ -81,6 +81,10 @@ def mysql_lock_unavailable(err: BaseException) -> bool:
     return bool(err.args) and err.args[0] in _MYSQL_LOCKED
 
 
+def mysql_duplicate_key(err: BaseException) -> bool:
+    return bool(err.args) and err.args[0] == 1062
+
+
 def mysql_execute(conn: Any, sql: str, params: Any) -> Cursor:
     """Run one statement on a PyMySQL connection; returns its (buffered) cursor."""
     cur: Cursor = conn.cursor()

@@ -138,6 +138,10 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.stats = Stats()
         self._check_settings()
+        if pool is not None and d.dialect != "postgres":
+            raise WorkerConfigError("pool= is for PostgreSQL (psycopg_pool); a SQLite or "
+                                    "MySQL worker keeps connections of its own",
+                                    worker=self.name, table=d.qualified_name)
         if pool is not None:
             max_size = int(getattr(pool, "max_size", self.workers + 1))
             if max_size < 2:

@@ -1,0 +1,1 @@
+ALTER TABLE jobs ADD INDEX jobs_claim (grp, priority, id);

@@ -1,0 +1,7 @@
+CREATE TABLE jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    grp VARCHAR(64) NOT NULL,
+    attempt SMALLINT NOT NULL DEFAULT 1,
+    payload LONGBLOB NOT NULL,
+    KEY jobs_claim (grp, id)
+) ENGINE=InnoDB;

@@ -1,0 +1,3 @@
+-- CHANGE COLUMN renames grp; MODIFY COLUMN keeps the name of attempt.
+ALTER TABLE jobs CHANGE COLUMN grp queue_name VARCHAR(64) NOT NULL;
+ALTER TABLE jobs MODIFY COLUMN attempt INT NOT NULL DEFAULT 1;

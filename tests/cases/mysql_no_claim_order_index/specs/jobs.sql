@@ -1,0 +1,7 @@
+CREATE TABLE jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    grp VARCHAR(64) NOT NULL,
+    priority TINYINT UNSIGNED NOT NULL DEFAULT 100,
+    payload JSON NOT NULL,
+    KEY jobs_by_group (grp)
+) ENGINE=InnoDB;
