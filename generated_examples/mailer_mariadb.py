@@ -21,7 +21,7 @@ CHANNEL: Final = "email_jobs"
 # Claim up to `limit` rows; the claim's open transaction holds them.
 CLAIM: Final[LiteralString] = """
 SELECT `job_id`, `name`, `attempt`, `payload`
-FROM `email_jobs`
+FROM `email_jobs` FORCE INDEX (`email_jobs_claim`)
 WHERE `name` = %(group)s
 ORDER BY `job_id`
 LIMIT %(limit)s

@@ -100,7 +100,7 @@ class _Checker:
         key = self.advisory_key(form, fields)
         dead_table = self.dead_letter(table, roles)
         unique = self.unique(table, fields)
-        self.indexes(table, roles)
+        claim_index = self.indexes(table, roles)
         if any(d.severity == "error" for d in self.found):
             return None
         return Queue(
@@ -109,6 +109,7 @@ class _Checker:
             payload_type=next((b.type for b in spec.bindings if b.role == "payload"), None),
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
+            claim_index=claim_index,
         )
 
     def ddl_names(self) -> str:
@@ -406,14 +407,18 @@ class _Checker:
                          f"\"{table.name}\": the insert's conflict clause needs one")
         return tuple(out)
 
-    def indexes(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]]) -> None:
+    def indexes(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]]
+                ) -> str | None:
+        """Warn about indexes; returns the name of the index that serves the claim order (MySQL
+        claims name it, see statements.py), or None."""
         order = [roles[r][1].name for r in ("group", "priority", "retry_after", "id")
                  if r in roles]
         if not order:
-            return
+            return None
         indexes = self.catalog.indexes_of(table)
-        if not any([c.lower() for c in i.columns[:len(order)]] == [c.lower() for c in order]
-                   for i in indexes):
+        serving = [i for i in indexes
+                   if [c.lower() for c in i.columns[:len(order)]] == [c.lower() for c in order]]
+        if not serving:
             self.warn(self.spec.line("table"),
                       f"no index serves the claim order ({', '.join(order)}) of table "
                       f"\"{table.name}\"; claims will scan: CREATE INDEX {table.name}_claim ON "
@@ -425,6 +430,12 @@ class _Checker:
                     self.warn(i.line, f"index {i.name or '(unnamed)'} on \"{table.name}\" "
                                       f"mentions {lease[1].name}: every lease renewal becomes a "
                                       f"non-HOT update", i.path)
+        for index in serving:
+            if index.name:
+                return index.name
+            if index.columns == table.primary_key and index is indexes[0]:
+                return "PRIMARY"
+        return None
 
 
 def _rel(path: object, spec: Spec) -> str:

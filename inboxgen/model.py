@@ -50,6 +50,7 @@ class Queue:
     dead_letter_table: TableRef | None
     unique: tuple[Field, ...]
     runtime: RuntimeDefaults
+    claim_index: str | None = None  # the index serving the claim order, where it has a name
 
     def role(self, role: str) -> Field | None:
         return next((f for f in self.fields if f.role == role), None)

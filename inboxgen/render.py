@@ -427,10 +427,12 @@ class _Renderer:
         lines: list[str] = []
         if q.form == ROW_LOCK:
             lines += ["try:", *("    " + line for line in
-                                self.run("cur = ", "FIFO_HEAD", self.params(head))),
+                                self.run("", "FIFO_LOCK", self.params(st["FIFO_LOCK"]))),
+                      *("    " + line for line in
+                        self.run("cur = ", "FIFO_HEAD", self.params(head))),
                       "except pymysql.err.OperationalError as err:",
                       "    if _v.mysql_lock_unavailable(err):",
-                      "        return None  # another claim holds the head",
+                      "        return None  # another claim holds the group",
                       "    raise"]
         else:
             lines += self.run("cur = ", "FIFO_HEAD", self.params(head))

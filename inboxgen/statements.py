@@ -124,12 +124,19 @@ class _Builder:
         """SELECT the rows due for a claim, in claim order, locked as `lock` says."""
         self.add(name, "\n".join(x for x in (
             f"SELECT {self.select_list()}",
-            f"FROM {self.t()}",
+            f"FROM {self.t()}{self.force_index() if lock else ''}",
             self.where(self.filters()),
             f"ORDER BY {self.order()}",
             f"LIMIT {self.p('limit')}",
             lock,
         ) if x), doc)
+
+    def force_index(self) -> str:
+        """MySQL: read the claim-order index in order. A locking read that sorts instead locks
+        every due row it examines, and then one claim holds the whole queue."""
+        if not self.mysql or not self.q.claim_index:
+            return ""
+        return f" FORCE INDEX ({self.d.quote(self.q.claim_index)})"
 
     def mark(self, name: str, sets: list[str], doc: str) -> None:
         """UPDATE the rows a MySQL claim selected (MySQL has no UPDATE ... RETURNING); `ids`
@@ -213,9 +220,21 @@ class _Builder:
         if pa is not None:
             head_filters.append(f"{self.c(pa)} IS NULL")
         lock = "FOR UPDATE NOWAIT" if self.q.form == ROW_LOCK else "FOR UPDATE"
+        if self.q.form == ROW_LOCK:
+            # The head's row lock alone would let a row enqueued later, sorting ahead of it,
+            # be claimed while the head is in work. Locking every unfinished row of the group
+            # (without waiting) guards the group for the transaction: a second claim runs into
+            # one of them. MySQL has no transaction-scoped advisory locks to do it with.
+            self.add("FIFO_LOCK", "\n".join((
+                f"SELECT {self.c(self.q.id)}",
+                f"FROM {self.t()}{self.force_index()}",
+                self.where(head_filters),
+                "FOR UPDATE NOWAIT",
+            )), "Lock the group's unfinished rows for the transaction, or fail at once when "
+                "another claim holds any of them.")
         self.add("FIFO_HEAD", "\n".join((
             f"SELECT {self.select_list()}",
-            f"FROM {self.t()}",
+            f"FROM {self.t()}{self.force_index()}",
             self.where(head_filters),
             f"ORDER BY {self.order()}",
             "LIMIT 1",

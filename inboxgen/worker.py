@@ -520,30 +520,14 @@ class Worker:
     # -- row lock ---------------------------------------------------------------------------
 
     async def _row_lock_round(self) -> int:
-        counted: list[Any] = []
         if self.descriptor.count_crashes:
-            # The attempt is counted and committed first, so a job that kills its process
-            # still spends it; the rows are then locked again for the handler's transaction.
-            async with self._transaction() as conn:
-                counted = await self._claim(conn, self.clock.now(), self.batch)
-            if not counted:
-                return 0
+            return await self._counted_row_lock_round()
         async with self.backend.connection() as conn:
             await self.backend.begin(conn)
-            if self.descriptor.count_crashes:
-                rows = []
-                for row in counted:
-                    h = self._held(row)
-                    if await self._call(conn, "relock", id=h.id, attempt=h.attempt):
-                        rows.append(row)
-            else:
-                rows = await self._claim(conn, self.clock.now(), self.batch)
-            if not rows:
-                await self.backend.rollback(conn)
-                return len(counted)
-            held = [self._held(r) for r in rows]
             try:
-                await self._deliver_all(held, conn)
+                rows = await self._claim(conn, self.clock.now(), self.batch)
+                if rows:
+                    await self._deliver_all([self._held(r) for r in rows], conn)
             except BaseException:
                 # A cancelled or broken round rolls back: its rows return at once, attempts
                 # unchanged (what a crash does in this form).
@@ -551,6 +535,27 @@ class Worker:
                 raise
             await self.backend.commit(conn)
             return len(rows)
+
+    async def _counted_row_lock_round(self) -> int:
+        """count_crashes: the attempt is counted and committed first, so a job that kills its
+        process still spends it; each row is then locked again in a transaction of its own
+        (a relock that fails ends its transaction at once, releasing what it touched)."""
+        async with self._transaction() as conn:
+            counted = await self._claim(conn, self.clock.now(), self.batch)
+        for row in counted:
+            h = self._held(row)
+            async with self.backend.connection() as conn:
+                await self.backend.begin(conn)
+                try:
+                    if await self._call(conn, "relock", id=h.id, attempt=h.attempt) is None:
+                        await self.backend.rollback(conn)
+                        continue  # counted again by another claim since
+                    await self._deliver_all([h], conn)
+                except BaseException:
+                    await self.backend.rollback(conn)
+                    raise
+                await self.backend.commit(conn)
+        return len(counted)
 
     # -- advisory ---------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Queue tables for the statement tests: specs and DDL, recording connections, raw views of rows.
 
-Everything here runs on real databases: a fresh PostgreSQL database per test (``pg_dsn``) or a
-SQLite file. Time is explicit: tests pass ``now`` (``T0`` plus some seconds) instead of waiting
-for the clock, and every lease expiry is a whole second.
+Everything here runs on real databases: a fresh PostgreSQL database per test (``pg_dsn``), a
+fresh MariaDB database (a ``mysql://`` URL on the session's ``mariadb_server``) or a SQLite file.
+Time is explicit: tests pass ``now`` (``T0`` plus some seconds) instead of waiting for the clock,
+and every lease expiry is a whole second (MySQL's lease column is a DATETIME without fractions).
 
 - ``Layout`` describes a test table ``jobs`` (claim form, group, FIFO, dead letters, unique key)
   and renders its spec and DDL for a dialect;
@@ -31,10 +32,14 @@ from typing import Any
 
 import attrs
 import psycopg
+import pymysql
+import pymysql.cursors
 from genutil import build_module, ddl_of
 from psycopg.rows import dict_row
+from pymysql.constants import CLIENT
 
 from inboxgen import values
+from inboxgen.backends import mysql_connect_args
 from inboxgen.model import attr_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +47,12 @@ UTC = dt.UTC
 T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 LEASE = 30  # seconds
 TIME_ROLES = ("retry_after", "processed_at", "locked_until")
+# What the runtime's MySQL sessions run (claims at READ COMMITTED, times as naive UTC), and a lock
+# wait that fails within seconds instead of hanging the suite. Connections are opened with
+# CLIENT.FOUND_ROWS, as the worker's: an UPDATE reports the rows it matched.
+MYSQL_SESSION = ("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                 "SET SESSION time_zone = '+00:00'",
+                 "SET SESSION innodb_lock_wait_timeout = 5")
 
 
 def at(seconds: float) -> dt.datetime:
@@ -89,10 +100,66 @@ class RecordingSqlite(sqlite3.Connection):
         return super().executemany(sql, parameters)
 
 
+class RecordingMySQLCursor(pymysql.cursors.Cursor):
+    """Appends the SQL (as passed, before PyMySQL binds it) of every statement it runs to its
+    connection's `executed` list; an executemany is one entry. What actually went to the server
+    is in `sent` (see RecordingMySQL)."""
+
+    _many = False
+
+    def execute(self, query: Any, args: Any = None) -> int:
+        if not self._many:
+            executed(self.connection).append(str(query))
+        return super().execute(query, args)
+
+    def executemany(self, query: Any, args: Any) -> int | None:
+        executed(self.connection).append(str(query))
+        self._many = True
+        try:
+            return super().executemany(query, args)
+        finally:
+            self._many = False
+
+
+class RecordingMySQL(pymysql.connections.Connection):
+    """A PyMySQL connection that records every query text it sends to the server in `sent`
+    (bound, one entry per statement on the wire; COMMIT and ROLLBACK are not queries)."""
+
+    def query(self, sql: Any, unbuffered: bool = False) -> int:
+        sent(self).append(bytes(sql).decode() if isinstance(sql, bytes | bytearray) else sql)
+        result: int = super().query(sql, unbuffered)
+        return result
+
+
 def executed(conn: Any) -> list[str]:
     """The SQL texts a recording connection has executed so far, oldest first."""
     log: list[str] = conn.__dict__.setdefault("executed", [])
     return log
+
+
+def sent(conn: Any) -> list[str]:
+    """The bound query texts a RecordingMySQL connection sent to the server, oldest first."""
+    log: list[str] = conn.__dict__.setdefault("sent", [])
+    return log
+
+
+def mysql_connect(target: str, *, factory: Any = pymysql.connections.Connection,
+                  **kwargs: Any) -> Any:
+    """A PyMySQL connection to a mysql:// URL, its session set up as the runtime's."""
+    conn = factory(**mysql_connect_args(target), client_flag=CLIENT.FOUND_ROWS, **kwargs)
+    with pymysql.cursors.Cursor(conn) as cur:  # not a recording cursor: setup is not the test's
+        for sql in MYSQL_SESSION:
+            cur.execute(sql)
+    return conn
+
+
+def mysql_statements(ddl: str) -> list[str]:
+    """DDL split into statements (MariaDB has no transactional DDL: one statement at a time);
+    pieces holding nothing but comments are dropped."""
+    def code(piece: str) -> bool:
+        return any(line.strip() and not line.strip().startswith("--")
+                   for line in piece.splitlines())
+    return [piece.strip() for piece in ddl.split(";") if code(piece)]
 
 
 # -- test tables ---------------------------------------------------------------------------------
@@ -116,25 +183,31 @@ class Layout:
     count_crashes: bool = False  # row lock: the claim counts the attempt in its own transaction
 
     def columns(self, dialect: str) -> list[tuple[str, str]]:
-        pg = dialect == "postgres"
-        time = "TIMESTAMPTZ" if pg else "TEXT"
-        cols = [("id", "BIGSERIAL PRIMARY KEY" if pg else "INTEGER PRIMARY KEY")]
+        """MySQL: group and account are VARCHAR(191) (they are indexed, in utf8mb4), times are
+        DATETIME(6), except locked_until, a DATETIME without fractions: the lease token (a whole
+        second) must hold in it."""
+        pg, my = dialect == "postgres", dialect == "mysql"
+        time = "TIMESTAMPTZ" if pg else "DATETIME(6)" if my else "TEXT"
+        text = "VARCHAR(191)" if my else "TEXT"
+        cols = [("id", "BIGSERIAL PRIMARY KEY" if pg else
+                 "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY" if my else "INTEGER PRIMARY KEY")]
         if self.group:
-            cols.append(("grp", "TEXT NOT NULL"))
+            cols.append(("grp", f"{text} NOT NULL"))
         cols += [("priority", "INTEGER NOT NULL"), ("retry_after", f"{time} NOT NULL"),
                  ("attempt", "INTEGER NOT NULL DEFAULT 1")]
         if self.processed:
             cols.append(("processed_at", time))
         if self.form == "lease":
-            cols.append(("locked_until", time))
-        cols += [("account", "TEXT NOT NULL"), ("payload", "TEXT NOT NULL")]
+            cols.append(("locked_until", "DATETIME" if my else time))
+        cols += [("account", f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
         return cols
 
     def ddl(self, dialect: str) -> str:
         cols = self.columns(dialect)
+        options = " DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
         body = ",\n".join(f"    {name} {sql}" for name, sql in cols)
         order = ", ".join((["grp"] if self.group else []) + ["priority", "retry_after", "id"])
-        out = [f"CREATE TABLE jobs (\n{body}\n);",
+        out = [f"CREATE TABLE jobs (\n{body}\n){options};",
                f"CREATE INDEX jobs_claim ON jobs ({order});"]
         if self.unique:
             out.append("CREATE UNIQUE INDEX jobs_once ON jobs (account);")
@@ -142,7 +215,7 @@ class Layout:
             dead_cols = [(n, "BIGINT PRIMARY KEY" if n == "id" else
                           "INTEGER NOT NULL" if n == "attempt" else s) for n, s in cols]
             body = ",\n".join(f"    {name} {sql}" for name, sql in dead_cols)
-            out.append(f"CREATE TABLE jobs_dead (\n{body}\n);")
+            out.append(f"CREATE TABLE jobs_dead (\n{body}\n){options};")
         return "\n".join(out) + "\n"
 
     def spec(self, dialect: str) -> str:
@@ -181,7 +254,7 @@ class Queue:
     def __init__(self, mod: ModuleType, dialect: str, target: str) -> None:
         self.mod = mod
         self.dialect = dialect
-        self.target = target  # conninfo or sqlite file
+        self.target = target  # conninfo, mysql:// URL or sqlite file
         d = mod.DESCRIPTOR
         self.form: str = d.form
         self.count_crashes: bool = getattr(d, "count_crashes", False)
@@ -190,20 +263,38 @@ class Queue:
         self.group_attr = attr_name(self.roles["group"]) if "group" in self.roles else None
         self.connections: list[Any] = []
         self._serial = itertools.count(1)
+        self._reader: Any = None  # MySQL: the autocommit session rows() reads on
 
     @property
     def pg(self) -> bool:
         return self.dialect == "postgres"
 
+    @property
+    def mysql(self) -> bool:
+        return self.dialect == "mysql"
+
+    @property
+    def locks(self) -> bool:
+        """Whether the module takes advisory keys by LOCK / UNLOCK statements (PostgreSQL and
+        MySQL; the SQLite runtime keeps its keys in the process)."""
+        return hasattr(self.mod, "lock")
+
     # connections
 
     def connect(self, *, autocommit: bool = False, time_zone: str | None = None) -> Any:
-        """A new recording connection (psycopg or sqlite3); closed at the end of the test.
+        """A new recording connection (psycopg, PyMySQL or sqlite3); closed at the end of the
+        test.
 
-        `time_zone` sets a PostgreSQL session's TimeZone (the test server's default is UTC).
+        `time_zone` sets a PostgreSQL session's TimeZone (the test server's default is UTC); a
+        MySQL session runs in '+00:00', as the runtime's.
         """
         conn: Any
-        if self.pg:
+        if self.mysql:
+            # READ COMMITTED and UTC, as the runtime's sessions; lock waits end after 5 s.
+            assert time_zone is None
+            conn = mysql_connect(self.target, factory=RecordingMySQL, autocommit=autocommit,
+                                 cursorclass=RecordingMySQLCursor)
+        elif self.pg:
             # A statement that waits on a lock fails within seconds instead of hanging the suite.
             options = "-c lock_timeout=5s -c statement_timeout=20s"
             if time_zone:
@@ -229,25 +320,46 @@ class Queue:
     def close(self) -> None:
         for conn in self.connections:
             conn.close()
+        if self._reader is not None:
+            self._reader.close()
 
     # the table as another session sees it
+
+    def quote(self, name: str) -> str:
+        q = "`" if self.mysql else '"'
+        return f"{q}{name}{q}"
 
     def table_sql(self, table: str | None = None) -> str:
         d = self.mod.DESCRIPTOR
         name = table or d.table
         schema = d.schema if table is None else None
-        return f'"{schema}"."{name}"' if schema else f'"{name}"'
+        return f"{self.quote(schema)}.{self.quote(name)}" if schema else self.quote(name)
 
     def rows(self, table: str | None = None) -> list[dict[str, Any]]:
-        """Every row of the queue table (or `table`) in id order, read on a fresh connection.
+        """Every row of the queue table (or `table`) in id order, read on a fresh connection (on
+        MySQL on an autocommit session of the Queue's own, which sees the same).
 
-        SQLite's time roles come back as aware datetimes, like PostgreSQL's timestamptz.
+        SQLite's time roles (text) and MySQL's (naive UTC) come back as aware datetimes, like
+        PostgreSQL's timestamptz.
         """
-        sql = f'SELECT * FROM {self.table_sql(table)} ORDER BY "{self.roles["id"]}"'
+        sql = f"SELECT * FROM {self.table_sql(table)} ORDER BY {self.quote(self.roles['id'])}"
         if self.pg:
             with psycopg.connect(self.target, row_factory=dict_row) as conn:
                 return list(conn.execute(sql).fetchall())
         times = {self.roles[r] for r in TIME_ROLES if r in self.roles}
+        if self.mysql:
+            # One session of its own, in autocommit at READ COMMITTED: each read sees what is
+            # committed, as a fresh connection would (a new connection per read is slow).
+            if self._reader is None:
+                self._reader = mysql_connect(self.target, autocommit=True,
+                                             cursorclass=pymysql.cursors.DictCursor)
+            with self._reader.cursor() as cur:
+                cur.execute(sql)
+                out = list(cur.fetchall())
+            for row in out:
+                for k in times & row.keys():
+                    row[k] = values.aware_or_none(row[k])
+            return out
         with sqlite3.connect(self.target) as conn:
             conn.row_factory = sqlite3.Row
             out = [dict(r) for r in conn.execute(sql).fetchall()]
@@ -303,8 +415,8 @@ class Queue:
         Lease: CLAIM with the expiry `until` (default now + LEASE). Row lock: CLAIM in the open
         transaction; with count_crashes, CLAIM (counting the attempt) is committed and each row
         is locked again by RELOCK in a new transaction, as the runtime does; the rows are those
-        CLAIM returned. Advisory: CANDIDATES, then (PostgreSQL) LOCK of each candidate's key and
-        TAKE; keys whose TAKE finds nothing are unlocked again.
+        CLAIM returned. Advisory: CANDIDATES, then (PostgreSQL and MySQL) LOCK of each
+        candidate's key and TAKE; keys whose TAKE finds nothing are unlocked again.
         """
         args: dict[str, Any] = {"now": now, "limit": limit, "group": group,
                                 "locked_until": until or now + dt.timedelta(seconds=LEASE)}
@@ -319,12 +431,12 @@ class Queue:
         taken = []
         for cand in call(m.candidates, conn, **args):
             key = m.advisory_key(cand)
-            if self.pg and not m.lock(conn, key=key):
+            if self.locks and not m.lock(conn, key=key):
                 continue
             row = call(m.take, conn, id=self.id_of(cand), **args)
             if row is not None:
                 taken.append(row)
-            elif self.pg:
+            elif self.locks:
                 m.unlock(conn, key=key)
         return taken
 
@@ -356,8 +468,9 @@ class Queue:
         return result
 
     def release(self, conn: Any, row: Any) -> None:
-        """Advisory on PostgreSQL: unlock the row's key (other forms hold nothing to release)."""
-        if self.form == "advisory" and self.pg:
+        """Advisory on PostgreSQL and MySQL: unlock the row's key (other forms hold nothing to
+        release; SQLite keeps no keys in the database)."""
+        if self.form == "advisory" and self.locks:
             assert self.mod.unlock(conn, key=self.mod.advisory_key(row))
 
 
@@ -393,16 +506,33 @@ def apply_ddl(dialect: str, target: str, ddl: str) -> None:
     if dialect == "postgres":
         with psycopg.connect(target) as conn:
             conn.execute(ddl)
+    elif dialect == "mysql":
+        server = mysql_connect(target, autocommit=True)
+        try:
+            with server.cursor() as cur:
+                for statement in mysql_statements(ddl):
+                    cur.execute(statement)
+        finally:
+            server.close()
     else:
         with sqlite3.connect(target) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(ddl)
 
 
+_built: dict[tuple[str, str], tuple[ModuleType, str]] = {}
+
+
 def open_spec(root: Path, dialect: str, spec: str, ddl: str, target: str) -> Queue:
-    """Generate the module for a spec and its DDL under `root`; create its tables on `target`."""
-    mod = build_module(root, spec, ddl)
-    apply_ddl(dialect, target, ddl_of(root))
+    """Generate the module for a spec and its DDL under `root`; create its tables on `target`.
+
+    A spec and DDL are generated once per session (the modules hold no state): later tests of
+    the same layout reuse the module, on tables of their own.
+    """
+    if (spec, ddl) not in _built:
+        _built[spec, ddl] = build_module(root, spec, ddl), ddl_of(root)
+    mod, tables = _built[spec, ddl]
+    apply_ddl(dialect, target, tables)
     return Queue(mod, dialect, target)
 
 
