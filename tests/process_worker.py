@@ -2,9 +2,10 @@
 
     python tests/process_worker.py MODULE DATABASE MODE --log FILE [options]
 
-MODULE is the path of a generated module (imported by path), DATABASE a SQLite file or a
-PostgreSQL conninfo. Everything the child does is appended to the log file, one line per event,
-flushed at once so the parent can poll it:
+MODULE is the path of a generated module (imported by path), DATABASE a SQLite file, a
+PostgreSQL conninfo or a MySQL/MariaDB URL (mysql://user@host:port/name; MySQL workers poll).
+Everything the child does is appended to the log file, one line per event, flushed at once so the
+parent can poll it:
 
     ready <pid>                 after the imports (and before waiting for --go)
     start <id> <attempt>        a handler began

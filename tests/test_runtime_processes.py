@@ -3,7 +3,9 @@
 Child processes run tests/process_worker.py on a module generated into tmp_path (imported there
 by path) and report what their handlers do in a log file the parent polls. The parent looks at
 the table with the generated functions on connections of its own, as another worker would.
-Nothing is mocked: PostgreSQL is the session's private server, SQLite a file in tmp_path.
+Nothing is mocked: PostgreSQL and MariaDB are the session's private servers, SQLite a file in
+tmp_path. Kinds are named <dialect>-<shape>; the MySQL/MariaDB kinds mirror the PostgreSQL ones
+(same columns and roles, MySQL types), and LISTEN/NOTIFY stays PostgreSQL's (MySQL workers poll).
 
 What the product brief (section 7, "Claim forms") asks of each form:
 
@@ -35,6 +37,8 @@ from types import ModuleType
 from typing import Any
 
 import psycopg
+import pymysql
+import pymysql.cursors
 import pytest
 from genutil import build_module
 from psycopg.conninfo import make_conninfo
@@ -218,6 +222,122 @@ FIFO_LEASE_PG = (
     """,
     '"Chat"."OutgoingMessages"', "MessageId",
 )
+ROW_LOCK_MYSQL = (
+    "mysql", "row_lock",
+    """
+    table = "email_jobs"
+    dialect = "mysql"
+
+    [columns]
+    job_id = { role = "id", generated = true }
+    name = "group"
+    attempt = { role = "attempt", generated = true }
+    payload = { role = "payload", codec = "bytes" }
+    """,
+    """
+    CREATE TABLE email_jobs (
+        job_id  BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        name    VARCHAR(191) NOT NULL,
+        attempt SMALLINT NOT NULL DEFAULT 1,
+        payload BLOB NOT NULL,
+        KEY email_jobs_claim (name, job_id)
+    );
+    """,
+    "`email_jobs`", "job_id",
+)
+LEASE_MYSQL = (
+    "mysql", "lease",
+    """
+    table = "lease_jobs"
+    dialect = "mysql"
+
+    [columns]
+    id = { role = "id", generated = true }
+    attempt = { role = "attempt", generated = true }
+    locked_until = "locked_until"
+    payload = { role = "payload", codec = "text" }
+    """,
+    """
+    CREATE TABLE lease_jobs (
+        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        attempt INT NOT NULL DEFAULT 1,
+        locked_until DATETIME NULL,
+        payload TEXT NOT NULL,
+        KEY lease_jobs_claim (locked_until, id)
+    );
+    """,
+    "`lease_jobs`", "id",
+)
+ADVISORY_MYSQL = (
+    "mysql", "advisory",
+    """
+    table = "ledger_jobs"
+    dialect = "mysql"
+    claim = "advisory"
+    advisory_key = "account-{account_id}"
+
+    [columns]
+    id = { role = "id", generated = true }
+    retry_after = { role = "retry_after", generated = true }
+    attempt = { role = "attempt", generated = true }
+    headers = "headers"
+    payload = { role = "payload", codec = "json" }
+
+    [runtime]
+    max_attempts = 3
+
+    [dead_letter]
+    table = "ledger_jobs_dead"
+    """,
+    """
+    CREATE TABLE ledger_jobs (
+        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        account_id BIGINT NOT NULL,
+        retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+        attempt INT NOT NULL DEFAULT 1,
+        headers JSON NULL,
+        payload JSON NOT NULL,
+        KEY ledger_jobs_claim (retry_after, id)
+    );
+    CREATE TABLE ledger_jobs_dead (
+        id BIGINT NOT NULL PRIMARY KEY,
+        account_id BIGINT NOT NULL,
+        retry_after DATETIME(6) NOT NULL,
+        attempt INT NOT NULL,
+        headers JSON NULL,
+        payload JSON NOT NULL
+    );
+    """,
+    "`ledger_jobs`", "id",
+)
+FIFO_LEASE_MYSQL = (
+    "mysql", "lease",
+    """
+    table = "OutgoingMessages"
+    dialect = "mysql"
+    fifo = true
+
+    [columns]
+    MessageId = { role = "id", generated = true }
+    conversation = "group"
+    retry_after = "retry_after"
+    attempt = { role = "attempt", generated = true }
+    locked_until = "locked_until"
+    body = { role = "payload", codec = "text" }
+    """,
+    """
+    CREATE TABLE OutgoingMessages (
+        MessageId BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        conversation VARCHAR(191) NOT NULL,
+        retry_after DATETIME(6) NOT NULL,
+        attempt INT NOT NULL DEFAULT 1,
+        locked_until DATETIME NULL,
+        body TEXT NOT NULL,
+        KEY outgoing_claim (conversation, retry_after, MessageId)
+    );
+    """,
+    "`OutgoingMessages`", "MessageId",
+)
 CONVERSATION = "c1"
 KINDS = {
     "pg-row_lock": ROW_LOCK_PG,
@@ -226,7 +346,12 @@ KINDS = {
     "pg-advisory": ADVISORY_PG,
     "sqlite-lease": LEASE_SQLITE,
     "sqlite-advisory": ADVISORY_SQLITE,
+    "mysql-row_lock": ROW_LOCK_MYSQL,
+    "mysql-fifo_lease": FIFO_LEASE_MYSQL,
+    "mysql-lease": LEASE_MYSQL,
+    "mysql-advisory": ADVISORY_MYSQL,
 }
+ACCOUNTS = 100  # advisory kinds on a server: rows of account i % ACCOUNTS share the key
 
 
 def now() -> dt.datetime:
@@ -265,40 +390,65 @@ class Queue:
     form: str
     module: ModuleType
     path: Path
-    database: str
+    database: str  # a SQLite file, a PostgreSQL conninfo or a MySQL URL
     table: str
     id_column: str
+    mysql_args: dict[str, Any] | None = None  # pymysql.connect() arguments (MySQL kinds)
 
     @property
     def pg(self) -> bool:
         return self.dialect == "postgres"
 
     @property
+    def mysql(self) -> bool:
+        return self.dialect == "mysql"
+
+    @property
+    def server(self) -> bool:
+        """PostgreSQL or MySQL: sessions and locks live on a server another process can see."""
+        return self.dialect != "sqlite"
+
+    @property
+    def shape(self) -> str:
+        """The kind without its dialect: row_lock, lease, fifo_lease, advisory."""
+        return self.kind.split("-", 1)[1]
+
+    @property
     def group(self) -> str | None:
-        return {"pg-row_lock": GROUP, "pg-fifo_lease": CONVERSATION}.get(self.kind)
+        if self.shape == "row_lock":
+            return GROUP
+        return CONVERSATION if self.shape == "fifo_lease" else None
 
     def claimed(self, rows: list[Any]) -> list[tuple[int, int]]:
         """(id, attempt) of claimed rows."""
         return [(getattr(r, self.id_column), r.attempt) for r in rows]
 
-    def connect(self, **kwargs: Any) -> Any:
+    def connect(self, *, autocommit: bool = False) -> Any:
         if self.pg:
-            return psycopg.connect(self.database, **kwargs)
-        return sqlite3.connect(self.database, timeout=30, **kwargs)
+            return psycopg.connect(self.database, autocommit=autocommit)
+        if self.mysql:
+            assert self.mysql_args is not None
+            conn = pymysql.connect(**self.mysql_args, autocommit=autocommit)
+            with conn.cursor() as cur:  # as the worker's sessions: READ COMMITTED, in UTC
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                cur.execute("SET SESSION time_zone = '+00:00'")
+            return conn
+        return sqlite3.connect(self.database, timeout=30,
+                               isolation_level=None if autocommit else "")
 
     def new_row(self, i: int) -> Any:
         new = self.module.NewRow
-        if self.kind == "pg-row_lock":
+        if self.shape == "row_lock":
             return new(name=GROUP, payload=f"job {i}".encode())
-        if self.kind == "pg-lease":
-            return new(payload=f"job {i}")
-        if self.kind == "pg-fifo_lease":
-            return new(conversation=CONVERSATION, body=f"message {i}",
-                       retry_after=now() - dt.timedelta(seconds=1))
-        if self.kind == "pg-advisory":
-            return new(account_id=i % 100, payload={"n": i})
         if self.kind == "sqlite-lease":
             return new(payload=f"job {i}".encode())
+        if self.shape == "lease":
+            return new(payload=f"job {i}")
+        if self.shape == "fifo_lease":
+            return new(conversation=CONVERSATION, body=f"message {i}",
+                       retry_after=now() - dt.timedelta(seconds=1))
+        if self.server:  # advisory
+            return new(account_id=i % ACCOUNTS, payload={"n": i})
         return new(image_path=f"img-{i % 50}.png", payload={"n": i})
 
     def add(self, n: int) -> list[int]:
@@ -315,6 +465,11 @@ class Queue:
         if self.pg:
             with psycopg.connect(self.database, autocommit=True, row_factory=dict_row) as c:
                 found = c.execute(sql).fetchall()
+        elif self.mysql:
+            with closing(self.connect(autocommit=True)) as c, \
+                    c.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute(sql)
+                found = list(cur.fetchall())
         else:
             with closing(sqlite3.connect(self.database, timeout=30)) as c:
                 c.row_factory = sqlite3.Row
@@ -337,12 +492,14 @@ class Queue:
         value = row["locked_until"]
         if isinstance(value, str):
             return values.parse_sqlite_time(value)
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)  # MySQL DATETIME: naive UTC
         return value  # type: ignore[no-any-return]
 
     def key(self, job_id: int) -> str:
         row = self.row(job_id)
         assert row is not None
-        if self.kind == "pg-advisory":
+        if self.server:
             return f"account-{row['account_id']}"
         return f"image-{row['image_path']}"
 
@@ -357,7 +514,7 @@ class Queue:
             try:
                 if self.form == "row_lock":
                     rows: list[Any] = m.claim(conn, group=GROUP, limit=10)
-                elif self.kind == "pg-fifo_lease":
+                elif self.shape == "fifo_lease":
                     head = m.fifo_claim(conn, group=CONVERSATION, now=at,
                                         locked_until=at + dt.timedelta(seconds=LEASE))
                     rows = [] if head is None else [head]
@@ -371,7 +528,7 @@ class Queue:
         return rows
 
     def _probe_advisory(self, conn: Any, at: dt.datetime) -> list[Any]:
-        assert self.pg, "SQLite's advisory registry lives in one process: probe it there"
+        assert self.server, "SQLite's advisory registry lives in one process: probe it there"
         m = self.module
         rows = []
         for candidate in m.candidates(conn, now=at, limit=10):
@@ -390,61 +547,112 @@ class Queue:
 
     def key_is_free(self, key: str) -> bool:
         """Whether the parent can take the advisory lock on `key` right now (released again)."""
-        if not self.pg:
+        if not self.server:
             owner = object()
             if not AdvisoryRegistry.try_lock(self.database, key, owner):
                 return False
             AdvisoryRegistry.unlock(self.database, key, owner)
             return True
-        with psycopg.connect(self.database, autocommit=True) as conn:
+        with closing(self.connect(autocommit=True)) as conn:
             if not self.module.lock(conn, key=key):
                 return False
             self.module.unlock(conn, key=key)
             return True
 
-    # -- what a PostgreSQL server still holds for a worker -----------------------------------
+    # -- what a server still holds for a worker ----------------------------------------------
 
     def sessions(self, application_name: str) -> int:
-        with psycopg.connect(self.database, autocommit=True) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity "
-                               "WHERE application_name = %s", [application_name]).fetchone()
+        """Sessions of a worker: on PostgreSQL by its application_name; on MySQL, which has
+        none, by the test's own database (every session connected to it but this one)."""
+        if self.mysql:
+            assert self.mysql_args is not None
+            with closing(self.connect(autocommit=True)) as conn, conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM information_schema.PROCESSLIST "
+                            "WHERE DB = %s AND ID <> CONNECTION_ID()",
+                            [self.mysql_args["database"]])
+                row = cur.fetchone()
+        else:
+            with psycopg.connect(self.database, autocommit=True) as pg:
+                row = pg.execute("SELECT count(*) FROM pg_stat_activity "
+                                 "WHERE application_name = %s", [application_name]).fetchone()
         assert row is not None
         return int(row[0])
 
     def advisory_locks(self) -> list[tuple[Any, ...]]:
+        """Advisory locks held on the server for this database: PostgreSQL's from pg_locks; on
+        MySQL, every key the advisory rows can have (account-0 .. account-99) whose user lock
+        IS_USED_LOCK reports held, with the holder's connection id."""
+        if self.mysql:
+            return self._mysql_user_locks()
         with psycopg.connect(self.database, autocommit=True) as conn:
             return conn.execute(
                 "SELECT pid, classid, objid, granted FROM pg_locks WHERE locktype = 'advisory'"
                 " AND database = (SELECT oid FROM pg_database"
                 " WHERE datname = current_database())").fetchall()
 
+    def _mysql_user_locks(self) -> list[tuple[Any, ...]]:
+        if self.form != "advisory":
+            return []
+        # The lock name as the generated LOCK statement spells it (checked here, so a change of
+        # naming fails loudly instead of looking at names nobody takes).
+        name = "IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), name)"
+        named = "FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name"
+        assert f"GET_LOCK({name}, 0)\n{named}" in self.module.LOCK
+        held = []
+        with closing(self.connect(autocommit=True)) as conn, conn.cursor() as cur:
+            for n in range(ACCOUNTS):
+                key = f"account-{n}"
+                cur.execute(f"SELECT IS_USED_LOCK({name}) {named}", {"key": key})
+                row = cur.fetchone()
+                if row is not None and row[0] is not None:
+                    held.append((key, row[0]))
+        return held
+
 
 MakeQueue = Callable[[str], Queue]
+
+
+def mysql_execute_ddl(args: dict[str, Any], ddl: str) -> None:
+    """MariaDB's DDL is not transactional: run the statements one by one."""
+    conn = pymysql.connect(**args, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            for statement in ddl.split(";"):
+                if statement.strip():
+                    cur.execute(statement)
+    finally:
+        conn.close()
 
 
 @pytest.fixture
 def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> MakeQueue:
     """make_queue(kind) -> Queue: generate the module into tmp_path/<kind>/generated and create
-    the table in a fresh PostgreSQL database or a SQLite file."""
+    the table in a fresh PostgreSQL or MariaDB database or a SQLite file."""
 
     def make(kind: str) -> Queue:
         dialect, form, spec, ddl, table, id_column = KINDS[kind]
         name = kind.replace("-", "_")
         module = build_module(tmp_path / name, spec, ddl, name)
         assert module.__file__ is not None
+        mysql_args: dict[str, Any] | None = None
         if dialect == "postgres":
             database: str = request.getfixturevalue("pg_dsn")
             with psycopg.connect(database, autocommit=True) as conn:
                 if kind == "pg-fifo_lease":
                     conn.execute('CREATE SCHEMA "Chat"')
                 conn.execute(ddl.encode())
+        elif dialect == "mysql":
+            database = request.getfixturevalue("mysql_url")
+            server = request.getfixturevalue("mariadb_server")
+            mysql_args = server.connect_args(database.rsplit("/", 1)[1])
+            mysql_execute_ddl(mysql_args, ddl)
         else:
             database = str(tmp_path / f"{name}.sqlite3")
             with closing(sqlite3.connect(database)) as conn:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.executescript(ddl)
         return Queue(kind, dialect, form, module, Path(module.__file__), database, table,
-                     id_column)
+                     id_column, mysql_args)
 
     return make
 
@@ -557,9 +765,10 @@ def app_name() -> str:
 # -- 1-3. Crashes: SIGKILL while a handler runs ---------------------------------------------------
 
 
+@pytest.mark.parametrize("kind", ["pg-row_lock", "mysql-row_lock"])
 def test_row_lock_crash_returns_the_job_at_once_and_spends_no_attempt(
-        make_queue: MakeQueue, spawn: Spawn) -> None:
-    q = make_queue("pg-row_lock")
+        make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
+    q = make_queue(kind)
     (job,) = q.add(1)
     child = spawn(q, "crash")
     assert child.wait_for("start") == [["start", str(job), "1"]]
@@ -579,20 +788,24 @@ def test_row_lock_crash_returns_the_job_at_once_and_spends_no_attempt(
     assert q.claimed(until(q.probe, AT_ONCE, "the row to come back again")) == [(job, 1)]
 
 
+@pytest.mark.parametrize("kind", ["pg-advisory", "mysql-advisory"])
 def test_advisory_crash_releases_the_key_at_once_and_spends_an_attempt(
-        make_queue: MakeQueue, spawn: Spawn) -> None:
-    q = make_queue("pg-advisory")
+        make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
+    # MySQL: GET_LOCK is a session lock, so it dies with the killed child's session.
+    q = make_queue(kind)
     (job,) = q.add(1)
     key = q.key(job)
     child = spawn(q, "crash")
     assert child.wait_for("start") == [["start", str(job), "1"]]
     assert not q.key_is_free(key), "the child holds the job's key"
+    assert len(q.advisory_locks()) == 1, "the server shows the child's lock"
     row = q.row(job)
     assert row is not None and row["attempt"] == 2, "the take counted the delivery"
     assert q.probe(now() + dt.timedelta(seconds=1)) == []
 
     child.sigkill()
     until(lambda: q.key_is_free(key), AT_ONCE, f"the key {key!r} to be free after the crash")
+    assert q.advisory_locks() == []
     with closing(q.connect(autocommit=True)) as conn:
         at = now() + dt.timedelta(seconds=1)
         assert q.module.lock(conn, key=key)
@@ -603,11 +816,12 @@ def test_advisory_crash_releases_the_key_at_once_and_spends_an_attempt(
         q.module.unlock(conn, key=key)
 
 
-@pytest.mark.parametrize("kind", ["sqlite-lease", "pg-lease", "pg-fifo_lease"])
+@pytest.mark.parametrize("kind", ["sqlite-lease", "pg-lease", "pg-fifo_lease", "mysql-lease",
+                                  "mysql-fifo_lease"])
 def test_lease_crash_returns_the_job_when_its_lease_ends_with_the_attempt_counted(
         make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
-    # pg-fifo_lease (chat-shaped, schema "Chat"): the crashed head's lease also holds back the
-    # rest of its FIFO group until it ends.
+    # *-fifo_lease (chat-shaped; on PostgreSQL in schema "Chat"): the crashed head's lease also
+    # holds back the rest of its FIFO group until it ends.
     q = make_queue(kind)
     job, *_ = q.add(2 if q.group else 1)
     child = spawn(q, "crash", lease=LEASE)
@@ -628,6 +842,9 @@ def test_lease_crash_returns_the_job_when_its_lease_ends_with_the_attempt_counte
 
 ROWS = 1000
 SERVING_ROWS = 300  # the advisory variants that serve instead of run_until_idle
+# MySQL advisory: a GET_LOCK and four transactions per row; 300 rows over two processes of three
+# slots and 100 keys still contend on every key, and keep this file's run time in bounds.
+ROWS_BY_KIND = {"mysql-advisory": 300}
 
 
 @pytest.mark.parametrize("kind", [
@@ -635,12 +852,16 @@ SERVING_ROWS = 300  # the advisory variants that serve instead of run_until_idle
     "pg-lease",
     "pg-advisory",
     "sqlite-lease",
+    "mysql-row_lock",
+    "mysql-lease",
+    "mysql-advisory",
 ])
 def test_two_worker_processes_deliver_every_row_once(
         make_queue: MakeQueue, spawn: Spawn, tmp_path: Path, kind: str) -> None:
     q = make_queue(kind)
-    ids = q.add(ROWS)
-    assert len(ids) == ROWS
+    rows = ROWS_BY_KIND.get(kind, ROWS)
+    ids = q.add(rows)
+    assert len(ids) == rows
     go = tmp_path / "go"
     children = [spawn(q, "drain", name=name, go=go, workers=3, batch=10, lease=LEASE,
                       job_seconds=0.001) for name in ("a", "b")]
@@ -698,12 +919,13 @@ def test_two_sqlite_advisory_workers_in_one_process_deliver_every_row_once(
     assert q.unfinished() == set()
 
 
+@pytest.mark.parametrize("kind", ["pg-advisory", "mysql-advisory"])
 def test_an_advisory_worker_with_several_slots_drains_without_waiting_out_its_poll_interval(
-        make_queue: MakeQueue) -> None:
+        make_queue: MakeQueue, kind: str) -> None:
     # One worker, three slots, a
     # queue full of due rows, poll interval 10 s. The slots only wait when a claim came back
     # short, which should mean nothing more is due.
-    q = make_queue("pg-advisory")
+    q = make_queue(kind)
     q.add(100)
 
     async def handler(job: Job[Any]) -> None:
@@ -727,11 +949,12 @@ def test_an_advisory_worker_with_several_slots_drains_without_waiting_out_its_po
     assert q.unfinished() == set()
 
 
+@pytest.mark.parametrize("kind", ["pg-advisory", "mysql-advisory"])
 def test_two_advisory_worker_processes_serving_never_share_a_row(
-        make_queue: MakeQueue, spawn: Spawn, tmp_path: Path) -> None:
+        make_queue: MakeQueue, spawn: Spawn, tmp_path: Path, kind: str) -> None:
     # The same property as above without run_until_idle: both children serve (Worker.run) until
     # the parent sees every row finished, then get SIGTERM.
-    q = make_queue("pg-advisory")
+    q = make_queue(kind)
     ids = q.add(SERVING_ROWS)
     go = tmp_path / "go"
     children = [spawn(q, "run", name=name, go=go, workers=3, batch=10, poll_interval=0.02)
@@ -860,12 +1083,14 @@ async def _listen_scenario(q: Queue) -> None:
 
 # -- 6-7. Shutdown -------------------------------------------------------------------------------
 
-SHUTDOWN_KINDS = ["pg-row_lock", "pg-lease", "pg-advisory", "sqlite-lease"]
+SHUTDOWN_KINDS = ["pg-row_lock", "pg-lease", "pg-advisory", "sqlite-lease",
+                  "mysql-row_lock", "mysql-lease", "mysql-advisory"]
 
 
 def assert_worker_left_nothing(q: Queue, application_name: str) -> None:
-    """No session of the worker and no advisory lock is left on the server."""
-    if not q.pg:
+    """No session of the worker and no advisory lock is left on the server (MySQL: no session
+    on the test's database, no user lock on any key)."""
+    if not q.server:
         return
     until(lambda: q.sessions(application_name) == 0, AT_ONCE,
           f"the sessions of {application_name} to end")
@@ -897,7 +1122,7 @@ def assert_unfinished_follows_its_form(q: Queue, job: int) -> None:
     else:
         assert q.key_is_free(q.key(job)), "advisory: the key's lock is released"
         assert row["attempt"] == 2, "advisory: the delivery counted its attempt"
-        if q.pg:
+        if q.server:
             assert q.claimed(q.probe(now() + dt.timedelta(seconds=1))) == [(job, 2)], \
                 "advisory: claimable at once"
 
@@ -911,8 +1136,9 @@ def test_sigterm_lets_the_job_in_work_finish_then_exits_0(
     child = spawn(q, "run", application_name=app, job_seconds=1.0, shutdown_timeout=15,
                   lease=LEASE)
     assert child.wait_for("start") == [["start", str(first), "1"]]
-    if q.pg:
-        assert q.sessions(app) > 0, "the child's sessions carry its application_name"
+    if q.server:
+        assert q.sessions(app) > 0, \
+            "the child's sessions are seen (PostgreSQL: its application_name; MySQL: its database)"
     child.signal(signal.SIGTERM)
     assert child.wait_exit(15) == 0, child.stderr()
     assert child.events("done") == [["done", str(first)]]
@@ -941,7 +1167,11 @@ def test_sigterm_past_the_shutdown_timeout_leaves_the_job_as_its_form_says(
 
 
 async def _serve_then_stop(q: Queue, application_name: str, *, job_seconds: float,
-                           shutdown_timeout: float, pool: Any = None) -> list[tuple[str, int]]:
+                           shutdown_timeout: float, pool: Any = None,
+                           keep: list[Worker] | None = None) -> list[tuple[str, int]]:
+    """Serve until a job starts, then stop. The worker goes into `keep`: while the caller holds
+    it, nothing the worker left open is closed by the garbage collector (a PyMySQL connection
+    dropped with its worker closes its socket, so the server would end the session for it)."""
     events: list[tuple[str, int]] = []
 
     async def handler(job: Job[Any]) -> None:
@@ -957,6 +1187,8 @@ async def _serve_then_stop(q: Queue, application_name: str, *, job_seconds: floa
     worker = Worker(q.module.DESCRIPTOR, handler, database=database, pool=pool, group=q.group,
                     workers=1, batch=1, lease=LEASE, poll_interval=0.05,
                     shutdown_timeout=shutdown_timeout)
+    if keep is not None:
+        keep.append(worker)
     serving = asyncio.create_task(worker.serve())
     try:
         await until_async(lambda: events, 15, "a job to start")
@@ -971,10 +1203,13 @@ def test_stop_lets_the_job_in_work_finish(make_queue: MakeQueue, kind: str) -> N
     q = make_queue(kind)
     first, second = q.add(2)
     app = app_name()
-    events = asyncio.run(_serve_then_stop(q, app, job_seconds=0.5, shutdown_timeout=15))
+    kept: list[Worker] = []
+    events = asyncio.run(_serve_then_stop(q, app, job_seconds=0.5, shutdown_timeout=15,
+                                          keep=kept))
     assert events == [("start", first), ("done", first)]
     assert_finished_in_time(q, first, second)
     assert_worker_left_nothing(q, app)
+    assert kept and not kept[0].started
 
 
 @pytest.mark.parametrize("kind", [*SHUTDOWN_KINDS, "sqlite-advisory"])
@@ -984,11 +1219,14 @@ def test_stop_past_the_shutdown_timeout_leaves_the_job_as_its_form_says(
     (job,) = q.add(1)
     app = app_name()
     started = time.monotonic()
-    events = asyncio.run(_serve_then_stop(q, app, job_seconds=120, shutdown_timeout=0.3))
+    kept: list[Worker] = []
+    events = asyncio.run(_serve_then_stop(q, app, job_seconds=120, shutdown_timeout=0.3,
+                                          keep=kept))
     assert time.monotonic() - started < 10
     assert events == [("start", job)]
     assert_worker_left_nothing(q, app)
     assert_unfinished_follows_its_form(q, job)
+    assert kept and not kept[0].started
 
 
 @pytest.mark.parametrize("kind", ["pg-row_lock", "pg-lease", "pg-advisory"])
@@ -1024,6 +1262,7 @@ def test_stop_past_the_shutdown_timeout_on_a_pool_the_worker_does_not_own(
     pytest.param("pg-row_lock", signal.SIGTERM, id="pg-SIGTERM"),
     pytest.param("pg-row_lock", signal.SIGINT, id="pg-SIGINT"),
     pytest.param("sqlite-lease", signal.SIGTERM, id="sqlite-SIGTERM"),
+    pytest.param("mysql-row_lock", signal.SIGTERM, id="mysql-SIGTERM"),
 ])
 def test_run_returns_normally_on_a_signal_and_the_child_exits_0(
         make_queue: MakeQueue, spawn: Spawn, kind: str, sig: int) -> None:

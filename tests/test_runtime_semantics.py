@@ -1,8 +1,13 @@
-"""What the runtime promises users, shown on real databases (SQLite files, a private PostgreSQL).
+"""What the runtime promises users, shown on real databases (SQLite files, a private PostgreSQL
+and a private MariaDB).
 
 Each test runs a `Worker` against the example services of the product brief (reports, shop,
 mailer, ledger, chat) or an inline spec, on a `FakeClock`, so minutes of queue time pass in
 milliseconds. Rows are inspected from a fresh connection, as another process would see them.
+Tests whose promise holds on MySQL/MariaDB too take the `db` fixture (postgres and mysql) or a
+dialect parameter: the MySQL twins of the examples are generated_examples/mailer_mariadb.py and
+the inline specs of semantics_util; the runtime binds 'now' itself, so the fake clock works
+there unchanged.
 """
 
 from __future__ import annotations
@@ -27,18 +32,23 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from semantics_util import (
     REPO,
+    Db,
     Tracker,
     drive,
     example,
     fake_clock,
     idle,
+    json_value,
     load_shop,
+    make_db,
     messages,
     migration_sql,
     module_for,
+    on_dialect,
     parse_sqlite_time,
     pg_exec,
     pg_rows,
+    queue_on,
     sqlite_db,
     sqlite_rows,
     sqlite_time,
@@ -58,21 +68,39 @@ def _log_inboxgen(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="inboxgen")
 
 
-# -- 1, 2: reports (SQLite, one-minute lease) ----------------------------------------------------
+SERVERS = ["postgres", "mysql"]
 
 
-def test_reports_five_minute_render_runs_once_under_one_minute_lease(sqlite_path: Path) -> None:
-    reports = example("reports")
-    db = sqlite_db(sqlite_path, migration_sql("reports"))
-    reports.insert(db, reports.NewRow(payload=b"quarterly"))
+@pytest.fixture(params=SERVERS)
+def db(request: pytest.FixtureRequest) -> Db:
+    """A fresh database on the session's PostgreSQL, then on its MariaDB."""
+    return make_db(request, request.param)
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def lease_db(request: pytest.FixtureRequest) -> Db:
+    """A fresh SQLite file, then a fresh MariaDB database: the SQLite lease examples (reports,
+    the shop's emails) and their MySQL twins."""
+    return make_db(request, request.param)
+
+
+# -- 1, 2: reports (SQLite / MariaDB, one-minute lease) ------------------------------------------
+
+
+def test_reports_five_minute_render_runs_once_under_one_minute_lease(lease_db: Db,
+                                                                     tmp_path: Path) -> None:
+    db = lease_db
+    reports = queue_on(db, "reports", tmp_path).module
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"quarterly"))
     clock = fake_clock()
     t0 = clock.now()
     deliveries: list[tuple[Any, int | None, bytes]] = []
     held: list[dt.datetime] = []
 
     def locked_until() -> dt.datetime:
-        ((value,),) = sqlite_rows(sqlite_path, "SELECT locked_until FROM report_jobs")
-        return parse_sqlite_time(value)
+        ((value,),) = db.rows("SELECT locked_until FROM report_jobs")
+        return db.parse_time(value)
 
     async def render(job: Job[bytes]) -> None:
         deliveries.append((job.id, job.attempt, job.payload))
@@ -83,13 +111,13 @@ def test_reports_five_minute_render_runs_once_under_one_minute_lease(sqlite_path
         held.append(locked_until())
         assert held[-1] > clock.now(), "the lease ran out while the render was running"
 
-    worker = Worker(reports.DESCRIPTOR, render, database=sqlite_path, clock=clock)
+    worker = Worker(reports.DESCRIPTOR, render, database=db.database, clock=clock)
     assert worker.lease == 60
     # A second worker on the same table, started once the render is under way, polls every
     # five seconds of fake time: it must never get the render while it runs.
     rival_calls: list[Any] = []
     rival = Worker(reports.DESCRIPTOR, lambda job: rival_calls.append(job.id),
-                   database=sqlite_path, clock=clock, poll_interval=5)
+                   database=db.database, clock=clock, poll_interval=5)
 
     async def main() -> None:
         try:
@@ -109,61 +137,87 @@ def test_reports_five_minute_render_runs_once_under_one_minute_lease(sqlite_path
     assert held[1] >= t0 + dt.timedelta(seconds=300), "renewals moved the lease forward"
     elapsed = clock.now() - t0
     assert dt.timedelta(seconds=300) <= elapsed <= dt.timedelta(seconds=330)
-    assert sqlite_rows(sqlite_path, "SELECT count(*) FROM report_jobs") == [(0,)]
+    assert db.rows("SELECT count(*) FROM report_jobs") == [(0,)]
 
 
-def test_reports_only_the_expired_lease_comes_back(sqlite_path: Path) -> None:
-    reports = example("reports")
-    db = sqlite_db(sqlite_path, migration_sql("reports"))
+def test_reports_only_the_expired_lease_comes_back(lease_db: Db, tmp_path: Path) -> None:
+    db = lease_db
+    reports = queue_on(db, "reports", tmp_path).module
     clock = fake_clock()
     now = clock.now()
     # Two rows claimed by another process (its claim counted attempt 1 -> 2): one lease ran out
     # a second ago, the other has ten minutes to go.
-    expired, live = sqlite_time(now - SECOND), sqlite_time(now + dt.timedelta(minutes=10))
-    db.execute("INSERT INTO report_jobs (id, attempt, locked_until, payload) VALUES "
-               "(1, 2, ?, x'01'), (2, 2, ?, x'02')", (expired, live))
+    expired, live = now - SECOND, now + dt.timedelta(minutes=10)
+    with db.transaction() as conn:
+        db.execute(conn, f"INSERT INTO report_jobs (id, attempt, locked_until, payload) VALUES "
+                         f"(1, 2, {db.p}, x'01'), (2, 2, {db.p}, x'02')",
+                   (db.time_param(expired), db.time_param(live)))
     seen: list[tuple[Any, int | None, bytes]] = []
 
     def render(job: Job[bytes]) -> None:
         seen.append((job.id, job.attempt, job.payload))
 
-    worker = Worker(reports.DESCRIPTOR, render, database=sqlite_path, clock=clock)
+    worker = Worker(reports.DESCRIPTOR, render, database=db.database, clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert seen == [(1, 2, b"\x01")]
-    assert sqlite_rows(sqlite_path, "SELECT id, attempt, locked_until FROM report_jobs") == [
-        (2, 2, live)]
+    assert db.rows("SELECT id, attempt, locked_until FROM report_jobs") == [
+        (2, 2, db.stored_time(live))]
 
 
 
-def test_reports_lease_renewal_survives_a_transient_database_error(sqlite_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture
-                                                                   ) -> None:
-    """A renewal that fails once (the database is locked by another writer a moment longer than
-    the busy timeout) must not cost the lease: the next renewal, well within the lease, keeps it."""
-    reports = example("reports")
-    db = sqlite_db(sqlite_path, migration_sql("reports"))
-    reports.insert(db, reports.NewRow(payload=b"quarterly"))
+def kill_sessions(db: Db) -> int:
+    """MySQL: kill every other session on the test's database (a server restart or a network cut,
+    as the worker's connections see it); how many."""
+    conn = db.connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT ID FROM information_schema.PROCESSLIST "
+                        "WHERE DB = %s AND ID <> CONNECTION_ID()", [db.mysql_args["database"]])
+            ids = [row[0] for row in cur.fetchall()]
+            for session in ids:
+                cur.execute(f"KILL CONNECTION {int(session)}")
+    finally:
+        conn.close()
+    return len(ids)
+
+
+def test_reports_lease_renewal_survives_a_transient_database_error(
+        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A renewal that fails once must not cost the lease: the next renewal, well within the lease,
+    keeps it. SQLite: the database is locked by another writer a moment longer than the busy
+    timeout. MySQL: the worker's sessions are killed just before the renewal."""
+    db = lease_db
+    reports = queue_on(db, "reports", tmp_path).module
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"quarterly"))
     clock = fake_clock()
     deliveries: list[Any] = []
     rival_calls: list[Any] = []
+    killed: list[int] = []
 
     async def render(job: Job[bytes]) -> None:
         deliveries.append(job.id)
         if len(deliveries) > 1:
             return
-        blocker = sqlite3.connect(sqlite_path, isolation_level=None, timeout=30)
-        blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database at 30 s
-        await clock.sleep(31)
-        blocker.execute("COMMIT")
-        blocker.close()
+        if db.sqlite:
+            blocker = sqlite3.connect(db.database, isolation_level=None, timeout=30)
+            blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database at 30 s
+            await clock.sleep(31)
+            blocker.execute("COMMIT")
+            blocker.close()
+        else:
+            await clock.sleep(29)
+            killed.append(kill_sessions(db))  # the renewal at 30 s finds its connection dead
+            await clock.sleep(2)
         await rival.start()
         await clock.sleep(269)
 
-    worker = Worker(reports.DESCRIPTOR, render, database=sqlite_path, clock=clock)
-    worker.backend.busy_timeout = 0.2  # type: ignore[attr-defined]
+    worker = Worker(reports.DESCRIPTOR, render, database=db.database, clock=clock)
+    if db.sqlite:
+        worker.backend.busy_timeout = 0.2  # type: ignore[attr-defined]
     rival = Worker(reports.DESCRIPTOR, lambda job: rival_calls.append(job.id),
-                   database=sqlite_path, clock=clock, poll_interval=5)
+                   database=db.database, clock=clock, poll_interval=5)
 
     async def main() -> None:
         try:
@@ -173,6 +227,7 @@ def test_reports_lease_renewal_survives_a_transient_database_error(sqlite_path: 
                 await rival.shutdown()
 
     asyncio.run(main())
+    assert db.sqlite or killed[0] >= 1, "the worker's idle sessions were killed"
     assert rival_calls == [], "the render was delivered twice: its lease lapsed"
     assert deliveries == [1]
     assert worker.stats.acked == 1 and worker.stats.lease_lost == 0
@@ -266,20 +321,28 @@ def test_shop_urgent_email_goes_before_routine(sqlite_path: Path) -> None:
     assert order == ["password-reset", "newsletter"]
 
 
-# -- 4: mailer (PostgreSQL, row lock): a table missing a column stops startup ---------------------
+# -- 4: mailer (PostgreSQL / MariaDB, row lock): a table missing a column stops startup -----------
+
+MAILER = {"postgres": "mailer", "mysql": "mailer_mariadb"}
+MAILER_WITHOUT_ATTEMPT = {  # the mailer's table (and claim index), its attempt column missing
+    "postgres": "CREATE TABLE email_jobs (job_id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, "
+                "payload BYTEA NOT NULL)",
+    "mysql": "CREATE TABLE email_jobs (job_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, "
+             "name VARCHAR(191) NOT NULL, payload LONGBLOB NOT NULL, "
+             "KEY email_jobs_claim (name, job_id))",
+}
 
 
-def test_mailer_missing_column_stops_startup_naming_worker_table_statement(pg_dsn: str) -> None:
-    mailer = example("mailer")
-    pg_exec(pg_dsn, "CREATE TABLE email_jobs (job_id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, "
-                    "payload BYTEA NOT NULL)")  # no attempt column
-    pg_exec(pg_dsn, "INSERT INTO email_jobs (name, payload) VALUES ('emails', 'hi')")
+def test_mailer_missing_column_stops_startup_naming_worker_table_statement(db: Db) -> None:
+    mailer = example(MAILER[db.dialect])
+    db.exec(MAILER_WITHOUT_ATTEMPT[db.dialect])
+    db.exec("INSERT INTO email_jobs (name, payload) VALUES ('emails', 'hi')")
     calls: list[Any] = []
 
     async def send(job: Job[bytes]) -> None:
         calls.append(job.id)
 
-    worker = Worker(mailer.DESCRIPTOR, send, database=pg_dsn, group="emails")
+    worker = Worker(mailer.DESCRIPTOR, send, database=db.database, group="emails")
     with pytest.raises(inboxgen.SchemaError) as caught:
         asyncio.run(worker.start())
     err = caught.value
@@ -291,11 +354,11 @@ def test_mailer_missing_column_stops_startup_naming_worker_table_statement(pg_ds
     assert not worker.started
 
     # run_until_idle stops the same way, and nothing was ever claimed.
-    worker2 = Worker(mailer.DESCRIPTOR, send, database=pg_dsn, group="emails")
+    worker2 = Worker(mailer.DESCRIPTOR, send, database=db.database, group="emails")
     with pytest.raises(inboxgen.SchemaError, match="CLAIM"):
         asyncio.run(run_until_idle(worker2, timeout=20))
     assert calls == [] and worker2.stats.delivered == 0
-    assert pg_rows(pg_dsn, "SELECT job_id, name FROM email_jobs") == [(1, "emails")]
+    assert db.rows("SELECT job_id, name FROM email_jobs") == [(1, "emails")]
 
 
 # -- 5: LeaseLost: a holder whose lease ran out cannot settle a row another worker took ------------
@@ -341,33 +404,27 @@ def test_lease_lost_on_sqlite_leaves_the_new_holders_row_alone(
     other.close()
 
 
-def chat_schema(dsn: str) -> None:
-    pg_exec(dsn, 'CREATE SCHEMA "Chat"')
-    pg_exec(dsn, migration_sql("chat"))
-
-
-def test_lease_lost_on_postgres_leaves_the_new_holders_row_alone(
-        pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
-    chat = example("chat")
-    chat_schema(pg_dsn)
+def test_lease_lost_on_a_server_leaves_the_new_holders_row_alone(
+        db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    q = queue_on(db, "chat", tmp_path / "project")
+    chat = q.module
     clock = fake_clock()
-    with psycopg.connect(pg_dsn) as conn:
+    with db.transaction() as conn:
         chat.insert(conn, chat.NewRow(conversation="c1", retry_after=clock.now() - SECOND,
                                       body="hello"))
     taken: dict[str, Any] = {}
 
     def deliver(job: Job[str]) -> Outcome:  # a sync handler: the fake clock stands still
         now = clock.now()
-        with psycopg.connect(pg_dsn) as other:
-            other.execute('UPDATE "Chat"."OutgoingMessages" SET locked_until = %s '
-                          'WHERE "MessageId" = %s', (now - SECOND, job.id))
+        with db.transaction() as other:
+            db.execute(other, f"UPDATE {q.table} SET locked_until = %s WHERE {q.id} = %s",
+                       (now - SECOND, job.id))
             token = lease_expiry(now, 300)
             (row,) = chat.claim(other, group="c1", now=now, locked_until=token)
-            other.commit()
         taken.update(row=row, token=token)
         return ack()
 
-    worker = Worker(chat.DESCRIPTOR, deliver, database=pg_dsn, group="c1", clock=clock,
+    worker = Worker(chat.DESCRIPTOR, deliver, database=db.database, group="c1", clock=clock,
                     listen=False)
     asyncio.run(run_until_idle(worker, timeout=20))
 
@@ -376,46 +433,48 @@ def test_lease_lost_on_postgres_leaves_the_new_holders_row_alone(
     assert worker.stats.lease_lost == 1
     assert worker.stats.acked == 0
     assert any("row 1" in m for m in messages(caplog.records))
-    assert pg_rows(pg_dsn, 'SELECT "MessageId", attempt, locked_until, body '
-                           'FROM "Chat"."OutgoingMessages"') == [(1, 3, token, "hello")]
-    with psycopg.connect(pg_dsn) as conn:
+    assert db.rows(f"SELECT {q.id}, attempt, locked_until, body FROM {q.table}") == [
+        (1, 3, token, "hello")]
+    with db.transaction() as conn:
         assert chat.finish(conn, id=1, locked_until=token, attempt=row.attempt) is True
-    assert pg_rows(pg_dsn, 'SELECT count(*) FROM "Chat"."OutgoingMessages"') == [(0,)]
+    assert db.rows(f"SELECT count(*) FROM {q.table}") == [(0,)]
 
 
 def test_lease_lost_found_by_a_renewal_counts_once(
-        sqlite_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The other way to find out: a renewal fails while the handler still runs. The job's ack then
     changes nothing, and the one lost lease is counted once."""
-    reports = example("reports")
-    db = sqlite_db(sqlite_path, migration_sql("reports"))
-    reports.insert(db, reports.NewRow(payload=b"render"))
+    db = lease_db
+    reports = queue_on(db, "reports", tmp_path).module
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"render"))
     clock = fake_clock()
     token = lease_expiry(clock.now(), 3600)
 
     async def render(job: Job[bytes]) -> None:
-        db.execute("UPDATE report_jobs SET locked_until = ?, attempt = attempt + 1 WHERE id = ?",
-                   (sqlite_time(token), job.id))  # taken by another worker
+        with db.transaction() as other:  # taken by another worker
+            db.execute(other, f"UPDATE report_jobs SET locked_until = {db.p}, "
+                              f"attempt = attempt + 1 WHERE id = {db.p}",
+                       (db.time_param(token), job.id))
         await clock.sleep(45)  # the renewal at 30 s finds the row gone
 
-    worker = Worker(reports.DESCRIPTOR, render, database=sqlite_path, clock=clock)
+    worker = Worker(reports.DESCRIPTOR, render, database=db.database, clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert worker.stats.renewed == 0
     assert worker.stats.acked == 0
     assert worker.stats.lease_lost == 1
     assert any("row 1" in m for m in messages(caplog.records))
-    assert sqlite_rows(sqlite_path, "SELECT id, attempt, locked_until FROM report_jobs") == [
-        (1, 3, sqlite_time(token))]
+    assert db.rows("SELECT id, attempt, locked_until FROM report_jobs") == [
+        (1, 3, db.stored_time(token))]
 
 
 # -- 6: max_attempts with a dead-letter destination ------------------------------------------------
 
 
-def test_row_lock_spent_job_moves_to_dead_letter_group(pg_dsn: str) -> None:
-    mailer = example("mailer")
-    pg_exec(pg_dsn, migration_sql("mailer"))
-    with psycopg.connect(pg_dsn) as conn:
+def test_row_lock_spent_job_moves_to_dead_letter_group(db: Db, tmp_path: Path) -> None:
+    mailer = queue_on(db, "mailer", tmp_path).module
+    with db.transaction() as conn:
         mailer.insert(conn, mailer.NewRow(name="emails", payload=b"to: ada"))
     clock = fake_clock()
     attempts: list[int | None] = []
@@ -425,13 +484,13 @@ def test_row_lock_spent_job_moves_to_dead_letter_group(pg_dsn: str) -> None:
         attempts.append(job.attempt)
         raise ConnectionError("smtp server down")
 
-    worker = Worker(mailer.DESCRIPTOR, send, database=pg_dsn, group="emails", max_attempts=3,
-                    clock=clock)
+    worker = Worker(mailer.DESCRIPTOR, send, database=db.database, group="emails",
+                    max_attempts=3, clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert attempts == [1, 2, 3]
     assert (worker.stats.delivered, worker.stats.retried, worker.stats.dead_lettered) == (3, 2, 1)
-    assert pg_rows(pg_dsn, "SELECT job_id, name, attempt, payload FROM email_jobs") == [
+    assert db.rows("SELECT job_id, name, attempt, payload FROM email_jobs") == [
         (1, "emails.dead", 3, b"to: ada")]
     assert worker.stats.acked == 0
 
@@ -441,26 +500,27 @@ def test_row_lock_spent_job_moves_to_dead_letter_group(pg_dsn: str) -> None:
     async def inspect_dead(job: Job[bytes]) -> None:
         kept.append((job.attempt, job.payload))
 
-    dead = Worker(mailer.DESCRIPTOR, inspect_dead, database=pg_dsn, group="emails.dead",
+    dead = Worker(mailer.DESCRIPTOR, inspect_dead, database=db.database, group="emails.dead",
                   max_attempts=10, clock=clock, listen=False)
     asyncio.run(run_until_idle(dead, timeout=20))
     assert kept == [(3, b"to: ada")]
 
 
-def test_lease_spent_job_moves_to_dead_letter_table(sqlite_path: Path) -> None:
-    emails = example("shop_emails")
-    db = sqlite_db(sqlite_path, migration_sql("shop"))
+def test_lease_spent_job_moves_to_dead_letter_table(lease_db: Db, tmp_path: Path) -> None:
+    db = lease_db
+    emails = queue_on(db, "emails", tmp_path).module
     clock = fake_clock()
-    db.execute("INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
-    emails.insert(db, emails.NewRow(priority=0, retry_after=clock.now(), order_id=1,
-                                    kind="confirmation", payload={"to": "ada@example.com"}))
+    with db.transaction() as conn:
+        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
+        emails.insert(conn, emails.NewRow(priority=0, retry_after=clock.now(), order_id=1,
+                                          kind="confirmation", payload={"to": "ada@example.com"}))
     attempts: list[tuple[int | None, dt.datetime]] = []
 
     def send(job: Job[Any]) -> None:
         attempts.append((job.attempt, clock.now()))
         raise ConnectionError("smtp server down")
 
-    worker = Worker(emails.DESCRIPTOR, send, database=sqlite_path, max_attempts=3, clock=clock)
+    worker = Worker(emails.DESCRIPTOR, send, database=db.database, max_attempts=3, clock=clock)
 
     async def main() -> None:
         await worker.start()
@@ -474,15 +534,14 @@ def test_lease_spent_job_moves_to_dead_letter_table(sqlite_path: Path) -> None:
     # The default backoff (1 s, then 2 s) is honoured: no delivery before its row is due.
     gaps = [(b - a).total_seconds() for (_, a), (_, b) in itertools.pairwise(attempts)]
     assert gaps == [1.0, 2.0]
-    assert sqlite_rows(sqlite_path, "SELECT count(*) FROM email_jobs") == [(0,)]
-    assert sqlite_rows(sqlite_path, "SELECT id, attempt, locked_until, kind FROM email_jobs_dead"
-                       ) == [(1, 3, None, "confirmation")]
+    assert db.rows("SELECT count(*) FROM email_jobs") == [(0,)]
+    assert db.rows("SELECT id, attempt, locked_until, kind FROM email_jobs_dead") == [
+        (1, 3, None, "confirmation")]
 
 
-def test_advisory_spent_job_moves_to_dead_letter_table(pg_dsn: str) -> None:
-    ledger = example("ledger")
-    pg_exec(pg_dsn, migration_sql("ledger"))
-    with psycopg.connect(pg_dsn) as conn:
+def test_advisory_spent_job_moves_to_dead_letter_table(db: Db, tmp_path: Path) -> None:
+    ledger = queue_on(db, "ledger", tmp_path / "project").module
+    with db.transaction() as conn:
         ledger.insert(conn, ledger.NewRow(account_id=42, payload={"amount": 10},
                                           headers={"trace": "t-1"}))
     clock = fake_clock()  # a minute ahead: the row's retry_after defaults to the database's now()
@@ -493,7 +552,7 @@ def test_advisory_spent_job_moves_to_dead_letter_table(pg_dsn: str) -> None:
         assert job.headers == {"trace": "t-1"}
         raise ValueError("ledger closed")
 
-    worker = Worker(ledger.DESCRIPTOR, post, database=pg_dsn, clock=clock, listen=False)
+    worker = Worker(ledger.DESCRIPTOR, post, database=db.database, clock=clock, listen=False)
     assert worker.max_attempts == 3
 
     async def main() -> None:
@@ -505,34 +564,37 @@ def test_advisory_spent_job_moves_to_dead_letter_table(pg_dsn: str) -> None:
 
     asyncio.run(main())
     assert attempts == [1, 2, 3]
-    assert pg_rows(pg_dsn, "SELECT count(*) FROM ledger_jobs") == [(0,)]
-    assert pg_rows(pg_dsn, "SELECT id, account_id, attempt, payload FROM ledger_jobs_dead") == [
+    assert db.rows("SELECT count(*) FROM ledger_jobs") == [(0,)]
+    assert [(*row[:3], json_value(row[3])) for row in db.rows(
+        "SELECT id, account_id, attempt, payload FROM ledger_jobs_dead")] == [
         (1, 42, 3, {"amount": 10})]
 
 
-def test_retry_after_delay_is_honoured_and_the_cap_still_dead_letters(sqlite_path: Path) -> None:
-    emails = example("shop_emails")
-    db = sqlite_db(sqlite_path, migration_sql("shop"))
+def test_retry_after_delay_is_honoured_and_the_cap_still_dead_letters(lease_db: Db,
+                                                                     tmp_path: Path) -> None:
+    db = lease_db
+    emails = queue_on(db, "emails", tmp_path).module
     clock = fake_clock()
     t0 = clock.now()
-    db.execute("INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
-    emails.insert(db, emails.NewRow(priority=0, retry_after=t0, order_id=1, kind="confirmation",
-                                    payload={"to": "ada@example.com"}))
+    with db.transaction() as conn:
+        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
+        emails.insert(conn, emails.NewRow(priority=0, retry_after=t0, order_id=1,
+                                          kind="confirmation", payload={"to": "ada@example.com"}))
     seen: list[tuple[int | None, float]] = []
 
     def send(job: Job[Any]) -> Outcome:
         seen.append((job.attempt, (clock.now() - t0).total_seconds()))
         return retry_after(dt.timedelta(minutes=10))
 
-    worker = Worker(emails.DESCRIPTOR, send, database=sqlite_path, max_attempts=3, clock=clock)
+    worker = Worker(emails.DESCRIPTOR, send, database=db.database, max_attempts=3, clock=clock)
 
     async def main() -> None:
         await worker.start()
         try:
             await idle(worker)
             assert seen == [(1, 0.0)]
-            due = sqlite_rows(sqlite_path, "SELECT retry_after, locked_until FROM email_jobs")
-            assert due == [(sqlite_time(t0 + dt.timedelta(minutes=10)), None)]
+            due = db.rows("SELECT retry_after, locked_until FROM email_jobs")
+            assert due == [(db.stored_time(t0 + dt.timedelta(minutes=10)), None)]
             clock.advance(599)  # one second short: not yet
             await idle(worker)
             assert len(seen) == 1
@@ -547,37 +609,40 @@ def test_retry_after_delay_is_honoured_and_the_cap_still_dead_letters(sqlite_pat
     asyncio.run(main())
     assert seen == [(1, 0.0), (2, 600.0), (3, 1200.0)]
     assert worker.stats.dead_lettered == 1 and worker.stats.retried == 2
-    assert sqlite_rows(sqlite_path, "SELECT count(*) FROM email_jobs") == [(0,)]
-    assert sqlite_rows(sqlite_path, "SELECT id, attempt FROM email_jobs_dead") == [(1, 3)]
+    assert db.rows("SELECT count(*) FROM email_jobs") == [(0,)]
+    assert db.rows("SELECT id, attempt FROM email_jobs_dead") == [(1, 3)]
 
 
 
 def test_lease_job_whose_deliveries_never_finished_is_dead_lettered_not_run_again(
-        sqlite_path: Path) -> None:
+        lease_db: Db, tmp_path: Path) -> None:
     """Three workers claimed the email and died (crash spends an attempt under a lease): with
     max_attempts 3 the next claim moves it to the dead letters without running it a fourth time."""
-    emails = example("shop_emails")
-    db = sqlite_db(sqlite_path, migration_sql("shop"))
+    db = lease_db
+    emails = queue_on(db, "emails", tmp_path).module
     clock = fake_clock()
-    db.execute("INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
-    emails.insert(db, emails.NewRow(priority=0, retry_after=clock.now(), order_id=1,
-                                    kind="confirmation", payload={"to": "ada@example.com"}))
+    with db.transaction() as conn:
+        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
+        emails.insert(conn, emails.NewRow(priority=0, retry_after=clock.now(), order_id=1,
+                                          kind="confirmation", payload={"to": "ada@example.com"}))
     for attempt in (1, 2, 3):
-        db.execute("BEGIN IMMEDIATE")
-        (row,) = emails.claim(db, now=clock.now(), locked_until=lease_expiry(clock.now(), 30))
-        db.execute("COMMIT")
+        with db.transaction() as conn:
+            if db.sqlite:
+                db.execute(conn, "BEGIN IMMEDIATE")
+            (row,) = emails.claim(conn, now=clock.now(),
+                                  locked_until=lease_expiry(clock.now(), 30))
         assert row.attempt == attempt
         clock.advance(31)  # ... and its worker died: the lease runs out
     calls: list[Any] = []
     worker = Worker(emails.DESCRIPTOR, lambda job: calls.append(job.attempt),
-                    database=sqlite_path, max_attempts=3, clock=clock)
+                    database=db.database, max_attempts=3, clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert calls == []
     assert worker.stats.dead_lettered == 1 and worker.stats.acked == 0
-    assert sqlite_rows(sqlite_path, "SELECT count(*) FROM email_jobs") == [(0,)]
-    ((order_id, attempt, locked_until),) = sqlite_rows(
-        sqlite_path, "SELECT order_id, attempt, locked_until FROM email_jobs_dead")
+    assert db.rows("SELECT count(*) FROM email_jobs") == [(0,)]
+    ((order_id, attempt, locked_until),) = db.rows(
+        "SELECT order_id, attempt, locked_until FROM email_jobs_dead")
     assert order_id == 1 and attempt >= 3 and locked_until is None
 
 NO_DEAD_LETTER_SPEC = """
@@ -620,40 +685,42 @@ def test_max_attempts_and_dead_letter_must_come_together(tmp_path: Path,
 
 
 def test_poison_payload_is_dead_lettered_and_the_worker_keeps_serving(
-        sqlite_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    emails = example("shop_emails")
-    db = sqlite_db(sqlite_path, migration_sql("shop"))
+        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = lease_db
+    emails = queue_on(db, "emails", tmp_path).module
     clock = fake_clock()
     now = clock.now()
-    db.execute("INSERT INTO orders (id, email) VALUES (1, 'a@example.com'), (2, 'b@example.com'), "
-               "(3, 'c@example.com')")
-    emails.insert(db, emails.NewRow(priority=0, retry_after=now, order_id=1, kind="confirmation",
-                                    payload={"to": "a@example.com"}))
-    db.execute("INSERT INTO email_jobs (priority, retry_after, order_id, kind, payload) "
-               "VALUES (0, ?, 2, 'confirmation', ?)", (sqlite_time(now), b'{"to": "b@exa'))
-    emails.insert(db, emails.NewRow(priority=0, retry_after=now, order_id=3, kind="confirmation",
-                                    payload={"to": "c@example.com"}))
+    with db.transaction() as conn:
+        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'a@example.com'), "
+                         "(2, 'b@example.com'), (3, 'c@example.com')")
+        emails.insert(conn, emails.NewRow(priority=0, retry_after=now, order_id=1,
+                                          kind="confirmation", payload={"to": "a@example.com"}))
+        db.execute(conn, f"INSERT INTO email_jobs (priority, retry_after, order_id, kind, payload) "
+                         f"VALUES (0, {db.p}, 2, 'confirmation', {db.p})",
+                   (db.time_param(now), b'{"to": "b@exa'))
+        emails.insert(conn, emails.NewRow(priority=0, retry_after=now, order_id=3,
+                                          kind="confirmation", payload={"to": "c@example.com"}))
     sent: list[Any] = []
 
     def send(job: Job[Any]) -> None:
         sent.append(job.payload["to"])
 
-    worker = Worker(emails.DESCRIPTOR, send, database=sqlite_path, clock=clock)
+    worker = Worker(emails.DESCRIPTOR, send, database=db.database, clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert sent == ["a@example.com", "c@example.com"]
     assert worker.stats.dead_lettered == 1 and worker.stats.acked == 2
     assert worker.stats.delivered == 3  # the poison row was claimed once, not over and over
-    assert sqlite_rows(sqlite_path, "SELECT order_id, attempt, payload FROM email_jobs_dead") == [
+    assert db.rows("SELECT order_id, attempt, payload FROM email_jobs_dead") == [
         (2, 1, b'{"to": "b@exa')]
-    assert sqlite_rows(sqlite_path, "SELECT order_id FROM email_jobs "
-                                    "WHERE processed_at IS NOT NULL ORDER BY id") == [(1,), (3,)]
+    assert db.rows("SELECT order_id FROM email_jobs "
+                   "WHERE processed_at IS NOT NULL ORDER BY id") == [(1,), (3,)]
     assert any("row 2" in m and "decode" in m for m in messages(caplog.records, logging.ERROR))
 
 
 
 
-PG_POISON_SPEC = """
+POISON_SPEC = """
     table = "jobs"
     dialect = "postgres"
 
@@ -669,35 +736,47 @@ PG_POISON_SPEC = """
     [dead_letter]
     group = "dead"
 """
-PG_POISON_DDL = """
-    CREATE TABLE jobs (
-        id BIGSERIAL PRIMARY KEY,
-        queue TEXT NOT NULL,
-        attempt INTEGER NOT NULL DEFAULT 1,
-        payload TEXT NOT NULL
-    );
-    CREATE INDEX jobs_claim ON jobs (queue, id);
-"""
+POISON_DDL = {
+    "postgres": """
+        CREATE TABLE jobs (
+            id BIGSERIAL PRIMARY KEY,
+            queue TEXT NOT NULL,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            payload TEXT NOT NULL
+        );
+        CREATE INDEX jobs_claim ON jobs (queue, id);
+    """,
+    "mysql": """
+        CREATE TABLE jobs (
+            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            queue VARCHAR(191) NOT NULL,
+            attempt INT NOT NULL DEFAULT 1,
+            payload TEXT NOT NULL,
+            KEY jobs_claim (queue, id)
+        );
+    """,
+}
 
 
-def test_poison_payload_on_postgres_row_lock_goes_to_the_dead_letter_group(
-        tmp_path: Path, pg_dsn: str) -> None:
-    jobs = module_for(tmp_path / "project", PG_POISON_SPEC, PG_POISON_DDL)
-    pg_exec(pg_dsn, textwrap.dedent(PG_POISON_DDL))
-    pg_exec(pg_dsn, "INSERT INTO jobs (queue, payload) VALUES ('work', '{\"n\": 1}'), "
-                    "('work', '{\"n\": 2'), ('work', '{\"n\": 3}')")
+def test_poison_payload_on_server_row_lock_goes_to_the_dead_letter_group(
+        tmp_path: Path, db: Db) -> None:
+    jobs = module_for(tmp_path / "project", on_dialect(POISON_SPEC, db.dialect),
+                      POISON_DDL[db.dialect])
+    db.exec(POISON_DDL[db.dialect])
+    db.exec("INSERT INTO jobs (queue, payload) VALUES ('work', '{\"n\": 1}'), "
+            "('work', '{\"n\": 2'), ('work', '{\"n\": 3}')")
     served: list[Any] = []
 
     async def handle(job: Job[Any]) -> None:
         served.append(job.payload["n"])
 
-    worker = Worker(jobs.DESCRIPTOR, handle, database=pg_dsn, group="work", clock=fake_clock(),
-                    listen=False)
+    worker = Worker(jobs.DESCRIPTOR, handle, database=db.database, group="work",
+                    clock=fake_clock(), listen=False)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert served == [1, 3]
     assert worker.stats.dead_lettered == 1
-    assert pg_rows(pg_dsn, "SELECT id, queue, attempt, payload FROM jobs") == [
+    assert db.rows("SELECT id, queue, attempt, payload FROM jobs") == [
         (2, "dead", 1, '{"n": 2')]
 
 def test_poison_payload_without_destination_does_not_block_the_queue(sqlite_path: Path) -> None:
@@ -745,7 +824,7 @@ KINDS = ["ack", "drop", "retry", "raise"]
 KEPT = {"ack:1", "retry:2", "raise:2"}  # only writes made by deliveries that acked
 
 
-SQLITE_TX_SPEC = """
+LEASE_TX_SPEC = """
     table = "jobs"
     dialect = "sqlite"
 
@@ -756,44 +835,61 @@ SQLITE_TX_SPEC = """
     locked_until = "locked_until"
     payload = { role = "payload", codec = "text" }
 """
-SQLITE_TX_DDL = """
-    CREATE TABLE jobs (
-        id INTEGER PRIMARY KEY,
-        attempt INTEGER NOT NULL DEFAULT 1,
-        processed_at TEXT,
-        locked_until TEXT,
-        payload TEXT NOT NULL
-    );
-    CREATE TABLE effects (note TEXT NOT NULL);
-"""
+TX_LEASE_DDL = {
+    "sqlite": """
+        CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            processed_at TEXT,
+            locked_until TEXT,
+            payload TEXT NOT NULL
+        );
+        CREATE TABLE effects (note TEXT NOT NULL);
+    """,
+    "mysql": """
+        CREATE TABLE jobs (
+            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            attempt INT NOT NULL DEFAULT 1,
+            processed_at DATETIME(6) NULL,
+            locked_until DATETIME NULL,
+            payload TEXT NOT NULL
+        );
+        CREATE TABLE effects (note VARCHAR(191) NOT NULL);
+    """,
+}
 
 
-def test_transactional_handler_on_sqlite_lease(tmp_path: Path, sqlite_path: Path) -> None:
-    jobs = module_for(tmp_path / "project", SQLITE_TX_SPEC, SQLITE_TX_DDL)
-    db = sqlite_db(sqlite_path, textwrap.dedent(SQLITE_TX_DDL))
-    jobs.insert_many(db, [jobs.NewRow(payload=k) for k in KINDS])
+@pytest.mark.parametrize("dialect", ["sqlite", "mysql"])
+def test_transactional_handler_on_lease(tmp_path: Path, request: pytest.FixtureRequest,
+                                        dialect: str) -> None:
+    db = make_db(request, dialect)
+    ddl = TX_LEASE_DDL[dialect]
+    jobs = module_for(tmp_path / "project", on_dialect(LEASE_TX_SPEC, dialect), ddl)
+    db.exec(ddl)
+    with db.transaction() as conn:
+        jobs.insert_many(conn, [jobs.NewRow(payload=k) for k in KINDS])
     clock = fake_clock()
 
-    def handle(job: Job[str]) -> Outcome:
+    def handle(job: Job[str]) -> Outcome:  # sync: runs in a thread, on the job's connection
         assert job.connection is not None  # transactional mode hands the handler a connection
-        job.connection.execute("INSERT INTO effects (note) VALUES (?)",
-                               (f"{job.payload}:{job.attempt}",))
+        db.execute(job.connection, f"INSERT INTO effects (note) VALUES ({db.p})",
+                   (f"{job.payload}:{job.attempt}",))
         return _tx_outcome(job)
 
-    worker = Worker(jobs.DESCRIPTOR, handle, database=sqlite_path, transactional=True,
+    worker = Worker(jobs.DESCRIPTOR, handle, database=db.database, transactional=True,
                     clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
-    assert {n for (n,) in sqlite_rows(sqlite_path, "SELECT note FROM effects")} == KEPT
+    assert {n for (n,) in db.rows("SELECT note FROM effects")} == KEPT
     # Every outcome was still recorded: each row is finished, retries counted their attempt.
-    assert sqlite_rows(sqlite_path, "SELECT payload, attempt, processed_at IS NOT NULL, "
-                                    "locked_until FROM jobs ORDER BY id") == [
+    assert db.rows("SELECT payload, attempt, processed_at IS NOT NULL, "
+                   "locked_until FROM jobs ORDER BY id") == [
         ("ack", 2, 1, None), ("drop", 2, 1, None), ("retry", 3, 1, None), ("raise", 3, 1, None)]
     s = worker.stats
     assert (s.delivered, s.acked, s.dropped, s.retried) == (6, 3, 1, 2)
 
 
-PG_TX_SPEC = """
+ROW_LOCK_TX_SPEC = """
     table = "jobs"
     dialect = "postgres"
 
@@ -802,21 +898,49 @@ PG_TX_SPEC = """
     attempt = { role = "attempt", generated = true }
     payload = { role = "payload", codec = "text" }
 """
-PG_TX_DDL = """
-    CREATE TABLE jobs (
-        id BIGSERIAL PRIMARY KEY,
-        attempt INTEGER NOT NULL DEFAULT 1,
-        payload TEXT NOT NULL
-    );
-    CREATE TABLE effects (note TEXT NOT NULL);
-"""
+TX_ROW_LOCK_DDL = {
+    "postgres": """
+        CREATE TABLE jobs (
+            id BIGSERIAL PRIMARY KEY,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            payload TEXT NOT NULL
+        );
+        CREATE TABLE effects (note TEXT NOT NULL);
+    """,
+    "mysql": """
+        CREATE TABLE jobs (
+            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            attempt INT NOT NULL DEFAULT 1,
+            payload TEXT NOT NULL
+        );
+        CREATE TABLE effects (note VARCHAR(191) NOT NULL);
+    """,
+}
+EFFECTS_DDL = {"postgres": "CREATE TABLE effects (note TEXT NOT NULL)",
+               "mysql": "CREATE TABLE effects (note VARCHAR(191) NOT NULL)"}
 
 
-def test_transactional_handler_on_postgres_row_lock(tmp_path: Path, pg_dsn: str) -> None:
-    jobs = module_for(tmp_path / "project", PG_TX_SPEC, PG_TX_DDL)
+async def handler_write(db: Db, conn: Any, sql: str, params: Any) -> None:
+    """An async handler's write on the job's connection: psycopg's is async, PyMySQL's blocks
+    (so it runs in a thread), sqlite3's is quick and runs in place."""
+    if db.mysql:
+        await asyncio.to_thread(db.execute, conn, sql, params)
+    elif db.sqlite:
+        conn.execute(sql, params)
+    else:
+        await conn.execute(sql, params)
+
+
+async def write_effect(db: Db, conn: Any, note: str) -> None:
+    await handler_write(db, conn, f"INSERT INTO effects (note) VALUES ({db.p})", (note,))
+
+
+def test_transactional_handler_on_server_row_lock(tmp_path: Path, db: Db) -> None:
+    ddl = TX_ROW_LOCK_DDL[db.dialect]
+    jobs = module_for(tmp_path / "project", on_dialect(ROW_LOCK_TX_SPEC, db.dialect), ddl)
     assert jobs.DESCRIPTOR.form == "row_lock"
-    pg_exec(pg_dsn, textwrap.dedent(PG_TX_DDL))
-    with psycopg.connect(pg_dsn) as conn:
+    db.exec(ddl)
+    with db.transaction() as conn:
         jobs.insert_many(conn, [jobs.NewRow(payload=k) for k in KINDS])
     clock = fake_clock()
     attempts: dict[str, list[int | None]] = {}
@@ -824,27 +948,25 @@ def test_transactional_handler_on_postgres_row_lock(tmp_path: Path, pg_dsn: str)
     async def handle(job: Job[str]) -> Outcome:
         attempts.setdefault(job.payload, []).append(job.attempt)
         assert job.connection is not None
-        await job.connection.execute("INSERT INTO effects (note) VALUES (%s)",
-                                     (f"{job.payload}:{job.attempt}",))
+        await write_effect(db, job.connection, f"{job.payload}:{job.attempt}")
         return _tx_outcome(job)
 
-    worker = Worker(jobs.DESCRIPTOR, handle, database=pg_dsn, transactional=True, clock=clock,
-                    listen=False)
+    worker = Worker(jobs.DESCRIPTOR, handle, database=db.database, transactional=True,
+                    clock=clock, listen=False)
     asyncio.run(run_until_idle(worker, timeout=20))
 
-    assert {n for (n,) in pg_rows(pg_dsn, "SELECT note FROM effects")} == KEPT
+    assert {n for (n,) in db.rows("SELECT note FROM effects")} == KEPT
     # The retries were recorded (the attempt counted), and every row is finished (deleted).
     assert attempts == {"ack": [1], "drop": [1], "retry": [1, 2], "raise": [1, 2]}
-    assert pg_rows(pg_dsn, "SELECT count(*) FROM jobs") == [(0,)]
+    assert db.rows("SELECT count(*) FROM jobs") == [(0,)]
     s = worker.stats
     assert (s.delivered, s.acked, s.dropped, s.retried) == (6, 3, 1, 2)
 
 
-def test_transactional_handler_on_postgres_advisory(pg_dsn: str) -> None:
-    ledger = example("ledger")
-    pg_exec(pg_dsn, migration_sql("ledger"))
-    pg_exec(pg_dsn, "CREATE TABLE effects (note TEXT NOT NULL)")
-    with psycopg.connect(pg_dsn) as conn:
+def test_transactional_handler_on_server_advisory(db: Db, tmp_path: Path) -> None:
+    ledger = queue_on(db, "ledger", tmp_path / "project").module
+    db.exec(EFFECTS_DDL[db.dialect])
+    with db.transaction() as conn:
         ledger.insert_many(conn, [ledger.NewRow(account_id=i, payload={"kind": k})
                                   for i, k in enumerate(KINDS)])
     clock = fake_clock()
@@ -854,12 +976,11 @@ def test_transactional_handler_on_postgres_advisory(pg_dsn: str) -> None:
         kind = job.payload["kind"]
         attempts.setdefault(kind, []).append(job.attempt)
         assert job.connection is not None
-        await job.connection.execute("INSERT INTO effects (note) VALUES (%s)",
-                                     (f"{kind}:{job.attempt}",))
+        await write_effect(db, job.connection, f"{kind}:{job.attempt}")
         return _tx_outcome(job)
 
-    worker = Worker(ledger.DESCRIPTOR, handle, database=pg_dsn, transactional=True, clock=clock,
-                    listen=False)
+    worker = Worker(ledger.DESCRIPTOR, handle, database=db.database, transactional=True,
+                    clock=clock, listen=False)
 
     async def main() -> None:
         await worker.start()
@@ -869,9 +990,9 @@ def test_transactional_handler_on_postgres_advisory(pg_dsn: str) -> None:
             await worker.shutdown()
 
     asyncio.run(main())
-    assert {n for (n,) in pg_rows(pg_dsn, "SELECT note FROM effects")} == KEPT
+    assert {n for (n,) in db.rows("SELECT note FROM effects")} == KEPT
     assert attempts == {"ack": [1], "drop": [1], "retry": [1, 2], "raise": [1, 2]}
-    assert pg_rows(pg_dsn, "SELECT count(*) FROM ledger_jobs") == [(0,)]
+    assert db.rows("SELECT count(*) FROM ledger_jobs") == [(0,)]
     s = worker.stats
     assert (s.delivered, s.acked, s.dropped, s.retried) == (6, 3, 1, 2)
 
@@ -880,10 +1001,11 @@ def test_transactional_handler_on_postgres_advisory(pg_dsn: str) -> None:
 
 
 def test_retry_after_without_column_returns_the_row_at_once_with_a_warning(
-        sqlite_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    reports = example("reports")
-    db = sqlite_db(sqlite_path, migration_sql("reports"))
-    reports.insert(db, reports.NewRow(payload=b"r"))
+        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = lease_db
+    reports = queue_on(db, "reports", tmp_path).module
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"r"))
     clock = fake_clock()
     t0 = clock.now()
     seen: list[tuple[int | None, dt.datetime]] = []
@@ -892,7 +1014,7 @@ def test_retry_after_without_column_returns_the_row_at_once_with_a_warning(
         seen.append((job.attempt, clock.now()))
         return retry_after(3600) if job.attempt == 1 else ack()
 
-    worker = Worker(reports.DESCRIPTOR, render, database=sqlite_path, clock=clock)
+    worker = Worker(reports.DESCRIPTOR, render, database=db.database, clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert seen == [(1, t0), (2, t0)]  # back at once: the fake clock never moved
@@ -902,11 +1024,10 @@ def test_retry_after_without_column_returns_the_row_at_once_with_a_warning(
 
 
 
-def test_retry_after_without_column_on_postgres_row_lock(pg_dsn: str,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
-    mailer = example("mailer")
-    pg_exec(pg_dsn, migration_sql("mailer"))
-    with psycopg.connect(pg_dsn) as conn:
+def test_retry_after_without_column_on_server_row_lock(db: Db, tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    mailer = queue_on(db, "mailer", tmp_path).module
+    with db.transaction() as conn:
         mailer.insert(conn, mailer.NewRow(name="emails", payload=b"hi"))
     clock = fake_clock()
     t0 = clock.now()
@@ -916,12 +1037,12 @@ def test_retry_after_without_column_on_postgres_row_lock(pg_dsn: str,
         seen.append((job.attempt, clock.now()))
         return retry_after(dt.timedelta(hours=1)) if job.attempt == 1 else ack()
 
-    worker = Worker(mailer.DESCRIPTOR, send, database=pg_dsn, group="emails", clock=clock)
+    worker = Worker(mailer.DESCRIPTOR, send, database=db.database, group="emails", clock=clock)
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert seen == [(1, t0), (2, t0)]
     assert any("row 1" in m and "retry_after" in m for m in messages(caplog.records))
-    assert pg_rows(pg_dsn, "SELECT count(*) FROM email_jobs") == [(0,)]
+    assert db.rows("SELECT count(*) FROM email_jobs") == [(0,)]
 
 # -- 10: FIFO groups: strictly in order, even with four workers; retry keeps the head -------------
 
@@ -934,12 +1055,12 @@ def _fifo_expectation(bodies: list[str]) -> list[str]:
     return out
 
 
-def test_fifo_chat_on_postgres_lease_keeps_order_with_four_workers(pg_dsn: str) -> None:
-    chat = example("chat")
-    chat_schema(pg_dsn)
+def test_fifo_chat_on_server_lease_keeps_order_with_four_workers(db: Db, tmp_path: Path) -> None:
+    q = queue_on(db, "chat", tmp_path / "project")
+    chat = q.module
     clock = fake_clock()
     bodies = [f"m{i}" for i in range(1, 13)]
-    with psycopg.connect(pg_dsn) as conn:
+    with db.transaction() as conn:
         due = clock.now() - SECOND  # all due at the same time: the id keeps them in order
         chat.insert_many(conn, [chat.NewRow(conversation="c1", retry_after=due, body=b)
                                 for b in bodies])
@@ -954,13 +1075,12 @@ def test_fifo_chat_on_postgres_lease_keeps_order_with_four_workers(pg_dsn: str) 
             return retry() if job.payload == "m2" and job.attempt == 1 else ack()
 
     # Two worker processes' worth: four slots each, all serving conversation c1.
-    workers = [Worker(chat.DESCRIPTOR, deliver, database=pg_dsn, group="c1", workers=4,
+    workers = [Worker(chat.DESCRIPTOR, deliver, database=db.database, group="c1", workers=4,
                       clock=clock, listen=False, name=f"chat-{i}") for i in (1, 2)]
     assert [w.workers for w in workers] == [4, 4]
 
     def left() -> int:
-        ((n,),) = pg_rows(pg_dsn, 'SELECT count(*) FROM "Chat"."OutgoingMessages" '
-                                  "WHERE conversation = 'c1'")
+        ((n,),) = db.rows(f"SELECT count(*) FROM {q.table} WHERE conversation = 'c1'")
         return int(n)
 
     async def main() -> None:
@@ -980,17 +1100,15 @@ def test_fifo_chat_on_postgres_lease_keeps_order_with_four_workers(pg_dsn: str) 
     assert handled == _fifo_expectation(bodies)
     assert tracker.peak == 1
     assert sum(w.stats.delivered for w in workers) == len(bodies) + 1
-    assert pg_rows(pg_dsn, 'SELECT conversation, body FROM "Chat"."OutgoingMessages"') == [
-        ("c2", "other")]
+    assert db.rows(f"SELECT conversation, body FROM {q.table}") == [("c2", "other")]
 
 
 
-def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(pg_dsn: str) -> None:
-    chat = example("chat")
-    chat_schema(pg_dsn)
+def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(db: Db, tmp_path: Path) -> None:
+    chat = queue_on(db, "chat", tmp_path / "project").module
     clock = fake_clock()
     t0 = clock.now()
-    with psycopg.connect(pg_dsn) as conn:
+    with db.transaction() as conn:
         chat.insert_many(conn, [chat.NewRow(conversation="c1", retry_after=t0 - SECOND, body=b)
                                 for b in ("m1", "m2", "m3", "m4")])
     handled: list[tuple[str, float]] = []
@@ -999,7 +1117,7 @@ def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(pg_dsn: str) ->
         handled.append((job.payload, (clock.now() - t0).total_seconds()))
         return retry_after(10) if job.payload == "m2" and job.attempt == 1 else ack()
 
-    worker = Worker(chat.DESCRIPTOR, deliver, database=pg_dsn, group="c1", workers=2,
+    worker = Worker(chat.DESCRIPTOR, deliver, database=db.database, group="c1", workers=2,
                     clock=clock, listen=False)
 
     async def main() -> None:
@@ -1012,7 +1130,7 @@ def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(pg_dsn: str) ->
     asyncio.run(main())
     assert handled == [("m1", 0), ("m2", 0), ("m3", 0), ("m4", 0), ("m2", 10)]
 
-SQLITE_FIFO_SPEC = """
+FIFO_LEASE_SPEC = """
     table = "messages"
     dialect = "sqlite"
     fifo = true
@@ -1024,28 +1142,67 @@ SQLITE_FIFO_SPEC = """
     locked_until = "locked_until"
     payload = { role = "payload", codec = "text" }
 """
-SQLITE_FIFO_DDL = """
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY,
-        conversation TEXT NOT NULL,
-        attempt INTEGER NOT NULL DEFAULT 1,
-        locked_until TEXT,
-        payload TEXT NOT NULL
-    );
-    CREATE INDEX messages_claim ON messages (conversation, id);
+FIFO_ROW_LOCK_SPEC = """
+    table = "messages"
+    dialect = "mysql"
+    fifo = true
+
+    [columns]
+    id = { role = "id", generated = true }
+    conversation = "group"
+    attempt = { role = "attempt", generated = true }
+    payload = { role = "payload", codec = "text" }
 """
+FIFO_DDL = {
+    "sqlite-lease": """
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation TEXT NOT NULL,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            locked_until TEXT,
+            payload TEXT NOT NULL
+        );
+        CREATE INDEX messages_claim ON messages (conversation, id);
+    """,
+    "mysql-lease": """
+        CREATE TABLE messages (
+            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            conversation VARCHAR(191) NOT NULL,
+            attempt INT NOT NULL DEFAULT 1,
+            locked_until DATETIME NULL,
+            payload TEXT NOT NULL,
+            KEY messages_claim (conversation, id)
+        );
+    """,
+    "mysql-row_lock": """
+        CREATE TABLE messages (
+            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            conversation VARCHAR(191) NOT NULL,
+            attempt INT NOT NULL DEFAULT 1,
+            payload TEXT NOT NULL,
+            KEY messages_claim (conversation, id)
+        );
+    """,
+}
 
 
-def test_fifo_on_sqlite_lease_keeps_order_with_four_workers(tmp_path: Path,
-                                                            sqlite_path: Path) -> None:
-    messages_mod = module_for(tmp_path / "project", SQLITE_FIFO_SPEC, SQLITE_FIFO_DDL,
+@pytest.mark.parametrize("kind", list(FIFO_DDL))
+def test_fifo_messages_keep_order_with_four_workers(
+        tmp_path: Path, request: pytest.FixtureRequest, kind: str) -> None:
+    # MySQL: lease claims lock the group's head row (FOR UPDATE) and look for a live lease in
+    # the group; row-lock claims take the head with FOR UPDATE NOWAIT and hold it while it runs.
+    dialect, form = kind.split("-")
+    db = make_db(request, dialect)
+    spec = FIFO_LEASE_SPEC if form == "lease" else FIFO_ROW_LOCK_SPEC
+    messages_mod = module_for(tmp_path / "project", on_dialect(spec, dialect), FIFO_DDL[kind],
                               name="messages")
-    assert messages_mod.DESCRIPTOR.fifo and messages_mod.DESCRIPTOR.form == "lease"
-    db = sqlite_db(sqlite_path, textwrap.dedent(SQLITE_FIFO_DDL))
+    assert messages_mod.DESCRIPTOR.fifo and messages_mod.DESCRIPTOR.form == form
+    db.exec(FIFO_DDL[kind])
     bodies = [f"m{i}" for i in range(1, 9)]
     rows = [messages_mod.NewRow(conversation="c1", payload=b) for b in bodies]
     rows.insert(3, messages_mod.NewRow(conversation="c2", payload="other"))
-    messages_mod.insert_many(db, rows)
+    with db.transaction() as conn:
+        messages_mod.insert_many(conn, rows)
     clock = fake_clock()
     handled: list[str] = []
     tracker = Tracker()
@@ -1060,14 +1217,14 @@ def test_fifo_on_sqlite_lease_keeps_order_with_four_workers(tmp_path: Path,
             tracker.__exit__()
         return retry() if job.payload == "m2" and job.attempt == 1 else ack()
 
-    worker = Worker(messages_mod.DESCRIPTOR, deliver, database=sqlite_path, group="c1",
+    worker = Worker(messages_mod.DESCRIPTOR, deliver, database=db.database, group="c1",
                     workers=4, clock=clock)
+    assert worker.workers == 4
     asyncio.run(run_until_idle(worker, timeout=20))
 
     assert handled == _fifo_expectation(bodies)
     assert tracker.peak == 1
-    assert sqlite_rows(sqlite_path, "SELECT conversation, payload FROM messages") == [
-        ("c2", "other")]
+    assert db.rows("SELECT conversation, payload FROM messages") == [("c2", "other")]
 
 
 # -- 11: the pool rule: never take the pool's last connection -------------------------------------
@@ -1261,42 +1418,47 @@ def test_sync_handler_runs_in_a_thread(sqlite_path: Path) -> None:
     assert sqlite_rows(sqlite_path, "SELECT count(*) FROM report_jobs") == [(0,)]
 
 
-# -- SQLite transactional handlers longer than the lease; a worker served twice ---------------
+# -- Transactional handlers longer than the lease; a worker served twice (SQLite / MariaDB) ----
 
 
-def test_sqlite_transactional_job_longer_than_its_lease_settles_once(sqlite_path: Path) -> None:
-    """The handler's transaction holds SQLite's write lock, so nobody can take the row while it
-    runs: a job twice as long as its lease still acks, once, with its writes."""
-    reports = example("reports")
-    db = sqlite_db(sqlite_path, migration_sql("reports") + "\nCREATE TABLE done (id INTEGER);")
-    reports.insert(db, reports.NewRow(payload=b"long"))
-    db.commit()
+def test_transactional_job_longer_than_its_lease_settles_once(lease_db: Db,
+                                                              tmp_path: Path) -> None:
+    """A job twice as long as its lease still acks, once, with its writes. On SQLite the
+    handler's transaction holds the write lock, so nobody can take the row while it runs; on
+    MySQL the lease is renewed on other connections while the job's transaction is open."""
+    db = lease_db
+    reports = queue_on(db, "reports", tmp_path).module
+    db.exec("CREATE TABLE done (id BIGINT)")
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"long"))
     clock = fake_clock()
 
     async def render(job: Job[bytes]) -> None:
-        job.connection.execute("INSERT INTO done (id) VALUES (?)", (job.id,))
+        await handler_write(db, job.connection, f"INSERT INTO done (id) VALUES ({db.p})",
+                            (job.id,))
         await clock.sleep(120)  # two leases long
 
-    worker = Worker(reports.DESCRIPTOR, render, database=sqlite_path, clock=clock,
+    worker = Worker(reports.DESCRIPTOR, render, database=db.database, clock=clock,
                     transactional=True)
     asyncio.run(run_until_idle(worker, timeout=30))
     assert worker.stats.acked == 1
     assert worker.stats.lease_lost == 0
     assert worker.stats.delivered == 1
-    assert sqlite_rows(sqlite_path, "SELECT id FROM done") == [(1,)]
-    assert sqlite_rows(sqlite_path, "SELECT count(*) FROM report_jobs") == [(0,)]
+    assert db.rows("SELECT id FROM done") == [(1,)]
+    assert db.rows("SELECT count(*) FROM report_jobs") == [(0,)]
 
 
-def test_a_worker_can_serve_again_after_shutdown(sqlite_path: Path) -> None:
-    reports = example("reports")
-    db = sqlite_db(sqlite_path, migration_sql("reports"))
+def test_a_worker_can_serve_again_after_shutdown(lease_db: Db, tmp_path: Path) -> None:
+    db = lease_db
+    reports = queue_on(db, "reports", tmp_path).module
     seen: list[bytes] = []
+    # MySQL: the other form of database=, a mapping of pymysql.connect() arguments.
     worker = Worker(reports.DESCRIPTOR, lambda job: seen.append(job.payload),
-                    database=sqlite_path, clock=fake_clock())
-    reports.insert(db, reports.NewRow(payload=b"first"))
-    db.commit()
+                    database=db.mysql_args if db.mysql else db.database, clock=fake_clock())
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"first"))
     asyncio.run(run_until_idle(worker, timeout=30))
-    reports.insert(db, reports.NewRow(payload=b"second"))
-    db.commit()
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"second"))
     asyncio.run(run_until_idle(worker, timeout=30))
     assert seen == [b"first", b"second"]
