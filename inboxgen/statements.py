@@ -211,14 +211,9 @@ class _Builder:
                      "Release the session-level lock on a job's key.")
 
     def fifo_mysql(self) -> None:
-        """MySQL FIFO without advisory transaction locks: locking the group's head row
-        serialises the group's claimers; a live lease anywhere in the group still blocks."""
-        g = self.role("group")
-        assert g is not None
-        head_filters = [f"{self.c(g)} = {self.p('group')}"]
-        pa = self.role("processed_at")
-        if pa is not None:
-            head_filters.append(f"{self.c(pa)} IS NULL")
+        """MySQL FIFO without advisory transaction locks: row locks on the group serialise its
+        claimers; a live lease anywhere in the group still blocks."""
+        head_filters = self.group_filters()
         lock = "FOR UPDATE NOWAIT" if self.q.form == ROW_LOCK else "FOR UPDATE"
         if self.q.form == ROW_LOCK:
             # The head's row lock alone would let a row enqueued later, sorting ahead of it,
@@ -327,13 +322,18 @@ class _Builder:
             self.add("UNLOCK", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
                      "Release the session-level lock on a job's key.")
 
-    def fifo(self) -> None:
+    def group_filters(self) -> list[str]:
+        """The unfinished rows of the worker's group (a FIFO group's members)."""
         g = self.role("group")
         assert g is not None
-        head_filters = [f"{self.c(g)} = {self.p('group')}"]
+        out = [f"{self.c(g)} = {self.p('group')}"]
         pa = self.role("processed_at")
         if pa is not None:
-            head_filters.append(f"{self.c(pa)} IS NULL")
+            out.append(f"{self.c(pa)} IS NULL")
+        return out
+
+    def fifo(self) -> None:
+        head_filters = self.group_filters()
         head = "\n".join((
             f"    SELECT {self.c(self.q.id)}",
             f"    FROM {self.t()}",

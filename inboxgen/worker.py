@@ -522,19 +522,12 @@ class Worker:
     async def _row_lock_round(self) -> int:
         if self.descriptor.count_crashes:
             return await self._counted_row_lock_round()
-        async with self.backend.connection() as conn:
-            await self.backend.begin(conn)
-            try:
-                rows = await self._claim(conn, self.clock.now(), self.batch)
-                if rows:
-                    await self._deliver_all([self._held(r) for r in rows], conn)
-            except BaseException:
-                # A cancelled or broken round rolls back: its rows return at once, attempts
-                # unchanged (what a crash does in this form).
-                await self.backend.rollback(conn)
-                raise
-            await self.backend.commit(conn)
-            return len(rows)
+        # A cancelled or broken round rolls back: its rows return at once, attempts unchanged
+        # (what a crash does in this form).
+        async with self._transaction() as conn:
+            rows = await self._claim(conn, self.clock.now(), self.batch)
+            await self._deliver_all([self._held(r) for r in rows], conn)
+        return len(rows)
 
     async def _counted_row_lock_round(self) -> int:
         """count_crashes: the attempt is counted and committed first, so a job that kills its
@@ -544,17 +537,10 @@ class Worker:
             counted = await self._claim(conn, self.clock.now(), self.batch)
         for row in counted:
             h = self._held(row)
-            async with self.backend.connection() as conn:
-                await self.backend.begin(conn)
-                try:
-                    if await self._call(conn, "relock", id=h.id, attempt=h.attempt) is None:
-                        await self.backend.rollback(conn)
-                        continue  # counted again by another claim since
+            async with self._transaction() as conn:
+                # None: counted again by another claim since; the transaction ends at once.
+                if await self._call(conn, "relock", id=h.id, attempt=h.attempt) is not None:
                     await self._deliver_all([h], conn)
-                except BaseException:
-                    await self.backend.rollback(conn)
-                    raise
-                await self.backend.commit(conn)
         return len(counted)
 
     # -- advisory ---------------------------------------------------------------------------
