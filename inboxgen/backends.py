@@ -170,10 +170,20 @@ class SqliteBackend(ThreadedBackend):
             await self._run(conn.execute, "ROLLBACK")
 
     async def execute(self, conn: Any, sql: str) -> None:
-        await self._run(conn.execute, sql)
+        await self._run(_run_to_end, conn, sql)
 
     async def explain(self, conn: Any, name: str) -> None:
-        await self._run(conn.execute, *self._explain_args(name))
+        await self._run(_run_to_end, conn, *self._explain_args(name))
+
+
+def _run_to_end(conn: sqlite3.Connection, sql: str, params: Any = ()) -> None:
+    """Run a statement and finish it: a cursor left open (EXPLAIN returns rows) keeps its
+    statement in progress, and SQLite then refuses to COMMIT on that connection."""
+    cur = conn.execute(sql, params)
+    try:
+        cur.fetchall()
+    finally:
+        cur.close()
 
 
 class PostgresBackend(Backend):
