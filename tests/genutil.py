@@ -43,3 +43,15 @@ def build_module(root: Path, spec: str, ddl: str, name: str = "jobs") -> ModuleT
 
 def ddl_of(root: Path, name: str = "jobs") -> str:
     return (root / "specs" / f"{name}.sql").read_text(encoding="utf-8")
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def example_parts(name: str) -> tuple[str, str]:
+    """An example's spec (without its `ddl` line, for build_module) and its migrations' text."""
+    spec = (REPO / "specs" / f"{name}.toml").read_text(encoding="utf-8")
+    spec = "\n".join(line for line in spec.splitlines() if not line.startswith("ddl ="))
+    folder = REPO / "specs" / "migrations" / name
+    ddl = "\n".join(p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.sql")))
+    return spec, ddl

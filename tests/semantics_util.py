@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 import pymysql
 import pytest
-from genutil import build_module
+from genutil import build_module, example_parts
 
 from inboxgen import Worker
 from inboxgen.testing import FakeClock, run_until_idle
@@ -335,45 +335,8 @@ MYSQL_CHAT_DDL = """
         KEY outgoing_claim (conversation, retry_after, MessageId)
     );
 """
-MYSQL_LEDGER_SPEC = """
-    table = "ledger_jobs"
-    dialect = "mysql"
-    claim = "advisory"
-    advisory_key = "account-{account_id}"
-
-    [columns]
-    id = { role = "id", generated = true }
-    retry_after = { role = "retry_after", generated = true }
-    attempt = { role = "attempt", generated = true }
-    headers = "headers"
-    payload = { role = "payload", codec = "json" }
-
-    [runtime]
-    workers = 4
-    max_attempts = 3
-
-    [dead_letter]
-    table = "ledger_jobs_dead"
-"""
-MYSQL_LEDGER_DDL = """
-    CREATE TABLE ledger_jobs (
-        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        account_id BIGINT NOT NULL,
-        retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-        attempt INT NOT NULL DEFAULT 1,
-        headers JSON NULL,
-        payload JSON NOT NULL,
-        KEY ledger_jobs_claim (retry_after, id)
-    );
-    CREATE TABLE ledger_jobs_dead (
-        id BIGINT NOT NULL PRIMARY KEY,
-        account_id BIGINT NOT NULL,
-        retry_after DATETIME(6) NOT NULL,
-        attempt INT NOT NULL,
-        headers JSON NULL,
-        payload JSON NOT NULL
-    );
-"""
+# The ledger example on MariaDB / MySQL (specs/ledger_mariadb.toml and its migration).
+MYSQL_LEDGER_SPEC, MYSQL_LEDGER_DDL = example_parts("ledger_mariadb")
 
 
 MYSQL_REPORTS_SPEC = """

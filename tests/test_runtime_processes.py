@@ -40,7 +40,7 @@ import psycopg
 import pymysql
 import pymysql.cursors
 import pytest
-from genutil import build_module
+from genutil import build_module, example_parts
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -105,48 +105,7 @@ LEASE_PG = (
     """,
     '"lease_jobs"', "id",
 )
-ADVISORY_PG = (
-    "postgres", "advisory",
-    """
-    table = "ledger_jobs"
-    dialect = "postgres"
-    claim = "advisory"
-    advisory_key = "account-{account_id}"
-
-    [columns]
-    id = { role = "id", generated = true }
-    retry_after = { role = "retry_after", generated = true }
-    attempt = { role = "attempt", generated = true }
-    headers = "headers"
-    payload = { role = "payload", codec = "json" }
-
-    [runtime]
-    max_attempts = 3
-
-    [dead_letter]
-    table = "ledger_jobs_dead"
-    """,
-    """
-    CREATE TABLE ledger_jobs (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        account_id BIGINT NOT NULL,
-        retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
-        attempt INTEGER NOT NULL DEFAULT 1,
-        headers JSONB,
-        payload JSONB NOT NULL
-    );
-    CREATE INDEX ledger_jobs_claim ON ledger_jobs (retry_after, id);
-    CREATE TABLE ledger_jobs_dead (
-        id BIGINT PRIMARY KEY,
-        account_id BIGINT NOT NULL,
-        retry_after TIMESTAMPTZ NOT NULL,
-        attempt INTEGER NOT NULL,
-        headers JSONB,
-        payload JSONB NOT NULL
-    );
-    """,
-    '"ledger_jobs"', "id",
-)
+ADVISORY_PG = ("postgres", "advisory", *example_parts("ledger"), '"ledger_jobs"', "id")
 LEASE_SQLITE = (
     "sqlite", "lease",
     """
@@ -268,48 +227,7 @@ LEASE_MYSQL = (
     """,
     "`lease_jobs`", "id",
 )
-ADVISORY_MYSQL = (
-    "mysql", "advisory",
-    """
-    table = "ledger_jobs"
-    dialect = "mysql"
-    claim = "advisory"
-    advisory_key = "account-{account_id}"
-
-    [columns]
-    id = { role = "id", generated = true }
-    retry_after = { role = "retry_after", generated = true }
-    attempt = { role = "attempt", generated = true }
-    headers = "headers"
-    payload = { role = "payload", codec = "json" }
-
-    [runtime]
-    max_attempts = 3
-
-    [dead_letter]
-    table = "ledger_jobs_dead"
-    """,
-    """
-    CREATE TABLE ledger_jobs (
-        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        account_id BIGINT NOT NULL,
-        retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-        attempt INT NOT NULL DEFAULT 1,
-        headers JSON NULL,
-        payload JSON NOT NULL,
-        KEY ledger_jobs_claim (retry_after, id)
-    );
-    CREATE TABLE ledger_jobs_dead (
-        id BIGINT NOT NULL PRIMARY KEY,
-        account_id BIGINT NOT NULL,
-        retry_after DATETIME(6) NOT NULL,
-        attempt INT NOT NULL,
-        headers JSON NULL,
-        payload JSON NOT NULL
-    );
-    """,
-    "`ledger_jobs`", "id",
-)
+ADVISORY_MYSQL = ("mysql", "advisory", *example_parts("ledger_mariadb"), "`ledger_jobs`", "id")
 FIFO_LEASE_MYSQL = (
     "mysql", "lease",
     """

@@ -34,6 +34,7 @@ from dbcases import (
     sent,
     tour,
 )
+from genutil import example_parts
 
 from inboxgen.errors import CheckFailed
 
@@ -110,47 +111,9 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQ
         q.close()
 
 
-# The ledger example's twin on MySQL: advisory by account, JSON payload and headers, retry_after
+# The ledger example on MariaDB / MySQL: advisory by account, JSON payload and headers, retry_after
 # filled by the server's clock (UTC: the session's time_zone is '+00:00'), a dead-letter table.
-LEDGER_MYSQL_SPEC = """
-table = "ledger_jobs"
-dialect = "mysql"
-claim = "advisory"
-advisory_key = "account-{account_id}"
-
-[columns]
-id = { role = "id", generated = true }
-retry_after = { role = "retry_after", generated = true }
-attempt = { role = "attempt", generated = true }
-headers = "headers"
-payload = { role = "payload", codec = "json" }
-
-[runtime]
-max_attempts = 3
-
-[dead_letter]
-table = "ledger_jobs_dead"
-"""
-LEDGER_MYSQL_DDL = """
-CREATE TABLE ledger_jobs (
-    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    account_id BIGINT NOT NULL,
-    retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-    attempt INTEGER NOT NULL DEFAULT 1,
-    headers JSON,
-    payload JSON NOT NULL,
-    KEY ledger_jobs_claim (retry_after, id)
-) DEFAULT CHARSET=utf8mb4;
-
-CREATE TABLE ledger_jobs_dead (
-    id BIGINT NOT NULL PRIMARY KEY,
-    account_id BIGINT NOT NULL,
-    retry_after DATETIME(6) NOT NULL,
-    attempt INTEGER NOT NULL,
-    headers JSON,
-    payload JSON NOT NULL
-) DEFAULT CHARSET=utf8mb4;
-"""
+LEDGER_MYSQL_SPEC, LEDGER_MYSQL_DDL = example_parts("ledger_mariadb")
 LEDGERS = ["postgres", "mysql"]
 
 

@@ -37,7 +37,7 @@ def test_the_repository_itself_verifies_clean() -> None:
 def test_clean_tree_exits_0(project: Path) -> None:
     result = run(project, "verify")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("verified 8 module(s): up to date")
+    assert result.stdout.startswith("verified 9 module(s): up to date")
 
 
 def test_changed_module_is_reported_with_a_diff(project: Path) -> None:
