@@ -77,7 +77,7 @@ def generate(project: Project, files: Sequence[Path]) -> Generated:
         out = project.out / f"{path.stem}.py"
         result.expected.add(out)
         try:
-            spec = load_spec(path, shown)
+            spec = load_spec(path, shown, project.display)
         except SpecInvalid as err:
             result.diagnostics.extend(err.diagnostics)
             continue

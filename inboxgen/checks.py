@@ -86,7 +86,7 @@ class _Checker:
             how = (f"is dropped by the DDL ({dropped[0]}:{dropped[1]})" if dropped else
                    f"is not created by the DDL ({self.ddl_names()})")
             self.err(spec.line("table"), f"table {tname} {how}; tables there: {known}")
-            self.roles_without_table()
+            self.bound_roles()  # report the spec's own role mistakes too
             return None
         for part, what in ((table.schema, "schema"), (table.name, "table")):
             if part:
@@ -113,7 +113,7 @@ class _Checker:
         )
 
     def ddl_names(self) -> str:
-        return ", ".join(_rel(p, self.spec) for p in self.spec.ddl)
+        return ", ".join(self.spec.ddl_shown)
 
     def opaque_statements(self) -> None:
         names = [self.spec.table]
@@ -133,9 +133,6 @@ class _Checker:
                          op.path)
             else:
                 self.warn(op.line, f"statement ignored: {op.reason}: {snippet}", op.path)
-
-    def roles_without_table(self) -> None:
-        self.bound_roles()
 
     def bound_roles(self) -> dict[str, RoleBinding]:
         seen: dict[str, RoleBinding] = {}
@@ -436,16 +433,6 @@ class _Checker:
             if index.columns == table.primary_key and index is indexes[0]:
                 return "PRIMARY"
         return None
-
-
-def _rel(path: object, spec: Spec) -> str:
-    from pathlib import Path
-
-    p = Path(str(path))
-    try:
-        return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(p)
 
 
 def resolve(spec: Spec, catalog: Catalog) -> tuple[Queue | None, list[Diagnostic]]:

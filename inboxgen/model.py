@@ -11,8 +11,6 @@ from inboxgen.catalog import Column
 from inboxgen.dialects import LEASE, Dialect
 from inboxgen.spec import RuntimeDefaults, Spec
 
-TIME_KINDS = ("timestamp", "timestamptz")
-
 
 @attrs.frozen
 class Field:
@@ -74,8 +72,6 @@ class Queue:
         return self.dialect.name == "sqlite" and field.role in (
             "retry_after", "processed_at", "locked_until")
 
-    def is_time(self, field: Field) -> bool:
-        return field.column.kind in TIME_KINDS or self.time_text(field)
 
 
 def attr_name(column: str) -> str:

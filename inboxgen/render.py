@@ -17,7 +17,7 @@ import jinja2
 
 from inboxgen import catalog as cat
 from inboxgen.descriptor import Operations
-from inboxgen.dialects import ADVISORY, LEASE, ROW_LOCK
+from inboxgen.dialects import LEASE, ROW_LOCK
 from inboxgen.model import Field, Queue
 from inboxgen.statements import Statement
 
@@ -225,13 +225,10 @@ class _Renderer:
             "now": "datetime.datetime", "locked_until": "datetime.datetime",
             "new_locked_until": "datetime.datetime", "retry_after": "datetime.datetime",
             "limit": "int", "attempt": "int", "key": "str", "fifo_key": "str",
-            "group": self.group_type(),
+            "group": "str",
         }
         types["id"] = self.raw_type(self.q.id).removesuffix(" | None")
         return types
-
-    def group_type(self) -> str:
-        return "str"
 
     def args(self, st: Statement, *, skip: tuple[str, ...] = (), extra: str = "") -> str:
         types = self.arg_types()
@@ -464,8 +461,8 @@ class _Renderer:
     def context(self) -> dict[str, object]:
         q = self.q
         rows = [
-            RowField(f.attr, self.raw_type(f) if f.role != "payload" or True else "",
-                     self.new_type(f), "None" if f.column.nullable else None)
+            RowField(f.attr, self.raw_type(f), self.new_type(f),
+                     "None" if f.column.nullable else None)
             for f in q.fields
         ]
         new_rows = [r for r, f in zip(rows, q.fields, strict=True) if not f.generated]
@@ -515,7 +512,6 @@ class _Renderer:
             "rt": q.runtime,
             "lease_form": q.form == LEASE or q.count_crashes,
             "count_crashes": q.count_crashes,
-            "forms": {"row_lock": ROW_LOCK, "lease": LEASE, "advisory": ADVISORY},
         }
         return ctx
 

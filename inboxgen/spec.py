@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ class Spec:
     schema: str | None
     dialect: Dialect
     ddl: tuple[Path, ...]
+    ddl_shown: tuple[str, ...]  # the same paths as messages show them
     claim: str | None
     advisory_key: str | None
     fifo: bool
@@ -135,7 +137,8 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
 # Loading
 
 
-def load_spec(path: Path, display: str | None = None) -> Spec:
+def load_spec(path: Path, display: str | None = None,
+              show: Callable[[Path], str] | None = None) -> Spec:
     """Read and shape-check one spec; raises SpecInvalid with every problem found."""
     shown = display or str(path)
     try:
@@ -152,11 +155,13 @@ def load_spec(path: Path, display: str | None = None) -> Spec:
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
         msg = re.sub(r"\s*\(at end of document\)", " (at end of file)", msg)
         raise SpecInvalid([Diagnostic(shown, line, f"invalid TOML: {msg}")]) from None
-    return _Reader(path, shown, key_lines(text)).read(data)
+    return _Reader(path, shown, key_lines(text), show or _shown).read(data)
 
 
 class _Reader:
-    def __init__(self, path: Path, display: str, lines: dict[tuple[str, ...], int]) -> None:
+    def __init__(self, path: Path, display: str, lines: dict[tuple[str, ...], int],
+                 show: Callable[[Path], str]) -> None:
+        self.show = show  # how messages show a path (relative to the project)
         self.path = path
         self.display = display
         self.lines = lines
@@ -231,7 +236,8 @@ class _Reader:
             raise SpecInvalid(self.problems)
         return Spec(
             path=self.path, display=self.display, table=table, schema=schema, dialect=dialect,
-            ddl=tuple(ddl), claim=claim, advisory_key=advisory_key, fifo=fifo,
+            ddl=tuple(ddl), ddl_shown=tuple(self.show(p) for p in ddl),
+            claim=claim, advisory_key=advisory_key, fifo=fifo,
             count_crashes=count_crashes,
             unique=tuple(unique), server_version=server_version, bindings=tuple(bindings),
             dead_letter_group=dl_group, dead_letter_table=dl_table, runtime=runtime,
@@ -257,7 +263,7 @@ class _Reader:
             p = (self.path.parent / item)
             if not p.exists():
                 self.err(("ddl",), f"migration path '{item}' does not exist (looked for "
-                                   f"{_shown(p)})")
+                                   f"{self.show(p)})")
             paths.append(p)
         return paths
 

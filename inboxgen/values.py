@@ -97,7 +97,3 @@ def mysql_executemany(conn: Any, sql: str, rows: Any) -> None:
     with conn.cursor() as cur:
         cur.executemany(sql, rows)
 
-
-def whole_seconds(value: _dt.datetime) -> _dt.datetime:
-    """Lease expiries are whole seconds, so a DATETIME without fractions holds the token."""
-    return value.replace(microsecond=0)

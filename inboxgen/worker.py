@@ -13,6 +13,7 @@ import collections
 import contextlib
 import datetime as _dt
 import inspect
+import json
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -185,7 +186,6 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._idle: set[int] = set()
         self._in_flight = 0
-        self._handlers_running = 0
         self.handler_threads = 0  # synchronous handlers running in threads
         self.handler_tasks: set[asyncio.Future[Any]] = set()  # asynchronous handlers running
         self._listener: asyncio.Task[None] | None = None
@@ -312,7 +312,7 @@ class Worker:
     def quiet(self) -> bool:
         """No job in work, no claim or statement under way, every slot waiting for work."""
         return (self._in_flight == 0 and self.backend.busy == 0
-                and self._handlers_running == 0 and len(self._idle) == len(self._tasks))
+                and len(self._idle) == len(self._tasks))
 
     async def _check_server(self, conn: Any) -> None:
         """PostgreSQL: session features behind a transaction pooler. MySQL/MariaDB: the version
@@ -674,7 +674,7 @@ class Worker:
             if outcome.kind == "ack" and s.action == FINISH:
                 await self._execute_settlement(conn, h, s)
                 await self.backend.commit(conn)
-                self._count(s, outcome)
+                self._count(s)
                 return
             await self.backend.rollback(conn)
             await self._settle(h, s, conn)
@@ -703,7 +703,7 @@ class Worker:
                 await self.backend.rollback(tx)
                 raise
             await self.backend.commit(tx)
-            self._count(s, outcome)
+            self._count(s)
 
     async def _run_handler(self, h: _Held, payload: Any, conn: Any | None) -> Outcome:
         d = self.descriptor
@@ -714,7 +714,6 @@ class Worker:
         job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
                             group=self.group, headers=headers, connection=conn,
                             worker=self.name)
-        self._handlers_running += 1
         try:
             if inspect.iscoroutinefunction(self.handler):
                 # Its own task, so a fake clock can tell a handler waiting on it from one
@@ -745,8 +744,6 @@ class Worker:
             log.warning("%s: handler failed on row %s (attempt %s): %r; retrying in %g s",
                         self.name, h.id, h.attempt, err, delay.total_seconds())
             return retry_after(delay)
-        finally:
-            self._handlers_running -= 1
         if result is None:
             return ack()
         if not isinstance(result, Outcome):
@@ -792,7 +789,7 @@ class Worker:
         else:
             assert conn is not None
             await self._execute_settlement(conn, h, s)
-        self._count(s, None)
+        self._count(s)
 
     def _remember_settled(self, row_id: Any) -> None:
         self._settled_at[row_id] = self._settle_seq
@@ -803,7 +800,7 @@ class Worker:
             if self._settled_at.get(old, 0) < self._settle_seq - 4096:
                 del self._settled_at[old]
 
-    def _count(self, s: Settlement, outcome: Outcome | None) -> None:
+    def _count(self, s: Settlement) -> None:
         if s.action == FINISH:
             if s.note == "drop":
                 log.info("%s: job dropped by its handler", self.name)
@@ -857,8 +854,6 @@ _UNFINISHED = {
 
 
 def _decode_headers(raw: Any) -> Mapping[str, str]:
-    import json
-
     if raw is None:
         return {}
     if isinstance(raw, (str, bytes)):
