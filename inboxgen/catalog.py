@@ -75,6 +75,9 @@ class Column:
     auto: bool
     path: str
     line: int
+    # Only the database may write it: a computed column, or GENERATED ALWAYS AS IDENTITY.
+    db_only: bool = False
+    default_sql: str | None = None  # the DEFAULT expression, in the dialect's spelling
 
 
 @attrs.define
@@ -97,12 +100,19 @@ class Table:
     primary_key: list[str]
     path: str
     line: int
+    # Columns a migration renamed away or dropped: name -> (path, line, what happened).
+    gone: dict[str, tuple[str, int, str]] = attrs.field(factory=dict)
 
     def column(self, name: str, dialect: Dialect) -> Column | None:
         for col in self.columns:
             if dialect.same_name(col.name, name):
                 return col
         return None
+
+    def gone_column(self, name: str, dialect: Dialect) -> tuple[str, int, str] | None:
+        """Where the column of that name was last renamed away or dropped, if it was."""
+        return next((where for old, where in self.gone.items()
+                     if dialect.same_name(old, name)), None)
 
 
 @attrs.define
@@ -366,9 +376,12 @@ def _column(cd: exp.ColumnDef, st: Statement, d: Dialect) -> tuple[Column, bool]
         kind = _KINDS.get(dtype.this, OTHER)
         type_sql = dtype.sql(dialect=d.sqlglot_name)
         serial = dtype.this in _SERIALS
-    nullable = True
+    # serial types and identity columns are NOT NULL whether or not they are the primary key.
+    nullable = not serial
     has_default = serial
     auto = serial
+    db_only = False
+    default_sql = None
     primary = False
     for cons in cd.constraints:
         k = cons.kind
@@ -379,13 +392,19 @@ def _column(cd: exp.ColumnDef, st: Statement, d: Dialect) -> tuple[Column, bool]
             nullable = False
         elif isinstance(k, exp.DefaultColumnConstraint):
             has_default = not isinstance(k.this, exp.Null)
-        elif isinstance(k, (exp.AutoIncrementColumnConstraint,
-                            exp.GeneratedAsIdentityColumnConstraint,
-                            exp.ComputedColumnConstraint)):
-            auto = True
-            has_default = True
+            default_sql = k.this.sql(dialect=d.sqlglot_name) if has_default else None
+        elif isinstance(k, exp.GeneratedAsIdentityColumnConstraint):
+            auto = has_default = True
+            nullable = False
+            # GENERATED ALWAYS AS IDENTITY (this=True) refuses a value; BY DEFAULT takes one.
+            # An expression in it is a computed column: GENERATED ALWAYS AS (expr) STORED.
+            db_only = bool(k.this) or k.args.get("expression") is not None
+        elif isinstance(k, exp.ComputedColumnConstraint):
+            auto = has_default = db_only = True
+        elif isinstance(k, exp.AutoIncrementColumnConstraint):
+            auto = has_default = True
     return Column(name, type_sql, kind, nullable, has_default, auto, st.path,
-                  _line_of_word(name, st)), primary
+                  _line_of_word(name, st), db_only, default_sql), primary
 
 
 def _declared_integer(name: str, text: str) -> bool:
@@ -532,6 +551,10 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
     schema, name = _table_name(tree.this, d)
     table = catalog.table(schema, name)
     if table is None:
+        # The checks decide: an error where it is a queue table, else a warning.
+        shown = f"{schema}.{name}" if schema else name
+        catalog.opaque.append(Opaque(st.path, st.line, st.text,
+                                     f"table {shown} is not created before this statement"))
         return
     for action in tree.args.get("actions") or []:
         if isinstance(action, exp.ColumnDef):
@@ -539,15 +562,21 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
             if table.column(col.name, d) is None or not action.args.get("exists"):
                 _drop_column(table, col.name, d)
                 table.columns.append(col)
+                table.gone = {k: v for k, v in table.gone.items() if not d.same_name(k, col.name)}
                 if primary:
                     table.primary_key = [col.name]
         elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "COLUMN":
             for target in action.args.get("tables") or action.expressions:
-                _drop_column(table, _ident(target, d), d)
+                gone = _ident(target, d)
+                if table.column(gone, d) is not None:
+                    table.gone[gone] = (st.path, st.line, "dropped")
+                _drop_column(table, gone, d)
         elif isinstance(action, exp.RenameColumn):
             renamed = table.column(_ident(action.this, d), d)
             if renamed is not None:
                 old, renamed.name = renamed.name, _ident(action.args.get("to"), d)
+                table.gone[old] = (st.path, st.line, f"renamed to {renamed.name}")
+                table.gone.pop(renamed.name, None)
                 _rename_in_indexes(catalog, table, old, renamed.name)
         elif isinstance(action, exp.AlterRename):
             _, new_name = _table_name(action.this, d)
@@ -571,6 +600,8 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
                 table.columns.append(new)
             else:
                 table.columns[position] = new
+                if not d.same_name(old, new.name):
+                    table.gone[old] = (st.path, st.line, f"renamed to {new.name}")
                 _rename_in_indexes(catalog, table, old, new.name)
         elif isinstance(action, exp.AddConstraint):
             for pk in action.find_all(exp.PrimaryKey):
@@ -610,8 +641,11 @@ def _alter_column(col: Column, action: exp.AlterColumn, st: Statement, d: Dialec
         col.path, col.line = st.path, st.line
     elif action.args.get("drop"):
         col.has_default = col.auto
-    if action.args.get("default") is not None:
+        col.default_sql = None
+    default = action.args.get("default")
+    if default is not None:
         col.has_default = True
+        col.default_sql = default.sql(dialect=d.sqlglot_name)
 
 
 def _rename_in_indexes(catalog: Catalog, table: Table, old: str, new: str) -> None:

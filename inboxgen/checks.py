@@ -6,7 +6,9 @@ diagnostic found, so that one run reports all the problems of a spec at once.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
 
 from inboxgen import catalog as cat
 from inboxgen.catalog import Catalog, Column, Table
@@ -39,10 +41,27 @@ _ROLE_WANTS = {
     "payload": "bytes, text or json",
 }
 _SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until")
+# The text SQLite time roles hold (inboxgen.values.SQLITE_TIME_FORMAT; fewer fraction digits,
+# or none as CURRENT_TIMESTAMP writes, still sort right against it).
+_SQLITE_TIME_TEXT = "YYYY-MM-DD HH:MM:SS.ffffff"
+_SQLITE_TIME_VALUE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,6})?")
 _CODEC_KINDS = {"bytes": (cat.BYTES,), "text": (cat.TEXT,),
                 "json": (cat.JSON, cat.TEXT, cat.BYTES)}
 _DEFAULT_CODEC = {cat.BYTES: "bytes", cat.TEXT: "text", cat.JSON: "json"}
 _KEY_FIELD = re.compile(r"\{([^{}]*)\}")
+# Statements that cannot touch any table's columns or indexes, whatever they name: pg_dump's
+# session settings, ownership, grants, comments, sequences, function definitions and the like.
+# They are passed over without a word.
+_NO_TABLE_CHANGE = re.compile(
+    r"^\s*(SET|RESET|GRANT|REVOKE|COMMENT\s+ON|SECURITY\s+LABEL|ANALYZE|VACUUM|CHECKPOINT|"
+    r"DISCARD|BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|PRAGMA|USE|"
+    r"SELECT\s+pg_catalog\.(set_config|setval)|"
+    r"CREATE\s+(OR\s+REPLACE\s+)?(EXTENSION|SCHEMA|SEQUENCE|FUNCTION|PROCEDURE|ROLE|USER|"
+    r"COLLATION|AGGREGATE|OPERATOR|TEXT\s+SEARCH|CAST)|"
+    r"ALTER\s+(SEQUENCE|FUNCTION|PROCEDURE|SCHEMA|ROLE|USER|EXTENSION|DEFAULT\s+PRIVILEGES|"
+    r"DATABASE|AGGREGATE|OPERATOR|COLLATION|TEXT\s+SEARCH)|"
+    r"ALTER\s+\w+(\s+\w+)?\s+[\w.\"`]+(\s*\([^)]*\))?\s+OWNER\s+TO)\b",
+    re.IGNORECASE | re.DOTALL)
 # Statements sqlglot cannot read that still leave a table's columns and indexes as they were.
 _HARMLESS = re.compile(
     r"^\s*(ALTER\s+TABLE\s+.*\b(OWNER\s+TO|SET\s+STORAGE|SET\s+STATISTICS|SET\s+COMPRESSION|"
@@ -51,6 +70,16 @@ _HARMLESS = re.compile(
     r"|(GRANT|REVOKE|COMMENT\s+ON|ANALYZE|VACUUM|CLUSTER|REINDEX|CREATE\s+(OR\s+REPLACE\s+)?"
     r"(TRIGGER|POLICY|RULE|FUNCTION|PROCEDURE)|SECURITY\s+LABEL)\b)",
     re.IGNORECASE | re.DOTALL)
+
+
+# What in a statement is not code: comments and single-quoted strings (a dollar-quoted body, as
+# in DO or CREATE FUNCTION, is code and stays).
+_NOT_CODE = re.compile(r"--[^\n]*|/\*.*?\*/|[EeNnXxBb]?'(?:[^']|'')*'", re.DOTALL)
+
+
+def _names(name: str, text: str) -> bool:
+    return re.search(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])", text,
+                     re.IGNORECASE) is not None
 
 
 def _snippet(text: str, width: int = 80) -> str:
@@ -66,6 +95,9 @@ class _Checker:
         self.catalog = catalog
         self.d = spec.dialect
         self.found: list[Diagnostic] = list(catalog.diagnostics)
+        # The roles the spec binds, found in the table or not: a role whose column is missing
+        # is reported once, not again by every check that needs the role.
+        self.declared = {b.role for b in spec.bindings}
 
     def err(self, line: int, message: str, path: str | None = None) -> None:
         self.found.append(Diagnostic(path or self.spec.display, line, message))
@@ -100,7 +132,8 @@ class _Checker:
         key = self.advisory_key(form, fields)
         dead_table = self.dead_letter(table, roles)
         unique = self.unique(table, fields)
-        claim_index = self.indexes(table, roles)
+        # Roles whose column is missing were reported; the index advice would be off by them.
+        claim_index = self.indexes(table, roles) if self.declared <= roles.keys() else None
         if any(d.severity == "error" for d in self.found):
             return None
         return Queue(
@@ -116,23 +149,40 @@ class _Checker:
         return ", ".join(self.spec.ddl_shown)
 
     def opaque_statements(self) -> None:
+        """Statements the catalog could not replay. One that can touch a queue table blocks the
+        build until a person reviews it and lists it in the spec's `reviewed`."""
         names = [self.spec.table]
         if self.spec.dead_letter_table:
             names.append(self.spec.dead_letter_table.partition(".")[2] or
                          self.spec.dead_letter_table)
+        pending = list(self.spec.reviewed)
         for op in self.catalog.opaque:
             snippet = _snippet(op.text)
-            hit = next((n for n in names if re.search(
-                r"(?<![\w$])" + re.escape(n) + r"(?![\w$])", op.text, re.IGNORECASE)), None)
-            if hit is not None and _HARMLESS.search(op.text):
+            if _NO_TABLE_CHANGE.match(op.text):
+                continue
+            code = _NOT_CODE.sub(" ", op.text)
+            hit = next((n for n in names if _names(n, code)), None)
+            in_string = next((n for n in names if _names(n, op.text)), None)
+            reviewed = next((r for r in pending if r.line == op.line and op.path in r.files),
+                            None)
+            if reviewed is not None:
+                pending.remove(reviewed)
+            elif hit is not None and _HARMLESS.search(op.text):
                 self.warn(op.line, f"statement ignored: it cannot change the columns or indexes "
                                    f"of queue table \"{hit}\": {snippet}", op.path)
             elif hit is not None:
                 self.err(op.line, f"statement names queue table \"{hit}\" but was not replayed: "
-                                  f"{op.reason}; its effect on the table is unknown: {snippet}",
-                         op.path)
+                                  f"{op.reason}; its effect on the table is unknown (once "
+                                  f"checked, add \"{op.path}:{op.line}\" to the spec's "
+                                  f"reviewed list): {snippet}", op.path)
+            elif in_string is not None:
+                self.warn(op.line, f"statement ignored: {op.reason}; it names queue table "
+                                   f"\"{in_string}\" only inside a string: {snippet}", op.path)
             else:
                 self.warn(op.line, f"statement ignored: {op.reason}: {snippet}", op.path)
+        for r in pending:
+            self.warn(self.spec.line("reviewed"), f"reviewed entry \"{r.text}\" names no "
+                                                  f"statement that needs a review: remove it")
 
     def bound_roles(self) -> dict[str, RoleBinding]:
         seen: dict[str, RoleBinding] = {}
@@ -154,12 +204,21 @@ class _Checker:
         for role, b in self.bound_roles().items():
             col = table.column(b.column, self.d)
             if col is None:
+                gone = table.gone_column(b.column, self.d)
+                if gone is not None:
+                    path, line, what = gone
+                    self.err(b.line, f"column \"{table.name}.{b.column}\" (role {role}) is "
+                                     f"{what} by the DDL ({path}:{line})")
+                    continue
                 names = ", ".join(c.name for c in table.columns)
                 self.err(b.line, f"table \"{table.name}\" has no column \"{b.column}\" "
                                  f"(role {role}); its columns: {names}")
                 continue
             self.check_identifier(col.name, b.line, "column")
+            if not self.check_writable(table, b, col):
+                continue  # its type and nullability are beside the point
             self.check_type(table, b, col)
+            self.check_sqlite_time_default(table, b, col)
             self.check_nullability(table, b, col)
             if b.generated and not (col.has_default or col.auto):
                 self.err(b.line, f"column \"{table.name}.{col.name}\" (role {role}) is marked "
@@ -167,6 +226,40 @@ class _Checker:
                                  f"default, identity or autoincrement")
             out[role] = (b, col)
         return out
+
+    def check_writable(self, table: Table, b: RoleBinding, col: Column) -> bool:
+        """Only the database writes a computed or GENERATED ALWAYS identity column: the id may
+        be one (the insert leaves it out); any other role is written by enqueue or settlement."""
+        if not col.db_only or b.role == "id":
+            return True
+        self.err(b.line, f"column \"{table.name}.{col.name}\" (role {b.role}) is written only "
+                         f"by the database (computed or GENERATED ALWAYS, {col.path}:{col.line}), "
+                         f"but inboxgen writes role {b.role}: bind it to a plain column")
+        return False
+
+    def check_sqlite_time_default(self, table: Table, b: RoleBinding, col: Column) -> None:
+        """SQLite compares the time roles as text: a default in another format (ISO's `T` and
+        `Z`, epoch numbers) sorts wrong against the worker's `now`, and rows stay unclaimable.
+        The default is evaluated on an empty in-memory database to see what it gives, at a fixed
+        'now' so that the message is the same at every build."""
+        if self.d.name != "sqlite" or b.role not in _SQLITE_TIME_ROLES or not col.default_sql:
+            return
+        where = f"column \"{table.name}.{col.name}\" (role {b.role}, {col.path}:{col.line})"
+        try:
+            with contextlib.closing(sqlite3.connect(":memory:")) as db:
+                sql = re.sub(r"'now'", "'2030-01-02 03:04:05.678'", col.default_sql,
+                             flags=re.IGNORECASE)
+                value = db.execute(f"SELECT {sql}").fetchone()[0]
+        except sqlite3.Error:
+            self.warn(b.line, f"{where}: inboxgen cannot evaluate its DEFAULT "
+                              f"{col.default_sql} to check that it gives {_SQLITE_TIME_TEXT} "
+                              f"text")
+            return
+        if not (isinstance(value, str) and _SQLITE_TIME_VALUE.fullmatch(value)):
+            self.err(b.line, f"{where} defaults to {col.default_sql}, which gives {value!r}, "
+                             f"not UTC text as {_SQLITE_TIME_TEXT}: the text comparison with "
+                             f"the worker's time would be wrong; use DEFAULT "
+                             f"(strftime('%Y-%m-%d %H:%M:%f', 'now'))")
 
     def check_type(self, table: Table, b: RoleBinding, col: Column) -> None:
         allowed = _ROLE_KINDS[b.role]
@@ -206,6 +299,10 @@ class _Checker:
                     break
 
     def check_identifier(self, name: str, line: int, what: str) -> None:
+        bad = self.d.placeholder_chars(name)
+        if bad:
+            self.err(line, f"{what} name \"{name}\" holds {bad!r}, which {self.d.driver} reads as "
+                           f"a placeholder even inside quotes: rename the {what}")
         if self.d.identifier_too_long(name):
             unit = "bytes" if self.d.limit_in_bytes else "characters"
             self.err(line, f"{what} name \"{name}\" is longer than {self.d.name} allows "
@@ -216,8 +313,8 @@ class _Checker:
         line = spec.line("claim")
         form = spec.claim
         if form is None:
-            form = LEASE if "locked_until" in roles else ADVISORY if spec.advisory_key else \
-                ROW_LOCK
+            form = (LEASE if "locked_until" in self.declared else
+                    ADVISORY if spec.advisory_key else ROW_LOCK)
             if form == ROW_LOCK and ROW_LOCK not in self.d.forms:
                 self.err(spec.line("dialect"), f"{self.d.name} has no row lock, so the table "
                          "needs a claim form: bind a locked_until column (lease) or set "
@@ -226,7 +323,7 @@ class _Checker:
         if form not in self.d.forms:
             self.err(line, f"claim form {form} does not exist on {self.d.name} (it has: "
                            f"{', '.join(self.d.forms)})")
-        if form == LEASE and "locked_until" not in roles:
+        if form == LEASE and "locked_until" not in self.declared:
             self.err(line, "claim = \"lease\" needs a column with role locked_until")
         if form != LEASE and "locked_until" in roles:
             b, col = roles["locked_until"]
@@ -238,7 +335,7 @@ class _Checker:
         if form != ADVISORY and spec.advisory_key:
             self.err(spec.line("advisory_key"), f"advisory_key is only used by claim = "
                                                 f"\"advisory\", but the claim form is {form}")
-        if spec.fifo and "group" not in roles:
+        if spec.fifo and "group" not in self.declared:
             self.err(spec.line("fifo"), f"fifo = true needs a column of table \"{spec.table}\" "
                                         f"with role group")
         if spec.fifo and form == ADVISORY:
@@ -249,7 +346,7 @@ class _Checker:
             if form != ROW_LOCK:
                 self.err(line, f"count_crashes = true is for the row lock form; the {form} "
                                f"form counts every claim already")
-            elif "attempt" not in roles:
+            elif "attempt" not in self.declared:
                 self.err(line, f"count_crashes = true needs a column of table "
                                f"\"{spec.table}\" with role attempt")
             elif spec.fifo:
@@ -291,9 +388,13 @@ class _Checker:
             if role in ("locked_until", "processed_at"):
                 generated = True  # the runtime owns them; a new row starts with NULL
             elif b is not None:
-                generated = b.generated
+                generated = b.generated or col.db_only
             else:
                 generated = col.auto
+            if b is None and self.d.placeholder_chars(col.name):
+                self.err(col.line, f"column name \"{col.name}\" of table \"{table.name}\" holds "
+                                   f"'%', which {self.d.driver} reads as a placeholder even inside "
+                                   f"quotes: rename the column", col.path)
             attr = attr_name(col.name)
             if attr in attrs_seen:
                 self.err(col.line, f"columns \"{attrs_seen[attr]}\" and \"{col.name}\" of "
@@ -350,11 +451,11 @@ class _Checker:
         if has_dest and spec.runtime.max_attempts is None:
             self.err(spec.line("dead_letter"), "[dead_letter] is set but runtime.max_attempts "
                                                "is missing: say after how many attempts")
-        if spec.dead_letter_group is not None and "group" not in roles:
+        if spec.dead_letter_group is not None and "group" not in self.declared:
             self.err(spec.line("dead_letter", "group"),
                      "dead_letter.group needs a column with role group; without one, dead "
                      "letters go to a table (dead_letter.table)")
-        if spec.runtime.max_attempts is not None and "attempt" not in roles:
+        if spec.runtime.max_attempts is not None and "attempt" not in self.declared:
             self.err(spec.line("runtime", "max_attempts"),
                      f"runtime.max_attempts needs a column of table \"{spec.table}\" with role "
                      f"attempt, to count the deliveries")

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import attrs
+
+# A placeholder outside quotes: `:name` for sqlite3, `%(name)s` for psycopg and PyMySQL.
+_QUOTED = r'"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\''
+_PLACEHOLDER = {
+    True: re.compile(_QUOTED + r"|(?<!:):(?P<name>[A-Za-z_]\w*)"),
+    False: re.compile(_QUOTED + r"|%\((?P<name>[A-Za-z_]\w*)\)s"),
+}
 
 ROW_LOCK = "row_lock"
 LEASE = "lease"
@@ -35,11 +45,30 @@ class Dialect:
     def param(self, name: str) -> str:
         return f":{name}" if self.name == "sqlite" else f"%({name})s"
 
+    def sub_params(self, sql: str, replace: Callable[[str], str]) -> str:
+        """`sql` with each placeholder replaced by `replace(name)`; quoted names and strings are
+        left as they are (SQLite may have `:` inside a quoted name)."""
+        def one(m: re.Match[str]) -> str:
+            name = m.group("name")
+            return m.group(0) if name is None else replace(name)
+        return _PLACEHOLDER[self.name == "sqlite"].sub(one, sql)
+
+    def params_in(self, sql: str) -> list[str]:
+        """The placeholder names of `sql`, each once, in order of appearance."""
+        seen: dict[str, None] = {}
+        self.sub_params(sql, lambda name: seen.setdefault(name) or "")
+        return list(seen)
+
     def identifier_too_long(self, name: str) -> bool:
         if self.max_identifier is None:
             return False
         size = len(name.encode()) if self.limit_in_bytes else len(name)
         return size > self.max_identifier
+
+    def placeholder_chars(self, name: str) -> str:
+        """Characters of an identifier the driver takes for a placeholder, quoted or not:
+        psycopg and PyMySQL format the whole text with `%`; sqlite3 leaves quoted names be."""
+        return "%" if "%" in name and self.name != "sqlite" else ""
 
     def same_name(self, a: str, b: str) -> bool:
         return a.lower() == b.lower() if self.case_insensitive else a == b

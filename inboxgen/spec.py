@@ -32,7 +32,7 @@ CODECS = ("json", "bytes", "text")
 
 _TOP_KEYS = {
     "table", "dialect", "ddl", "claim", "advisory_key", "fifo", "unique", "server_version",
-    "count_crashes",
+    "count_crashes", "reviewed",
     "columns", "dead_letter", "runtime",
 }
 _COLUMN_KEYS = {"role", "generated", "codec", "type"}
@@ -60,6 +60,15 @@ class RuntimeDefaults:
 
 
 @attrs.frozen
+class Reviewed:
+    """One `reviewed` entry: "FILE:LINE" of a migration statement inboxgen cannot replay."""
+
+    files: tuple[str, ...]  # the file as the entry may name it
+    line: int
+    text: str  # the entry as written
+
+
+@attrs.frozen
 class Spec:
     path: Path
     display: str  # the path as messages and headers show it
@@ -72,6 +81,9 @@ class Spec:
     advisory_key: str | None
     fifo: bool
     count_crashes: bool  # row lock: the claim counts the attempt in a statement of its own
+    # Statements a person checked and found harmless to the queue table: each entry's file as
+    # messages show it (or as written, relative to the spec) and its line.
+    reviewed: tuple[Reviewed, ...]
     unique: tuple[str, ...]
     server_version: tuple[int, ...] | None
     bindings: tuple[RoleBinding, ...]
@@ -216,6 +228,7 @@ class _Reader:
         advisory_key = self.typed(data, ("advisory_key",), str, "a key template")
         fifo = bool(self.typed(data, ("fifo",), bool, "true or false"))
         count_crashes = bool(self.typed(data, ("count_crashes",), bool, "true or false"))
+        reviewed = self.reviewed(data)
         unique = data.get("unique") or []
         if not (isinstance(unique, list) and all(isinstance(u, str) for u in unique)):
             self.err(("unique",), "'unique' must be a list of column names")
@@ -238,7 +251,7 @@ class _Reader:
             path=self.path, display=self.display, table=table, schema=schema, dialect=dialect,
             ddl=tuple(ddl), ddl_shown=tuple(self.show(p) for p in ddl),
             claim=claim, advisory_key=advisory_key, fifo=fifo,
-            count_crashes=count_crashes,
+            count_crashes=count_crashes, reviewed=reviewed,
             unique=tuple(unique), server_version=server_version, bindings=tuple(bindings),
             dead_letter_group=dl_group, dead_letter_table=dl_table, runtime=runtime,
             lines=self.lines,
@@ -266,6 +279,28 @@ class _Reader:
                                    f"{self.show(p)})")
             paths.append(p)
         return paths
+
+    def reviewed(self, data: dict[str, Any]) -> tuple[Reviewed, ...]:
+        value = data.get("reviewed")
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.err(("reviewed",), "'reviewed' must be a list of \"FILE:LINE\" strings")
+            return ()
+        out: list[Reviewed] = []
+        for entry in value:
+            path, _, line = entry.rpartition(":")
+            if not path or not line.isdigit() or int(line) < 1:
+                self.err(("reviewed",), f"'reviewed' entry {entry!r} must look like "
+                                        f"\"migrations/0003_backfill.sql:12\" (file:line)")
+                continue
+            files: tuple[str, ...]
+            try:
+                files = (path, self.show(self.path.parent / path))
+            except (OSError, RuntimeError, ValueError):  # a path too long to resolve, a loop
+                files = (path,)
+            out.append(Reviewed(files, int(line), entry))
+        return tuple(out)
 
     def columns(self, data: dict[str, Any]) -> list[RoleBinding]:
         cols = data.get("columns")

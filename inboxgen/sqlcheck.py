@@ -17,19 +17,13 @@ from inboxgen.errors import GeneratorBug
 from inboxgen.model import Queue
 from inboxgen.statements import Statement
 
-_PLACEHOLDERS = {
-    "sqlite": re.compile(r"(?<!:):[A-Za-z_]\w*"),
-    "postgres": re.compile(r"%\([A-Za-z_]\w*\)s"),
-    "mysql": re.compile(r"%\([A-Za-z_]\w*\)s"),
-}
-
 
 def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog) -> None:
     d = queue.dialect
     for st in statements:
         # A list parameter (MySQL's `IN %(ids)s`) becomes a parenthesised list when bound.
         text = re.sub(r"\bIN %\(\w+\)s", "IN (NULL)", st.sql)
-        text = _PLACEHOLDERS[d.name].sub("NULL", text)
+        text = d.sub_params(text, lambda name: "NULL")
         where = f"{queue.spec.display}: statement {st.name} of table \"{queue.table.name}\""
         try:
             tree = sqlglot.parse_one(text, read=d.sqlglot_name,

@@ -55,7 +55,7 @@ class _Builder:
 
     def add(self, name: str, sql: str, doc: str) -> None:
         sql = "\n".join(_wrap(line) for line in sql.strip("\n").splitlines())
-        self.out.append(Statement(name, sql, tuple(_params_in(sql, self.d.name)), doc))
+        self.out.append(Statement(name, sql, tuple(self.d.params_in(sql)), doc))
 
     def role(self, role: str) -> Field | None:
         return self.q.role(role)
@@ -469,15 +469,6 @@ def _pg_array_type(f: Field) -> str:
     base = f.column.type_sql
     base = _PG_SERIAL_ARRAY.get(base.upper(), base)
     return f"{base}[]"
-
-
-def _params_in(sql: str, dialect: str) -> list[str]:
-    pattern = r"(?<!:):([A-Za-z_]\w*)" if dialect == "sqlite" else r"%\(([A-Za-z_]\w*)\)s"
-    seen: list[str] = []
-    for name in re.findall(pattern, sql):
-        if name not in seen:
-            seen.append(name)
-    return seen
 
 
 def build_statements(queue: Queue) -> list[Statement]:

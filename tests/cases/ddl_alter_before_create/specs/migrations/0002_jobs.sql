@@ -1,0 +1,6 @@
+ALTER TABLE audit_log ADD COLUMN note TEXT;
+
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    payload TEXT NOT NULL
+);
