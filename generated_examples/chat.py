@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from typing import Any, Final, LiteralString
+from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
@@ -102,10 +102,11 @@ WHERE "MessageId" = %(id)s
   AND "attempt" = %(attempt)s + 1
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO "Chat"."OutgoingMessages" ("conversation", "retry_after", "body")
 VALUES (%(conversation)s, %(retry_after)s, %(body)s)
+RETURNING "MessageId"
 """
 
 # Enqueue many rows in one statement: one array per column.
@@ -132,7 +133,7 @@ class ClaimedRow:
     conversation: str
     retry_after: datetime.datetime
     attempt: int
-    locked_until: datetime.datetime | None
+    locked_until: datetime.datetime
     body: str
 
 
@@ -310,13 +311,17 @@ def retry_after(
     return cur.rowcount == 1
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
-    listening workers wake when the transaction commits.
+def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here.
+    With notify, listening workers wake when the transaction commits.
     """
-    conn.execute(INSERT, _insert_params(row))
+    cur = conn.execute(INSERT, _insert_params(row))
+    new = cur.fetchone()
+    assert new is not None  # RETURNING gives the inserted row
+    new_id = new[0]
     if notify:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.conversation})
+    return cast(int, new_id)
 
 
 def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
@@ -478,13 +483,17 @@ async def insert_async(
     row: NewRow,
     *,
     notify: bool = False,
-) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
-    listening workers wake when the transaction commits.
+) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here.
+    With notify, listening workers wake when the transaction commits.
     """
-    await conn.execute(INSERT, _insert_params(row))
+    cur = await conn.execute(INSERT, _insert_params(row))
+    new = await cur.fetchone()
+    assert new is not None  # RETURNING gives the inserted row
+    new_id = new[0]
     if notify:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.conversation})
+    return cast(int, new_id)
 
 
 async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:

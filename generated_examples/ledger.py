@@ -76,10 +76,11 @@ DELETE FROM "ledger_jobs"
 WHERE "id" = %(id)s
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO "ledger_jobs" ("account_id", "headers", "payload")
 VALUES (%(account_id)s, %(headers)s, %(payload)s)
+RETURNING "id"
 """
 
 # Enqueue many rows in one statement: one array per column.
@@ -203,13 +204,17 @@ def dead_letter(conn: psycopg.Connection[Any], *, id: int, attempt: int) -> bool
     return cur.rowcount == 1
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
-    listening workers wake when the transaction commits.
+def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here.
+    With notify, listening workers wake when the transaction commits.
     """
-    conn.execute(INSERT, _insert_params(row))
+    cur = conn.execute(INSERT, _insert_params(row))
+    new = cur.fetchone()
+    assert new is not None  # RETURNING gives the inserted row
+    new_id = new[0]
     if notify:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
+    return cast(int, new_id)
 
 
 def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
@@ -299,13 +304,17 @@ async def insert_async(
     row: NewRow,
     *,
     notify: bool = False,
-) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
-    listening workers wake when the transaction commits.
+) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here.
+    With notify, listening workers wake when the transaction commits.
     """
-    await conn.execute(INSERT, _insert_params(row))
+    cur = await conn.execute(INSERT, _insert_params(row))
+    new = await cur.fetchone()
+    assert new is not None  # RETURNING gives the inserted row
+    new_id = new[0]
     if notify:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
+    return cast(int, new_id)
 
 
 async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:

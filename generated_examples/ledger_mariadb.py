@@ -84,7 +84,7 @@ DELETE FROM `ledger_jobs`
 WHERE `id` = %(id)s
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO `ledger_jobs` (`account_id`, `headers`, `payload`)
 VALUES (%(account_id)s, %(headers)s, %(payload)s)
@@ -216,9 +216,10 @@ def dead_letter(conn: pymysql.connections.Connection[Any], *, id: int, attempt: 
     return cur.rowcount == 1
 
 
-def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
-    _v.mysql_execute(conn, INSERT, _insert_params(row))
+def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = _v.mysql_execute(conn, INSERT, _insert_params(row))
+    return cur.lastrowid
 
 
 def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow]) -> None:

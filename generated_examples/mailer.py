@@ -8,7 +8,7 @@ the caller's connection and never commit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, LiteralString
+from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
@@ -47,10 +47,11 @@ SET "name" = %(dead_group)s
 WHERE "job_id" = %(id)s
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO "email_jobs" ("name", "payload")
 VALUES (%(name)s, %(payload)s)
+RETURNING "job_id"
 """
 
 # Enqueue many rows in one statement: one array per column.
@@ -132,13 +133,17 @@ def dead_letter(conn: psycopg.Connection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
-    listening workers wake when the transaction commits.
+def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here.
+    With notify, listening workers wake when the transaction commits.
     """
-    conn.execute(INSERT, _insert_params(row))
+    cur = conn.execute(INSERT, _insert_params(row))
+    new = cur.fetchone()
+    assert new is not None  # RETURNING gives the inserted row
+    new_id = new[0]
     if notify:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.name})
+    return cast(int, new_id)
 
 
 def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
@@ -192,13 +197,17 @@ async def insert_async(
     row: NewRow,
     *,
     notify: bool = False,
-) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here. With notify,
-    listening workers wake when the transaction commits.
+) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here.
+    With notify, listening workers wake when the transaction commits.
     """
-    await conn.execute(INSERT, _insert_params(row))
+    cur = await conn.execute(INSERT, _insert_params(row))
+    new = await cur.fetchone()
+    assert new is not None  # RETURNING gives the inserted row
+    new_id = new[0]
     if notify:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.name})
+    return cast(int, new_id)
 
 
 async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:

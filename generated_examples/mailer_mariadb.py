@@ -48,7 +48,7 @@ SET `name` = %(dead_group)s
 WHERE `job_id` = %(id)s
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO `email_jobs` (`name`, `payload`)
 VALUES (%(name)s, %(payload)s)
@@ -124,9 +124,10 @@ def dead_letter(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
-def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
-    _v.mysql_execute(conn, INSERT, _insert_params(row))
+def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = _v.mysql_execute(conn, INSERT, _insert_params(row))
+    return cur.lastrowid
 
 
 def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import sqlite3
 from collections.abc import Sequence
-from typing import Any, Final, LiteralString
+from typing import Any, Final, LiteralString, cast
 
 import attrs
 from inboxgen import values as _v
@@ -60,10 +60,11 @@ WHERE "id" = :id
   AND "attempt" = :attempt + 1
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO "report_jobs" ("payload")
 VALUES (:payload)
+RETURNING "id"
 """
 
 
@@ -73,7 +74,7 @@ class ClaimedRow:
 
     id: int
     attempt: int
-    locked_until: datetime.datetime | None
+    locked_until: datetime.datetime
     payload: bytes
 
 
@@ -88,7 +89,7 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0],
         attempt=r[1],
-        locked_until=_v.parse_sqlite_time_or_none(r[2]),
+        locked_until=_v.parse_sqlite_time(r[2]),
         payload=r[3],
     )
 
@@ -194,9 +195,11 @@ def retry(
     return cur.rowcount == 1
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
-    conn.execute(INSERT, _insert_params(row))
+def insert(conn: sqlite3.Connection, row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = conn.execute(INSERT, _insert_params(row))
+    ((new_id,),) = cur.fetchall()
+    return cast(int, new_id)
 
 
 def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:

@@ -57,10 +57,11 @@ WHERE "id" = :id
   AND "locked_until" = :locked_until
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO "checkout_jobs" ("payload")
 VALUES (:payload)
+RETURNING "id"
 """
 
 
@@ -69,7 +70,7 @@ class ClaimedRow:
     """A row as a claim returns it; `attempt` is the attempt as it stood before the claim."""
 
     id: int
-    locked_until: datetime.datetime | None
+    locked_until: datetime.datetime
     payload: bytes
 
 
@@ -83,7 +84,7 @@ class NewRow:
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0],
-        locked_until=_v.parse_sqlite_time_or_none(r[1]),
+        locked_until=_v.parse_sqlite_time(r[1]),
         payload=r[2],
     )
 
@@ -161,9 +162,11 @@ def retry(conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime)
     return cur.rowcount == 1
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
-    conn.execute(INSERT, _insert_params(row))
+def insert(conn: sqlite3.Connection, row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = conn.execute(INSERT, _insert_params(row))
+    ((new_id,),) = cur.fetchall()
+    return cast(int, new_id)
 
 
 def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:

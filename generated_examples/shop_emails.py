@@ -96,10 +96,11 @@ WHERE "id" = :id
   AND "attempt" = :attempt + 1
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO "email_jobs" ("priority", "retry_after", "order_id", "kind", "payload")
 VALUES (:priority, :retry_after, :order_id, :kind, :payload)
+RETURNING "id"
 """
 
 # Enqueue one row unless its unique key is already queued.
@@ -119,7 +120,7 @@ class ClaimedRow:
     retry_after: datetime.datetime
     attempt: int
     processed_at: datetime.datetime | None
-    locked_until: datetime.datetime | None
+    locked_until: datetime.datetime
     order_id: int
     kind: str
     payload: bytes
@@ -143,7 +144,7 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
         retry_after=_v.parse_sqlite_time(r[2]),
         attempt=r[3],
         processed_at=_v.parse_sqlite_time_or_none(r[4]),
-        locked_until=_v.parse_sqlite_time_or_none(r[5]),
+        locked_until=_v.parse_sqlite_time(r[5]),
         order_id=r[6],
         kind=r[7],
         payload=r[8],
@@ -312,9 +313,11 @@ def dead_letter(
     return cur.rowcount == 1
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
-    conn.execute(INSERT, _insert_params(row))
+def insert(conn: sqlite3.Connection, row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = conn.execute(INSERT, _insert_params(row))
+    ((new_id,),) = cur.fetchall()
+    return cast(int, new_id)
 
 
 def insert_unique(conn: sqlite3.Connection, row: NewRow) -> bool:

@@ -45,10 +45,11 @@ SET "processed_at" = :now
 WHERE "id" = :id
 """
 
-# Enqueue one row (inside the caller's transaction).
+# Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO "thumbnail_jobs" ("image_path", "payload")
 VALUES (:image_path, :payload)
+RETURNING "id"
 """
 
 
@@ -117,9 +118,11 @@ def finish(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool
     return cur.rowcount == 1
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> None:
-    """Enqueue one row on the caller's connection; nothing is committed here."""
-    conn.execute(INSERT, _insert_params(row))
+def insert(conn: sqlite3.Connection, row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = conn.execute(INSERT, _insert_params(row))
+    ((new_id,),) = cur.fetchall()
+    return cast(int, new_id)
 
 
 def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:

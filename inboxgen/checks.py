@@ -481,7 +481,12 @@ class _Checker:
                            f"{', '.join(missing)} of table \"{table.name}\"")
         for c in table.columns:
             other = dest.column(c.name, self.d)
-            if other is not None and other.kind != c.kind:
+            if other is not None and other.db_only:
+                self.err(line, f"dead-letter table \"{dest.name}\" has column \"{other.name}\" "
+                               f"written only by the database (computed or GENERATED ALWAYS, "
+                               f"{other.path}:{other.line}), but a dead letter copies "
+                               f"\"{table.name}.{c.name}\" into it: make it a plain column")
+            elif other is not None and other.kind != c.kind:
                 self.err(line, f"dead-letter table \"{dest.name}\" has column \"{other.name}\" "
                                f"as {other.type_sql}, but \"{table.name}.{c.name}\" is "
                                f"{c.type_sql}")

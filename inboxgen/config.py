@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -41,18 +42,24 @@ def _read(pyproject: Path) -> Project:
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"{pyproject}: cannot read project settings: {err}") from None
+        raise ConfigError(f"{_shown(pyproject)}: cannot read project settings: {err}") from None
     settings = data.get("tool", {}).get("inboxgen", {})
     if not isinstance(settings, dict):
-        raise ConfigError(f"{pyproject}: [tool.inboxgen] must be a table")
+        raise ConfigError(f"{_shown(pyproject)}: [tool.inboxgen] must be a table")
     unknown = sorted(set(settings) - {"specs", "out"})
     if unknown:
-        raise ConfigError(f"{pyproject}: unknown key(s) in [tool.inboxgen]: "
+        raise ConfigError(f"{_shown(pyproject)}: unknown key(s) in [tool.inboxgen]: "
                           f"{', '.join(unknown)} (expected: specs, out)")
     values: dict[str, Path] = {}
     for key, default in (("specs", DEFAULT_SPECS), ("out", DEFAULT_OUT)):
         value = settings.get(key, default)
         if not isinstance(value, str):
-            raise ConfigError(f"{pyproject}: [tool.inboxgen] {key} must be a path string")
+            raise ConfigError(f"{_shown(pyproject)}: [tool.inboxgen] {key} must be a path string")
         values[key] = root / value
     return Project(root, values["specs"], values["out"])
+
+
+def _shown(path: Path) -> str:
+    """pyproject.toml as messages show it: relative to the working folder (which lies in the
+    project, the folder holding the file)."""
+    return Path(os.path.relpath(path, Path.cwd().resolve())).as_posix()

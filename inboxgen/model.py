@@ -25,6 +25,11 @@ class Field:
     def name(self) -> str:
         return self.column.name
 
+    @property
+    def optional(self) -> bool:
+        """Enqueue may leave it at None: the column's DDL default fills it then."""
+        return not self.generated and self.column.default_sql is not None
+
 
 @attrs.frozen
 class TableRef:

@@ -7,9 +7,12 @@ same function body is emitted twice on PostgreSQL, once plain and once with `awa
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import re
 import textwrap
+import tokenize
 from pathlib import Path
 
 import attrs
@@ -133,11 +136,26 @@ class _Renderer:
         elif f.role == "headers":
             t = "Mapping[str, str]"
         else:
-            return self.raw_type(f)
-        return f"{t} | None" if f.column.nullable else t
+            t = self.raw_type(f).removesuffix(" | None")
+        return f"{t} | None" if self.may_be_none(f) and t != "object" else t
+
+    @staticmethod
+    def may_be_none(f: Field) -> bool:
+        """Whether a NewRow attribute may be None: NULL, or the DDL default where there is one."""
+        return f.column.nullable or f.optional
+
+    def held_lease(self, f: Field) -> bool:
+        """The lease expiry of a claimed row: every claim writes it, so it is never None."""
+        return self.q.lease and f.role == "locked_until"
+
+    def claimed_type(self, f: Field) -> str:
+        t = self.raw_type(f)
+        return t.removesuffix(" | None") if self.held_lease(f) else t
 
     def from_db(self, f: Field, expr: str) -> str:
-        none = "_or_none" if f.column.nullable else ""
+        if self.held_lease(f) and self.lease_after_read:
+            return "locked_until"
+        none = "_or_none" if f.column.nullable and not self.held_lease(f) else ""
         if self.q.time_text(f):
             return f"_v.parse_sqlite_time{none}({expr})"
         if f.column.kind == cat.TIMESTAMP and not self.sqlite or (
@@ -157,9 +175,9 @@ class _Renderer:
         return expr
 
     def to_db(self, f: Field, expr: str) -> str:
-        """Encode a NewRow attribute for insert."""
+        """Encode a NewRow attribute for insert; None stays None (SQL NULL, or the default)."""
         kind = f.column.kind
-        nullable = f.column.nullable
+        nullable = self.may_be_none(f)
         if f.role == "payload" and self.q.codec == "json":
             if kind == cat.JSON and self.pg:
                 enc = f"Jsonb({expr}, dumps=_v.json_text)"
@@ -175,7 +193,8 @@ class _Renderer:
                 enc = f"_v.json_text(dict({expr}))"
             return f"None if {expr} is None else {enc}" if nullable else enc
         if kind == cat.JSON and self.pg:
-            return f"Jsonb({expr})"
+            # Jsonb(None) would be JSON null, not SQL NULL.
+            return f"None if {expr} is None else Jsonb({expr})" if nullable else f"Jsonb({expr})"
         if self.q.time_text(f):
             return f"_v.sqlite_time{'_or_none' if nullable else ''}({expr})"
         if kind == cat.TIMESTAMP and not self.sqlite or (self.mysql and kind == cat.TIMESTAMPTZ):
@@ -326,21 +345,23 @@ class _Renderer:
                                        self.params(st["DEAD_LETTER_DELETE"])),
                              "return cur.rowcount == 1")))
         ins_params = "_insert_params(row)" if q.insert_fields else "{}"
+        returns, run_insert, give_id = self.insert_id(ins_params)
+        doc = ("Enqueue one row on the caller's connection and return its id; nothing is "
+               "committed here." if give_id else
+               "Enqueue one row on the caller's connection; nothing is committed here.")
         if "NOTIFY" in st:
             g = q.role("group")
             group = f"row.{g.attr}" if g is not None and not g.generated else '""'
-            out.append(Func("insert", "row: NewRow, *, notify: bool = False", "None",
-                            "Enqueue one row on the caller's connection; nothing is committed "
-                            "here. With notify, listening workers wake when the transaction "
-                            "commits.",
-                            (*self.run("", "INSERT", ins_params),
+            out.append(Func("insert", "row: NewRow, *, notify: bool = False", returns,
+                            doc + " With notify, listening workers wake when the transaction "
+                                  "commits.",
+                            (*run_insert,
                              "if notify:",
                              *("    " + line for line in self.run(
-                                 "", "NOTIFY", ['"channel": CHANNEL', f'"payload": {group}'])))))
+                                 "", "NOTIFY", ['"channel": CHANNEL', f'"payload": {group}'])),
+                             *give_id)))
         else:
-            out.append(Func("insert", "row: NewRow", "None",
-                            "Enqueue one row on the caller's connection; nothing is committed "
-                            "here.", tuple(self.run("", "INSERT", ins_params))))
+            out.append(Func("insert", "row: NewRow", returns, doc, (*run_insert, *give_id)))
         if self.mysql and q.unique:
             # INSERT IGNORE would also swallow truncations and foreign-key errors: only a
             # duplicate key (error 1062) means the job is already queued.
@@ -390,19 +411,48 @@ class _Renderer:
                             tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
         return out
 
+    def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
+        """insert()'s return type, the lines that run INSERT, and those that return the id.
+
+        PostgreSQL and SQLite read it from INSERT ... RETURNING; MySQL from the cursor's
+        lastrowid where the id is AUTO_INCREMENT, or from the row where the caller gave it.
+        A MySQL id filled by another default cannot be read back: insert returns None then.
+        """
+        idf = self.q.id
+        t = self.raw_type(idf).removesuffix(" | None")
+        if self.mysql and idf.column.auto and idf.generated:
+            return "int", self.run("cur = ", "INSERT", params), ["return cur.lastrowid"]
+        if self.mysql and not idf.generated and not idf.optional:
+            return t, self.run("", "INSERT", params), [f"return row.{idf.attr}"]
+        if self.mysql:
+            return "None", self.run("", "INSERT", params), []
+        if self.sqlite:
+            # fetchall() finishes the statement: an unfinished one would block a COMMIT.
+            return t, [*self.run("cur = ", "INSERT", params),
+                       "((new_id,),) = cur.fetchall()"], [f"return {self.id_cast(t)}"]
+        return t, [*self.run("cur = ", "INSERT", params),
+                   "new = AWAIT cur.fetchone()",
+                   "assert new is not None  # RETURNING gives the inserted row",
+                   "new_id = new[0]"], [f"return {self.id_cast(t)}"]
+
+    @staticmethod
+    def id_cast(t: str) -> str:
+        """The id as its type (the driver hands back Any)."""
+        return f"cast({t}, new_id)"
+
     def mysql_claim(self) -> Func:
         """MySQL has no UPDATE ... RETURNING: select and lock, then mark, in one transaction."""
         st = self.st
         claim = st["CLAIM"]
         body = [*self.run("cur = ", "CLAIM", self.params(claim)),
-                "rows = [_claimed(r) for r in cur.fetchall()]"]
+                f"rows = [{self.claimed('r')} for r in cur.fetchall()]"]
         args = self.args(claim, skip=("limit",), extra="limit: int = 1")
         doc = claim.doc
         if "CLAIM_MARK" in st:
             mark = st["CLAIM_MARK"]
             body += ["if rows:", *("    " + line for line in
                                    self.run("", "CLAIM_MARK", self.params(mark))),
-                     "return [attrs.evolve(r, locked_until=locked_until) for r in rows]"]
+                     "return rows"]
             args = self.args(claim, skip=("limit",),
                              extra="locked_until: datetime.datetime, limit: int = 1")
             doc = "Claim up to `limit` rows under a lease ending at `locked_until`; run it in " \
@@ -416,6 +466,15 @@ class _Renderer:
         else:
             body.append("return rows")
         return Func("claim", args, "list[ClaimedRow]", doc, tuple(body))
+
+    @property
+    def lease_after_read(self) -> bool:
+        """MySQL reads a lease claim's rows before CLAIM_MARK writes the lease: `_claimed`
+        takes the new expiry then, instead of the column's old value."""
+        return self.mysql and self.q.lease
+
+    def claimed(self, row: str) -> str:
+        return f"_claimed({row}, locked_until)" if self.lease_after_read else f"_claimed({row})"
 
     def mysql_fifo_claim(self) -> Func:
         q, st = self.q, self.st
@@ -434,7 +493,7 @@ class _Renderer:
         else:
             lines += self.run("cur = ", "FIFO_HEAD", self.params(head))
         lines += ["row = cur.fetchone()", "if row is None:", "    return None",
-                  "head = _claimed(row)"]
+                  f"head = {self.claimed('row')}"]
         if ra is not None:
             lines += [f"if head.{ra.attr} > now:", "    return None  # the head is not due"]
         extra = "now: datetime.datetime" if ra is not None else ""
@@ -446,7 +505,7 @@ class _Renderer:
                       *self.run("", "CLAIM_MARK", [
                           f'"locked_until": {self.param_value("locked_until")}',
                           f'"ids": [head.{q.id.attr}]']),
-                      "return attrs.evolve(head, locked_until=locked_until)"]
+                      "return head"]
             extra = "now: datetime.datetime, locked_until: datetime.datetime"
         else:
             lines.append("return head")
@@ -458,11 +517,25 @@ class _Renderer:
 
     # -- module -------------------------------------------------------------------------------
 
+    def summary(self) -> str:
+        """The module docstring's first line (or lines, for names near the servers' limits)."""
+        q = self.q
+        what = (f"{q.dialect.name}, claimed by {q.form.replace('_', ' ')}"
+                + (", FIFO groups" if q.fifo else "") + ".")
+        qualified = f"{q.table.schema}.{q.table.name}" if q.table.schema else q.table.name
+        one = f"Queue table {qualified}: {what}"
+        if len(one) + 3 <= LINE_LENGTH:
+            return one
+        where = f" in schema {q.table.schema}" if q.table.schema else ""
+        return "\n".join(textwrap.wrap(f"Queue table {q.table.name}{where}: {what}", width=96,
+                                        break_long_words=False))
+
     def context(self) -> dict[str, object]:
         q = self.q
+        qualified = f"{q.table.schema}.{q.table.name}" if q.table.schema else q.table.name
         rows = [
-            RowField(f.attr, self.raw_type(f), self.new_type(f),
-                     "None" if f.column.nullable else None)
+            RowField(f.attr, self.claimed_type(f), self.new_type(f),
+                     "None" if self.may_be_none(f) else None)
             for f in q.fields
         ]
         new_rows = [r for r, f in zip(rows, q.fields, strict=True) if not f.generated]
@@ -481,12 +554,17 @@ class _Renderer:
             "q": q,
             "spec_path": q.spec.display,
             "table_name": q.table.name,
-            "qualified": f"{q.table.schema}.{q.table.name}" if q.table.schema else q.table.name,
+            "qualified": qualified,
+            "summary": self.summary(),
+            "table_literal": (py_str(qualified) if len(qualified) < 80 else
+                              f"(\n    {py_str(f'{q.table.schema}.')}\n    "
+                              f"{py_str(q.table.name)}\n)"),
             "statements": [(s.name, sql_literal(s.sql), s.doc) for s in self.st.values()],
             "statement_params": [(s.name, py_tuple(s.params)) for s in self.st.values()],
             "rows": rows,
             "new_rows": new_rows,
             "claimed_from_db": [self.from_db(f, f"r[{i}]") for i, f in enumerate(q.fields)],
+            "claimed_args": ", locked_until: datetime.datetime" if self.lease_after_read else "",
             "insert_params": [(f.attr, self.to_db(f, "row." + f.attr)) for f in
                               q.insert_fields],
             "order_key": ", ".join(f"row.{f.attr}" for f in order) + ("," if len(order) == 1
@@ -583,7 +661,10 @@ def _split_args(args: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def _environment() -> jinja2.Environment:
+@functools.cache
+def _template() -> jinja2.Template:
+    """The module template, compiled once per process: compiling it costs more than rendering
+    a module, and a build renders one module per spec."""
     here = Path(__file__).resolve().parent
     # Installed wheels carry the templates inside the package; a source checkout (editable
     # install) keeps them in the top-level templates/ folder.
@@ -595,14 +676,82 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
-    )
+    ).get_template("module.py.j2")
 
 
 def render_module(queue: Queue, statements: list[Statement]) -> str:
     r = _Renderer(queue, statements)
-    body = _environment().get_template("module.py.j2").render(**r.context())
+    body = _template().render(**r.context())
     body = re.sub(r"\n{4,}", "\n\n\n", body)
-    return _with_imports(body, queue)
+    return _wrap_long_lines(_with_imports(body, queue))
+
+
+LINE_LENGTH = 100
+
+
+def _wrap_long_lines(text: str) -> str:
+    """Break the Python lines that names near the servers' limits (63 or 64 bytes) make too long.
+
+    A line breaks between two tokens inside brackets (implicit line joining), preferably where
+    there is a space; a string "a.b" breaks into "a." "b" (implicit concatenation). Lines of
+    the SQL constants are wrapped when the statements are rendered.
+    """
+    lines = text.splitlines(keepends=True)
+    if all(len(line.rstrip("\n")) <= LINE_LENGTH for line in lines):
+        return text
+    # Per line: (column, depth, token) of every token that starts on it.
+    starts: dict[int, list[tuple[int, int, tokenize.TokenInfo]]] = {}
+    depth = 0
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        starts.setdefault(tok.start[0], []).append((tok.start[1], depth, tok))
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+    out: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        body = line.rstrip("\n")
+        if len(body) <= LINE_LENGTH or number not in starts:
+            out.append(line)
+            continue
+        out.append("\n".join(_break_line(body, starts[number])) + "\n")
+    return "".join(out)
+
+
+def _break_line(line: str, toks: list[tuple[int, int, tokenize.TokenInfo]]) -> list[str]:
+    indent = line[:len(line) - len(line.lstrip())] + "    "
+    # Places to break: before a token inside brackets (not the line's first), best after a space.
+    cuts = [(col, line[col - 1] == " ") for col, depth, _ in toks[1:] if depth > 0]
+    for col, depth, tok in toks:
+        if (depth > 0 and tok.type == tokenize.STRING and "." in tok.string
+                and tok.string[0] == '"' and "\\" not in tok.string):
+            dot = tok.string.index(".") + 1
+            cuts.append((col + dot, False))
+    cuts.sort()
+    pieces: list[str] = []
+    start = 0
+    while len(line) - start + (len(indent) if pieces else 0) > LINE_LENGTH:
+        room = LINE_LENGTH - (len(indent) if pieces else 0)
+        fits = [(col, spaced) for col, spaced in cuts if start < col <= start + room]
+        if not fits:
+            break
+        spaced = [col for col, is_spaced in fits if is_spaced]
+        cut = spaced[-1] if spaced else fits[-1][0]
+        piece = line[start:cut].rstrip()
+        if _inside_string(line, cut):
+            piece += '"'
+            line = line[:cut] + '"' + line[cut:]
+        pieces.append(piece)
+        start = cut
+        while start < len(line) and line[start] == " ":
+            start += 1
+    pieces.append(line[start:])
+    return [pieces[0]] + [indent + p.strip() for p in pieces[1:]]
+
+
+def _inside_string(line: str, col: int) -> bool:
+    """Whether `col` falls inside a double-quoted string (a cut at a dot of "a.b")."""
+    return line[:col].count('"') % 2 == 1
 
 
 def _with_imports(body: str, q: Queue) -> str:

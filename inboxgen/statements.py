@@ -415,15 +415,34 @@ class _Builder:
             self.add("DEAD_LETTER_DELETE", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
                      "Remove the row copied to the dead-letter table.")
 
+    def or_default(self, f: Field, value: str) -> str:
+        """`value` for column `f` in an insert: where the column has a DDL default, the default
+        stands in when the value is NULL (fixed text either way)."""
+        if not f.optional:
+            return value
+        default = f.column.default_sql or "NULL"
+        if self.d.name == "postgres" and default.startswith("'"):
+            # An untyped literal would make COALESCE text; the column's type keeps it typed.
+            default = f"CAST({default} AS {f.column.type_sql})"
+        return f"COALESCE({value}, {default})"
+
+    def returning_id(self) -> str:
+        """MySQL has no INSERT ... RETURNING: its insert reads the cursor's lastrowid."""
+        return "" if self.mysql else f"\nRETURNING {self.c(self.q.id)}"
+
     def inserts(self) -> None:
         fields = self.q.insert_fields
         cols = ", ".join(self.c(f) for f in fields)
-        values = ", ".join(self.p(f.attr) for f in fields)
+        values = ", ".join(self.or_default(f, self.p(f.attr)) for f in fields)
+        doc = "Enqueue one row (inside the caller's transaction); returns its id."
         if not fields:
-            self.add("INSERT", f"INSERT INTO {self.t()} DEFAULT VALUES", "Enqueue one row.")
+            self.add("INSERT", f"INSERT INTO {self.t()} DEFAULT VALUES{self.returning_id()}",
+                     doc)
             return
         insert = f"INSERT INTO {self.t()} ({cols})\nVALUES ({values})"
-        self.add("INSERT", insert, "Enqueue one row (inside the caller's transaction).")
+        if any(f.optional for f in fields):
+            doc += " A column left at None takes its DDL default."
+        self.add("INSERT", insert + self.returning_id(), doc)
         if self.q.unique:
             keys = ", ".join(self.c(f) for f in self.q.unique)
             if self.d.name == "mysql":
@@ -436,13 +455,57 @@ class _Builder:
             # enqueued in bulk with executemany instead.
             arrays = ",\n    ".join(
                 f"{self.p(f.attr)}::{_pg_array_type(f)}" for f in fields)
+            if any(f.optional for f in fields):
+                # Name unnest's columns after the table's, to give each its default.
+                picked = ", ".join(self.or_default(f, self.c(f)) for f in fields)
+                self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
+                                        f"SELECT {picked}\nFROM unnest(\n    {arrays}\n) AS "
+                                        f"u({cols})",
+                         "Enqueue many rows in one statement: one array per column; a None "
+                         "takes the column's DDL default.")
+                return
             self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
                                     f"SELECT * FROM unnest(\n    {arrays}\n)",
                      "Enqueue many rows in one statement: one array per column.")
 
 
+# A run of SQL that a line break may not split: a quoted name or string, or unquoted text.
+_SQL_WORD = re.compile(r'(?:"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\'|[^\s"`\'])+')
+# Where a qualified name may break: between a quoted part and the dot that follows it.
+_NAME_PARTS = re.compile(r'(?<=["`])(?=\.["`])')
+
+
 def _wrap(line: str, width: int = 96) -> str:
-    """Break a long list (SELECT, RETURNING, INSERT columns) after its commas."""
+    """Break a long line: a list (SELECT, RETURNING, INSERT columns) after its commas, then
+    between words, then (names near the servers' 63- and 64-byte limits) between the parts of a
+    qualified name, which SQL allows."""
+    out = []
+    for piece in _wrap_list(line, width).split("\n"):
+        out.extend(_wrap_words(piece, width))
+    return "\n".join(out)
+
+
+def _wrap_words(line: str, width: int) -> list[str]:
+    if len(line) <= width:
+        return [line]
+    indent = line[:len(line) - len(line.lstrip())]
+    inner = indent + "    "
+    words = [w for m in _SQL_WORD.finditer(line) for w in _NAME_PARTS.split(m.group(0))]
+    out: list[str] = []
+    current = ""
+    for word in words:
+        glue = "" if word.startswith(".") else " "
+        candidate = f"{current}{glue}{word}" if current else indent + word
+        if current and len(candidate) > width:
+            out.append(current)
+            current = inner + word
+        else:
+            current = candidate
+    out.append(current)
+    return out
+
+
+def _wrap_list(line: str, width: int) -> str:
     if len(line) <= width or ", " not in line:
         return line
     head = re.match(r"\s*(\w+ (\w+ )?)?\(?", line)

@@ -110,3 +110,14 @@ def test_usage_errors_exit_2(project: Path) -> None:
     assert run(project, "verify", "no/such/specs").returncode == 2
     assert run(project).returncode == 2
     assert run(project, "frobnicate").returncode == 2
+
+
+def test_project_settings_errors_name_pyproject_relative_to_the_project(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = 3\n', encoding="utf-8")
+    (project / "specs" / "sub").mkdir()
+    for cwd in (project, project / "specs" / "sub"):
+        result = run(cwd, "verify")
+        assert result.returncode == 2
+        assert str(project) not in result.stderr, result.stderr
+    assert run(project, "build").stderr == (
+        "inboxgen: pyproject.toml: [tool.inboxgen] specs must be a path string\n")
