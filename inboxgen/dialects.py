@@ -10,8 +10,8 @@ import attrs
 # A placeholder outside quotes: `:name` for sqlite3, `%(name)s` for psycopg and PyMySQL.
 _QUOTED = r'"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\''
 _PLACEHOLDER = {
-    True: re.compile(_QUOTED + r"|(?<!:):(?P<name>[A-Za-z_]\w*)"),
-    False: re.compile(_QUOTED + r"|%\((?P<name>[A-Za-z_]\w*)\)s"),
+    True: re.compile(_QUOTED + r"|(?<!:):(?P<name>[^\W\d]\w*)"),
+    False: re.compile(_QUOTED + r"|%\((?P<name>[^\W\d]\w*)\)s"),
 }
 
 ROW_LOCK = "row_lock"

@@ -58,8 +58,8 @@ def comment(text: str) -> str:
 
 
 def py_str(value: str) -> str:
-    """A double-quoted Python string literal."""
-    return json.dumps(value)
+    """A double-quoted Python string literal (non-ASCII text as written)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def py_tuple(items: tuple[str, ...]) -> str:
@@ -69,8 +69,11 @@ def py_tuple(items: tuple[str, ...]) -> str:
 
 def sql_literal(sql: str) -> str:
     """The SQL as a readable triple-quoted literal, or a plain one where that is not safe."""
-    if "\\" in sql or '"""' in sql:
+    if "\\" in sql:
         return py_str(sql)
+    if '"""' in sql:
+        # A quoted name holding `"` doubles it: the other triple quote keeps it readable.
+        return py_str(sql) if "'''" in sql else f"'''\n{sql}\n'''"
     return f'"""\n{sql}\n"""'
 
 

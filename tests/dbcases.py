@@ -5,14 +5,15 @@ fresh MariaDB database (a ``mysql://`` URL on the session's ``mariadb_server``) 
 Time is explicit: tests pass ``now`` (``T0`` plus some seconds) instead of waiting for the clock,
 and every lease expiry is a whole second (MySQL's lease column is a DATETIME without fractions).
 
-- ``Layout`` describes a test table ``jobs`` (claim form, group, FIFO, dead letters, unique key)
-  and renders its spec and DDL for a dialect;
+- ``Layout`` describes a test table ``jobs`` (claim form, group, FIFO, dead letters, unique key,
+  headers, the column each role is bound to) and renders its spec and DDL for a dialect;
 - ``open_queue`` generates the module for a layout with ``genutil.build_module`` and creates the
   table (``open_spec`` does the same for a spec and DDL written out in a test);
   ``open_example`` loads one of ``generated_examples/`` with its migrations;
 - ``Queue`` wraps a generated module and its database: connections that record every SQL text
-  they execute, form-independent ``claim`` / ``settle`` helpers, and a raw ``rows`` view read on a
-  fresh connection (what another process would see).
+  they execute, form-independent ``claim`` / ``settle`` helpers that find each role's attribute
+  through the module's ``DESCRIPTOR.role_attrs``, and a raw ``rows`` view read on a fresh
+  connection (what another process would see).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import datetime as dt
 import importlib.util
 import inspect
 import itertools
+import json
+import re
 import sqlite3
 import sys
 import tomllib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -40,7 +43,6 @@ from pymysql.constants import CLIENT
 
 from inboxgen import values
 from inboxgen.backends import mysql_connect_args
-from inboxgen.model import attr_name
 
 REPO = Path(__file__).resolve().parents[1]
 UTC = dt.UTC
@@ -165,12 +167,38 @@ def mysql_statements(ddl: str) -> list[str]:
 # -- test tables ---------------------------------------------------------------------------------
 
 
+# The column each role is bound to, unless a Layout names another.
+DEFAULT_NAMES = {"id": "id", "group": "grp", "priority": "priority", "retry_after": "retry_after",
+                 "attempt": "attempt", "processed_at": "processed_at",
+                 "locked_until": "locked_until", "headers": "headers", "payload": "payload"}
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_RESERVED = {"group", "order", "key", "limit", "select", "from", "where", "index", "values"}
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def ident(name: str, dialect: str) -> str:
+    """A column or table name as DDL writes it: plain where it can be, else quoted."""
+    if _PLAIN_NAME.fullmatch(name) and name not in _RESERVED:
+        return name
+    q = "`" if dialect == "mysql" else '"'
+    return f"{q}{name.replace(q, q + q)}{q}"
+
+
+def toml_key(name: str) -> str:
+    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+
+
 @dataclass(frozen=True)
 class Layout:
     """A queue table `jobs` with id, priority, retry_after, attempt, account (data), payload (text).
 
     `dead` is "group" (dead letters move to group "dead") or "table" (to `jobs_dead`); either
-    comes with max_attempts = 3. With `unique`, the unique key is `account`.
+    comes with max_attempts = 3. With `unique`, the unique key is `account` (and the group
+    column, when there is one). `headers` adds a nullable JSON headers column.
+
+    `names` binds roles to other columns than DEFAULT_NAMES: role -> column name, as the
+    database spells it (names that are not plain lower-case identifiers, or are SQL keywords,
+    are quoted in the DDL).
     """
 
     form: str = "lease"  # row_lock, lease or advisory
@@ -181,64 +209,88 @@ class Layout:
     unique: bool = False
     key: str = "account-{account}"  # the advisory key template
     count_crashes: bool = False  # row lock: the claim counts the attempt in its own transaction
+    headers: bool = False
+    names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
-    def columns(self, dialect: str) -> list[tuple[str, str]]:
-        """MySQL: group and account are VARCHAR(191) (they are indexed, in utf8mb4), times are
+    def name(self, role: str) -> str:
+        """The column bound to `role`."""
+        return self.names.get(role, DEFAULT_NAMES[role])
+
+    def role_columns(self, dialect: str) -> list[tuple[str | None, str, str]]:
+        """(role or None for a data column, column name, column type) of each column.
+
+        MySQL: group and account are VARCHAR(191) (they are indexed, in utf8mb4), times are
         DATETIME(6), except locked_until, a DATETIME without fractions: the lease token (a whole
         second) must hold in it."""
         pg, my = dialect == "postgres", dialect == "mysql"
         time = "TIMESTAMPTZ" if pg else "DATETIME(6)" if my else "TEXT"
         text = "VARCHAR(191)" if my else "TEXT"
-        cols = [("id", "BIGSERIAL PRIMARY KEY" if pg else
-                 "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY" if my else "INTEGER PRIMARY KEY")]
+        cols: list[tuple[str | None, str]] = [
+            ("id", "BIGSERIAL PRIMARY KEY" if pg else
+             "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY" if my else "INTEGER PRIMARY KEY")]
         if self.group:
-            cols.append(("grp", f"{text} NOT NULL"))
+            cols.append(("group", f"{text} NOT NULL"))
         cols += [("priority", "INTEGER NOT NULL"), ("retry_after", f"{time} NOT NULL"),
                  ("attempt", "INTEGER NOT NULL DEFAULT 1")]
         if self.processed:
             cols.append(("processed_at", time))
         if self.form == "lease":
             cols.append(("locked_until", "DATETIME" if my else time))
-        cols += [("account", f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
-        return cols
+        if self.headers:
+            cols.append(("headers", "JSONB" if pg else "JSON" if my else "TEXT"))
+        cols += [(None, f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
+        return [(role, self.name(role) if role else "account", sql) for role, sql in cols]
 
     def ddl(self, dialect: str) -> str:
-        cols = self.columns(dialect)
+        cols = self.role_columns(dialect)
         options = " DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
-        body = ",\n".join(f"    {name} {sql}" for name, sql in cols)
-        order = ", ".join((["grp"] if self.group else []) + ["priority", "retry_after", "id"])
+
+        def names(*roles: str) -> str:
+            return ", ".join(ident(self.name(r) if r != "account" else r, dialect)
+                             for r in roles)
+
+        body = ",\n".join(f"    {ident(name, dialect)} {sql}" for _, name, sql in cols)
+        order = names(*(["group"] if self.group else []), "priority", "retry_after", "id")
         out = [f"CREATE TABLE jobs (\n{body}\n){options};",
                f"CREATE INDEX jobs_claim ON jobs ({order});"]
         if self.unique:
-            out.append("CREATE UNIQUE INDEX jobs_once ON jobs (account);")
+            out.append(f"CREATE UNIQUE INDEX jobs_once ON jobs "
+                       f"({names('account', *(['group'] if self.group else []))});")
         if self.dead == "table":
-            dead_cols = [(n, "BIGINT PRIMARY KEY" if n == "id" else
-                          "INTEGER NOT NULL" if n == "attempt" else s) for n, s in cols]
-            body = ",\n".join(f"    {name} {sql}" for name, sql in dead_cols)
+            dead_cols = [(name, "BIGINT PRIMARY KEY" if role == "id" else
+                          "INTEGER NOT NULL" if role == "attempt" else sql)
+                         for role, name, sql in cols]
+            body = ",\n".join(f"    {ident(name, dialect)} {sql}" for name, sql in dead_cols)
             out.append(f"CREATE TABLE jobs_dead (\n{body}\n){options};")
         return "\n".join(out) + "\n"
 
     def spec(self, dialect: str) -> str:
         lines = ['table = "jobs"', f'dialect = "{dialect}"']
         if self.form == "advisory":
-            lines += ['claim = "advisory"', f'advisory_key = "{self.key}"']
+            lines += ['claim = "advisory"', f"advisory_key = {json.dumps(self.key)}"]
         if self.fifo:
             lines.append("fifo = true")
         if self.count_crashes:
             lines.append("count_crashes = true")
         if self.unique:
-            lines.append('unique = ["account"]')
-        lines += ["", "[columns]", 'id = { role = "id", generated = true }']
+            key = ["account"] + ([self.name("group")] if self.group else [])
+            lines.append(f"unique = {json.dumps(key)}")
+
+        def bind(role: str, long: str | None = None) -> str:
+            return f"{toml_key(self.name(role))} = " + (
+                f'{{ role = "{role}", {long} }}' if long else f'"{role}"')
+
+        lines += ["", "[columns]", bind("id", "generated = true")]
         if self.group:
-            lines.append('grp = "group"')
-        lines += ['priority = "priority"', 'retry_after = "retry_after"',
-                  'attempt = { role = "attempt", generated = true }']
+            lines.append(bind("group"))
+        lines += [bind("priority"), bind("retry_after"), bind("attempt", "generated = true")]
         if self.processed:
-            lines.append('processed_at = "processed_at"')
+            lines.append(bind("processed_at"))
         if self.form == "lease":
-            lines.append('locked_until = "locked_until"')
-        lines += ['payload = { role = "payload", codec = "text" }', "", "[runtime]",
-                  f"lease = {LEASE}"]
+            lines.append(bind("locked_until"))
+        if self.headers:
+            lines.append(bind("headers"))
+        lines += [bind("payload", 'codec = "text"'), "", "[runtime]", f"lease = {LEASE}"]
         if self.dead:
             lines += ["max_attempts = 3", "", "[dead_letter]",
                       'group = "dead"' if self.dead == "group" else 'table = "jobs_dead"']
@@ -258,9 +310,10 @@ class Queue:
         d = mod.DESCRIPTOR
         self.form: str = d.form
         self.count_crashes: bool = getattr(d, "count_crashes", False)
-        self.roles: dict[str, str] = dict(d.roles)
-        self.id_attr = attr_name(self.roles["id"])
-        self.group_attr = attr_name(self.roles["group"]) if "group" in self.roles else None
+        self.roles: dict[str, str] = dict(d.roles)  # role -> column name
+        self.role_attrs: dict[str, str] = dict(d.role_attrs)  # role -> ClaimedRow attribute
+        self.id_attr = self.role_attrs["id"]
+        self.group_attr = self.role_attrs.get("group")
         self.connections: list[Any] = []
         self._serial = itertools.count(1)
         self._reader: Any = None  # MySQL: the autocommit session rows() reads on
@@ -327,7 +380,7 @@ class Queue:
 
     def quote(self, name: str) -> str:
         q = "`" if self.mysql else '"'
-        return f"{q}{name}{q}"
+        return f"{q}{name.replace(q, q + q)}{q}"
 
     def table_sql(self, table: str | None = None) -> str:
         d = self.mod.DESCRIPTOR
@@ -390,7 +443,7 @@ class Queue:
                 out[f.name] = fields[f.name]
             elif f.name == self.group_attr:
                 out[f.name] = "g"
-            elif f.name == "priority":
+            elif f.name == self.role_attrs.get("priority"):
                 out[f.name] = 0
             else:
                 out[f.name] = _sample(str(f.type), n)
@@ -405,6 +458,10 @@ class Queue:
     def id_of(self, row: Any) -> int:
         value: int = getattr(row, self.id_attr)
         return value
+
+    def value(self, row: Any, role: str) -> Any:
+        """The value of `role` in a ClaimedRow (or NewRow), whatever its column is called."""
+        return getattr(row, self.role_attrs[role])
 
     # claiming and settling, whatever the form
 
@@ -425,7 +482,8 @@ class Queue:
             counted = list(call(m.claim, conn, **args))
             conn.commit()
             return [r for r in counted
-                    if m.relock(conn, id=self.id_of(r), attempt=r.attempt) is not None]
+                    if m.relock(conn, id=self.id_of(r), attempt=self.value(r, "attempt"))
+                    is not None]
         if self.form != "advisory":
             return list(call(m.claim, conn, **args))
         taken = []
@@ -454,9 +512,9 @@ class Queue:
         """What a settlement needs to name the claimed row: its id and, under a lease, the
         held expiry and the attempt as the claim returned it."""
         out = {"id": self.id_of(row)}
-        for name in ("locked_until", "attempt"):
-            if hasattr(row, name):
-                out[name] = getattr(row, name)
+        for role in ("locked_until", "attempt"):
+            if role in self.role_attrs:
+                out[role] = self.value(row, role)
         return out
 
     def settle(self, name: str, conn: Any, row: Any, **extra: Any) -> bool:

@@ -117,6 +117,15 @@ def long_modules(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[P
     specs["bare"] = ('table = "bare"\ndialect = "sqlite"\n\n[columns]\n'
                      'id = { role = "id", generated = true }\nlocked_until = "locked_until"\n',
                      "CREATE TABLE bare (id INTEGER PRIMARY KEY, locked_until TEXT);\n")
+    # Names holding quotes, apostrophes and non-ASCII letters (first letter included).
+    specs["odd_names"] = (
+        'table = "Jobs \\"Q\\""\ndialect = "postgres"\n\n[columns]\n'
+        '"Über Id" = { role = "id", generated = true }\n"Lane \\"Q\\"" = "group"\n'
+        '"Lease\'s End" = "locked_until"\n"Übermeta" = "headers"\n'
+        '"Body\'s" = { role = "payload", codec = "text" }\n',
+        'CREATE TABLE "Jobs ""Q""" (\n    "Über Id" BIGSERIAL PRIMARY KEY,\n'
+        '    "Lane ""Q""" TEXT NOT NULL,\n    "Lease\'s End" TIMESTAMPTZ,\n'
+        '    "Übermeta" JSONB,\n    "Body\'s" TEXT NOT NULL\n);\n')
     return root, built(root, specs)
 
 
@@ -199,3 +208,63 @@ def test_settle_calls_as_the_docs_show_them_pass_mypy_strict(example: str,
     user.write_text(textwrap.dedent(USER_CODE[example]).lstrip(), encoding="utf-8")
     result = run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(user)], REPO)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- the wrapped statements run ------------------------------------------------------------------
+
+RUN_CASES = [("postgres", "lease"), ("postgres", "row_lock"), ("mysql", "lease"),
+             ("sqlite", "advisory")]
+
+
+@pytest.mark.parametrize(("dialect", "form"), RUN_CASES)
+def test_statements_of_long_names_run_as_wrapped(request: pytest.FixtureRequest,
+                                                 long_modules: tuple[Path, list[Path]],
+                                                 tmp_path: Path, dialect: str, form: str) -> None:
+    """A qualified name broken before its dot, lists and conditions broken between words: the
+    servers read them as written (insert, claim, finish)."""
+    import datetime as dt
+    import importlib.util
+
+    from dbcases import Queue, apply_ddl, call
+
+    root, modules = long_modules
+    path = next(p for p in modules if p.stem == f"{dialect}_{form}")
+    sys.path.insert(0, str(root))  # the payload type's module
+    try:
+        loader = importlib.util.spec_from_file_location(f"_long_{path.stem}", path)
+        assert loader is not None and loader.loader is not None
+        mod = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(mod)
+        payloads = importlib.import_module("payloads")
+    finally:
+        sys.path.remove(str(root))
+    if dialect == "postgres":
+        target: str = request.getfixturevalue("pg_dsn")
+    elif dialect == "mysql":
+        target = request.getfixturevalue("mariadb_server").create_database()
+    else:
+        target = str(tmp_path / "long.sqlite3")
+    ddl = (root / "specs" / f"{path.stem}.sql").read_text(encoding="utf-8")
+    apply_ddl(dialect, target, ddl)
+    q = Queue(mod, dialect, target)
+    try:
+        conn = q.connect()
+        attrs_of = mod.DESCRIPTOR.role_attrs
+        now = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+        values = {attrs_of["group"]: "g", attrs_of["retry_after"]: now,
+                  attrs_of["payload"]: payloads.Order(id=7), attrs_of["headers"]: {"h": "1"},
+                  name("unique", 64 if dialect == "mysql" else 63): "u1"}
+        new_id = mod.insert(conn, mod.NewRow(**values))
+        conn.commit()
+        (row,) = q.claim(conn, now=now, group="g")
+        if form != "row_lock":
+            conn.commit()
+        assert getattr(row, attrs_of["id"]) == new_id
+        assert mod.decode_payload(getattr(row, attrs_of["payload"])) == payloads.Order(id=7)
+        assert call(mod.finish, conn, id=new_id, now=now, **{
+            k: getattr(row, attrs_of[k]) for k in ("locked_until", "attempt")
+            if k in attrs_of and form == "lease"})
+        conn.commit()
+        q.release(conn, row)
+    finally:
+        q.close()
