@@ -8,14 +8,18 @@ its file and line: the checks decide whether it matters (it names a queue table)
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.tokenizer_core import TokenType
 
 from inboxgen.dialects import Dialect
@@ -192,21 +196,66 @@ def strip_down_sections(text: str) -> str:
     return "".join(out)
 
 
-def migration_files(sources: Iterable[Path]) -> list[Path]:
-    """Files in replay order: each folder's `.sql` files by name (down files left out)."""
+def migration_files(sources: Iterable[Path],
+                    unlisted: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Files in replay order; a folder gives its migrations in natural order (V2 before V10).
+
+    A folder's migrations are its `.sql` files (in any case) and its subfolders, one migration
+    per subfolder as Prisma (`<timestamp>_<name>/migration.sql`) and Diesel lay them out: each
+    gives its own `.sql` files, in natural order. Down migrations (`*.down.sql`, `down.sql`) and
+    names starting with a dot are left out. A folder that cannot be listed is added to
+    `unlisted` with the reason, when given.
+    """
     files: list[Path] = []
     for src in sources:
-        if src.is_dir():
-            files.extend(
-                sorted(
-                    (p for p in src.iterdir() if p.suffix == ".sql" and not p.name.endswith(
-                        ".down.sql")),
-                    key=lambda p: p.name,
-                )
-            )
-        else:
+        if not _is_dir(src):
             files.append(src)
+            continue
+        for entry in _migrations_in(src, unlisted):
+            if not _is_dir(entry):
+                files.append(entry)
+            elif not _inside(src, entry):  # a link back up would replay the folder again
+                files.extend(e for e in _migrations_in(entry, unlisted) if not _is_dir(e))
     return files
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _migrations_in(folder: Path, unlisted: list[tuple[Path, str]] | None) -> list[Path]:
+    try:
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    except OSError as err:
+        if unlisted is not None:
+            unlisted.append((folder, err.strerror or str(err)))
+        return []
+    found = [p for p in entries if _is_dir(p) or _is_migration(p.name)]
+    # Natural order: every run of digits is compared as a number (2 before 10); the name
+    # itself breaks ties (01 and 1), so the order never depends on the file system.
+    width = max((len(m) for p in found for m in _DIGITS.findall(p.name)), default=0)
+    return sorted(found, key=lambda p: (
+        _DIGITS.sub(lambda m: m.group().rjust(width, "0"), p.name), p.name))
+
+
+def _is_migration(name: str) -> bool:
+    lower = name.lower()
+    return lower.endswith(".sql") and lower != "down.sql" and not lower.endswith(".down.sql")
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long, a path the system refuses
+        return False
+
+
+def _inside(folder: Path, sub: Path) -> bool:
+    """Whether `sub` leads back to `folder` or to a folder above it."""
+    try:
+        target, here = Path(os.path.realpath(sub)), Path(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return True
+    return target == here or target in here.parents
 
 
 @attrs.frozen
@@ -222,7 +271,12 @@ def split_statements(text: str, path: str, dialect: Dialect) -> tuple[list[State
     try:
         tokens = sqlglot.Dialect.get_or_raise(dialect.sqlglot_name).tokenize(text)
     except TokenError as err:
-        return [], str(err).splitlines()[0]
+        return [], _first_line(err)
+    except RecursionError:
+        return [], "nested too deeply"
+    except Exception as err:  # any other failure inside sqlglot, reported like the rest
+        return [], (f"{type(err).__name__}: {_first_line(err)}" if isinstance(err, SqlglotError)
+                    else f"it failed inside sqlglot with {type(err).__name__}")
     statements: list[Statement] = []
     start: int | None = None
     line = 1
@@ -280,16 +334,22 @@ def unclosed_at(text: str) -> tuple[int, str] | None:
     return None
 
 
-def load_catalog(files: Iterable[tuple[str, str]], dialect: Dialect) -> Catalog:
-    """Replay migrations given as (display path, text) pairs, in order."""
+def load_catalog(files: Iterable[tuple[str, str | OSError]], dialect: Dialect) -> Catalog:
+    """Replay migrations given as (display path, text) pairs, in order. In place of a text, an
+    OSError says the file could not be read: an error, and nothing of it is replayed."""
     catalog = Catalog(dialect)
     for path, text in files:
+        if isinstance(text, OSError):
+            catalog.diagnostics.append(Diagnostic(
+                path, 1, f"cannot be read: {text.strerror or text}, so no statement of {path} "
+                         f"was replayed"))
+            continue
         statements, err = split_statements(text, path, dialect)
         if err is not None:
             where = unclosed_at(strip_down_sections(text))
             line, what = where if where else (1, "")
-            source = text.splitlines()[line - 1].strip() if line <= len(text.splitlines()) \
-                else ""
+            lines = text.split("\n")  # numbered as the tokenizer numbers them
+            source = lines[line - 1].strip() if line <= len(lines) else ""
             reason = (f"the {what} that starts on this line is never closed" if what
                       else f"sqlglot cannot split it into statements ({err})")
             catalog.diagnostics.append(Diagnostic(
@@ -301,6 +361,48 @@ def load_catalog(files: Iterable[tuple[str, str]], dialect: Dialect) -> Catalog:
     return catalog
 
 
+def _first_line(err: BaseException) -> str:
+    return next(iter(str(err).splitlines()), "") or type(err).__name__
+
+
+# sqlglot takes exponential time on some nestings (ARRAY[ARRAY[...]] twenty deep takes
+# minutes), so each statement gets a time budget: 3 s, and 1 s more per 10 KB of text (sqlglot
+# reads some 100 KB a second). It is kept where a timer can interrupt the parse: in the main
+# thread, on systems with setitimer.
+_PARSE_SECONDS = 3.0
+_PARSE_BYTES_PER_SECOND = 10_000
+
+
+class _TooSlow(Exception):
+    """The parse of one statement ran out of its time budget (the message: the budget)."""
+
+
+def _parse(text: str, d: Dialect) -> exp.Expr:
+    def parse() -> exp.Expr:
+        # ErrorLevel.RAISE keeps sqlglot from "recovering" into a half-parsed tree.
+        return sqlglot.parse_one(text, read=d.sqlglot_name, error_level=sqlglot.ErrorLevel.RAISE)
+
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not \
+            threading.main_thread():
+        return parse()
+    budget = _PARSE_SECONDS + len(text) / _PARSE_BYTES_PER_SECOND
+
+    def expired(signum: int, frame: object) -> None:
+        raise _TooSlow(f"{budget:.0f}")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, budget)
+    started = time.monotonic()
+    try:
+        return parse()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+        if outer > 0:  # a timer someone else had set keeps running
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(outer - (time.monotonic() - started), 0.001))
+
+
 # ---------------------------------------------------------------------------------------------
 # Replaying statements
 
@@ -308,15 +410,26 @@ def load_catalog(files: Iterable[tuple[str, str]], dialect: Dialect) -> Catalog:
 def _replay(catalog: Catalog, st: Statement) -> None:
     d = catalog.dialect
     try:
-        # ErrorLevel.RAISE keeps sqlglot from "recovering" into a half-parsed tree.
-        tree = sqlglot.parse_one(st.text, read=d.sqlglot_name,
-                                 error_level=sqlglot.ErrorLevel.RAISE)
+        tree = _parse(st.text, d)
+    except _TooSlow as slow:
+        catalog.opaque.append(Opaque(st.path, st.line, st.text,
+                                     f"sqlglot cannot parse it (it gave up after {slow} s)"))
+        return
     except ParseError as err:
-        first = str(err).splitlines()[0]
+        first = _first_line(err)
         first = re.sub(r"\. Line \d+, Col: \d+\.?$", "", first)
         first = re.sub(r"<Token token_type: [\w.]+, text: (.*?), line: .*?>", r"'\1'", first)
         catalog.opaque.append(Opaque(st.path, st.line, st.text,
                                      f"sqlglot cannot parse it ({first})"))
+        return
+    except RecursionError:
+        catalog.opaque.append(Opaque(st.path, st.line, st.text,
+                                     "sqlglot cannot parse it (nested too deeply)"))
+        return
+    except Exception as err:  # TokenError, other SqlglotErrors, faults inside sqlglot
+        why = (f"{type(err).__name__}: {_first_line(err)}" if isinstance(err, SqlglotError)
+               else f"it failed inside sqlglot with {type(err).__name__}")
+        catalog.opaque.append(Opaque(st.path, st.line, st.text, f"sqlglot cannot parse it ({why})"))
         return
     if isinstance(tree, exp.Command):
         catalog.opaque.append(Opaque(st.path, st.line, st.text,
@@ -418,6 +531,8 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     d = catalog.dialect
     schema_node = tree.this
     props = tree.args.get("properties")
+    if isinstance(props, exp.Expression) and props.find(exp.PartitionedOfProperty):
+        return  # CREATE TABLE p PARTITION OF t: p holds some of t's rows and changes none of t
     like = props.find(exp.LikeProperty) if isinstance(props, exp.Expression) else None
     if isinstance(schema_node, exp.Table) and like is not None:
         # MySQL's CREATE TABLE t LIKE source: columns, defaults and AUTO_INCREMENT alike.

@@ -8,11 +8,21 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inboxgen.build import Generated, compare, generate, spec_files, write
+from inboxgen.build import (
+    BuildCrashed,
+    Generated,
+    WriteFailed,
+    compare,
+    generate,
+    shown_path,
+    spec_files,
+    write,
+)
 from inboxgen.config import Project, find_project
 from inboxgen.errors import ConfigError, GeneratorBug
 
@@ -81,19 +91,38 @@ def _run_worker(target: str, level: str) -> int:
     return EXIT_OK
 
 
+def _one_line(text: str) -> str:
+    """`text` as one printable line: line breaks, other control characters and undecodable
+    bytes (in names taken from specs, migrations and file names) are written as escapes."""
+    if text.isprintable():
+        return text
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
+                   and ch != "\t" else ch for ch in text)
+
+
+def _say(text: str) -> None:
+    print(_one_line(text), file=sys.stderr)
+
+
 def _report(generated: Generated) -> None:
     for d in generated.diagnostics:
-        print(d.format(), file=sys.stderr)
+        _say(d.format())
 
 
 def _build(project: Project, targets: Sequence[str]) -> int:
     generated = generate(project, spec_files(project, targets))
     _report(generated)
     if not generated.ok:
-        print("inboxgen: build failed; nothing was written", file=sys.stderr)
+        _say("inboxgen: build failed; nothing was written")
         return EXIT_FAILED
-    for path, changed in write(generated):
-        print(f"{'wrote' if changed else 'up to date'} {project.display(path)}")
+    try:
+        done = write(generated)
+    except WriteFailed as err:
+        _say(f"{shown_path(project, err.path)}: cannot write: {err.reason}")
+        _say("inboxgen: build failed while writing the modules")
+        return EXIT_FAILED
+    for path, changed in done:
+        print(_one_line(f"{'wrote' if changed else 'up to date'} {shown_path(project, path)}"))
     return EXIT_OK
 
 
@@ -102,18 +131,19 @@ def _verify(project: Project, targets: Sequence[str]) -> int:
     _report(generated)
     status = EXIT_OK if generated.ok else EXIT_FAILED
     for diff in compare(project, generated, full_run=not targets):
-        shown = project.display(diff.path)
+        shown = shown_path(project, diff.path)
         status = EXIT_FAILED
         if diff.kind == "changed":
-            print(f"{shown}: stale: differs from what its spec generates "
-                  f"(run inboxgen build)", file=sys.stderr)
+            _say(f"{shown}: stale: differs from what its spec generates (run inboxgen build)")
             sys.stdout.write(diff.diff)
         elif diff.kind == "missing":
-            print(f"{shown}: missing: its spec generates it but it is not on disk "
-                  f"(run inboxgen build)", file=sys.stderr)
+            _say(f"{shown}: missing: its spec generates it but it is not on disk "
+                 f"(run inboxgen build)")
+        elif diff.kind == "unreadable":
+            _say(f"{shown}: cannot be read: {diff.diff}")
         else:
-            print(f"{shown}: extra: carries the inboxgen header but no spec generates it "
-                  f"(delete it, or restore its spec)", file=sys.stderr)
+            _say(f"{shown}: extra: carries the inboxgen header but no spec generates it "
+                 f"(delete it, or restore its spec)")
     if status == EXIT_OK:
         print(f"verified {len(generated.outputs)} module(s): up to date")
     return status
@@ -131,10 +161,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _build(project, args.specs)
         return _verify(project, args.specs)
     except ConfigError as err:
-        print(f"inboxgen: {err}", file=sys.stderr)
+        _say(f"inboxgen: {err}")
         return EXIT_USAGE
-    except GeneratorBug as err:
-        print(f"inboxgen: internal error, please report it: {err}", file=sys.stderr)
+    except (GeneratorBug, BuildCrashed) as err:
+        _say(f"inboxgen: internal error, please report it: {err}")
+        return EXIT_FAILED
+    except Exception as err:
+        if args.command == "worker":  # the traceback of the service's own code is its to read
+            raise
+        # build and verify: the last resort, one line and never a traceback
+        first = next(iter(str(err).splitlines()), "")
+        _say(f"inboxgen: internal error, please report it: {type(err).__name__}"
+             + (f": {first}" if first else ""))
         return EXIT_FAILED
 
 

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -114,8 +116,11 @@ class SpecInvalid(Exception):
 # ---------------------------------------------------------------------------------------------
 # Key positions
 
-_HEADER = re.compile(r"^\s*\[\[?\s*(?P<key>[^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r'^\s*(?P<key>"(?:[^"\\]|\\.)*"|\'[^\']*\'|[A-Za-z0-9_.\-" ]+?)\s*=')
+# Each pattern matches in time linear in the line: no two parts of it can take the same text
+# (a long line of spaces or of key characters must not make the match backtrack for minutes).
+_HEADER = re.compile(r"^\s*\[\[?(?P<key>[^\]]*)\]\]?\s*(#.*)?$")
+_PART = r'(?:"(?:[^"\\]|\\.)*"|\'[^\']*\'|[A-Za-z0-9_\-]+)'
+_KEY = re.compile(rf'^\s*(?P<key>{_PART}(?:[ \t]*\.[ \t]*{_PART})*)[ \t]*=')
 _INLINE_KEY = re.compile(r'(?:[{,]\s*)(?P<key>"(?:[^"\\]|\\.)*"|[A-Za-z0-9_\-]+)\s*=')
 
 
@@ -131,8 +136,8 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
     prefix: tuple[str, ...] = ()
     for number, line in enumerate(text.splitlines(), start=1):
         header = _HEADER.match(line)
-        if header:
-            prefix = _split_key(header.group("key"))
+        if header and header.group("key").strip():
+            prefix = _split_key(header.group("key").strip())
             lines.setdefault(prefix, number)
             continue
         key = _KEY.match(line)
@@ -156,7 +161,8 @@ def load_spec(path: Path, display: str | None = None,
     try:
         raw = path.read_bytes()
     except OSError as err:
-        raise SpecInvalid([Diagnostic(shown, 0, f"cannot read spec: {err.strerror}")]) from None
+        raise SpecInvalid([Diagnostic(shown, 1, f"cannot read spec: {err.strerror or err}")]
+                          ) from None
     text = raw.decode("utf-8-sig", errors="replace")  # a leading BOM is not TOML
     try:
         data = tomllib.loads(text)
@@ -167,7 +173,57 @@ def load_spec(path: Path, display: str | None = None,
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
         msg = re.sub(r"\s*\(at end of document\)", " (at end of file)", msg)
         raise SpecInvalid([Diagnostic(shown, line, f"invalid TOML: {msg}")]) from None
+    except RecursionError:
+        raise SpecInvalid([Diagnostic(shown, _deepest_line(text), "invalid TOML: arrays or "
+                                      "inline tables nested too deeply")]) from None
+    except ValueError as err:  # a number too long to convert
+        first = next(iter(str(err).splitlines()), "").split(":")[0] or type(err).__name__
+        raise SpecInvalid([Diagnostic(shown, _longest_word_line(text),
+                                      f"invalid TOML: a value cannot be read ({first})")]
+                          ) from None
     return _Reader(path, shown, key_lines(text), show or _shown).read(data)
+
+
+def _deepest_line(text: str) -> int:
+    """The line where arrays and inline tables first reach their deepest nesting (strings and
+    comments skipped, roughly: only for a message)."""
+    depth = deepest = 0
+    line = where = 1
+    quote: str | None = None
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+            if quote in ("'", '"'):
+                quote = None  # a one-line string ends with its line
+        elif quote is not None:
+            if ch == "\\" and quote in ('"', '"""'):
+                i += 1
+            elif text.startswith(quote, i):
+                i += len(quote) - 1
+                quote = None
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "'\"":
+            quote = ch * 3 if text.startswith(ch * 3, i) else ch
+            i += len(quote) - 1
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, where = depth, line
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return where
+
+
+def _longest_word_line(text: str) -> int:
+    """The line holding the longest run of word characters (where an over-long number is)."""
+    best = max(re.finditer(r"[\w+.-]+", text), key=lambda m: len(m.group()), default=None)
+    return text.count("\n", 0, best.start()) + 1 if best else 1
 
 
 class _Reader:
@@ -274,9 +330,12 @@ class _Reader:
         paths: list[Path] = []
         for item in items:
             p = (self.path.parent / item)
-            if not p.exists():
-                self.err(("ddl",), f"migration path '{item}' does not exist (looked for "
-                                   f"{self.show(p)})")
+            problem = _path_problem(p)
+            if problem == "":
+                self.err(("ddl",), f"migration path '{_clip(item)}' does not exist (looked for "
+                                   f"{_clip(self.show(p))})")
+            elif problem is not None:
+                self.err(("ddl",), f"migration path '{_clip(item)}' {problem}")
             paths.append(p)
         return paths
 
@@ -290,7 +349,7 @@ class _Reader:
         out: list[Reviewed] = []
         for entry in value:
             path, _, line = entry.rpartition(":")
-            if not path or not line.isdigit() or int(line) < 1:
+            if not path or not re.fullmatch(r"[0-9]{1,9}", line) or int(line) < 1:
                 self.err(("reviewed",), f"'reviewed' entry {entry!r} must look like "
                                         f"\"migrations/0003_backfill.sql:12\" (file:line)")
                 continue
@@ -392,8 +451,28 @@ def _split_table(raw: str) -> tuple[str | None, str]:
     return None, raw
 
 
+def _path_problem(p: Path) -> str | None:
+    """What keeps a migration path from being read: None when it is a file or a folder, "" when
+    there is nothing there."""
+    try:
+        mode = os.stat(p).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "is a symbolic link to nothing" if os.path.lexists(p) else ""
+    except OSError as err:  # a name too long, a symlink loop, no permission
+        return f"cannot be read: {err.strerror or err}"
+    except ValueError:
+        return "is not a path the system accepts (it holds a NUL character)"
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return None
+    return "is neither a file nor a folder"
+
+
+def _clip(text: str, width: int = 120) -> str:
+    return text if len(text) <= width else f"{text[:width - 20]}...{text[-17:]}"
+
+
 def _shown(p: Path) -> str:
     try:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (OSError, RuntimeError, ValueError):
         return str(p)

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "jobs" ADD COLUMN "attempt" INTEGER NOT NULL DEFAULT 0;

@@ -1,0 +1,5 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    attempt INT NOT NULL DEFAULT 0,
+    payload BYTEA NOT NULL
+);
