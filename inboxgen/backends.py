@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -72,71 +74,125 @@ class Backend:
 
 class ThreadedBackend(Backend):
     """A driver without async support (sqlite3, PyMySQL): connections kept by the worker, each
-    used by one task at a time, every call run in a thread."""
+    used by one task at a time and each with a thread of its own that runs every call on it.
+
+    A thread per connection, not asyncio's shared executor: tasks waiting on a lock in their
+    calls can never take the thread another connection needs to commit. A call that is
+    cancelled is interrupted where the driver can, and its connection is handed back or closed
+    only once the call has really ended.
+    """
 
     def __init__(self, descriptor: TableDescriptor) -> None:
         super().__init__(descriptor)
         self._idle: list[Any] = []
-        self._all: list[Any] = []
-        self._lock = threading.Lock()
+        self._threads: dict[int, ThreadPoolExecutor] = {}  # id(connection) -> its thread
+        self._conns: dict[int, Any] = {}
 
     def _connect(self) -> Any:
         raise NotImplementedError
 
     def _release(self, conn: Any) -> None:
-        """Called in a thread when a borrowed connection comes back: end its transaction."""
+        """Called on the connection's thread when a borrowed connection comes back: end its
+        transaction."""
         conn.rollback()
 
     def _usable(self, conn: Any) -> bool:
         return True
 
-    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _interrupt(self, conn: Any) -> None:
+        """Stop the statement running on `conn` (from another thread), where the driver can."""
+
+    async def _on_thread(self, thread: ThreadPoolExecutor, conn: Any, fn: Any, *args: Any,
+                         **kwargs: Any) -> Any:
         self.busy += 1
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(thread, functools.partial(fn, *args, **kwargs))
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if conn is not None:
+                    self._interrupt(conn)
+                while not future.done():  # the thread goes on: wait until the call has ended
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([future])
+                if not future.cancelled():
+                    future.exception()  # retrieved: the cancellation is what the caller sees
+                raise
         finally:
             self.busy -= 1
 
+    async def _run(self, conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await self._on_thread(self._threads[id(conn)], conn, fn, *args, **kwargs)
+
+    async def _new(self) -> Any:
+        thread = ThreadPoolExecutor(max_workers=1,
+                                    thread_name_prefix=f"inboxgen-{self.descriptor.table}")
+        try:
+            conn = await self._on_thread(thread, None, self._connect)
+        except BaseException:
+            thread.shutdown(wait=False)
+            raise
+        self._threads[id(conn)] = thread
+        self._conns[id(conn)] = conn
+        return conn
+
+    async def _discard(self, conn: Any) -> None:
+        thread = self._threads.pop(id(conn), None)
+        self._conns.pop(id(conn), None)
+        if thread is None:
+            return
+        with contextlib.suppress(Exception):
+            await self._on_thread(thread, conn, conn.close)
+        thread.shutdown(wait=False)
+
     async def open(self) -> None:
-        conn = await self._run(self._connect)
-        with self._lock:
-            self._all.append(conn)
-            self._idle.append(conn)
+        self._idle.append(await self._new())
 
     async def close(self) -> None:
-        for conn in self._all:
-            with contextlib.suppress(Exception):
-                await self._run(conn.close)
-        with self._lock:
-            self._all.clear()
-            self._idle.clear()
+        self._idle.clear()
+        for conn in list(self._conns.values()):
+            await self._discard(conn)
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = await self._run(self._connect)
-            with self._lock:
-                self._all.append(conn)
+        conn = self._idle.pop() if self._idle else await self._new()
         try:
             yield conn
         finally:
-            with contextlib.suppress(Exception):
-                await self._run(self._release, conn)  # what was not committed does not leak
-            with self._lock:
-                if self._usable(conn):
-                    self._idle.append(conn)
-                else:
-                    self._all.remove(conn)
+            # Shielded: what was not committed must not leak into the next borrower.
+            try:
+                await asyncio.shield(self._give_back(conn))
+            except asyncio.CancelledError:
+                pass
+
+    async def _give_back(self, conn: Any) -> None:
+        if id(conn) not in self._conns:
+            return  # closed by shutdown meanwhile
+        with contextlib.suppress(Exception):
+            await self._run(conn, self._release, conn)
+        self._returned(conn)
+        if self._usable(conn):
+            self._idle.append(conn)
+        else:
+            await self._discard(conn)
+
+    def _returned(self, conn: Any) -> None:
+        """A connection came back (its transaction ended)."""
 
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(self.descriptor.ops, op)
-        return await self._run(fn, conn, *args, **kwargs)
+        return await self._run(conn, fn, conn, *args, **kwargs)
 
 
 class SqliteBackend(ThreadedBackend):
-    """sqlite3 connections in autocommit mode (explicit BEGIN), WAL, a busy timeout."""
+    """sqlite3 connections in autocommit mode (explicit BEGIN), WAL, a busy timeout.
+
+    SQLite has one writer per file. Inside the process the connections take turns on an asyncio
+    lock before they write (a transaction holds it from BEGIN to its end; a statement outside
+    one, for that statement), so only writers of other processes are waited for in SQLite's
+    busy handler, and in-process waits cost no thread.
+    """
 
     dialect = "sqlite"
 
@@ -145,6 +201,8 @@ class SqliteBackend(ThreadedBackend):
         super().__init__(descriptor)
         self.path = str(path)
         self.busy_timeout = busy_timeout
+        self._writer = asyncio.Lock()
+        self._writing: Any = None  # the connection holding the process's write turn
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
@@ -157,23 +215,69 @@ class SqliteBackend(ThreadedBackend):
         if conn.in_transaction:
             conn.rollback()
 
+    def _interrupt(self, conn: Any) -> None:
+        conn.interrupt()
+
+    def _returned(self, conn: Any) -> None:
+        self._end_turn(conn)
+
+    async def _take_turn(self, conn: Any) -> bool:
+        """Wait for the process's write turn; False when `conn` holds it already."""
+        if self._writing is conn:
+            return False
+        await self._writer.acquire()
+        self._writing = conn
+        return True
+
+    def _end_turn(self, conn: Any) -> None:
+        if self._writing is conn:
+            self._writing = None
+            self._writer.release()
+
+    async def _in_turn(self, conn: Any, fn: Any, *args: Any) -> Any:
+        """Run one statement outside a transaction in a write turn of its own."""
+        took = await self._take_turn(conn)
+        try:
+            return await self._run(conn, fn, *args)
+        finally:
+            if took:
+                self._end_turn(conn)
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.descriptor.ops, op)
+        return await self._in_turn(conn, functools.partial(fn, conn, *args, **kwargs))
+
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         # IMMEDIATE takes the write lock up front: no deadlock upgrading a read later.
-        await self._run(conn.execute, "BEGIN IMMEDIATE" if immediate else "BEGIN")
+        took = await self._take_turn(conn)
+        try:
+            await self._run(conn, conn.execute, "BEGIN IMMEDIATE" if immediate else "BEGIN")
+        except BaseException:
+            if took:
+                self._end_turn(conn)
+            raise
 
     async def commit(self, conn: Any) -> None:
-        if conn.in_transaction:
-            await self._run(conn.execute, "COMMIT")
+        try:
+            if conn.in_transaction:
+                await self._run(conn, conn.execute, "COMMIT")
+        finally:
+            if not conn.in_transaction:
+                self._end_turn(conn)
 
     async def rollback(self, conn: Any) -> None:
-        if conn.in_transaction:
-            await self._run(conn.execute, "ROLLBACK")
+        try:
+            if conn.in_transaction:
+                await self._run(conn, conn.execute, "ROLLBACK")
+        finally:
+            if not conn.in_transaction:
+                self._end_turn(conn)
 
     async def execute(self, conn: Any, sql: str) -> None:
-        await self._run(_run_to_end, conn, sql)
+        await self._in_turn(conn, _run_to_end, conn, sql)
 
     async def explain(self, conn: Any, name: str) -> None:
-        await self._run(_run_to_end, conn, *self._explain_args(name))
+        await self._in_turn(conn, _run_to_end, conn, *self._explain_args(name))
 
 
 def _run_to_end(conn: sqlite3.Connection, sql: str, params: Any = ()) -> None:
@@ -321,20 +425,20 @@ class MySQLBackend(ThreadedBackend):
         return bool(conn.open)
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
-        await self._run(conn.begin)
+        await self._run(conn, conn.begin)
 
     async def commit(self, conn: Any) -> None:
-        await self._run(conn.commit)
+        await self._run(conn, conn.commit)
 
     async def rollback(self, conn: Any) -> None:
-        await self._run(conn.rollback)
+        await self._run(conn, conn.rollback)
 
     async def execute(self, conn: Any, sql: str) -> None:
         def run() -> None:
             with conn.cursor() as cur:
                 cur.execute(sql)
 
-        await self._run(run)
+        await self._run(conn, run)
 
     async def query(self, conn: Any, sql: str) -> Any:
         def run() -> Any:
@@ -342,7 +446,7 @@ class MySQLBackend(ThreadedBackend):
                 cur.execute(sql)
                 return cur.fetchone()
 
-        return await self._run(run)
+        return await self._run(conn, run)
 
     async def explain(self, conn: Any, name: str) -> None:
         sql, params = self._explain_args(name)
@@ -353,7 +457,7 @@ class MySQLBackend(ThreadedBackend):
             with conn.cursor() as cur:
                 cur.execute(sql, bound)
 
-        await self._run(run)
+        await self._run(conn, run)
 
 
 class AdvisoryRegistry:

@@ -41,9 +41,15 @@ def _read(pyproject: Path) -> Project:
     root = pyproject.parent
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"{_shown(pyproject)}: cannot read project settings: {err}") from None
-    settings = data.get("tool", {}).get("inboxgen", {})
+    except RecursionError:
+        raise ConfigError(f"{_shown(pyproject)}: cannot read project settings: arrays or "
+                          f"inline tables nested too deeply") from None
+    except (OSError, ValueError) as err:  # TOMLDecodeError, UnicodeDecodeError, a huge number
+        reason = next(iter(str(err).splitlines()), "") or type(err).__name__
+        raise ConfigError(f"{_shown(pyproject)}: cannot read project settings: {reason}"
+                          ) from None
+    tool = data.get("tool", {})
+    settings = tool.get("inboxgen", {}) if isinstance(tool, dict) else None
     if not isinstance(settings, dict):
         raise ConfigError(f"{_shown(pyproject)}: [tool.inboxgen] must be a table")
     unknown = sorted(set(settings) - {"specs", "out"})

@@ -32,6 +32,8 @@ class Operations:
     candidates: Callable[..., Any] | None = None
     take: Callable[..., Any] | None = None
     relock: Callable[..., Any] | None = None
+    claim_guard: Callable[..., Any] | None = None
+    claim_unguard: Callable[..., Any] | None = None
     lock: Callable[..., Any] | None = None
     unlock: Callable[..., Any] | None = None
     renew: Callable[..., Any] | None = None

@@ -80,7 +80,7 @@ def sql_literal(sql: str) -> str:
 OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
-_ARG_ORDER = ["id", "group", "key", "fifo_key", "now", "locked_until", "attempt",
+_ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
               "new_locked_until", "retry_after", "limit"]
 
 
@@ -246,7 +246,7 @@ class _Renderer:
         types = {
             "now": "datetime.datetime", "locked_until": "datetime.datetime",
             "new_locked_until": "datetime.datetime", "retry_after": "datetime.datetime",
-            "limit": "int", "attempt": "int", "key": "str", "fifo_key": "str",
+            "limit": "int", "attempt": "int", "key": "str", "fifo_key": "str", "wait": "float",
             "group": "str",
         }
         types["id"] = self.raw_type(self.q.id).removesuffix(" | None")
@@ -280,6 +280,13 @@ class _Renderer:
             body.append("return rows")
             out.append(Func("claim", self.args(claim, skip=("limit",), extra="limit: int = 1"),
                             "list[ClaimedRow]", claim.doc, tuple(body)))
+        if "CLAIM_GUARD" in st:
+            for name in ("CLAIM_GUARD", "CLAIM_UNGUARD"):
+                turn = st[name]
+                out.append(Func(name.lower(), self.args(turn), "bool", turn.doc, (
+                    *self.run("cur = ", name, self.params(turn)),
+                    "row = AWAIT cur.fetchone()",
+                    "return row is not None and bool(row[0])")))
         if "RELOCK" in st:
             relock = st["RELOCK"]
             out.append(Func("relock", self.args(relock), "ClaimedRow | None", relock.doc, (

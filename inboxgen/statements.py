@@ -244,7 +244,27 @@ class _Builder:
                      + self.where(head_filters + [f"{self.c(lu)} > {self.p('now')}"]),
                      "Rows of the group under a live lease: any blocks the claim.")
 
+    def claim_guard(self) -> None:
+        """count_crashes: a claim counts its rows and commits, then locks them again. Between
+        the two the rows are unlocked and still due, so claims of the table take turns on a
+        session lock from the count until the rows are locked again; otherwise a concurrent
+        claim would count the same rows once more, for a delivery that never happens."""
+        if self.mysql:
+            name = "FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name"
+            self.add("CLAIM_GUARD", "SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), "
+                                    f"name), %(wait)s)\n{name}",
+                     "Take the table's claim turn (a session lock), waiting up to `wait` s.")
+            self.add("CLAIM_UNGUARD", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, "
+                                      f"SHA2(name, 256), name))\n{name}",
+                     "Give the table's claim turn back.")
+            return
+        self.add("CLAIM_GUARD", "SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NOT NULL",
+                 "Take the table's claim turn (a session lock), waiting for it.")
+        self.add("CLAIM_UNGUARD", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
+                 "Give the table's claim turn back.")
+
     def relock(self) -> None:
+        self.claim_guard()
         attempt = self.role("attempt")
         assert attempt is not None
         self.add("RELOCK", f"SELECT {self.select_list(returning_claim=True)}\nFROM {self.t()}\n"

@@ -198,6 +198,7 @@ class Worker:
         self._settle_seq = 0
         self._settled_at: dict[Any, int] = {}
         self._settled_order: collections.deque[Any] = collections.deque()
+        self._advisory_reach = 0  # how many candidates the next advisory round reads, at least
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
@@ -481,41 +482,48 @@ class Worker:
         wait = self.lease / 2
         while True:
             await self.clock.sleep(wait)
-            async with h.lock:
-                if h.settling or h.lost:
-                    return
-                new = lease_expiry(self.clock.now(), self.lease)
-                try:
-                    async with self._transaction() as conn:
-                        ok = await self._call(conn, "renew", id=h.id, locked_until=h.token,
-                                              attempt=h.attempt, new_locked_until=new)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as err:
-                    log.warning("%s: renewing the lease on row %s failed, trying again in 1 s "
-                                "(it holds until %s): %s", self.name, h.id, h.token, err)
-                    wait = min(1.0, self.lease / 2)
-                    continue
-                wait = self.lease / 2
-                if ok:
-                    h.token = new
-                    self.stats.renewed += 1
-                else:
-                    h.lost = True  # counted when the settlement reports it
-                    log.warning("%s: lease on row %s lost before it could be renewed: another "
-                                "worker may run it", self.name, h.id)
-                    return
+            if h.settling or h.lost:
+                return
+            ok = None
+            try:
+                # The transaction first, then the row's lock, as every settlement takes them:
+                # on SQLite the transaction is the process's write turn, and a settlement
+                # holding it must never wait for a renewal that waits for it.
+                async with self._transaction() as conn, h.lock:
+                    if h.settling or h.lost:
+                        return
+                    new = lease_expiry(self.clock.now(), self.lease)
+                    ok = await self._call(conn, "renew", id=h.id, locked_until=h.token,
+                                          attempt=h.attempt, new_locked_until=new)
+                    if ok:
+                        h.token = new
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("%s: renewing the lease on row %s failed, trying again in 1 s "
+                            "(it holds until %s): %s", self.name, h.id, h.token, err)
+                wait = min(1.0, self.lease / 2)
+                continue
+            wait = self.lease / 2
+            if ok:
+                self.stats.renewed += 1
+            else:
+                h.lost = True  # counted when the settlement reports it
+                log.warning("%s: lease on row %s lost before it could be renewed: another "
+                            "worker may run it", self.name, h.id)
+                return
 
     async def _settle_lease(self, h: _Held, s: Settlement, conn: Any | None = None) -> None:
+        # The transaction before the row's lock (see _renew).
+        if conn is None:
+            async with self._transaction() as tx:
+                await self._settle_lease(h, s, tx)
+            return
         async with h.lock:
             h.settling = True
             if h.renewal is not None:
                 h.renewal.cancel()
-            if conn is None:
-                async with self._transaction() as tx:
-                    await self._execute_settlement(tx, h, s)
-            else:
-                await self._execute_settlement(conn, h, s)
+            await self._execute_settlement(conn, h, s)
 
     # -- row lock ---------------------------------------------------------------------------
 
@@ -531,16 +539,40 @@ class Worker:
 
     async def _counted_row_lock_round(self) -> int:
         """count_crashes: the attempt is counted and committed first, so a job that kills its
-        process still spends it; each row is then locked again in a transaction of its own
-        (a relock that fails ends its transaction at once, releasing what it touched)."""
-        async with self._transaction() as conn:
-            counted = await self._claim(conn, self.clock.now(), self.batch)
-        for row in counted:
-            h = self._held(row)
-            async with self._transaction() as conn:
-                # None: counted again by another claim since; the transaction ends at once.
-                if await self._call(conn, "relock", id=h.id, attempt=h.attempt) is not None:
-                    await self._deliver_all([h], conn)
+        process still spends it; the rows are then locked again, all in the transaction they
+        are worked in. From the count until that relock the claim holds the table's claim turn
+        (a session lock), so no other claim counts the same rows for a delivery that never
+        happens: only a delivery that began and never settled is counted."""
+        key = f"{self.descriptor.qualified_name}:claim"
+        async with self.backend.connection() as conn:
+            turn = await self._call(conn, "claim_guard", key=key, wait=_CLAIM_TURN_WAIT)
+            await self.backend.commit(conn)
+            if not turn:
+                return 0  # another claim held the turn all that time: try again later
+            held: list[_Held] = []
+            try:
+                await self.backend.begin(conn)
+                counted = await self._claim(conn, self.clock.now(), self.batch)
+                await self.backend.commit(conn)
+                await self.backend.begin(conn)
+                for row in counted:
+                    h = self._held(row)
+                    if await self._call(conn, "relock", id=h.id, attempt=h.attempt) is not None:
+                        held.append(h)
+            except BaseException:
+                await self.backend.rollback(conn)
+                raise
+            finally:
+                # Inside the relocked rows' transaction: unlocking a session lock is not undone
+                # by a rollback, and the rows stay locked until the transaction ends.
+                with contextlib.suppress(Exception):
+                    await self._call(conn, "claim_unguard", key=key)
+            try:
+                await self._deliver_all(held, conn)
+            except BaseException:
+                await self.backend.rollback(conn)
+                raise
+            await self.backend.commit(conn)
         return len(counted)
 
     # -- advisory ---------------------------------------------------------------------------
@@ -550,7 +582,9 @@ class Worker:
         holds are skipped; the round counts as drained only when fewer rows were due than it
         read."""
         got = 0
-        limit = self.batch + self.workers
+        # Rows in work stay due (and first in claim order) until they settle: read past this
+        # worker's own, and further still while whole pages turn out held by other processes.
+        limit = max(self.batch + self.workers + len(self._keys_in_work), self._advisory_reach)
         async with self.backend.connection() as conn:
             read_at = self._settle_seq
             candidates = await self._call(conn, "candidates", group=self.group,
@@ -582,7 +616,12 @@ class Worker:
                     self._keys_in_work.discard(key)
                     await self._unlock(conn, key)
         if len(candidates) < limit:
+            self._advisory_reach = 0
             return got < self.batch
+        if got < self.batch:  # a full page, mostly held: the free rows lie further on
+            self._advisory_reach = min(limit * 2, _ADVISORY_MAX_REACH)
+        else:
+            self._advisory_reach //= 2
         if got == 0:
             # Every due row we read is held by others (a shared key, or other slots): look
             # again shortly rather than wait out the poll interval.
@@ -845,6 +884,12 @@ class Worker:
                                 worker=self.name, table=d.qualified_name, statement=op.upper())
             log.warning("%s: %s of row %s changed no row", self.name, op, h.id)
 
+
+# How long a counted row-lock claim waits for the table's claim turn (MySQL's GET_LOCK; on
+# PostgreSQL the wait is the session's lock_timeout).
+_CLAIM_TURN_WAIT = 10.0
+# The most candidates one advisory round reads while the rows ahead are held by others.
+_ADVISORY_MAX_REACH = 4096
 
 _UNFINISHED = {
     "row_lock": "their transactions roll back: the rows return at once, attempts unchanged",

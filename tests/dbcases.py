@@ -470,20 +470,27 @@ class Queue:
         """Claim up to `limit` rows the form's way; nothing is committed.
 
         Lease: CLAIM with the expiry `until` (default now + LEASE). Row lock: CLAIM in the open
-        transaction; with count_crashes, CLAIM (counting the attempt) is committed and each row
-        is locked again by RELOCK in a new transaction, as the runtime does; the rows are those
-        CLAIM returned. Advisory: CANDIDATES, then (PostgreSQL and MySQL) LOCK of each
+        transaction; with count_crashes, as the runtime does, CLAIM_GUARD takes the table's claim
+        turn, CLAIM (counting the attempt) is committed, each row is locked again by RELOCK in
+        a new transaction and CLAIM_UNGUARD gives the turn back; the rows are those RELOCK
+        returned. Advisory: CANDIDATES, then (PostgreSQL and MySQL) LOCK of each
         candidate's key and TAKE; keys whose TAKE finds nothing are unlocked again.
         """
         args: dict[str, Any] = {"now": now, "limit": limit, "group": group,
                                 "locked_until": until or now + dt.timedelta(seconds=LEASE)}
         m = self.mod
         if self.count_crashes:
+            # As the runtime does: the table's claim turn from the count until the relock.
+            turn = {"key": f"{m.DESCRIPTOR.qualified_name}:claim", "wait": 5}
+            assert call(m.claim_guard, conn, **turn)
+            conn.commit()
             counted = list(call(m.claim, conn, **args))
             conn.commit()
-            return [r for r in counted
-                    if m.relock(conn, id=self.id_of(r), attempt=self.value(r, "attempt"))
-                    is not None]
+            relocked = [r for r in counted
+                        if m.relock(conn, id=self.id_of(r), attempt=self.value(r, "attempt"))
+                        is not None]
+            assert call(m.claim_unguard, conn, **turn)
+            return relocked
         if self.form != "advisory":
             return list(call(m.claim, conn, **args))
         taken = []

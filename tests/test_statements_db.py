@@ -53,7 +53,8 @@ MYSQL_RELOCK_KEEPS_THE_ROW_LOCKED = inboxgen_bug(
     "LOCKED) whose attempt moved on returns nothing but keeps the row locked for the rest of "
     "the transaction (a const primary-key read: 'Impossible WHERE noticed after reading const "
     "tables'), so the claim that counted the row since cannot relock it until then; the worker "
-    "relocks each row in a transaction of its own and ends it at once when the relock fails")
+    "holds the table's claim turn from the count to the relock, so no other claim counts the "
+    "row in between")
 CLAIM_FORMS = [
     pytest.param("postgres", "row_lock", id="postgres-row_lock"),
     pytest.param("postgres", "lease", id="postgres-lease"),

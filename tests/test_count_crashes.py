@@ -1,0 +1,81 @@
+"""count_crashes under concurrency: several workers claim one row-lock table at once, every handler
+acks at once, and each job is counted exactly once; none goes to the dead letters (real
+PostgreSQL and MariaDB)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbcases import Layout, Queue, open_queue
+
+from inboxgen import Worker
+
+JOBS = 300
+WORKERS = 3  # workers on the table at once, each with SLOTS slots
+SLOTS = 4
+
+
+@pytest.fixture
+def counted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    made: list[Queue] = []
+
+    def make(dialect: str) -> Queue:
+        if dialect == "postgres":
+            target: str = request.getfixturevalue("pg_dsn")
+        else:
+            target = request.getfixturevalue("mariadb_server").create_database()
+        q = open_queue(tmp_path / dialect, dialect,
+                       Layout("row_lock", group=True, count_crashes=True, dead="group"), target)
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        q.close()
+
+
+async def drain(q: Queue, delivered: list[Any]) -> None:
+    async def ack(job: Any) -> None:
+        delivered.append(job.id)
+
+    workers = [Worker(q.mod.DESCRIPTOR, ack, database=q.target, group="g", workers=SLOTS,
+                      poll_interval=0.05, shutdown_timeout=10, name=f"w{i}")
+               for i in range(WORKERS)]
+    for w in workers:
+        await w.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rows = await asyncio.to_thread(q.rows)
+            if all(r["processed_at"] is not None or r["grp"] == "dead" for r in rows):
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        for w in workers:
+            await w.shutdown()
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+def test_concurrent_counted_claims_count_each_delivery_once_and_dead_letter_nothing(
+        counted: Any, dialect: str) -> None:
+    q = counted(dialect)
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(JOBS)])
+    conn.commit()
+    delivered: list[Any] = []
+    asyncio.run(drain(q, delivered))
+    rows = q.rows()
+    dead = [r for r in rows if r["grp"] == "dead"]
+    assert dead == [], f"{len(dead)} healthy jobs dead-lettered, attempts " \
+                       f"{sorted({r['attempt'] for r in dead})}"
+    assert all(r["processed_at"] is not None for r in rows)
+    assert sorted(delivered) == sorted(r["id"] for r in rows)  # each delivered once
+    # The attempt starts at 1 (the DDL default) and is counted once, at the one delivery.
+    assert {r["attempt"] for r in rows} == {2}
