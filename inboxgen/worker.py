@@ -582,6 +582,7 @@ class Worker:
         holds are skipped; the round counts as drained only when fewer rows were due than it
         read."""
         got = 0
+        held = 0  # candidates passed over: their keys are held here or elsewhere
         # Rows in work stay due (and first in claim order) until they settle: read past this
         # worker's own, and further still while whole pages turn out held by other processes.
         limit = max(self.batch + self.workers + len(self._keys_in_work), self._advisory_reach)
@@ -598,10 +599,12 @@ class Worker:
                     continue  # a slot of this worker settled it since the candidates were read
                 key = self.descriptor.advisory_key(row) if self.descriptor.advisory_key else ""
                 if key in self._keys_in_work:
+                    held += 1
                     continue  # another slot of this worker holds it: no round trip to learn so
                 self._keys_in_work.add(key)  # reserved before the lock's round trip
                 if not await self._lock(conn, key):
                     self._keys_in_work.discard(key)
+                    held += 1
                     continue
                 try:
                     async with self._on(conn):
@@ -618,10 +621,11 @@ class Worker:
         if len(candidates) < limit:
             self._advisory_reach = 0
             return got < self.batch
-        if got < self.batch:  # a full page, mostly held: the free rows lie further on
-            self._advisory_reach = min(limit * 2, _ADVISORY_MAX_REACH)
-        else:
-            self._advisory_reach //= 2
+        # A full page: the next round reads past as many held rows as this one met (twice as
+        # far when they left this round short), since the free rows lie further on.
+        margin = self.batch + self.workers
+        self._advisory_reach = min(_ADVISORY_MAX_REACH,
+                                   (2 * max(held, limit) if got < self.batch else held) + margin)
         if got == 0:
             # Every due row we read is held by others (a shared key, or other slots): look
             # again shortly rather than wait out the poll interval.

@@ -1,0 +1,123 @@
+"""SQLite workers with many slots and short leases: they drain the queue and shut down within
+their timeout, transactional or not (real SQLite files, the real clock); and advisory workers keep
+every slot busy while due rows exist."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbcases import Layout, Queue, open_queue
+
+from inboxgen import Worker
+
+JOBS = 400
+
+
+def queue(tmp_path: Path, form: str) -> Queue:
+    return open_queue(tmp_path / "project", "sqlite", Layout(form), str(tmp_path / "q.sqlite3"))
+
+
+def fill(q: Queue, jobs: int) -> None:
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(retry_after=due) for _ in range(jobs)])
+    conn.commit()
+
+
+def unfinished(q: Queue) -> int:
+    return sum(1 for r in q.rows() if r["processed_at"] is None)
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
+@pytest.mark.parametrize("slots", [8, 16])
+def test_many_slots_and_a_short_lease_drain_the_queue(tmp_path: Path, slots: int,
+                                                      transactional: bool) -> None:
+    q = queue(tmp_path, "lease")
+    fill(q, JOBS)
+
+    async def handler(job: Any) -> None:
+        if job.connection is not None:  # a write of its own, committed with the ack
+            await asyncio.to_thread(job.connection.execute, "SELECT 1")
+        await asyncio.sleep(0.002)
+
+    async def run() -> float:
+        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, workers=slots, lease=1,
+                        poll_interval=0.05, transactional=transactional, shutdown_timeout=2)
+        started = time.monotonic()
+        await worker.start()
+        try:
+            while unfinished(q) and time.monotonic() - started < 60:
+                await asyncio.sleep(0.1)
+            return time.monotonic() - started
+        finally:
+            await worker.shutdown()
+
+    took = asyncio.run(run())
+    assert unfinished(q) == 0, f"{unfinished(q)} of {JOBS} jobs left after {took:.1f} s"
+    q.close()
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
+def test_shutdown_under_load_ends_within_its_timeout(tmp_path: Path, transactional: bool) -> None:
+    q = queue(tmp_path, "lease")
+    fill(q, JOBS)
+    release = threading.Event()
+
+    def slow(job: Any) -> None:  # a plain handler, in a thread, that outlives the timeout
+        release.wait(5)
+
+    async def run() -> float:
+        worker = Worker(q.mod.DESCRIPTOR, slow, database=q.target, workers=16, lease=1,
+                        transactional=transactional, shutdown_timeout=1)
+        await worker.start()
+        await asyncio.sleep(1.5)  # slots in work, renewals due, claims waiting to write
+        started = time.monotonic()
+        await worker.shutdown()
+        took = time.monotonic() - started
+        release.set()
+        return took
+
+    took = asyncio.run(run())
+    assert took < 4, f"shutdown took {took:.1f} s against a 1 s timeout"
+    q.close()
+
+
+def test_advisory_slots_all_get_rows_while_due_rows_exist(tmp_path: Path) -> None:
+    q = queue(tmp_path, "advisory")
+    fill(q, 200)
+    running = 0
+    most = 0
+
+    async def handler(job: Any) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+
+    async def run() -> None:
+        # Two workers on one file share its advisory keys (one process): each must read past
+        # the rows the other holds.
+        workers = [Worker(q.mod.DESCRIPTOR, handler, database=q.target, workers=8,
+                          poll_interval=0.05, shutdown_timeout=2, name=f"w{i}")
+                   for i in range(2)]
+        for w in workers:
+            await w.start()
+        try:
+            started = time.monotonic()
+            while unfinished(q) and time.monotonic() - started < 60:
+                await asyncio.sleep(0.1)
+        finally:
+            for w in workers:
+                await w.shutdown()
+
+    asyncio.run(run())
+    assert unfinished(q) == 0
+    assert most >= 14, f"at most {most} of 16 slots ran at once"
+    q.close()
