@@ -1,7 +1,7 @@
 """Drain N pre-enqueued no-op jobs on a private PostgreSQL: one worker, 10 workers, per claim
 form and batch size; prints jobs/s. Not a test: numbers depend on the machine.
 
-    python bench/drain.py [N]
+    python bench/drain.py [N] [FORM ...]     # forms: row_lock row_lock_counted lease advisory
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ SPECS = {
     "row_lock": 'table = "jobs"\ndialect = "postgres"\n[columns]\n'
                 'id = { role = "id", generated = true }\n'
                 'attempt = { role = "attempt", generated = true }\npayload = "payload"\n',
+    # Row lock counting every claim (count_crashes, the default with max_attempts): a job that
+    # kills its worker still spends its attempt.
+    "row_lock_counted": 'table = "jobs"\ndialect = "postgres"\ncount_crashes = true\n'
+                        '[columns]\nid = { role = "id", generated = true }\n'
+                        'attempt = { role = "attempt", generated = true }\npayload = "payload"\n',
     "lease": 'table = "jobs"\ndialect = "postgres"\n[columns]\n'
              'id = { role = "id", generated = true }\n'
              'attempt = { role = "attempt", generated = true }\n'
@@ -65,16 +70,16 @@ def drain(server: PostgresServer, form: str, batch: int, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def main(n: int) -> None:
+def main(n: int, forms: list[str]) -> None:
     server = PostgresServer()
     try:
-        for form in SPECS:
+        for form in forms or SPECS:
             for batch in (1, 16):
-                print(f"{form:9} batch {batch:2}: {drain(server, form, batch, n):7.0f} jobs/s",
+                print(f"{form:16} batch {batch:2}: {drain(server, form, batch, n):7.0f} jobs/s",
                       flush=True)
     finally:
         server.stop()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000, sys.argv[2:])

@@ -17,13 +17,38 @@ from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
 TABLE: Final = "email_jobs"
 CHANNEL: Final = "email_jobs"
 
-# Claim up to `limit` rows; the claim's open transaction holds them.
+# Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
+# attempt).
 CLAIM: Final[LiteralString] = """
-SELECT "job_id", "name", "attempt", "payload"
+UPDATE "email_jobs"
+SET "attempt" = "attempt" + 1
+WHERE "job_id" IN (
+    SELECT "job_id"
+    FROM "email_jobs"
+    WHERE "name" = %(group)s
+    ORDER BY "job_id"
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING "job_id", "name", "attempt" - 1 AS "attempt", "payload"
+"""
+
+# Take the table's claim turn (a session lock), waiting for it.
+CLAIM_GUARD: Final[LiteralString] = """
+SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NOT NULL
+"""
+
+# Give the table's claim turn back.
+CLAIM_UNGUARD: Final[LiteralString] = """
+SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))
+"""
+
+# Lock a counted row for the handler's transaction, unless another claim counted it since.
+RELOCK: Final[LiteralString] = """
+SELECT "job_id", "name", "attempt" - 1 AS "attempt", "payload"
 FROM "email_jobs"
-WHERE "name" = %(group)s
-ORDER BY "job_id"
-LIMIT %(limit)s
+WHERE "job_id" = %(id)s
+  AND "attempt" = %(attempt)s + 1
 FOR UPDATE SKIP LOCKED
 """
 
@@ -33,17 +58,11 @@ DELETE FROM "email_jobs"
 WHERE "job_id" = %(id)s
 """
 
-# Return the row to the queue now, counting the attempt.
-RETRY: Final[LiteralString] = """
-UPDATE "email_jobs"
-SET "attempt" = "attempt" + 1
-WHERE "job_id" = %(id)s
-"""
-
 # Move a spent row to the dead-letter group, keeping its attempt count.
 DEAD_LETTER: Final[LiteralString] = """
 UPDATE "email_jobs"
-SET "name" = %(dead_group)s
+SET "name" = %(dead_group)s,
+    "attempt" = %(attempt)s
 WHERE "job_id" = %(id)s
 """
 
@@ -96,6 +115,10 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     )
 
 
+def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
+    return (row.job_id,)
+
+
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "name": row.name,
@@ -109,10 +132,34 @@ def decode_payload(raw: bytes) -> bytes:
 
 
 def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
+    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
+    the attempt).
+    """
     cur = conn.execute(CLAIM, {"group": group, "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
+    rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
+
+
+def claim_guard(conn: psycopg.Connection[Any], *, key: str) -> bool:
+    """Take the table's claim turn (a session lock), waiting for it."""
+    cur = conn.execute(CLAIM_GUARD, {"key": key})
+    row = cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+def claim_unguard(conn: psycopg.Connection[Any], *, key: str) -> bool:
+    """Give the table's claim turn back."""
+    cur = conn.execute(CLAIM_UNGUARD, {"key": key})
+    row = cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+def relock(conn: psycopg.Connection[Any], *, id: int, attempt: int) -> ClaimedRow | None:
+    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
+    cur = conn.execute(RELOCK, {"id": id, "attempt": attempt})
+    row = cur.fetchone()
+    return None if row is None else _claimed(row)
 
 
 def finish(conn: psycopg.Connection[Any], *, id: int) -> bool:
@@ -121,15 +168,16 @@ def finish(conn: psycopg.Connection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
-def retry(conn: psycopg.Connection[Any], *, id: int) -> bool:
-    """Return the row to the queue now, counting the attempt."""
-    cur = conn.execute(RETRY, {"id": id})
-    return cur.rowcount == 1
-
-
-def dead_letter(conn: psycopg.Connection[Any], *, id: int) -> bool:
+def dead_letter(conn: psycopg.Connection[Any], *, id: int, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = conn.execute(DEAD_LETTER, {"dead_group": "emails.dead", "id": id})
+    cur = conn.execute(
+        DEAD_LETTER,
+        {
+            "dead_group": "emails.dead",
+            "attempt": attempt,
+            "id": id,
+        },
+    )
     return cur.rowcount == 1
 
 
@@ -168,10 +216,39 @@ async def claim_async(
     group: str,
     limit: int = 1,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
+    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
+    the attempt).
+    """
     cur = await conn.execute(CLAIM, {"group": group, "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
+    rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
+
+
+async def claim_guard_async(conn: psycopg.AsyncConnection[Any], *, key: str) -> bool:
+    """Take the table's claim turn (a session lock), waiting for it."""
+    cur = await conn.execute(CLAIM_GUARD, {"key": key})
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+async def claim_unguard_async(conn: psycopg.AsyncConnection[Any], *, key: str) -> bool:
+    """Give the table's claim turn back."""
+    cur = await conn.execute(CLAIM_UNGUARD, {"key": key})
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+async def relock_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    id: int,
+    attempt: int,
+) -> ClaimedRow | None:
+    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
+    cur = await conn.execute(RELOCK, {"id": id, "attempt": attempt})
+    row = await cur.fetchone()
+    return None if row is None else _claimed(row)
 
 
 async def finish_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
@@ -180,15 +257,16 @@ async def finish_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
-async def retry_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
-    """Return the row to the queue now, counting the attempt."""
-    cur = await conn.execute(RETRY, {"id": id})
-    return cur.rowcount == 1
-
-
-async def dead_letter_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
+async def dead_letter_async(conn: psycopg.AsyncConnection[Any], *, id: int, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = await conn.execute(DEAD_LETTER, {"dead_group": "emails.dead", "id": id})
+    cur = await conn.execute(
+        DEAD_LETTER,
+        {
+            "dead_group": "emails.dead",
+            "attempt": attempt,
+            "id": id,
+        },
+    )
     return cur.rowcount == 1
 
 
@@ -228,8 +306,10 @@ async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> N
 
 OPS: Final = Operations(
     claim=claim,
+    claim_guard=claim_guard,
+    claim_unguard=claim_unguard,
+    relock=relock,
     finish=finish,
-    retry=retry,
     dead_letter=dead_letter,
     insert=insert,
     insert_many=insert_many,
@@ -238,8 +318,10 @@ OPS: Final = Operations(
 
 ASYNC_OPS: Final = Operations(
     claim=claim_async,
+    claim_guard=claim_guard_async,
+    claim_unguard=claim_unguard_async,
+    relock=relock_async,
     finish=finish_async,
-    retry=retry_async,
     dead_letter=dead_letter_async,
     insert=insert_async,
     insert_many=insert_many_async,
@@ -248,8 +330,10 @@ ASYNC_OPS: Final = Operations(
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
+    "CLAIM_GUARD": CLAIM_GUARD,
+    "CLAIM_UNGUARD": CLAIM_UNGUARD,
+    "RELOCK": RELOCK,
     "FINISH": FINISH,
-    "RETRY": RETRY,
     "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
@@ -262,7 +346,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="postgres",
     form="row_lock",
     fifo=False,
-    count_crashes=False,
+    count_crashes=True,
     roles={
         "id": "job_id",
         "group": "name",
@@ -284,9 +368,11 @@ DESCRIPTOR: Final = TableDescriptor(
     statements=STATEMENTS,
     statement_params={
         "CLAIM": ("group", "limit"),
+        "CLAIM_GUARD": ("key",),
+        "CLAIM_UNGUARD": ("key",),
+        "RELOCK": ("id", "attempt"),
         "FINISH": ("id",),
-        "RETRY": ("id",),
-        "DEAD_LETTER": ("dead_group", "id"),
+        "DEAD_LETTER": ("dead_group", "attempt", "id"),
         "INSERT": ("name", "payload"),
         "INSERT_MANY": ("name", "payload"),
         "NOTIFY": ("channel", "payload"),

@@ -28,23 +28,46 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
+# Count the next delivery of the claimed rows (committed at once, so a crash still spends the
+# attempt).
+CLAIM_COUNT: Final[LiteralString] = """
+UPDATE `email_jobs`
+SET `attempt` = `attempt` + 1
+WHERE `job_id` IN %(ids)s
+"""
+
+# Take the table's claim turn (a session lock), waiting up to `wait` s.
+CLAIM_GUARD: Final[LiteralString] = """
+SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), name), %(wait)s)
+FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name
+"""
+
+# Give the table's claim turn back.
+CLAIM_UNGUARD: Final[LiteralString] = """
+SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), name))
+FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name
+"""
+
+# Lock a counted row for the handler's transaction, unless another claim counted it since.
+RELOCK: Final[LiteralString] = """
+SELECT `job_id`, `name`, `attempt` - 1 AS `attempt`, `payload`
+FROM `email_jobs`
+WHERE `job_id` = %(id)s
+  AND `attempt` = %(attempt)s + 1
+FOR UPDATE SKIP LOCKED
+"""
+
 # Ack or drop: delete the row.
 FINISH: Final[LiteralString] = """
 DELETE FROM `email_jobs`
 WHERE `job_id` = %(id)s
 """
 
-# Return the row to the queue now, counting the attempt.
-RETRY: Final[LiteralString] = """
-UPDATE `email_jobs`
-SET `attempt` = `attempt` + 1
-WHERE `job_id` = %(id)s
-"""
-
 # Move a spent row to the dead-letter group, keeping its attempt count.
 DEAD_LETTER: Final[LiteralString] = """
 UPDATE `email_jobs`
-SET `name` = %(dead_group)s
+SET `name` = %(dead_group)s,
+    `attempt` = %(attempt)s
 WHERE `job_id` = %(id)s
 """
 
@@ -82,6 +105,10 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     )
 
 
+def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
+    return (row.job_id,)
+
+
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "name": row.name,
@@ -100,10 +127,40 @@ def claim(
     group: str,
     limit: int = 1,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
+    """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
+    the attempt).
+    """
     cur = _v.mysql_execute(conn, CLAIM, {"group": group, "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
+    if rows:
+        _v.mysql_execute(conn, CLAIM_COUNT, {"ids": [r.job_id for r in rows]})
     return rows
+
+
+def claim_guard(conn: pymysql.connections.Connection[Any], *, key: str, wait: float) -> bool:
+    """Take the table's claim turn (a session lock), waiting up to `wait` s."""
+    cur = _v.mysql_execute(conn, CLAIM_GUARD, {"wait": wait, "key": key})
+    row = cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+def claim_unguard(conn: pymysql.connections.Connection[Any], *, key: str) -> bool:
+    """Give the table's claim turn back."""
+    cur = _v.mysql_execute(conn, CLAIM_UNGUARD, {"key": key})
+    row = cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+def relock(
+    conn: pymysql.connections.Connection[Any],
+    *,
+    id: int,
+    attempt: int,
+) -> ClaimedRow | None:
+    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
+    cur = _v.mysql_execute(conn, RELOCK, {"id": id, "attempt": attempt})
+    row = cur.fetchone()
+    return None if row is None else _claimed(row)
 
 
 def finish(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
@@ -112,15 +169,17 @@ def finish(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
-def retry(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
-    """Return the row to the queue now, counting the attempt."""
-    cur = _v.mysql_execute(conn, RETRY, {"id": id})
-    return cur.rowcount == 1
-
-
-def dead_letter(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
+def dead_letter(conn: pymysql.connections.Connection[Any], *, id: int, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = _v.mysql_execute(conn, DEAD_LETTER, {"dead_group": "emails.dead", "id": id})
+    cur = _v.mysql_execute(
+        conn,
+        DEAD_LETTER,
+        {
+            "dead_group": "emails.dead",
+            "attempt": attempt,
+            "id": id,
+        },
+    )
     return cur.rowcount == 1
 
 
@@ -139,8 +198,10 @@ def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow
 
 OPS: Final = Operations(
     claim=claim,
+    claim_guard=claim_guard,
+    claim_unguard=claim_unguard,
+    relock=relock,
     finish=finish,
-    retry=retry,
     dead_letter=dead_letter,
     insert=insert,
     insert_many=insert_many,
@@ -148,8 +209,11 @@ OPS: Final = Operations(
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
+    "CLAIM_COUNT": CLAIM_COUNT,
+    "CLAIM_GUARD": CLAIM_GUARD,
+    "CLAIM_UNGUARD": CLAIM_UNGUARD,
+    "RELOCK": RELOCK,
     "FINISH": FINISH,
-    "RETRY": RETRY,
     "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT,
 }
@@ -160,7 +224,7 @@ DESCRIPTOR: Final = TableDescriptor(
     dialect="mysql",
     form="row_lock",
     fifo=False,
-    count_crashes=False,
+    count_crashes=True,
     roles={
         "id": "job_id",
         "group": "name",
@@ -182,9 +246,12 @@ DESCRIPTOR: Final = TableDescriptor(
     statements=STATEMENTS,
     statement_params={
         "CLAIM": ("group", "limit"),
+        "CLAIM_COUNT": ("ids",),
+        "CLAIM_GUARD": ("wait", "key"),
+        "CLAIM_UNGUARD": ("key",),
+        "RELOCK": ("id", "attempt"),
         "FINISH": ("id",),
-        "RETRY": ("id",),
-        "DEAD_LETTER": ("dead_group", "id"),
+        "DEAD_LETTER": ("dead_group", "attempt", "id"),
         "INSERT": ("name", "payload"),
     },
     claimed_row=ClaimedRow,

@@ -461,10 +461,42 @@ class MySQLBackend(ThreadedBackend):
 
 
 class AdvisoryRegistry:
-    """SQLite's advisory locks: a registry in the process (one process per database file)."""
+    """SQLite's advisory locks: a registry in the process, so one process per database file
+    serves advisory tables. That is enforced: the process holds an OS file lock beside the
+    database (`<file>.inboxgen-advisory`) while any of its workers serve advisory rows there."""
 
     _held: dict[tuple[str, str], object] = {}
     _guard = threading.Lock()
+    _files: dict[str, tuple[Any, set[int]]] = {}  # database -> (locked file, owners' ids)
+
+    @classmethod
+    def claim_file(cls, database: str, owner: object) -> bool:
+        """Take the database's advisory file lock for `owner`; False when another process
+        holds it."""
+        import fcntl
+
+        with cls._guard:
+            if database in cls._files:
+                cls._files[database][1].add(id(owner))
+                return True
+            # Kept open while owners remain: closing it releases the lock.
+            handle = open(f"{database}.inboxgen-advisory", "a+b")
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                return False
+            cls._files[database] = (handle, {id(owner)})
+            return True
+
+    @classmethod
+    def release_file(cls, owner: object) -> None:
+        with cls._guard:
+            for database, (handle, owners) in list(cls._files.items()):
+                owners.discard(id(owner))
+                if not owners:
+                    handle.close()  # closing the file releases the lock
+                    del cls._files[database]
 
     @classmethod
     def try_lock(cls, database: str, key: str, owner: object) -> bool:

@@ -138,7 +138,8 @@ class _Checker:
             return None
         return Queue(
             spec=spec, dialect=self.d, table=TableRef(table.schema, table.name), form=form,
-            fifo=spec.fifo, count_crashes=spec.count_crashes, fields=tuple(fields), codec=codec,
+            fifo=spec.fifo, count_crashes=self.counts_crashes(form, roles), fields=tuple(fields),
+            codec=codec,
             payload_type=next((b.type for b in spec.bindings if b.role == "payload"), None),
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
@@ -353,6 +354,16 @@ class _Checker:
                 self.err(line, "count_crashes = true cannot be combined with fifo = true")
         self.server_version(form)
         return form
+
+    def counts_crashes(self, form: str, roles: dict[str, tuple[RoleBinding, Column]]) -> bool:
+        """Whether the row lock claim counts the attempt in a transaction of its own. Unless
+        the spec says, it does wherever there are attempts to spend (max_attempts with an
+        attempt column): otherwise a job that kills its worker rolls its delivery back and
+        comes back at the head of the queue for ever, stopping it."""
+        if self.spec.count_crashes is not None:
+            return self.spec.count_crashes
+        return (form == ROW_LOCK and not self.spec.fifo and "attempt" in roles
+                and self.spec.runtime.max_attempts is not None)
 
     def server_version(self, form: str) -> None:
         v = self.spec.server_version

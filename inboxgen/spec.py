@@ -82,7 +82,9 @@ class Spec:
     claim: str | None
     advisory_key: str | None
     fifo: bool
-    count_crashes: bool  # row lock: the claim counts the attempt in a statement of its own
+    # Row lock: the claim counts the attempt in a statement of its own. None: not given, which
+    # means counted wherever a job that kills its worker could otherwise come back for ever.
+    count_crashes: bool | None
     # Statements a person checked and found harmless to the queue table: each entry's file as
     # messages show it (or as written, relative to the spec) and its line.
     reviewed: tuple[Reviewed, ...]
@@ -283,7 +285,7 @@ class _Reader:
                                  f"{', '.join(FORMS)})")
         advisory_key = self.typed(data, ("advisory_key",), str, "a key template")
         fifo = bool(self.typed(data, ("fifo",), bool, "true or false"))
-        count_crashes = bool(self.typed(data, ("count_crashes",), bool, "true or false"))
+        count_crashes = self.typed(data, ("count_crashes",), bool, "true or false")
         reviewed = self.reviewed(data)
         unique = data.get("unique") or []
         if not (isinstance(unique, list) and all(isinstance(u, str) for u in unique)):

@@ -15,6 +15,7 @@ import datetime as _dt
 import inspect
 import json
 import logging
+import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
@@ -199,6 +200,7 @@ class Worker:
         self._settled_at: dict[Any, int] = {}
         self._settled_order: collections.deque[Any] = collections.deque()
         self._advisory_reach = 0  # how many candidates the next advisory round reads, at least
+        self._outage: tuple[_dt.datetime, int] | None = None  # since when claims fail
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
@@ -253,11 +255,17 @@ class Worker:
 
     async def start(self) -> None:
         """Open connections, prepare every statement, start the worker slots."""
-        await self.backend.open()
+        self._claim_advisory_file()
+        try:
+            await self.backend.open()
+        except BaseException:
+            AdvisoryRegistry.release_file(self)
+            raise
         try:
             await self._prepare()
         except BaseException:
             await self.backend.close()
+            AdvisoryRegistry.release_file(self)
             raise
         if self.listen and isinstance(self.backend, PostgresBackend):
             from inboxgen.listener import listen
@@ -269,6 +277,19 @@ class Worker:
         log.info("%s: serving %s (%s%s), %d worker(s), batch %d", self.name,
                  self.descriptor.qualified_name, self.descriptor.form,
                  ", FIFO" if self.descriptor.fifo else "", self.workers, self.batch)
+
+    def _claim_advisory_file(self) -> None:
+        """SQLite keeps advisory locks in the process: a second process serving advisory rows
+        of the same file would deliver them twice, so it is refused."""
+        if self.descriptor.form != "advisory" or not isinstance(self.backend, SqliteBackend):
+            return
+        database = str(Path(self.backend.path).resolve())
+        if not AdvisoryRegistry.claim_file(database, self):
+            raise WorkerConfigError(
+                f"another process serves advisory rows of {self.backend.path}: SQLite keeps "
+                f"advisory locks in one process, so run the advisory workers of a database "
+                f"file in one process (or use the lease form)",
+                worker=self.name, table=self.descriptor.qualified_name)
 
     def stop(self) -> None:
         """Stop claiming; `serve()` then lets jobs in work finish and returns."""
@@ -296,6 +317,7 @@ class Worker:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
         AdvisoryRegistry.release_all(self)
+        AdvisoryRegistry.release_file(self)
         await self.backend.close()
         self._tasks = []
         self._listener = None
@@ -373,18 +395,41 @@ class Worker:
     # -- the slot loop --------------------------------------------------------------------
 
     async def _slot(self, index: int) -> None:
+        failures = 0  # this slot's rounds failed in a row
         while not self._stopping.is_set():
             try:
                 drained = await self._claim_and_work()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                self.stats.failed_claims += 1
-                log.error("%s: claim failed, trying again in 1 s: %s", self.name, err)
-                await self._wait(index, 1.0)
+                failures += 1
+                self._claim_failed(err)
+                await self._wait(index, _retry_delay(failures))
                 continue
+            failures = 0
+            self._claim_worked()
             if drained:
                 await self._wait(index, self.poll_interval)
+
+    def _claim_failed(self, err: Exception) -> None:
+        """One line when claims start failing (a server restart, a lost connection); the
+        slots' further failures during the same outage are debug lines."""
+        self.stats.failed_claims += 1
+        if self._outage is None:
+            self._outage = (self.clock.now(), self.stats.failed_claims)
+            log.error("%s: claims failing, trying again with a short backoff: %s",
+                      self.name, err)
+        else:
+            log.debug("%s: claim failed again: %s", self.name, err)
+
+    def _claim_worked(self) -> None:
+        if self._outage is None:
+            return
+        since, first = self._outage
+        self._outage = None
+        log.warning("%s: claims work again after %.1f s (%d failed)", self.name,
+                    (self.clock.now() - since).total_seconds(),
+                    self.stats.failed_claims - first + 1)
 
     async def _wait(self, index: int, seconds: float) -> None:
         self._idle.add(index)
@@ -545,13 +590,14 @@ class Worker:
         happens: only a delivery that began and never settled is counted."""
         key = f"{self.descriptor.qualified_name}:claim"
         async with self.backend.connection() as conn:
+            await self.backend.begin(conn)
+            # The session lock is taken in the counting transaction: no round trip of its own.
             turn = await self._call(conn, "claim_guard", key=key, wait=_CLAIM_TURN_WAIT)
-            await self.backend.commit(conn)
             if not turn:
+                await self.backend.rollback(conn)
                 return 0  # another claim held the turn all that time: try again later
             held: list[_Held] = []
             try:
-                await self.backend.begin(conn)
                 counted = await self._claim(conn, self.clock.now(), self.batch)
                 await self.backend.commit(conn)
                 await self.backend.begin(conn)
@@ -887,6 +933,13 @@ class Worker:
                                 f"out and it was claimed again); {op} changed nothing",
                                 worker=self.name, table=d.qualified_name, statement=op.upper())
             log.warning("%s: %s of row %s changed no row", self.name, op, h.id)
+
+
+def _retry_delay(failures: int) -> float:
+    """After a failed round: 50 ms, doubling up to 1 s, with jitter so that slots and processes
+    do not reconnect in step."""
+    ceiling: float = min(1.0, 0.05 * 2.0 ** min(failures - 1, 10))
+    return random.uniform(0.5, 1.0) * ceiling
 
 
 # How long a counted row-lock claim waits for the table's claim turn (MySQL's GET_LOCK; on

@@ -18,6 +18,8 @@ CI runs a fixed, derandomized budget. A longer local run finds more:
 
     INBOXGEN_FUZZ_EXAMPLES=20000 INBOXGEN_FUZZ_SEED=1 python3 -m pytest -q tests/test_fuzz.py
 
+(INBOXGEN_FUZZ_MUTATIONS, default 4, sets how many mutations an example may stack.)
+
 Every crash found is kept: as an `@example` on `test_build_survives_mutations`, as a folder in
 tests/cases/, or as one of the tests at the end of this file.
 """
@@ -50,13 +52,14 @@ REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
 PYPROJECT = '[tool.inboxgen]\nspecs = "specs"\nout = "generated"\n'
 
-EXAMPLES = int(os.environ.get("INBOXGEN_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("INBOXGEN_FUZZ_EXAMPLES", "300"))
 # Nothing of Hypothesis's is written into the repository: no example database (database=None
 # below) and its caches and patch files in a temporary folder.
 _HOME = tempfile.mkdtemp(prefix="inboxgen-hypothesis-")
 atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 set_hypothesis_home_dir(_HOME)
 SEED = os.environ.get("INBOXGEN_FUZZ_SEED")
+MUTATIONS = int(os.environ.get("INBOXGEN_FUZZ_MUTATIONS", "4"))  # at most, per example
 SLOW = 30.0  # seconds; a build this slow is a hang, not a slow machine
 
 # ---------------------------------------------------------------------------------------------
@@ -196,9 +199,14 @@ DEPTHS = [5, 40, 60, 200, 1000, 3000]
 SIZES = [63, 64, 65, 255, 256, 5000, 100_000]
 HUGE_CHARS = [b"x", "\u00e9".encode(), "\u65e5".encode(), b"9", b"_", b" ", b"$", b","]
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+WORDS = sorted({m.group() for line in SEED_LINES for m in _WORD.finditer(line)} | {
+    b"INT", b"TEXT", b"BYTEA", b"JSONB", b"TIMESTAMPTZ", b"DATETIME", b"BLOB", b"SERIAL",
+    b"NULL", b"NOT", b"DEFAULT", b"PRIMARY", b"UNIQUE", b"KEY", b"INDEX", b"IF", b"EXISTS",
+    b"LIKE", b"PARTITION", b"OF", b"GENERATED", b"ALWAYS", b"IDENTITY", b"AUTO_INCREMENT",
+    b"UNSIGNED", b"INTEGER", b"AUTOINCREMENT", b"CHECK", b"CONSTRAINT", b"COLLATE", b"ARRAY"})
 
 TEXT_OPS = ["delete", "duplicate", "swap", "truncate", "insert", "insert_line",
-            "replace_value", "nest", "huge", "byte"]
+            "replace_value", "nest", "huge", "byte", "word", "word", "word"]
 FS_OPS = ["upper_sql", "into_folder", "sql_folder", "self_loop", "dir_loop", "dangling",
           "down_file", "empty_file", "second_spec", "folder_is_file", "unreadable"]
 
@@ -273,6 +281,11 @@ def mutate_text(content: bytes, op: str, a: int, b: int, payload: bytes, table: 
             w = words[a % len(words)]
             char = HUGE_CHARS[(b // len(SIZES)) % len(HUGE_CHARS)]
             return content[:w.start()] + char * SIZES[b % len(SIZES)] + content[w.end():]
+    elif op == "word":
+        words = list(_WORD.finditer(content))
+        if words:
+            w = words[a % len(words)]
+            return content[:w.start()] + WORDS[b % len(WORDS)] + content[w.end():]
     elif op == "byte" and content:
         pos = a % len(content)
         return content[:pos] + bytes([b % 256]) + content[pos + 1:]
@@ -361,7 +374,7 @@ def _seeded(test: Callable[..., None]) -> Callable[..., None]:
 @_seeded
 @_settings
 @given(spec=st.sampled_from(sorted(SEED_SPECS)),
-       muts=st.lists(mutations, min_size=1, max_size=4))
+       muts=st.lists(mutations, min_size=1, max_size=MUTATIONS))
 # Crashes the fuzzer found, kept as examples (the known classes have cases in tests/cases/).
 @example(spec="mailer", muts=[("migration", "nest", 40, 4, b"")])  # deep parentheses
 @example(spec="reports", muts=[("spec", "nest", 0, 16, b"")])  # deep TOML arrays (x = [[[...)
@@ -545,3 +558,15 @@ def test_an_unexpected_failure_is_one_line_naming_the_spec(
     assert (code, out) == (1, "")
     assert err == ("inboxgen: internal error, please report it: while building "
                    "specs/jobs.toml: KeyError: 'boom'\n")
+
+
+@pytest.mark.parametrize("content", [
+    b"tool = 1\n", b"[tool]\ninboxgen = 1\n", b"\xff\xfe\n",
+    b"x = " + b"[" * 2000 + b"]" * 2000 + b"\n", b"x = " + b"1" * 5000 + b"\n",
+], ids=["tool-not-a-table", "inboxgen-not-a-table", "not-utf8", "nested", "huge-number"])
+def test_broken_project_settings_are_a_usage_error(root: Path, content: bytes) -> None:
+    (root / "pyproject.toml").write_bytes(content)
+    code, out, err = run_main(root, "build")
+    assert (code, out) == (2, "")
+    assert err.startswith("inboxgen: pyproject.toml: "), err
+    assert len(err.splitlines()) == 1, err

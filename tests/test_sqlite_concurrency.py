@@ -90,7 +90,7 @@ def test_shutdown_under_load_ends_within_its_timeout(tmp_path: Path, transaction
 
 def test_advisory_slots_all_get_rows_while_due_rows_exist(tmp_path: Path) -> None:
     q = queue(tmp_path, "advisory")
-    fill(q, 200)
+    fill(q, 160)
     running = 0
     most = 0
 
@@ -98,7 +98,7 @@ def test_advisory_slots_all_get_rows_while_due_rows_exist(tmp_path: Path) -> Non
         nonlocal running, most
         running += 1
         most = max(most, running)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.25)  # long beside a claim, so that every slot's rows overlap
         running -= 1
 
     async def run() -> None:
@@ -121,3 +121,55 @@ def test_advisory_slots_all_get_rows_while_due_rows_exist(tmp_path: Path) -> Non
     assert unfinished(q) == 0
     assert most >= 14, f"at most {most} of 16 slots ran at once"
     q.close()
+
+
+CHILD = """
+import asyncio, importlib.util, sys
+spec = importlib.util.spec_from_file_location("queue_module", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+from inboxgen import Worker
+
+async def main():
+    async def handler(job):
+        return None
+    worker = Worker(mod.DESCRIPTOR, handler, database=sys.argv[2], poll_interval=0.05)
+    await worker.start()
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await worker.shutdown()
+
+asyncio.run(main())
+"""
+
+
+def test_a_second_process_serving_advisory_rows_of_the_file_is_refused(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from inboxgen.errors import WorkerConfigError
+
+    q = queue(tmp_path, "advisory")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, q.mod.__file__, q.target],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+
+        async def start() -> None:
+            async def handler(job: Any) -> None:
+                return None
+            worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target)
+            await worker.start()
+            await worker.shutdown()
+
+        with pytest.raises(WorkerConfigError, match="another process serves advisory rows"):
+            asyncio.run(start())
+        assert child.stdin is not None
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=30) == 0
+        asyncio.run(start())  # the file is free again once that process stopped serving
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        q.close()
