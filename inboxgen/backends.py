@@ -71,6 +71,10 @@ class Backend:
     def insert_params(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         return dict(fields)
 
+    def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
+        """A handler's thread still uses `conn` after its job was cancelled: leave the
+        connection to it, and close it once that thread is done."""
+
 
 class ThreadedBackend(Backend):
     """A driver without async support (sqlite3, PyMySQL): connections kept by the worker, each
@@ -87,6 +91,7 @@ class ThreadedBackend(Backend):
         self._idle: list[Any] = []
         self._threads: dict[int, ThreadPoolExecutor] = {}  # id(connection) -> its thread
         self._conns: dict[int, Any] = {}
+        self._abandoned: set[int] = set()  # left to a handler thread still using them
 
     def _connect(self) -> Any:
         raise NotImplementedError
@@ -123,7 +128,25 @@ class ThreadedBackend(Backend):
             self.busy -= 1
 
     async def _run(self, conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(conn) in self._abandoned:
+            return None  # a handler's thread still uses it: the statement is not run
         return await self._on_thread(self._threads[id(conn)], conn, fn, *args, **kwargs)
+
+    def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
+        if id(conn) not in self._conns:
+            return
+        self._abandoned.add(id(conn))
+        thread = self._threads.pop(id(conn))
+        del self._conns[id(conn)]
+
+        def close(_: asyncio.Future[Any]) -> None:
+            # On the connection's own thread, once the handler's thread let go of it; what
+            # the handler left uncommitted is rolled back by the close.
+            thread.submit(conn.close)
+            thread.shutdown(wait=False)
+            self._abandoned.discard(id(conn))
+
+        user.add_done_callback(close)
 
     async def _new(self) -> Any:
         thread = ThreadPoolExecutor(max_workers=1,
@@ -168,7 +191,8 @@ class ThreadedBackend(Backend):
 
     async def _give_back(self, conn: Any) -> None:
         if id(conn) not in self._conns:
-            return  # closed by shutdown meanwhile
+            self._returned(conn)
+            return  # closed by shutdown meanwhile, or left to a handler's thread
         with contextlib.suppress(Exception):
             await self._run(conn, self._release, conn)
         self._returned(conn)
@@ -220,6 +244,10 @@ class SqliteBackend(ThreadedBackend):
 
     def _returned(self, conn: Any) -> None:
         self._end_turn(conn)
+
+    def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
+        super().abandon(conn, user)
+        self._end_turn(conn)  # its writes end with the close; the others need not wait here
 
     async def _take_turn(self, conn: Any) -> bool:
         """Wait for the process's write turn; False when `conn` holds it already."""

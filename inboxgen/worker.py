@@ -815,8 +815,15 @@ class Worker:
                     self.handler_tasks.discard(task)
             else:
                 self.handler_threads += 1
+                thread = asyncio.ensure_future(asyncio.to_thread(self.handler, job))
                 try:
-                    result = await asyncio.to_thread(self.handler, job)
+                    result = await asyncio.shield(thread)
+                except asyncio.CancelledError:
+                    if conn is not None and not thread.done():
+                        # The handler's thread goes on with the job's connection: nothing
+                        # else may use or close it until that thread is done.
+                        self.backend.abandon(conn, thread)
+                    raise
                 finally:
                     self.handler_threads -= 1
                 if inspect.isawaitable(result):

@@ -173,3 +173,38 @@ def test_a_second_process_serving_advisory_rows_of_the_file_is_refused(tmp_path:
         child.kill()
         child.wait(timeout=30)
         q.close()
+
+
+def test_shutdown_leaves_a_connection_to_the_plain_handler_still_using_it(tmp_path: Path) -> None:
+    """A transactional plain handler runs in a thread that cancellation cannot stop: its
+    connection is neither rolled back, nor handed out again, nor closed under it; once the
+    handler is done its transaction goes (the job stays leased, as any cut-off delivery)."""
+    q = queue(tmp_path, "lease")
+    fill(q, 4)
+    inside = threading.Event()
+    release = threading.Event()
+    wrote: list[str] = []
+
+    def handler(job: Any) -> None:
+        inside.set()
+        release.wait(10)
+        job.connection.execute("SELECT 1")  # still usable: nobody closed it meanwhile
+        wrote.append("ok")
+
+    async def run() -> None:
+        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, workers=2, lease=30,
+                        transactional=True, shutdown_timeout=0.5)
+        await worker.start()
+        await asyncio.to_thread(inside.wait, 10)
+        started = time.monotonic()
+        await worker.shutdown()
+        assert time.monotonic() - started < 3
+        release.set()
+        await asyncio.sleep(0.5)
+
+    asyncio.run(run())
+    assert wrote == ["ok"]
+    conn = q.connect()  # the handler's transaction is gone: the file takes writes again
+    q.mod.insert(conn, q.new(retry_after=dt.datetime.now(dt.UTC)))
+    conn.commit()
+    q.close()
