@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -28,15 +29,21 @@ async def listen(worker: Worker) -> None:
     assert isinstance(backend, PostgresBackend)
     channel = worker.descriptor.table
     first = True
+    failures = 0  # connection attempts failed in a row: one line per outage, not per attempt
     while True:
         try:
             conn = await psycopg.AsyncConnection.connect(
                 backend.conninfo, **{**backend.connect_kwargs, "autocommit": True})
         except (psycopg.Error, OSError) as err:
-            log.error("%s: cannot open the listening connection, trying again in 1 s: %s",
-                      worker.name, err)
-            await asyncio.sleep(1.0)
+            failures += 1
+            (log.error if failures == 1 else log.debug)(
+                "%s: cannot open the listening connection, trying again shortly: %s",
+                worker.name, err)
+            # 50 ms, doubling up to 1 s, with jitter: back soon after a server restart.
+            await asyncio.sleep(random.uniform(0.5, 1.0) * min(1.0, 0.05 * 2.0 ** min(
+                failures - 1, 10)))
             continue
+        failures = 0
         try:
             async with conn:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
@@ -52,4 +59,4 @@ async def listen(worker: Worker) -> None:
         except (psycopg.Error, OSError) as err:
             log.warning("%s: the listening connection was lost (%s); reconnecting",
                         worker.name, str(err).strip().splitlines()[0] if str(err) else err)
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
