@@ -1,0 +1,142 @@
+"""The catalog of scenarios: every fault on every form it applies to, sized for the short profile
+(CI: a few hundred jobs) or the long one (`jobs` given, every fault repeated).
+
+A case id reads `<dialect>-<form>-<fault>`. Servers: `pg` is the session's PostgreSQL server
+(tests/conftest.py), `pg-restart` a private one the scenario restarts; `mysql` the session's
+MariaDB, `mysql-restart` a private one with durable commits; `sqlite` a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .injectors import (
+    Fault,
+    KillStorm,
+    MariaDBRestart,
+    PgRestart,
+    SigtermUnderLoad,
+    StopHolder,
+    TerminateBackends,
+)
+from .scenario import Scenario
+
+JOB_MS = {"postgres": 20.0, "mysql": 20.0, "sqlite": 2.0}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    shape: str
+    server: str
+    fault: str
+    make: Callable[[int | None], Scenario]  # jobs (None: the short profile's size)
+    recovery: bool = False  # the short profile sizes it to measure recovery, and asserts it
+
+    @property
+    def dialect(self) -> str:
+        return {"pg": "postgres", "mysql": "mysql", "sqlite": "sqlite"}[self.shape.split("-")[0]]
+
+
+def _faults(fault: str, long: bool) -> list[Fault]:
+    if fault == "sigkill":
+        return [KillStorm(kills=8 if long else 3, every=0.05 if long else 0.08,
+                          every_s=1.0 if long else 0.7)]
+    if fault == "terminate":
+        return [TerminateBackends(duration=10.0 if long else 2.0)]
+    if fault == "sigstop":
+        return [StopHolder(leases=3, times=3 if long else 1, gap=2.0)]
+    if fault == "sigterm":
+        return [SigtermUnderLoad(times=3 if long else 1)]
+    if fault == "restart":
+        return [PgRestart(times=3 if long else 1, gap=3.0)]
+    if fault == "mysql-restart":
+        return [MariaDBRestart(times=3 if long else 1, gap=3.0)]
+    if fault in ("bad", "clean", "concurrent", "slots"):
+        return []
+    raise ValueError(fault)
+
+
+def _case(shape: str, fault: str, *, jobs: int = 300, recovery_jobs: int | None = None,
+          processes: int = 2, server: str | None = None, **options: object) -> Case:
+    dialect = {"pg": "postgres", "mysql": "mysql", "sqlite": "sqlite"}[shape.split("-")[0]]
+    if server is None:
+        server = {"postgres": "pg", "mysql": "mysql", "sqlite": "sqlite"}[dialect]
+    name = f"{shape}-{fault}"
+    injector = "mysql-restart" if fault == "restart" and dialect == "mysql" else fault
+
+    def make(n: int | None) -> Scenario:
+        long = n is not None
+        size = n if n is not None else (recovery_jobs or jobs)
+        sc = Scenario(name, jobs=size, processes=processes, job_ms=JOB_MS[dialect],
+                      faults=_faults(injector, long),
+                      timeout=max(120.0, size / 15.0) if long else 40.0)
+        if fault == "bad":
+            sc.poison = max(size // 100, 1)
+            sc.selfkill = max(size // 100, 1)
+            sc.lease = 1
+        if fault == "sigstop":
+            sc.lease = 1
+        for key, value in options.items():
+            if key == "timeout" and long:
+                continue  # a short profile's bound; the long one scales with the jobs
+            setattr(sc, key, value() if callable(value) else value)  # faults: a fresh list
+        return sc
+
+    return Case(name, shape, server, fault, make, recovery=recovery_jobs is not None)
+
+
+def _all() -> list[Case]:
+    cases: list[Case] = []
+    pg = ["pg-row_lock", "pg-counted", "pg-lease", "pg-advisory"]
+    recovery = {"pg-row_lock-sigkill": 1500, "pg-lease-sigstop": 1500,
+                "pg-advisory-terminate": 1500, "pg-lease-restart": 1500,
+                "pg-counted-sigterm": 1500, "sqlite-lease-sigkill": 1200,
+                "mysql-row_lock-restart": 1000}
+    for shape in pg:
+        for fault in ("sigkill", "terminate", "sigterm"):
+            cases.append(_case(shape, fault, recovery_jobs=recovery.get(f"{shape}-{fault}")))
+        cases.append(_case(shape, "restart", server="pg-restart",
+                           recovery_jobs=recovery.get(f"{shape}-restart")))
+        if shape != "pg-row_lock":  # the plain row lock's loop is a known defect (defects.py)
+            cases.append(_case(shape, "bad"))
+    cases.append(_case("pg-lease", "sigstop", recovery_jobs=recovery["pg-lease-sigstop"]))
+    # SQLite: the advisory form's locks live in one process, so it runs one worker process.
+    for shape, processes in (("sqlite-lease", 2), ("sqlite-advisory", 1)):
+        for fault in ("sigkill", "bad", "sigterm"):
+            # One process killed three times needs the time of three restarts.
+            jobs = 500 if (processes, fault) == (1, "sigkill") else 300
+            cases.append(_case(shape, fault, processes=processes, jobs=jobs,
+                               recovery_jobs=recovery.get(f"{shape}-{fault}")))
+    cases.append(_case("sqlite-lease", "sigstop"))
+    # The row lock that does not count crashes (count_crashes = false): crashes spend no attempt.
+    cases.append(_case("pg-plain", "sigkill"))
+    cases.append(_case("pg-plain", "restart", server="pg-restart"))
+    for shape in ("mysql-row_lock", "mysql-lease", "mysql-advisory"):
+        cases.append(_case(shape, "sigkill"))
+        cases.append(_case(shape, "restart", server="mysql-restart",
+                           recovery_jobs=recovery.get(f"{shape}-restart")))
+    return cases
+
+
+def _defects() -> list[Case]:
+    """Scenarios aimed at known defects of the runtime (test_defects.py says which)."""
+    return [
+        # 1. count_crashes under concurrency: every handler acks at once, two processes.
+        _case("pg-counted", "concurrent", jobs=400, job_ms=0.0),
+        _case("mysql-counted", "concurrent", jobs=400, job_ms=0.0),
+        # 2. a job that SIGKILLs its worker under the plain row lock.
+        _case("pg-row_lock", "bad", jobs=300, timeout=20.0),
+        # 3. SQLite with many slots and a short lease, SIGTERMed under load.
+        _case("sqlite-lease", "slots", jobs=400, workers=8, lease=1, shutdown_timeout=3.0,
+              faults=lambda: [SigtermUnderLoad(start_at=0.5)], timeout=40.0, end_grace=10.0),
+        # 6. two advisory workers of 8 slots: do free slots get rows while rows are due?
+        _case("pg-advisory", "slots", jobs=320, processes=2, workers=8, job_ms=150.0,
+              timeout=40.0),
+    ]
+
+
+CASES = _all()
+DEFECTS = _defects()
+BY_ID = {case.id: case for case in [*CASES, *DEFECTS]}
