@@ -72,6 +72,9 @@ def _case(shape: str, fault: str, *, jobs: int = 300, recovery_jobs: int | None 
         sc = Scenario(name, jobs=size, processes=processes, job_ms=JOB_MS[dialect],
                       faults=_faults(injector, long),
                       timeout=max(120.0, size / 15.0) if long else 40.0)
+        if long or recovery_jobs is not None:
+            for f in sc.faults:  # a clean stretch long enough to measure the clean rate
+                f.start_at = 0.4
         if fault == "bad":
             sc.poison = max(size // 100, 1)
             sc.selfkill = max(size // 100, 1)
@@ -90,7 +93,7 @@ def _case(shape: str, fault: str, *, jobs: int = 300, recovery_jobs: int | None 
 def _all() -> list[Case]:
     cases: list[Case] = []
     pg = ["pg-row_lock", "pg-counted", "pg-lease", "pg-advisory"]
-    recovery = {"pg-row_lock-sigkill": 1500, "pg-lease-sigstop": 1500,
+    recovery = {"pg-row_lock-sigkill": 1500, "pg-lease-sigstop": 2000,
                 "pg-advisory-terminate": 1500, "pg-lease-restart": 1500,
                 "pg-counted-sigterm": 1500, "sqlite-lease-sigkill": 1200,
                 "mysql-row_lock-restart": 1000}

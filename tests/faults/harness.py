@@ -78,11 +78,13 @@ class FaultRuns:
             self._private[kind] = RestartablePostgres() if kind == "pg" else RestartableMariaDB()
         return self._private[kind]
 
-    def get(self, case: Case | str, request: pytest.FixtureRequest, **overrides: Any) -> Report:
-        """The report of `case` (run now unless it ran already). `overrides` change the case's
-        scenario (and make a run of its own)."""
+    def get(self, case: Case | str, request: pytest.FixtureRequest, *, run: int = 1,
+            **overrides: Any) -> Report:
+        """The report of `case` (run now unless it ran already); `run=2` asks for a second,
+        separate run. `overrides` change the case's scenario (and make a run of its own)."""
         case = BY_ID[case] if isinstance(case, str) else case
         key = case.id + (repr(sorted(overrides.items())) if overrides else "")
+        key += f"-run{run}" if run != 1 else ""
         if key in self.errors:
             raise self.errors[key]
         if key not in self.reports:

@@ -8,7 +8,9 @@ every process exit accounted for, nothing left on the server once the workers ar
 the fault really happened (processes killed, sessions terminated, a holder fenced, ...).
 
 `test_recovery` asserts, for the cases sized to measure it, that within 3 s of the end of the
-last fault a 1 s window ran at 95 % or more of the clean rate (checker.py, `recovered_within_s`).
+last fault a 1 s window ran at 95 % or more of the clean rate (checker.py, `recovered_within_s`);
+a miss is confirmed by a second run before it fails. The 5 s recovery ratio is reported, not
+asserted: it moves with the machine's other work by more than the 5 % it would test.
 """
 
 from __future__ import annotations
@@ -39,20 +41,7 @@ def _fault_happened(case_id: str, report: Report) -> list[str]:
     return missing
 
 
-# Seen once in a CI run (1 of 300 jobs): a SIGSTOPped SQLite lease holder's effect committed
-# although its lease had been taken ("fenced = 1"). Not understood yet, so not strict: the case
-# still runs and reports, and the mark goes once the cause is found and fixed.
-_INVARIANT_KNOWN = {
-    "sqlite-lease-sigstop": "intermittent: a stopped SQLite lease holder's effect was once "
-                            "committed after its lease was taken (fenced = 1)",
-}
-
-
-@pytest.mark.parametrize("case_id", [
-    pytest.param(c.id, id=c.id, marks=[pytest.mark.xfail(strict=False,
-                                                         reason=_INVARIANT_KNOWN[c.id])]
-                 if c.id in _INVARIANT_KNOWN else [])
-    for c in CASES])
+@pytest.mark.parametrize("case_id", [c.id for c in CASES])
 def test_invariants(case_id: str, fault_runs: FaultRuns, request: pytest.FixtureRequest) -> None:
     report = fault_runs.get(case_id, request)
     problems = report.problems() + _fault_happened(case_id, report)
@@ -78,13 +67,22 @@ def _recovery_params() -> list[object]:
     return params
 
 
+def _recovered(report: Report) -> bool:
+    return report.recovered_within_s is not None and report.recovered_within_s <= 3.0
+
+
 @pytest.mark.parametrize("case_id", _recovery_params())
 def test_recovery(case_id: str, fault_runs: FaultRuns, request: pytest.FixtureRequest) -> None:
     report = fault_runs.get(case_id, request)
+    if not _recovered(report):
+        # Rates on a shared 2-core machine move by several per cent from one second to the
+        # next: a miss counts once a second, separate run misses too.
+        report = fault_runs.get(case_id, request, run=2)
     assert report.clean_rate is not None, f"no clean rate before the fault: {report.summary()}"
     if report.recovered_within_s is None:
         assert report.recovery_measurable, f"the queue ran dry too soon after the fault to " \
                                            f"measure recovery: {report.summary()}"
-    assert report.recovered_within_s is not None and report.recovered_within_s <= 3.0, (
+    assert _recovered(report), (
         f"not back at 95 % of the clean rate ({report.clean_rate:.0f}/s) within 3 s of the "
-        f"fault's end; 5 s recovery ratio {report.recovery_ratio}: {report.summary()}")
+        f"fault's end, in two runs; 5 s recovery ratio {report.recovery_ratio}: "
+        f"{report.summary()}")
