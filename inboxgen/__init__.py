@@ -4,7 +4,6 @@ The generator (`inboxgen build` / `inboxgen verify`) writes one typed module per
 runtime here serves those tables: `Worker(module.DESCRIPTOR, handler, database=...)`.
 """
 
-from inboxgen.clock import Clock, SystemClock
 from inboxgen.errors import (
     CheckFailed,
     ConfigError,
@@ -16,8 +15,9 @@ from inboxgen.errors import (
     WorkerConfigError,
     WorkerError,
 )
-from inboxgen.outcomes import Backoff, Outcome, ack, drop, retry, retry_after
-from inboxgen.worker import Job, Stats, Worker
+from inboxgen.runtime.clock import Clock, SystemClock
+from inboxgen.runtime.outcomes import Backoff, Outcome, ack, drop, retry, retry_after
+from inboxgen.runtime.worker import Job, Stats, Worker
 
 __all__ = [
     "Backoff",

@@ -13,18 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inboxgen.build import (
-    BuildCrashed,
+from inboxgen.errors import BuildCrashed, ConfigError, GeneratorBug, WriteFailed
+from inboxgen.generate.build import (
     Generated,
-    WriteFailed,
     compare,
     generate,
     shown_path,
     spec_files,
     write,
 )
-from inboxgen.config import Project, find_project
-from inboxgen.errors import ConfigError, GeneratorBug
+from inboxgen.generate.config import Project, find_project
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -57,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 def _load_worker(target: str) -> Any:
     import importlib
 
-    from inboxgen.worker import Worker
+    from inboxgen.runtime.worker import Worker
 
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:

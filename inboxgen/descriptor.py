@@ -1,4 +1,5 @@
-"""What a generated module tells the runtime about its table: no SQL parsing at run time."""
+"""What a generated module tells the runtime about its table (the contract committed modules
+import, with values.py): no SQL parsing at run time."""
 
 from __future__ import annotations
 

@@ -10,6 +10,10 @@
         ├── ServerTooOld       the MySQL/MariaDB server lacks what the claims need
         └── WorkerConfigError  the worker's settings contradict each other or the table
 
+The generator's internal signals (caught by the command line, never seen as tracebacks):
+SpecInvalid (a spec's own checks failed), BuildCrashed (a fault in inboxgen while building one
+spec), WriteFailed (a module could not be written).
+
 Errors caused by user input carry where the problem is (file and line, table, column) so that the
 message is one line a person can act on.
 """
@@ -17,6 +21,7 @@ message is one line a person can act on.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
 
@@ -84,3 +89,30 @@ class ServerTooOld(WorkerError):
 
 class WorkerConfigError(WorkerError):
     """The worker's settings contradict each other or the table (e.g. max_attempts alone)."""
+
+
+class SpecInvalid(Exception):
+    """A spec failed its own checks: the diagnostics say where."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self.diagnostics = diagnostics
+        super().__init__("; ".join(d.format() for d in diagnostics))
+
+
+class BuildCrashed(Exception):
+    """An unexpected failure while building one spec: a fault in inboxgen, not in the spec."""
+
+    def __init__(self, spec: str, err: BaseException) -> None:
+        self.spec = spec
+        first = next(iter(str(err).splitlines()), "")
+        super().__init__(f"while building {spec}: {type(err).__name__}"
+                         + (f": {first}" if first else ""))
+
+
+class WriteFailed(Exception):
+    """A module could not be written: `path` and the system's reason."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")

@@ -1,4 +1,5 @@
-"""Value conversions the generated modules use at the driver boundary.
+"""Value conversions the generated modules use at the driver boundary (part of the contract
+committed modules import, with descriptor.py).
 
 SQLite keeps the time roles as text in one fixed UTC format, `YYYY-MM-DD HH:MM:SS.ffffff`, so
 text order is time order (and a `CURRENT_TIMESTAMP` default, which lacks the fraction, still

@@ -36,7 +36,7 @@ def enqueue(url: str, bodies: list[str]) -> None:
     if url.startswith("mysql"):
         import pymysql
 
-        from inboxgen.backends import mysql_connect_args
+        from inboxgen.runtime.backends import mysql_connect_args
 
         conn: Any = pymysql.connect(**mysql_connect_args(url))
         mailer_mariadb.insert_many(conn, [mailer_mariadb.NewRow(name="emails", payload=b.encode())

@@ -42,7 +42,7 @@ from psycopg.rows import dict_row
 from pymysql.constants import CLIENT
 
 from inboxgen import values
-from inboxgen.backends import mysql_connect_args
+from inboxgen.runtime.backends import mysql_connect_args
 
 REPO = Path(__file__).resolve().parents[1]
 UTC = dt.UTC

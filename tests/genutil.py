@@ -8,9 +8,9 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
-from inboxgen.build import generate, write
-from inboxgen.config import Project
 from inboxgen.errors import CheckFailed
+from inboxgen.generate.build import generate, write
+from inboxgen.generate.config import Project
 
 
 def make_project(root: Path, spec: str, ddl: str, name: str = "jobs") -> Project:

@@ -38,8 +38,8 @@ from typing import Any
 
 import attrs
 
+from inboxgen.runtime.worker import Job, Worker
 from inboxgen.testing import run_until_idle
-from inboxgen.worker import Job, Worker
 
 
 class Log:

@@ -547,13 +547,13 @@ def test_spec_argument_with_a_name_too_long(root: Path) -> None:
 
 def test_an_unexpected_failure_is_one_line_naming_the_spec(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import inboxgen.build
+    import inboxgen.generate.build
 
     def broken(*args: Any) -> None:
         raise KeyError("boom")
 
     _write(root, {"specs/jobs.toml": SPEC.format(ddl="jobs.sql"), "specs/jobs.sql": CREATE})
-    monkeypatch.setattr(inboxgen.build, "resolve", broken)
+    monkeypatch.setattr(inboxgen.generate.build, "resolve", broken)
     code, out, err = run_main(root, "build")
     assert (code, out) == (1, "")
     assert err == ("inboxgen: internal error, please report it: while building "

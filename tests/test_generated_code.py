@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from inboxgen.build import generate, write
-from inboxgen.config import Project
+from inboxgen.generate.build import generate, write
+from inboxgen.generate.config import Project
 
 REPO = Path(__file__).resolve().parent.parent
 # The project's lint rules for generated code (line length 100, isort, pyupgrade, bugbear),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from inboxgen.build import generate, spec_files
-from inboxgen.config import Project, find_project
+from inboxgen.generate.build import generate, spec_files
+from inboxgen.generate.config import Project, find_project
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_SPECS = sorted((REPO / "specs").glob("*.toml"))
@@ -91,8 +91,7 @@ def test_mypy_catches_a_wrong_type_passed_to_a_generated_function(tmp_path: Path
 
 
 def test_installed_wheel_ships_its_templates(tmp_path: Path) -> None:
-    # The templates live at the top of the repository; the wheel must carry them inside the
-    # package, so a non-editable install can build.
+    # A non-editable install must carry the template inside the package and build with it.
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(dist), str(REPO)], check=True, capture_output=True)

@@ -11,7 +11,7 @@ from genutil import build_module, ddl_of
 from mariadb_server import MariaDBServer
 
 from inboxgen import ServerTooOld, Worker, WorkerConfigError, ack
-from inboxgen.serverversion import parse_server_version, require_supported
+from inboxgen.runtime.serverversion import parse_server_version, require_supported
 
 ACCEPTED = ["8.0.1", "8.0.35", "8.4.2-log", "9.1.0", "10.6.0-MariaDB",
             "10.11.19-MariaDB-0+deb12u1", "11.4.2"]

@@ -46,9 +46,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from inboxgen import values
-from inboxgen.backends import AdvisoryRegistry
+from inboxgen.runtime.backends import AdvisoryRegistry
+from inboxgen.runtime.worker import Job, Worker
 from inboxgen.testing import run_until_idle
-from inboxgen.worker import Job, Worker
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER_SCRIPT = Path(__file__).with_name("process_worker.py")

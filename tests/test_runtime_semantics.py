@@ -56,7 +56,7 @@ from semantics_util import (
 
 import inboxgen
 from inboxgen import Job, Outcome, Worker, ack, drop, retry, retry_after
-from inboxgen.outcomes import lease_expiry
+from inboxgen.runtime.outcomes import lease_expiry
 from inboxgen.testing import run_until_idle
 
 UTC = dt.UTC

@@ -24,7 +24,7 @@ import pymysql
 from genutil import build_module
 from psycopg import sql as pgsql
 
-from inboxgen.backends import mysql_connect_args
+from inboxgen.runtime.backends import mysql_connect_args
 
 MAX_ATTEMPTS = 3
 QUEUE = "fault_jobs"

@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from inboxgen.dialects import DIALECTS, FORMS, Dialect
-from inboxgen.errors import Diagnostic
+from inboxgen.errors import Diagnostic, SpecInvalid
+from inboxgen.generate.dialects import DIALECTS, FORMS, Dialect
 
 ROLES = (
     "id",
@@ -107,12 +107,6 @@ def line_of(lines: dict[tuple[str, ...], int], key: tuple[str, ...]) -> int:
             return lines[key]
         key = key[:-1]
     return 1
-
-
-class SpecInvalid(Exception):
-    def __init__(self, diagnostics: list[Diagnostic]) -> None:
-        self.diagnostics = diagnostics
-        super().__init__("; ".join(d.format() for d in diagnostics))
 
 
 # ---------------------------------------------------------------------------------------------

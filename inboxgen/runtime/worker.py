@@ -23,17 +23,17 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from inboxgen.backends import (
+from inboxgen.descriptor import TableDescriptor
+from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
+from inboxgen.runtime.backends import (
     AdvisoryRegistry,
     Backend,
     MySQLBackend,
     PostgresBackend,
     SqliteBackend,
 )
-from inboxgen.clock import Clock, SystemClock
-from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
-from inboxgen.outcomes import (
+from inboxgen.runtime.clock import Clock, SystemClock
+from inboxgen.runtime.outcomes import (
     DEAD_LETTER,
     FINISH,
     PARK,
@@ -268,7 +268,7 @@ class Worker:
             AdvisoryRegistry.release_file(self)
             raise
         if self.listen and isinstance(self.backend, PostgresBackend):
-            from inboxgen.listener import listen
+            from inboxgen.runtime.listener import listen
 
             self._listener = asyncio.create_task(listen(self), name=f"{self.name}:listen")
         self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
@@ -344,7 +344,7 @@ class Worker:
             await self._check_session_pooling(conn)
         if not isinstance(self.backend, MySQLBackend):
             return
-        from inboxgen.serverversion import require_supported
+        from inboxgen.runtime.serverversion import require_supported
 
         where = {"worker": self.name, "table": self.descriptor.qualified_name}
         (text,) = await self.backend.query(conn, "SELECT VERSION()")

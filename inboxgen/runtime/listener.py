@@ -17,13 +17,13 @@ import psycopg
 from psycopg import sql
 
 if TYPE_CHECKING:
-    from inboxgen.worker import Worker
+    from inboxgen.runtime.worker import Worker
 
 log = logging.getLogger("inboxgen.worker")
 
 
 async def listen(worker: Worker) -> None:
-    from inboxgen.backends import PostgresBackend
+    from inboxgen.runtime.backends import PostgresBackend
 
     backend = worker.backend
     assert isinstance(backend, PostgresBackend)

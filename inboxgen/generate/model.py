@@ -7,9 +7,9 @@ import re
 
 import attrs
 
-from inboxgen.catalog import Column
-from inboxgen.dialects import LEASE, Dialect
-from inboxgen.spec import RuntimeDefaults, Spec
+from inboxgen.generate.catalog import Column
+from inboxgen.generate.dialects import LEASE, Dialect
+from inboxgen.generate.spec import RuntimeDefaults, Spec
 
 
 @attrs.frozen

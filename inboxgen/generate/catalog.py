@@ -22,8 +22,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.tokenizer_core import TokenType
 
-from inboxgen.dialects import Dialect
 from inboxgen.errors import Diagnostic
+from inboxgen.generate.dialects import Dialect
 
 # Broad kinds of column type, the vocabulary the role checks and the renderer speak.
 INT, BOOL, TEXT, BYTES, JSON, TIMESTAMP, TIMESTAMPTZ, FLOAT, DECIMAL, DATE, TIME, UUID, OTHER = (

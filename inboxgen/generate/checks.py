@@ -10,12 +10,12 @@ import contextlib
 import re
 import sqlite3
 
-from inboxgen import catalog as cat
-from inboxgen.catalog import Catalog, Column, Table
-from inboxgen.dialects import ADVISORY, LEASE, ROW_LOCK
 from inboxgen.errors import Diagnostic
-from inboxgen.model import Field, Queue, TableRef, attr_name
-from inboxgen.spec import RoleBinding, Spec
+from inboxgen.generate import catalog as cat
+from inboxgen.generate.catalog import Catalog, Column, Table
+from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
+from inboxgen.generate.model import Field, Queue, TableRef, attr_name
+from inboxgen.generate.spec import RoleBinding, Spec
 
 # Which column kinds each role accepts (SQLite keeps its times as TEXT).
 _ROLE_KINDS: dict[str, tuple[str, ...]] = {

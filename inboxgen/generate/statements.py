@@ -21,8 +21,8 @@ import re
 
 import attrs
 
-from inboxgen.dialects import ADVISORY, LEASE, ROW_LOCK
-from inboxgen.model import Field, Queue, TableRef
+from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
+from inboxgen.generate.model import Field, Queue, TableRef
 
 _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BIGINT"}
 

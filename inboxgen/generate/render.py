@@ -1,8 +1,9 @@
 """Render a resolved queue and its statements into the Python module the user commits.
 
-The module's layout lives in `templates/module.py.j2`; this file decides the pieces: Python types
-of each column, how values cross the driver boundary, and the bodies of the typed functions. The
-same function body is emitted twice on PostgreSQL, once plain and once with `await`.
+The module's layout lives in `inboxgen/templates/module.py.j2`; this file decides the pieces:
+Python types of each column, how values cross the driver boundary, and the bodies of the typed
+functions. The same function body is emitted twice on PostgreSQL, once plain and once with
+`await`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from pathlib import Path
 import attrs
 import jinja2
 
-from inboxgen import catalog as cat
 from inboxgen.descriptor import Operations
-from inboxgen.dialects import LEASE, ROW_LOCK
-from inboxgen.model import Field, Queue
-from inboxgen.statements import Statement
+from inboxgen.generate import catalog as cat
+from inboxgen.generate.dialects import LEASE, ROW_LOCK
+from inboxgen.generate.model import Field, Queue
+from inboxgen.generate.statements import Statement
 
 _PY_TYPES = {
     cat.INT: "int",
@@ -675,12 +676,8 @@ def _split_args(args: str) -> list[str]:
 def _template() -> jinja2.Template:
     """The module template, compiled once per process: compiling it costs more than rendering
     a module, and a build renders one module per spec."""
-    here = Path(__file__).resolve().parent
-    # Installed wheels carry the templates inside the package; a source checkout (editable
-    # install) keeps them in the top-level templates/ folder.
-    search = [str(p) for p in (here / "templates", here.parent / "templates") if p.is_dir()]
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(search),
+        loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent.parent / "templates"),
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -12,10 +12,10 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from inboxgen.catalog import Catalog, Table
 from inboxgen.errors import GeneratorBug
-from inboxgen.model import Queue
-from inboxgen.statements import Statement
+from inboxgen.generate.catalog import Catalog, Table
+from inboxgen.generate.model import Queue
+from inboxgen.generate.statements import Statement
 
 
 def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog) -> None:

@@ -1,0 +1,1 @@
+"""The generator: spec -> catalog -> checks -> statements -> render, and build/verify."""

@@ -1,0 +1,1 @@
+"""The runtime: workers serving generated queue tables."""

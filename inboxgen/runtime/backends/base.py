@@ -1,0 +1,204 @@
+"""What the worker needs of a database driver: connections, transactions and calls of the
+generated functions. The worker decides; a backend only executes.
+
+Drivers without async support (sqlite3, PyMySQL) run their calls on threads of their own, one
+per connection (`ThreadedBackend`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from inboxgen.descriptor import TableDescriptor
+
+
+class Backend:
+    """One database as the worker sees it."""
+
+    dialect = ""
+
+    def __init__(self, descriptor: TableDescriptor) -> None:
+        self.descriptor = descriptor
+        self.busy = 0  # calls in flight, so tests on a fake clock can tell when all is quiet
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
+        raise NotImplementedError
+
+    async def commit(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    async def rollback(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    async def execute(self, conn: Any, sql: str) -> None:
+        raise NotImplementedError
+
+    async def explain(self, conn: Any, name: str) -> None:
+        """Prepare a statement without running it; raises the driver's error when it fails."""
+        raise NotImplementedError
+
+    def _explain_args(self, name: str) -> tuple[str, dict[str, Any]]:
+        # EXPLAIN plans the statement (so a missing table or column fails) without running it;
+        # every placeholder is bound to NULL.
+        params = self.descriptor.statement_params.get(name, ())
+        bound: dict[str, Any] = dict.fromkeys(params)
+        if "limit" in bound:
+            bound["limit"] = 1  # MySQL takes no NULL in LIMIT
+        return "EXPLAIN " + self.descriptor.statements[name], bound
+
+    def insert_params(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(fields)
+
+    def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
+        """A handler's thread still uses `conn` after its job was cancelled: leave the
+        connection to it, and close it once that thread is done."""
+
+
+class ThreadedBackend(Backend):
+    """A driver without async support (sqlite3, PyMySQL): connections kept by the worker, each
+    used by one task at a time and each with a thread of its own that runs every call on it.
+
+    A thread per connection, not asyncio's shared executor: tasks waiting on a lock in their
+    calls can never take the thread another connection needs to commit. A call that is
+    cancelled is interrupted where the driver can, and its connection is handed back or closed
+    only once the call has really ended.
+    """
+
+    def __init__(self, descriptor: TableDescriptor) -> None:
+        super().__init__(descriptor)
+        self._idle: list[Any] = []
+        self._threads: dict[int, ThreadPoolExecutor] = {}  # id(connection) -> its thread
+        self._conns: dict[int, Any] = {}
+        self._abandoned: set[int] = set()  # left to a handler thread still using them
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _release(self, conn: Any) -> None:
+        """Called on the connection's thread when a borrowed connection comes back: end its
+        transaction."""
+        conn.rollback()
+
+    def _usable(self, conn: Any) -> bool:
+        return True
+
+    def _interrupt(self, conn: Any) -> None:
+        """Stop the statement running on `conn` (from another thread), where the driver can."""
+
+    async def _on_thread(self, thread: ThreadPoolExecutor, conn: Any, fn: Any, *args: Any,
+                         **kwargs: Any) -> Any:
+        self.busy += 1
+        try:
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(thread, functools.partial(fn, *args, **kwargs))
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if conn is not None:
+                    self._interrupt(conn)
+                while not future.done():  # the thread goes on: wait until the call has ended
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([future])
+                if not future.cancelled():
+                    future.exception()  # retrieved: the cancellation is what the caller sees
+                raise
+        finally:
+            self.busy -= 1
+
+    async def _run(self, conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(conn) in self._abandoned:
+            return None  # a handler's thread still uses it: the statement is not run
+        return await self._on_thread(self._threads[id(conn)], conn, fn, *args, **kwargs)
+
+    def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
+        if id(conn) not in self._conns:
+            return
+        self._abandoned.add(id(conn))
+        thread = self._threads.pop(id(conn))
+        del self._conns[id(conn)]
+
+        def close(_: asyncio.Future[Any]) -> None:
+            # On the connection's own thread, once the handler's thread let go of it; what
+            # the handler left uncommitted is rolled back by the close.
+            thread.submit(conn.close)
+            thread.shutdown(wait=False)
+            self._abandoned.discard(id(conn))
+
+        user.add_done_callback(close)
+
+    async def _new(self) -> Any:
+        thread = ThreadPoolExecutor(max_workers=1,
+                                    thread_name_prefix=f"inboxgen-{self.descriptor.table}")
+        try:
+            conn = await self._on_thread(thread, None, self._connect)
+        except BaseException:
+            thread.shutdown(wait=False)
+            raise
+        self._threads[id(conn)] = thread
+        self._conns[id(conn)] = conn
+        return conn
+
+    async def _discard(self, conn: Any) -> None:
+        thread = self._threads.pop(id(conn), None)
+        self._conns.pop(id(conn), None)
+        if thread is None:
+            return
+        with contextlib.suppress(Exception):
+            await self._on_thread(thread, conn, conn.close)
+        thread.shutdown(wait=False)
+
+    async def open(self) -> None:
+        self._idle.append(await self._new())
+
+    async def close(self) -> None:
+        self._idle.clear()
+        for conn in list(self._conns.values()):
+            await self._discard(conn)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        conn = self._idle.pop() if self._idle else await self._new()
+        try:
+            yield conn
+        finally:
+            # Shielded: what was not committed must not leak into the next borrower.
+            try:
+                await asyncio.shield(self._give_back(conn))
+            except asyncio.CancelledError:
+                pass
+
+    async def _give_back(self, conn: Any) -> None:
+        if id(conn) not in self._conns:
+            self._returned(conn)
+            return  # closed by shutdown meanwhile, or left to a handler's thread
+        with contextlib.suppress(Exception):
+            await self._run(conn, self._release, conn)
+        self._returned(conn)
+        if self._usable(conn):
+            self._idle.append(conn)
+        else:
+            await self._discard(conn)
+
+    def _returned(self, conn: Any) -> None:
+        """A connection came back (its transaction ended)."""
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.descriptor.ops, op)
+        return await self._run(conn, fn, conn, *args, **kwargs)

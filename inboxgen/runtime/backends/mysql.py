@@ -1,0 +1,94 @@
+"""MySQL/MariaDB (PyMySQL): threaded calls of the generated functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from inboxgen.descriptor import TableDescriptor
+from inboxgen.runtime.backends.base import ThreadedBackend
+
+
+def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
+    """PyMySQL connect() arguments from a URL (mysql://user:password@host:port/db) or a mapping
+    of them."""
+    if not isinstance(database, str):
+        return dict(database)
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    url = urlsplit(database)
+    if url.scheme not in ("mysql", "mariadb", "mysql+pymysql"):
+        raise ValueError("a MySQL/MariaDB database is a URL like mysql://user@host:3306/name")
+    args: dict[str, Any] = {"host": url.hostname or "localhost", "port": url.port or 3306,
+                            "database": unquote(url.path.lstrip("/")) or None}
+    if url.username:
+        args["user"] = unquote(url.username)
+    if url.password:
+        args["password"] = unquote(url.password)
+    for key, values in parse_qs(url.query).items():
+        if key in ("unix_socket", "charset", "ssl_ca"):
+            args[key] = values[-1]
+    return args
+
+
+class MySQLBackend(ThreadedBackend):
+    """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC."""
+
+    dialect = "mysql"
+
+    def __init__(self, descriptor: TableDescriptor, database: str | Mapping[str, Any]) -> None:
+        super().__init__(descriptor)
+        self.connect_args = mysql_connect_args(database)
+
+    def _connect(self) -> Any:
+        import pymysql
+        from pymysql.constants import CLIENT
+
+        # FOUND_ROWS: an UPDATE reports the rows it matched, not only those it changed, so a
+        # renewal that writes the expiry already held still counts as held.
+        args = dict(self.connect_args)
+        flags = int(args.pop("client_flag", 0)) | CLIENT.FOUND_ROWS
+        conn = pymysql.connect(**args, client_flag=flags, autocommit=False)
+        with conn.cursor() as cur:
+            # Claims run at READ COMMITTED; times travel as naive UTC.
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute("SET SESSION time_zone = '+00:00'")
+        return conn
+
+    def _usable(self, conn: Any) -> bool:
+        return bool(conn.open)
+
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
+        await self._run(conn, conn.begin)
+
+    async def commit(self, conn: Any) -> None:
+        await self._run(conn, conn.commit)
+
+    async def rollback(self, conn: Any) -> None:
+        await self._run(conn, conn.rollback)
+
+    async def execute(self, conn: Any, sql: str) -> None:
+        def run() -> None:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+
+        await self._run(conn, run)
+
+    async def query(self, conn: Any, sql: str) -> Any:
+        def run() -> Any:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchone()
+
+        return await self._run(conn, run)
+
+    async def explain(self, conn: Any, name: str) -> None:
+        sql, params = self._explain_args(name)
+        # A list parameter (`IN %(ids)s`) is bound as a one-element list.
+        bound = {k: ([None] if k == "ids" else v) for k, v in params.items()}
+
+        def run() -> None:
+            with conn.cursor() as cur:
+                cur.execute(sql, bound)
+
+        await self._run(conn, run)

@@ -1,0 +1,95 @@
+"""PostgreSQL (psycopg 3): async connections from a pool and the generated `_async` functions."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from inboxgen.descriptor import Operations, TableDescriptor
+from inboxgen.runtime.backends.base import Backend
+
+
+class PostgresBackend(Backend):
+    """psycopg async connections from a pool that always keeps one connection spare."""
+
+    dialect = "postgres"
+
+    def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
+                 pool: Any = None, size: int = 1) -> None:
+        super().__init__(descriptor)
+        from psycopg_pool import AsyncConnectionPool
+
+        self.own_pool = pool is None
+        self.conninfo = conninfo if conninfo is not None else str(getattr(pool, "conninfo", ""))
+        # The listening connection is opened like the pool's own (a password may live here).
+        self.connect_kwargs: dict[str, Any] = {
+            k: v for k, v in dict(getattr(pool, "kwargs", None) or {}).items()
+            if k != "autocommit"}
+        self.pool: AsyncConnectionPool[Any] = pool or AsyncConnectionPool(
+            self.conninfo, min_size=1, max_size=size + 1, open=False,
+            name=f"inboxgen-{descriptor.table}")
+        assert descriptor.async_ops is not None
+        self.ops: Operations = descriptor.async_ops
+
+    async def open(self) -> None:
+        if self.own_pool:
+            await self.pool.open(wait=True)
+
+    async def close(self) -> None:
+        if self.own_pool:
+            await self.pool.close()
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self._connection()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        self.busy += 1
+        try:
+            async with self.pool.connection() as conn:
+                self.busy -= 1
+                try:
+                    yield conn
+                finally:
+                    self.busy += 1
+                    await conn.rollback()  # what was not committed does not leak
+        finally:
+            self.busy -= 1
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        self.busy += 1
+        try:
+            return await getattr(self.ops, op)(conn, *args, **kwargs)
+        finally:
+            self.busy -= 1
+
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
+        pass  # psycopg opens the transaction with the first statement
+
+    async def commit(self, conn: Any) -> None:
+        self.busy += 1
+        try:
+            await conn.commit()
+        finally:
+            self.busy -= 1
+
+    async def rollback(self, conn: Any) -> None:
+        self.busy += 1
+        try:
+            await conn.rollback()
+        finally:
+            self.busy -= 1
+
+    async def execute(self, conn: Any, sql: Any) -> None:
+        self.busy += 1
+        try:
+            await conn.execute(sql)
+        finally:
+            self.busy -= 1
+
+    async def explain(self, conn: Any, name: str) -> None:
+        try:
+            await conn.execute(*self._explain_args(name))
+        finally:
+            await conn.rollback()

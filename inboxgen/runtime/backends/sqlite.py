@@ -1,0 +1,182 @@
+"""SQLite (sqlite3): one thread per connection, the process's writers serialised, advisory locks
+kept in the process."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from inboxgen.descriptor import TableDescriptor
+from inboxgen.runtime.backends.base import ThreadedBackend
+
+
+class SqliteBackend(ThreadedBackend):
+    """sqlite3 connections in autocommit mode (explicit BEGIN), WAL, a busy timeout.
+
+    SQLite has one writer per file. Inside the process the connections take turns on an asyncio
+    lock before they write (a transaction holds it from BEGIN to its end; a statement outside
+    one, for that statement), so only writers of other processes are waited for in SQLite's
+    busy handler, and in-process waits cost no thread.
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self, descriptor: TableDescriptor, path: str | Path, *,
+                 busy_timeout: float = 30.0) -> None:
+        super().__init__(descriptor)
+        self.path = str(path)
+        self.busy_timeout = busy_timeout
+        self._writer = asyncio.Lock()
+        self._writing: Any = None  # the connection holding the process's write turn
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        return conn
+
+    def _release(self, conn: Any) -> None:
+        if conn.in_transaction:
+            conn.rollback()
+
+    def _interrupt(self, conn: Any) -> None:
+        conn.interrupt()
+
+    def _returned(self, conn: Any) -> None:
+        self._end_turn(conn)
+
+    def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
+        super().abandon(conn, user)
+        self._end_turn(conn)  # its writes end with the close; the others need not wait here
+
+    async def _take_turn(self, conn: Any) -> bool:
+        """Wait for the process's write turn; False when `conn` holds it already."""
+        if self._writing is conn:
+            return False
+        await self._writer.acquire()
+        self._writing = conn
+        return True
+
+    def _end_turn(self, conn: Any) -> None:
+        if self._writing is conn:
+            self._writing = None
+            self._writer.release()
+
+    async def _in_turn(self, conn: Any, fn: Any, *args: Any) -> Any:
+        """Run one statement outside a transaction in a write turn of its own."""
+        took = await self._take_turn(conn)
+        try:
+            return await self._run(conn, fn, *args)
+        finally:
+            if took:
+                self._end_turn(conn)
+
+    async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.descriptor.ops, op)
+        return await self._in_turn(conn, functools.partial(fn, conn, *args, **kwargs))
+
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
+        # IMMEDIATE takes the write lock up front: no deadlock upgrading a read later.
+        took = await self._take_turn(conn)
+        try:
+            await self._run(conn, conn.execute, "BEGIN IMMEDIATE" if immediate else "BEGIN")
+        except BaseException:
+            if took:
+                self._end_turn(conn)
+            raise
+
+    async def commit(self, conn: Any) -> None:
+        try:
+            if conn.in_transaction:
+                await self._run(conn, conn.execute, "COMMIT")
+        finally:
+            if not conn.in_transaction:
+                self._end_turn(conn)
+
+    async def rollback(self, conn: Any) -> None:
+        try:
+            if conn.in_transaction:
+                await self._run(conn, conn.execute, "ROLLBACK")
+        finally:
+            if not conn.in_transaction:
+                self._end_turn(conn)
+
+    async def execute(self, conn: Any, sql: str) -> None:
+        await self._in_turn(conn, _run_to_end, conn, sql)
+
+    async def explain(self, conn: Any, name: str) -> None:
+        await self._in_turn(conn, _run_to_end, conn, *self._explain_args(name))
+
+
+def _run_to_end(conn: sqlite3.Connection, sql: str, params: Any = ()) -> None:
+    """Run a statement and finish it: a cursor left open (EXPLAIN returns rows) keeps its
+    statement in progress, and SQLite then refuses to COMMIT on that connection."""
+    cur = conn.execute(sql, params)
+    try:
+        cur.fetchall()
+    finally:
+        cur.close()
+
+
+class AdvisoryRegistry:
+    """SQLite's advisory locks: a registry in the process, so one process per database file
+    serves advisory tables. That is enforced: the process holds an OS file lock beside the
+    database (`<file>.inboxgen-advisory`) while any of its workers serve advisory rows there."""
+
+    _held: dict[tuple[str, str], object] = {}
+    _guard = threading.Lock()
+    _files: dict[str, tuple[Any, set[int]]] = {}  # database -> (locked file, owners' ids)
+
+    @classmethod
+    def claim_file(cls, database: str, owner: object) -> bool:
+        """Take the database's advisory file lock for `owner`; False when another process
+        holds it."""
+        import fcntl
+
+        with cls._guard:
+            if database in cls._files:
+                cls._files[database][1].add(id(owner))
+                return True
+            # Kept open while owners remain: closing it releases the lock.
+            handle = open(f"{database}.inboxgen-advisory", "a+b")
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                return False
+            cls._files[database] = (handle, {id(owner)})
+            return True
+
+    @classmethod
+    def release_file(cls, owner: object) -> None:
+        with cls._guard:
+            for database, (handle, owners) in list(cls._files.items()):
+                owners.discard(id(owner))
+                if not owners:
+                    handle.close()  # closing the file releases the lock
+                    del cls._files[database]
+
+    @classmethod
+    def try_lock(cls, database: str, key: str, owner: object) -> bool:
+        with cls._guard:
+            if (database, key) in cls._held:
+                return False
+            cls._held[(database, key)] = owner
+            return True
+
+    @classmethod
+    def unlock(cls, database: str, key: str, owner: object) -> None:
+        with cls._guard:
+            if cls._held.get((database, key)) is owner:
+                del cls._held[(database, key)]
+
+    @classmethod
+    def release_all(cls, owner: object) -> None:
+        with cls._guard:
+            for k in [k for k, v in cls._held.items() if v is owner]:
+                del cls._held[k]
