@@ -95,6 +95,8 @@ class _Held:
     key: str | None = None  # advisory: the lock key
     lost: bool = False
     settling: bool = False
+    # Row lock, pipelined: settlements wait here for the next round trip (op, arguments).
+    deferred: list[tuple[str, dict[str, Any]]] | None = None
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     renewal: asyncio.Task[None] | None = None
 
@@ -201,6 +203,10 @@ class Worker:
         self._settled_order: collections.deque[Any] = collections.deque()
         self._advisory_reach = 0  # how many candidates the next advisory round reads, at least
         self._outage: tuple[_dt.datetime, int] | None = None  # since when claims fail
+        # Row lock without count_crashes on a driver with pipeline mode, non-transactional
+        # handlers: a round's settlements and COMMIT travel with the next claim.
+        self._pipelined = (d.form == "row_lock" and not d.count_crashes and not transactional
+                           and self.backend.pipelines)
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
@@ -395,6 +401,9 @@ class Worker:
     # -- the slot loop --------------------------------------------------------------------
 
     async def _slot(self, index: int) -> None:
+        if self._pipelined:
+            await self._pipelined_slot(index)
+            return
         failures = 0  # this slot's rounds failed in a row
         while not self._stopping.is_set():
             try:
@@ -410,6 +419,58 @@ class Worker:
             self._claim_worked()
             if drained:
                 await self._wait(index, self.poll_interval)
+
+    async def _pipelined_slot(self, index: int) -> None:
+        """Row lock in pipeline mode. The slot keeps one connection in pipeline mode; each round
+        queues the last round's settlements, its COMMIT, a BEGIN and the next claim, and the
+        claim's fetch sends them all: a batch costs one round trip. A round that fails rolls
+        back (its rows return at once, as a crash leaves them) and the slot starts again on a
+        fresh connection."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                async with self.backend.session() as conn, self.backend.pipeline(conn) as pipe:
+                    in_tx = False  # a claim's transaction is open on the connection
+                    pending: list[tuple[str, dict[str, Any]]] = []
+                    while True:
+                        claim = not self._stopping.is_set()
+                        rows = await self._send_round(conn, pipe, pending, commit=in_tx,
+                                                      claim=claim)
+                        in_tx, pending = claim, []
+                        failures = 0
+                        self._claim_worked()
+                        if not claim:
+                            return
+                        held = [self._held(r, deferred=pending) for r in rows]
+                        await self._deliver_all(held, conn)
+                        if len(rows) < self.batch:
+                            # Drained: commit now rather than hold the rows through the wait.
+                            await self._send_round(conn, pipe, pending, commit=True,
+                                                   claim=False)
+                            in_tx, pending = False, []
+                            await self._wait(index, self.poll_interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                failures += 1
+                self._claim_failed(err)
+                await self._wait(index, _retry_delay(failures))
+
+    async def _send_round(self, conn: Any, pipe: Any, pending: list[tuple[str, dict[str, Any]]],
+                          *, commit: bool, claim: bool) -> list[Any]:
+        """Queue settlements, COMMIT, BEGIN and a claim; the claim's fetch (or, without a
+        claim, a sync) sends them and waits for the server. Returns the claimed rows."""
+        for op, values in pending:
+            # A row lock's rows are this transaction's, so a settlement cannot miss them: its
+            # result (which arrives with the claim's) needs no reading.
+            await self._call(conn, op, **values)
+        if commit:
+            await self.backend.execute(conn, "COMMIT")
+        if not claim:
+            await self.backend.sync(pipe)
+            return []
+        await self.backend.execute(conn, "BEGIN")
+        return await self._claim(conn, self.clock.now(), self.batch)
 
     def _claim_failed(self, err: Exception) -> None:
         """One line when claims start failing (a server restart, a lost connection); the
@@ -929,6 +990,10 @@ class Worker:
             # Row lock without an attempt column, or advisory: a plain retry needs no
             # statement (the rollback or the unlock returns the row).
             return
+        if h.deferred is not None and (op in _PIPELINED_OPS or (
+                op == "dead_letter" and d.dead_letter_table is None)):
+            h.deferred.append((op, values))  # sent with the next claim (_send_round)
+            return
         if h.lost:
             raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
                             f"nothing", worker=self.name, table=d.qualified_name,
@@ -948,6 +1013,10 @@ def _retry_delay(failures: int) -> float:
     ceiling: float = min(1.0, 0.05 * 2.0 ** min(failures - 1, 10))
     return random.uniform(0.5, 1.0) * ceiling
 
+
+# Settlements that are one statement each: pipelined row-lock rounds send them with the next
+# claim, as a dead letter to a group. A dead letter to a table (copy, check, delete) runs at once.
+_PIPELINED_OPS = frozenset({"finish", "retry", "retry_after"})
 
 # How long a counted row-lock claim waits for the table's claim turn (MySQL's GET_LOCK; on
 # PostgreSQL the wait is the session's lock_timeout).

@@ -114,7 +114,8 @@ def _all() -> list[Case]:
                                recovery_jobs=recovery.get(f"{shape}-{fault}")))
     cases.append(_case("sqlite-lease", "sigstop"))
     # The row lock that does not count crashes (count_crashes = false): crashes spend no attempt.
-    cases.append(_case("pg-plain", "sigkill"))
+    cases.append(_case("pg-plain", "sigkill"))  # pipelined rounds (test_row_lock_pipeline.py)
+    cases.append(_case("pg-plain", "terminate"))
     cases.append(_case("pg-plain", "restart", server="pg-restart"))
     for shape in ("mysql-row_lock", "mysql-lease", "mysql-advisory"):
         cases.append(_case(shape, "sigkill"))

@@ -21,6 +21,9 @@ class Backend:
     """One database as the worker sees it."""
 
     dialect = ""
+    # Whether `session()` and `pipeline()` work: statements queued on a connection travel to the
+    # server in one round trip (psycopg's pipeline mode).
+    pipelines = False
 
     def __init__(self, descriptor: TableDescriptor) -> None:
         self.descriptor = descriptor
@@ -36,6 +39,19 @@ class Backend:
         raise NotImplementedError
 
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A connection held across transactions, with explicit BEGIN/COMMIT (`pipelines`)."""
+        raise NotImplementedError
+
+    def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Pipeline mode on `conn` (`pipelines`): statements are sent without waiting for
+        results; fetching a statement's rows sends what is queued and waits for it."""
+        raise NotImplementedError
+
+    async def sync(self, pipeline: Any) -> None:
+        """Send what `pipeline` holds and wait until the server has run all of it."""
         raise NotImplementedError
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:

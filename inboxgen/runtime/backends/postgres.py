@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from psycopg.pq import TransactionStatus
+
 from inboxgen.descriptor import Operations, TableDescriptor
 from inboxgen.runtime.backends.base import Backend
 
@@ -14,6 +16,7 @@ class PostgresBackend(Backend):
     """psycopg async connections from a pool that always keeps one connection spare."""
 
     dialect = "postgres"
+    pipelines = True
 
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
                  pool: Any = None, size: int = 1) -> None:
@@ -54,6 +57,31 @@ class PostgresBackend(Backend):
                 finally:
                     self.busy += 1
                     await conn.rollback()  # what was not committed does not leak
+        finally:
+            self.busy -= 1
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Any]:
+        # Autocommit with explicit BEGIN/COMMIT, as pipeline mode wants: psycopg then never
+        # sends a BEGIN of its own. Given back as it came (a user's pool expects that).
+        async with self.connection() as conn:
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    with contextlib.suppress(Exception):
+                        if conn.info.transaction_status != TransactionStatus.IDLE:
+                            await conn.execute("ROLLBACK")
+                        await conn.set_autocommit(False)
+
+    def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        return conn.pipeline()  # type: ignore[no-any-return]
+
+    async def sync(self, pipeline: Any) -> None:
+        self.busy += 1
+        try:
+            await pipeline.sync()
         finally:
             self.busy -= 1
 

@@ -1,0 +1,16 @@
+"""inboxgen in the peer benchmark: the runtime, row lock, batch 16 (inboxgen_bench.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from inboxgen_bench import InboxgenPeer  # noqa: E402
+
+
+class InboxgenB16Peer(InboxgenPeer):
+    batch = 16
+    workloads = ('W3', 'W4')
+
+
+PEER = InboxgenB16Peer()

@@ -1,0 +1,16 @@
+"""inboxgen in the peer benchmark: bare loop, row lock, batch 16, pipelined (inboxgen_bench.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from inboxgen_bench import BarePeer  # noqa: E402
+
+
+class InboxgenBarePipelinedB16Peer(BarePeer):
+    batch = 16
+    pipelined = True
+
+
+PEER = InboxgenBarePipelinedB16Peer()

@@ -1,0 +1,184 @@
+"""inboxgen as a peer of the shared queue benchmark (../shared/bench/peers): the runtime, and
+bare psycopg loops running the same generated statements, so that the runtime's overhead over
+its own SQL shows. The `*_peer.py` files beside this one are the variants the report lists.
+
+The generated modules come from specs/ (this folder is an inboxgen project of its own:
+`inboxgen verify` here checks them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import psycopg
+from peerbench import hooks
+from peerbench.peers.base import AsyncPeer, Target, WorkerOpts
+
+HERE = Path(__file__).resolve().parent
+MIGRATION = HERE / "specs" / "migrations" / "001_jobs.sql"
+POLL_S = 0.02  # the harness's own polling interval
+
+
+def generated(form: str) -> ModuleType:
+    if str(HERE / "generated") not in sys.path:
+        sys.path.insert(0, str(HERE / "generated"))
+    return importlib.import_module(f"bench_{form}")
+
+
+async def _handler(job: Any) -> None:
+    hooks.job_started(job.payload["n"])
+
+
+class InboxgenPeer(AsyncPeer):
+    """The inboxgen Worker on one table, `concurrency` slots, `batch` rows per claim."""
+
+    dists = ("inboxgen", "psycopg", "psycopg-pool")
+    backend = "postgres"
+    form = "row_lock"
+    batch = 1
+    bulk_api = "insert_many_async(conn, rows) (one INSERT ... SELECT FROM unnest)"
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"inboxgen {self.form.replace('_', ' ')} (batch {self.batch})"
+
+    @property
+    def settings(self) -> str:  # type: ignore[override]
+        return (f"Worker(workers=concurrency, batch={self.batch}, listen=True); async no-op "
+                f"handler; finished rows kept (processed_at)")
+
+    @property
+    def table(self) -> str:
+        return f"bench_{self.form}"
+
+    @property
+    def done_sql(self) -> str:  # type: ignore[override]
+        return f'SELECT count(*) FROM "{self.table}" WHERE processed_at IS NOT NULL'
+
+    @property
+    def queued_sql(self) -> str:  # type: ignore[override]
+        return f'SELECT count(*) FROM "{self.table}" WHERE processed_at IS NULL'
+
+    async def ainstall(self, target: Target) -> None:
+        async with await psycopg.AsyncConnection.connect(target.conninfo) as conn:
+            await conn.execute(MIGRATION.read_text(encoding="utf-8"))
+
+    @contextlib.asynccontextmanager
+    async def aclient(self, target: Target):  # type: ignore[no-untyped-def]
+        mod = generated(self.form)
+        async with await psycopg.AsyncConnection.connect(target.conninfo) as conn:
+
+            class Client:
+                async def enqueue_one(self, i: int) -> None:
+                    await mod.insert_async(conn, mod.NewRow(payload={"n": i}), notify=True)
+                    await conn.commit()
+
+                async def enqueue_many(self, ids: list[int]) -> None:
+                    await mod.insert_many_async(conn, [mod.NewRow(payload={"n": i})
+                                                       for i in ids])
+                    await mod.notify_async(conn)
+                    await conn.commit()
+
+            yield Client()
+
+    async def aworker(self, target: Target, opts: WorkerOpts, stop: asyncio.Event) -> None:
+        from inboxgen import Worker
+
+        worker = Worker(generated(self.form).DESCRIPTOR, _handler, database=target.conninfo,
+                        workers=opts.concurrency, batch=self.batch, listen=True,
+                        poll_interval=1.0)
+        await worker.start()
+        try:
+            await stop.wait()
+        finally:
+            await worker.shutdown()
+
+
+class BarePeer(InboxgenPeer):
+    """No runtime: `concurrency` tasks, each with its own connection, running the generated
+    statements in the plainest loop (claim, handler, settle, commit). `pipelined` sends a
+    round's settlements, its COMMIT and the next claim in one round trip (row lock only)."""
+
+    workloads = ("W3",)
+    pipelined = False
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        how = ", pipelined" if self.pipelined else ""
+        return f"bare psycopg loop, {self.form.replace('_', ' ')} (batch {self.batch}{how})"
+
+    @property
+    def settings(self) -> str:  # type: ignore[override]
+        return ("the generated statements in a hand-written loop: one connection per task, "
+                "no pool, no renewal, no error handling; a ceiling, not a queue")
+
+    async def aworker(self, target: Target, opts: WorkerOpts, stop: asyncio.Event) -> None:
+        mod = generated(self.form)
+        loop = self._pipelined_row_lock if self.pipelined else (
+            self._row_lock if self.form == "row_lock" else self._lease)
+        tasks = [asyncio.create_task(loop(mod, target, stop)) for _ in range(opts.concurrency)]
+        await stop.wait()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _row_lock(self, mod: ModuleType, target: Target, stop: asyncio.Event) -> None:
+        async with await psycopg.AsyncConnection.connect(target.conninfo) as conn:
+            while not stop.is_set():
+                rows = await mod.claim_async(conn, limit=self.batch)
+                for row in rows:
+                    hooks.job_started(row.payload["n"])
+                    await mod.finish_async(conn, id=row.id, now=_now())
+                await conn.commit()
+                if not rows:
+                    await asyncio.sleep(POLL_S)
+
+    async def _pipelined_row_lock(self, mod: ModuleType, target: Target,
+                                  stop: asyncio.Event) -> None:
+        async with await psycopg.AsyncConnection.connect(target.conninfo,
+                                                         autocommit=True) as conn:
+            done: list[Any] = []
+            while not stop.is_set():
+                async with conn.pipeline():
+                    for row_id in done:
+                        await conn.execute(mod.FINISH, {"id": row_id, "now": _now()})
+                    if done:
+                        await conn.execute("COMMIT")
+                    await conn.execute("BEGIN")
+                    cur = await conn.execute(mod.CLAIM, {"limit": self.batch})
+                rows = await cur.fetchall()
+                done = []
+                for r in rows:
+                    row = mod._claimed(r)
+                    hooks.job_started(row.payload["n"])
+                    done.append(row.id)
+                if not rows:
+                    await conn.execute("COMMIT")
+                    await asyncio.sleep(POLL_S)
+
+    async def _lease(self, mod: ModuleType, target: Target, stop: asyncio.Event) -> None:
+        async with await psycopg.AsyncConnection.connect(target.conninfo) as conn:
+            while not stop.is_set():
+                now = _now()
+                until = now + dt.timedelta(seconds=30)
+                rows = await mod.claim_async(conn, now=now, locked_until=until,
+                                             limit=self.batch)
+                await conn.commit()
+                for row in rows:
+                    hooks.job_started(row.payload["n"])
+                    await mod.finish_async(conn, id=row.id, now=_now(),
+                                           locked_until=row.locked_until, attempt=row.attempt)
+                    await conn.commit()
+                if not rows:
+                    await asyncio.sleep(POLL_S)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

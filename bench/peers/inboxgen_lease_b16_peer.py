@@ -1,0 +1,17 @@
+"""inboxgen in the peer benchmark: the runtime, lease, batch 16 (inboxgen_bench.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from inboxgen_bench import InboxgenPeer  # noqa: E402
+
+
+class InboxgenLeaseB16Peer(InboxgenPeer):
+    form = 'lease'
+    batch = 16
+    workloads = ('W3', 'W4')
+
+
+PEER = InboxgenLeaseB16Peer()
