@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import datetime as _dt
+import functools
 import inspect
 import json
 import logging
 import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -190,6 +193,9 @@ class Worker:
         self._idle: set[int] = set()
         self._in_flight = 0
         self.handler_threads = 0  # synchronous handlers running in threads
+        # Plain handlers run on threads of the worker's own, one per slot: asyncio's shared
+        # executor would cap them at min(32, CPUs + 4) whatever `workers` says.
+        self._handler_pool: ThreadPoolExecutor | None = None
         self.handler_tasks: set[asyncio.Future[Any]] = set()  # asynchronous handlers running
         self._listener: asyncio.Task[None] | None = None
         self.listener_pid: int | None = None  # the listening session, where there is one
@@ -324,6 +330,10 @@ class Worker:
             await asyncio.gather(self._listener, return_exceptions=True)
         AdvisoryRegistry.release_all(self)
         AdvisoryRegistry.release_file(self)
+        if self._handler_pool is not None:
+            # Threads still running a cancelled job's handler finish on their own.
+            self._handler_pool.shutdown(wait=False)
+            self._handler_pool = None
         await self.backend.close()
         self._tasks = []
         self._listener = None
@@ -876,7 +886,12 @@ class Worker:
                     self.handler_tasks.discard(task)
             else:
                 self.handler_threads += 1
-                thread = asyncio.ensure_future(asyncio.to_thread(self.handler, job))
+                if self._handler_pool is None:
+                    self._handler_pool = ThreadPoolExecutor(
+                        max_workers=self.workers, thread_name_prefix=f"{self.name}:handler")
+                context = contextvars.copy_context()  # as asyncio.to_thread does
+                thread = asyncio.get_running_loop().run_in_executor(
+                    self._handler_pool, functools.partial(context.run, self.handler, job))
                 try:
                     result = await asyncio.shield(thread)
                 except asyncio.CancelledError:

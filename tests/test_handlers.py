@@ -1,0 +1,52 @@
+"""How handlers run: plain functions on threads of the worker's own, one per slot."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from semantics_util import module_for
+
+from inboxgen import Job, Worker
+from inboxgen.testing import run_until_idle
+
+DDL = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL);\n"
+SPEC = """
+table = "jobs"
+dialect = "postgres"
+
+[columns]
+id = { role = "id", generated = true }
+payload = "payload"
+"""
+REQUEST = contextvars.ContextVar("REQUEST", default="none")
+
+
+def test_every_slot_runs_a_plain_handler_at_once(tmp_path: Path, pg_dsn: str) -> None:
+    # Ten slots on a 2-CPU machine: asyncio's default executor would run six at a time.
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(dsn := pg_dsn) as conn:
+        conn.execute(DDL)
+        module.insert_many(conn, [module.NewRow(payload={"n": i}) for i in range(10)])
+    together = threading.Barrier(10, timeout=5)
+    seen: list[tuple[int, str]] = []
+
+    def handler(job: Job[Any]) -> None:
+        try:
+            together.wait()  # returns only once ten handlers wait here at the same time
+        except threading.BrokenBarrierError:
+            seen.append((job.payload["n"], "fewer than ten ran at once"))
+            return
+        seen.append((job.payload["n"], REQUEST.get()))
+
+    async def main() -> None:
+        REQUEST.set("set by the service")
+        worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=10, listen=False)
+        await run_until_idle(worker, timeout=30)
+
+    asyncio.run(main())
+    assert sorted(seen) == [(n, "set by the service") for n in range(10)]
