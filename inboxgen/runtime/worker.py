@@ -470,10 +470,23 @@ class Worker:
                           *, commit: bool, claim: bool) -> list[Any]:
         """Queue settlements, COMMIT, BEGIN and a claim; the claim's fetch (or, without a
         claim, a sync) sends them and waits for the server. Returns the claimed rows."""
+        # A row lock's rows are this transaction's, so a settlement cannot miss them: its
+        # result (which arrives with the claim's) needs no reading.
+        by_op: dict[str, list[dict[str, Any]]] = {}
         for op, values in pending:
-            # A row lock's rows are this transaction's, so a settlement cannot miss them: its
-            # result (which arrives with the claim's) needs no reading.
-            await self._call(conn, op, **values)
+            by_op.setdefault(op, []).append(values)
+        for op, many in by_op.items():
+            name = op.upper()
+            params = self.descriptor.statement_params.get(name)
+            if len(many) > 1 and params is not None and all(
+                    p in values for values in many for p in params):
+                # The generated statement once for all its rows (the values it binds are the
+                # ones its function would pass): one message per row, no cursor per row.
+                await self.backend.execute_many(conn, self.descriptor.statements[name],
+                                                [{p: v[p] for p in params} for v in many])
+                continue
+            for values in many:
+                await self._call(conn, op, **values)
         if commit:
             await self.backend.execute(conn, "COMMIT")
         if not claim:

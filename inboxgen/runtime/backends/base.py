@@ -50,6 +50,10 @@ class Backend:
         results; fetching a statement's rows sends what is queued and waits for it."""
         raise NotImplementedError
 
+    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]]) -> None:
+        """Run one generated statement once per parameter set (`pipelines`)."""
+        raise NotImplementedError
+
     async def sync(self, pipeline: Any) -> None:
         """Send what `pipeline` holds and wait until the server has run all of it."""
         raise NotImplementedError

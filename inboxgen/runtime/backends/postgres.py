@@ -78,6 +78,13 @@ class PostgresBackend(Backend):
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         return conn.pipeline()  # type: ignore[no-any-return]
 
+    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]]) -> None:
+        self.busy += 1
+        try:
+            await conn.cursor().executemany(sql, params)
+        finally:
+            self.busy -= 1
+
     async def sync(self, pipeline: Any) -> None:
         self.busy += 1
         try:
