@@ -50,3 +50,48 @@ def test_every_slot_runs_a_plain_handler_at_once(tmp_path: Path, pg_dsn: str) ->
 
     asyncio.run(main())
     assert sorted(seen) == [(n, "set by the service") for n in range(10)]
+
+
+def test_one_notification_wakes_one_slot(tmp_path: Path, pg_dsn: str) -> None:
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(DDL)
+    picked: list[int] = []
+    claims = 0
+
+    async def handler(job: Job[Any]) -> None:
+        picked.append(job.payload["n"])
+
+    async def main() -> None:
+        nonlocal claims
+        # Ten idle slots, an hour's poll interval: only the notification can start a claim.
+        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=10,
+                        poll_interval=3600)
+        call = worker.backend.call
+
+        async def counting(conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
+            nonlocal claims
+            claims += op == "claim"
+            return await call(conn, op, *args, **kwargs)
+
+        worker.backend.call = counting  # type: ignore[method-assign]
+        await worker.start()
+        try:
+            for _ in range(200):  # every slot has claimed once and waits
+                if len(worker._idle) == 10 and worker.listener_pid is not None:
+                    break
+                await asyncio.sleep(0.02)
+            claims = 0
+            with psycopg.connect(pg_dsn) as conn:
+                module.insert(conn, module.NewRow(payload={"n": 1}), notify=True)
+            for _ in range(250):
+                if picked and len(worker._idle) == 10:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert picked == [1]
+    # The woken slot's claim, its next one, and the one slot its full claim woke: not ten.
+    assert claims <= 3, claims

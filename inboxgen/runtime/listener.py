@@ -55,7 +55,7 @@ async def listen(worker: Worker) -> None:
                 first = False
                 async for note in conn.notifies():
                     if worker.group is None or note.payload in ("", worker.group):
-                        worker.wake()
+                        worker.wake_one()  # one slot per job; a full claim wakes the next
         except (psycopg.Error, OSError) as err:
             log.warning("%s: the listening connection was lost (%s); reconnecting",
                         worker.name, str(err).strip().splitlines()[0] if str(err) else err)

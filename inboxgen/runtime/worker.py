@@ -191,6 +191,8 @@ class Worker:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._idle: set[int] = set()
+        self._slot_wakes: dict[int, asyncio.Event] = {}  # waiting slots, each woken alone
+        self._wakes_owed = 0  # wake_one() calls that found no slot waiting
         self._in_flight = 0
         self.handler_threads = 0  # synchronous handlers running in threads
         # Plain handlers run on threads of the worker's own, one per slot: asyncio's shared
@@ -309,9 +311,23 @@ class Worker:
         self.wake()
 
     def wake(self) -> None:
-        """Claim now instead of waiting out the poll interval."""
+        """Claim now instead of waiting out the poll interval (every waiting slot)."""
         event, self._wake = self._wake, asyncio.Event()
         event.set()
+
+    def wake_one(self) -> None:
+        """One job may be ready: wake one waiting slot, or, with none waiting, let the next slot
+        that would wait claim at once instead (a notification is never dropped)."""
+        if not self._wake_waiting_slot():
+            self._wakes_owed = min(self._wakes_owed + 1, self.workers)
+
+    def _wake_waiting_slot(self) -> bool:
+        for index, event in self._slot_wakes.items():
+            if not event.is_set():
+                event.set()
+                del self._slot_wakes[index]
+                return True
+        return False
 
     async def shutdown(self) -> None:
         """Wait for jobs in work (up to shutdown_timeout), then cancel what remains and close."""
@@ -340,6 +356,7 @@ class Worker:
         # Ready to start again (a worker can serve, stop, and serve once more).
         self.started = False
         self._stopping = asyncio.Event()
+        self._wakes_owed = 0
         log.info("%s: stopped", self.name)
 
     @property
@@ -429,6 +446,8 @@ class Worker:
             self._claim_worked()
             if drained:
                 await self._wait(index, self.poll_interval)
+            else:
+                self._wake_waiting_slot()  # a full claim: more rows are likely due
 
     async def _pipelined_slot(self, index: int) -> None:
         """Row lock in pipeline mode. The slot keeps one connection in pipeline mode; each round
@@ -451,6 +470,8 @@ class Worker:
                         self._claim_worked()
                         if not claim:
                             return
+                        if len(rows) == self.batch:
+                            self._wake_waiting_slot()  # a full claim: more rows are likely due
                         held = [self._held(r, deferred=pending) for r in rows]
                         await self._deliver_all(held, conn)
                         if len(rows) < self.batch:
@@ -516,9 +537,15 @@ class Worker:
                     self.stats.failed_claims - first + 1)
 
     async def _wait(self, index: int, seconds: float) -> None:
+        if self._wakes_owed and not self._stopping.is_set():
+            self._wakes_owed -= 1  # a wake-up came while every slot was busy: claim now
+            await asyncio.sleep(0)
+            return
         self._idle.add(index)
+        mine = self._slot_wakes[index] = asyncio.Event()
         waits = [asyncio.ensure_future(self.clock.sleep(seconds)),
                  asyncio.ensure_future(self._wake.wait()),
+                 asyncio.ensure_future(mine.wait()),
                  asyncio.ensure_future(self._stopping.wait())]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -526,6 +553,8 @@ class Worker:
             for w in waits:
                 w.cancel()
             self._idle.discard(index)
+            if self._slot_wakes.get(index) is mine:
+                del self._slot_wakes[index]
 
     async def _claim_and_work(self) -> bool:
         """One round of claiming and working; True when the queue looked drained (the claim
