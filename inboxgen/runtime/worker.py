@@ -51,6 +51,7 @@ from inboxgen.runtime.outcomes import (
     retry,
     retry_after,
 )
+from inboxgen.runtime.settler import LeaseSettler
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -215,6 +216,9 @@ class Worker:
         # handlers: a round's settlements and COMMIT travel with the next claim.
         self._pipelined = (d.form == "row_lock" and not d.count_crashes and not transactional
                            and self.backend.pipelines)
+        # Lease on a driver with pipeline mode: the slots' settlements are written together.
+        self._settler = LeaseSettler(d, self.backend) if (
+            d.form == "lease" and self.backend.pipelines) else None
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
@@ -281,6 +285,8 @@ class Worker:
             await self.backend.close()
             AdvisoryRegistry.release_file(self)
             raise
+        if self._settler is not None:
+            self._settler.start()
         if self.listen and isinstance(self.backend, PostgresBackend):
             from inboxgen.runtime.listener import listen
 
@@ -341,6 +347,8 @@ class Worker:
                             self.name, self._in_flight, self.shutdown_timeout,
                             _UNFINISHED[self.descriptor.form])
                 await asyncio.gather(*pending, return_exceptions=True)
+        if self._settler is not None:
+            await self._settler.stop()
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
@@ -609,8 +617,13 @@ class Worker:
     async def _lease_round(self) -> int:
         now = self.clock.now()
         until = lease_expiry(now, self.lease)
-        async with self._transaction() as conn:
-            rows = await self._claim(conn, now, self.batch, until)
+        if self._settler is not None and not self.descriptor.fifo:
+            # One statement: on an autocommit session it is its own transaction, one round trip.
+            async with self.backend.session() as conn:
+                rows = await self._claim(conn, now, self.batch, until)
+        else:
+            async with self._transaction() as conn:
+                rows = await self._claim(conn, now, self.batch, until)
         held = [self._held(r, token=until) for r in rows]
         for h in held:  # every claimed row renews from the start, not only the one in work
             h.renewal = asyncio.create_task(self._renew(h))
@@ -672,6 +685,14 @@ class Worker:
                 return
 
     async def _settle_lease(self, h: _Held, s: Settlement, conn: Any | None = None) -> None:
+        if conn is None and self._settler is not None:
+            # The renewal ends under the row's lock; the settlement then goes with the others.
+            async with h.lock:
+                h.settling = True
+                if h.renewal is not None:
+                    h.renewal.cancel()
+            await self._execute_settlement(None, h, s)
+            return
         # The transaction before the row's lock (see _renew).
         if conn is None:
             async with self._transaction() as tx:
@@ -1026,7 +1047,9 @@ class Worker:
         else:
             self.stats.retried += 1
 
-    async def _execute_settlement(self, conn: Any, h: _Held, s: Settlement) -> None:
+    async def _execute_settlement(self, conn: Any | None, h: _Held, s: Settlement) -> None:
+        """Run the settlement on `conn`, or (a lease, `conn` None) through the settler or in a
+        transaction of its own."""
         d = self.descriptor
         now = self.clock.now()
         values: dict[str, Any] = {"id": h.id, "locked_until": h.token, "attempt": h.attempt,
@@ -1055,7 +1078,13 @@ class Worker:
             raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
                             f"nothing", worker=self.name, table=d.qualified_name,
                             statement=op.upper())
-        ok = await self._call(conn, op, **values)
+        if conn is not None:
+            ok = await self._call(conn, op, **values)
+        elif self._settler is not None and self._settler.takes(op, values):
+            ok = await self._settler.settle(op, values)
+        else:
+            async with self._transaction() as tx:
+                ok = await self._call(tx, op, **values)
         if not ok:
             if d.form == "lease":
                 raise LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran "

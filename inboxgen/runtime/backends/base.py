@@ -50,8 +50,13 @@ class Backend:
         results; fetching a statement's rows sends what is queued and waits for it."""
         raise NotImplementedError
 
-    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]]) -> None:
-        """Run one generated statement once per parameter set (`pipelines`)."""
+    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]], *,
+                           returning: bool = False) -> Any:
+        """Run one generated statement once per parameter set (`pipelines`); with `returning`,
+        the cursor whose `row_counts` say what each run changed once the results are in."""
+        raise NotImplementedError
+
+    def row_counts(self, cursor: Any) -> list[int]:
         raise NotImplementedError
 
     async def sync(self, pipeline: Any) -> None:

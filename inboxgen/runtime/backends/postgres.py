@@ -78,12 +78,21 @@ class PostgresBackend(Backend):
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         return conn.pipeline()  # type: ignore[no-any-return]
 
-    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]]) -> None:
+    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]], *,
+                           returning: bool = False) -> Any:
         self.busy += 1
         try:
-            await conn.cursor().executemany(sql, params)
+            cursor = conn.cursor()
+            await cursor.executemany(sql, params, returning=returning)
+            return cursor
         finally:
             self.busy -= 1
+
+    def row_counts(self, cursor: Any) -> list[int]:
+        counts = [cursor.rowcount]
+        while cursor.nextset():
+            counts.append(cursor.rowcount)
+        return counts
 
     async def sync(self, pipeline: Any) -> None:
         self.busy += 1

@@ -1,0 +1,104 @@
+"""Lease settlements on PostgreSQL go together: the slots' settlements are written in one
+transaction, and each row is judged alone: a row whose lease another worker took gets LeaseLost,
+the others of the same flush settle."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from semantics_util import messages, module_for
+
+from inboxgen import Job, Outcome, Worker, ack, retry, retry_after
+
+DDL = """
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    locked_until TIMESTAMPTZ,
+    retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
+    processed_at TIMESTAMPTZ,
+    payload JSONB NOT NULL
+);
+"""
+SPEC = """
+table = "jobs"
+dialect = "postgres"
+
+[columns]
+id = { role = "id", generated = true }
+attempt = { role = "attempt", generated = true }
+locked_until = "locked_until"
+retry_after = "retry_after"
+processed_at = "processed_at"
+payload = "payload"
+"""
+STOLEN_UNTIL = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+
+
+def _rows(dsn: str) -> dict[str, tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return {kind: (attempt, until, done is not None, due) for kind, attempt, until, done, due
+                in conn.execute("SELECT payload->>'kind', attempt, locked_until, processed_at, "
+                                "retry_after FROM jobs").fetchall()}
+
+
+def test_one_flush_settles_each_row_alone(tmp_path: Path, pg_dsn: str,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    kinds = ["ack", "stolen-1", "retry", "later", "stolen-2", "ack-2"]
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(DDL)
+        module.insert_many(conn, [module.NewRow(payload={"kind": k}) for k in kinds])
+    started: list[str] = []
+    all_started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(job: Job[Any]) -> Outcome:
+        kind = job.payload["kind"]
+        started.append(kind)
+        if len(started) == len(kinds):
+            all_started.set()
+        if started.count(kind) > 1:
+            return ack()  # the retried row, run again
+        await release.wait()  # every handler returns at once: their settlements go together
+        return {"retry": retry(), "later": retry_after(dt.timedelta(hours=1))}.get(
+            kind, ack())
+
+    async def main() -> None:
+        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=6, batch=1,
+                        lease=600, listen=False, poll_interval=3600)
+        await worker.start()
+        try:
+            await asyncio.wait_for(all_started.wait(), 20)
+            # Another worker takes two of the leases (as its claim would: a new expiry and
+            # attempt) while their handlers still run.
+            with psycopg.connect(pg_dsn) as conn:
+                conn.execute("UPDATE jobs SET locked_until = %s, attempt = attempt + 1 "
+                             "WHERE payload->>'kind' LIKE 'stolen%%'", (STOLEN_UNTIL,))
+            release.set()
+            for _ in range(200):
+                if worker.in_flight == 0 and len(started) == len(kinds) + 1:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await worker.shutdown()
+        assert (worker.stats.acked, worker.stats.retried, worker.stats.lease_lost) == (3, 2, 2)
+
+    with caplog.at_level(logging.WARNING, logger="inboxgen"):
+        asyncio.run(main())
+
+    rows = _rows(pg_dsn)
+    assert rows["ack"][2] and rows["ack-2"][2]  # finished
+    assert rows["stolen-1"][:3] == (2, STOLEN_UNTIL, False)  # the new holder's row, untouched
+    assert rows["stolen-2"][:3] == (2, STOLEN_UNTIL, False)
+    assert rows["retry"][0] == 2 and rows["retry"][2]  # back at once, and run again
+    assert rows["later"][1:3] == (None, False)
+    assert rows["later"][3] > dt.datetime.now(dt.UTC) + dt.timedelta(minutes=50)
+    lost = [m for m in messages(caplog.records) if "no longer held" in m]
+    assert len(lost) == 2 and all("row 2" in m or "row 5" in m for m in lost), lost
