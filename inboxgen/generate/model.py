@@ -7,9 +7,10 @@ import re
 
 import attrs
 
+from inboxgen.descriptor import RuntimeDefaults
 from inboxgen.generate.catalog import Column
 from inboxgen.generate.dialects import LEASE, Dialect
-from inboxgen.generate.spec import RuntimeDefaults, Spec
+from inboxgen.generate.spec import Spec
 
 
 @attrs.frozen

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from inboxgen.descriptor import RuntimeDefaults
 from inboxgen.errors import Diagnostic, SpecInvalid
 from inboxgen.generate.dialects import DIALECTS, FORMS, Dialect
 
@@ -50,15 +51,6 @@ class RoleBinding:
     codec: str | None
     type: str | None  # "module:Class", the payload's user type
     line: int
-
-
-@attrs.frozen
-class RuntimeDefaults:
-    workers: int = 1
-    batch: int = 1
-    lease: int = 30
-    poll_interval: float = 1.0
-    max_attempts: int | None = None
 
 
 @attrs.frozen
@@ -431,7 +423,7 @@ class _Reader:
             if v is not None and v < 1:
                 self.err(("runtime", name), f"'runtime.{name}' must be at least 1, not {v}")
             elif v is not None:
-                values[name] = v
+                values["lease_seconds" if name == "lease" else name] = v
         poll = self.typed(rt, ("runtime", "poll_interval"), float, "a number of seconds")
         if poll is not None and poll <= 0:
             self.err(("runtime", "poll_interval"), "'runtime.poll_interval' must be above 0")
