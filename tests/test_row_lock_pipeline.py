@@ -17,7 +17,6 @@ import pytest
 from semantics_util import drive, fake_clock, messages, module_for
 
 from inboxgen import Job, Outcome, Worker, ack, drop, retry, retry_after
-from inboxgen.testing import run_until_idle
 
 DDL = """
 CREATE TABLE jobs (

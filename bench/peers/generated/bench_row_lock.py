@@ -13,10 +13,9 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
-from psycopg.types.json import Jsonb
-
 from inboxgen import values as _v
 from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from psycopg.types.json import Jsonb
 
 TABLE: Final = "bench_row_lock"
 CHANNEL: Final = "bench_row_lock"
