@@ -133,11 +133,13 @@ def test_a_round_lost_with_its_connection_returns_its_rows(
         nonlocal killed
         delivered.append(job.payload["n"])
         if len(delivered) == 4 and not killed:
-            # Every session of the worker goes, with the round whose settlements are queued.
+            # The worker's session goes, with the round whose settlements are queued: the one
+            # holding the claim's row locks (SELECT ... FOR UPDATE takes RowShareLock).
             killed = True
             with psycopg.connect(pg_dsn, autocommit=True) as conn:
-                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                             "datname = current_database() AND pid <> pg_backend_pid()")
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = "
+                             "'jobs'::regclass AND mode = 'RowShareLock' "
+                             "AND pid <> pg_backend_pid()")
 
     worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, group="work", batch=4,
                     workers=1, listen=False, poll_interval=0.05)
