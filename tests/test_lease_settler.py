@@ -102,3 +102,43 @@ def test_one_flush_settles_each_row_alone(tmp_path: Path, pg_dsn: str,
     assert rows["later"][3] > dt.datetime.now(dt.UTC) + dt.timedelta(minutes=50)
     lost = [m for m in messages(caplog.records) if "no longer held" in m]
     assert len(lost) == 2 and all("row 2" in m or "row 5" in m for m in lost), lost
+
+
+def test_a_batchs_handlers_run_one_at_a_time_in_claim_order(tmp_path: Path,
+                                                            pg_dsn: str) -> None:
+    # Settlements overlap the next row's handler; the handlers themselves never overlap.
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(DDL)
+        module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(16)])
+    running = 0
+    most = 0
+    order: list[int] = []
+
+    async def handler(job: Job[Any]) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        order.append(int(job.payload["kind"]))
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    async def main() -> tuple[int, int]:
+        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=1, batch=8,
+                        listen=False, poll_interval=0.05)
+        await worker.start()
+        try:
+            for _ in range(400):
+                if len(order) == 16 and worker.in_flight == 0:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+        return worker.stats.acked, worker.stats.lease_lost
+
+    assert asyncio.run(main()) == (16, 0)
+    assert most == 1
+    assert order == list(range(16))
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL"
+                            ).fetchone() == (0,)

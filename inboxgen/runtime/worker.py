@@ -628,12 +628,38 @@ class Worker:
         for h in held:  # every claimed row renews from the start, not only the one in work
             h.renewal = asyncio.create_task(self._renew(h))
         try:
-            await self._deliver_all(held)
+            if self._settler is not None and not self.transactional and len(held) > 1:
+                await self._deliver_overlapped(held)
+            else:
+                await self._deliver_all(held)
         finally:
             for h in held:
                 if h.renewal is not None:
                     h.renewal.cancel()
         return len(rows)
+
+    async def _deliver_overlapped(self, held: list[_Held]) -> None:
+        """Lease rows through the settler: the handlers still run one after another, in claim
+        order, but a row's settlement is on its way while the next row's handler runs, so the
+        batch's settlements gather in a few flushes instead of waiting one flush each."""
+        self._in_flight += len(held)
+        turn = asyncio.Lock()  # fair: the rows' handlers take it in claim order
+        started: set[int] = set()
+
+        async def deliver(h: _Held) -> None:
+            started.add(id(h))
+            await self._deliver(h, None, turn=turn)
+
+        tasks = [asyncio.ensure_future(deliver(h)) for h in held]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            self._in_flight -= len(held) - len(started)  # rows a broken round never reached
 
     async def _deliver_all(self, held: list[_Held], conn: Any | None = None) -> None:
         """Deliver claimed rows one after another; rows a broken round never reached leave the
@@ -843,9 +869,11 @@ class Worker:
 
     # -- one delivery -----------------------------------------------------------------------
 
-    async def _deliver(self, h: _Held, conn: Any | None = None) -> None:
+    async def _deliver(self, h: _Held, conn: Any | None = None, *,
+                       turn: asyncio.Lock | None = None) -> None:
         """Run the handler on one held row and settle it. `conn` holds the row (row lock and
-        advisory); lease rows are held by their token alone."""
+        advisory); lease rows are held by their token alone. `turn`, where given, is held while
+        the handler runs (and released before the settlement)."""
         d = self.descriptor
         try:
             if (self.max_attempts is not None and h.attempt is not None
@@ -869,7 +897,8 @@ class Worker:
             if self.transactional:
                 await self._deliver_in_transaction(h, payload, conn)
                 return
-            outcome = await self._run_handler(h, payload, None)
+            async with turn or contextlib.nullcontext():
+                outcome = await self._run_handler(h, payload, None)
             await self._settle(h, self._decide(h, outcome), conn)
         except LeaseLost as err:
             self.stats.lease_lost += 1

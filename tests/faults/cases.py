@@ -59,11 +59,12 @@ def _faults(fault: str, long: bool) -> list[Fault]:
 
 
 def _case(shape: str, fault: str, *, jobs: int = 300, recovery_jobs: int | None = None,
-          processes: int = 2, server: str | None = None, **options: object) -> Case:
+          processes: int = 2, server: str | None = None, tag: str = "",
+          **options: object) -> Case:
     dialect = {"pg": "postgres", "mysql": "mysql", "sqlite": "sqlite"}[shape.split("-")[0]]
     if server is None:
         server = {"postgres": "pg", "mysql": "mysql", "sqlite": "sqlite"}[dialect]
-    name = f"{shape}-{fault}"
+    name = f"{shape}-{fault}" + (f"-{tag}" if tag else "")
     injector = "mysql-restart" if fault == "restart" and dialect == "mysql" else fault
 
     def make(n: int | None) -> Scenario:
@@ -116,6 +117,13 @@ def _all() -> list[Case]:
     # The row lock that does not count crashes (count_crashes = false): crashes spend no attempt.
     cases.append(_case("pg-plain", "sigkill"))  # pipelined rounds (test_row_lock_pipeline.py)
     cases.append(_case("pg-plain", "terminate"))
+    # Handlers that are not transactional (at least once: checker.py), in batches of 8: the
+    # pipelined row-lock rounds and the lease settler, killed, cut off and restarted mid-batch.
+    for shape in ("pg-plain", "pg-lease"):
+        for fault in ("sigkill", "terminate"):
+            cases.append(_case(shape, fault, tag="plain-batch8", batch=8, plain=True))
+        cases.append(_case(shape, "restart", server="pg-restart", tag="plain-batch8", batch=8,
+                           plain=True))
     cases.append(_case("pg-plain", "restart", server="pg-restart"))
     for shape in ("mysql-row_lock", "mysql-lease", "mysql-advisory"):
         cases.append(_case(shape, "sigkill"))

@@ -191,6 +191,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     # A deliberately broken handler, to show the checker catches what it should (PostgreSQL):
     # "outside" commits the effect on a connection of its own before the settlement.
     p.add_argument("--effects", choices=["transaction", "outside"], default="transaction")
+    p.add_argument("--plain", action="store_true", help="handlers not transactional")
     p.add_argument("--skip-every", type=int, default=0,
                    help="ack every Nth job (by id) without writing its effect")
     return p.parse_args(argv)
@@ -230,10 +231,19 @@ def main(argv: list[str]) -> int:
         if args.effects == "outside":
             import psycopg
 
-            if not outside:
-                outside.append(await psycopg.AsyncConnection.connect(args.database,
-                                                                     autocommit=True))
-            await outside[0].execute(insert, (job.id, pid, job.attempt, time.time()))
+            for again in (True, False):
+                if not outside or outside[0].closed:
+                    outside[:] = [await psycopg.AsyncConnection.connect(args.database,
+                                                                        autocommit=True)]
+                try:
+                    await outside[0].execute(insert, (job.id, pid, job.attempt, time.time()))
+                    break
+                except psycopg.OperationalError:
+                    # The connection went with a server restart or a terminated session: the
+                    # worker claimed this row, so the server is back; connect again once.
+                    await outside[0].close()
+                    if not again:
+                        raise
             events.write("settled", job.id, job.attempt)
             return ack()
         await _conn(job).execute(insert, (job.id, pid, job.attempt, time.time()))
@@ -269,7 +279,7 @@ def main(argv: list[str]) -> int:
 
     worker = Worker(module.DESCRIPTOR, handler, database=args.database, workers=args.workers,
                     batch=args.batch, lease=args.lease, poll_interval=args.poll_interval,
-                    shutdown_timeout=args.shutdown_timeout, transactional=True)
+                    shutdown_timeout=args.shutdown_timeout, transactional=not args.plain)
 
     # Until run() installs its own handlers, a SIGTERM stops the worker before it serves.
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

@@ -104,6 +104,7 @@ class Fleet:
     fsync: bool = True
     effects: str = "transaction"
     skip_every: int = 0
+    plain: bool = False  # handlers not transactional (effects on a connection of their own)
     app_prefix: str = "fault"
     restart: bool = True  # start a new process in a slot whose process died
     restart_delay: float = 0.1
@@ -148,6 +149,8 @@ class Fleet:
             cmd += ["--effects", self.effects]
         if self.skip_every:
             cmd += ["--skip-every", str(self.skip_every)]
+        if self.plain:
+            cmd += ["--plain"]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
         with open(err, "wb") as errfile:

@@ -47,6 +47,10 @@ class Scenario:
     end_grace: float = 5.0  # beyond shutdown_timeout for the final SIGTERM
     effects: str = "transaction"  # "outside": a broken handler (see child.py)
     skip_every: int = 0  # a broken handler: acks every Nth job without its effect
+    # At-least-once: handlers that are not transactional (the pipelined row lock, the lease
+    # settler) write their effect on a connection of their own before they ack. A crash between
+    # effect and settlement runs the job again, so duplicated effects are reported, not failed.
+    plain: bool = False
 
     @property
     def fault_label(self) -> str:
@@ -159,7 +163,8 @@ def run_scenario(sc: Scenario, target: Target, folder: Path, *, pg_server: Any =
     fleet = Fleet(target, folder, processes=sc.processes, workers=sc.workers, lease=sc.lease,
                   job_ms=sc.job_ms, shutdown_timeout=sc.shutdown_timeout,
                   poll_interval=sc.poll_interval, batch=sc.batch, fsync=sc.fsync,
-                  effects=sc.effects, skip_every=sc.skip_every,
+                  effects="outside" if sc.plain else sc.effects, skip_every=sc.skip_every,
+                  plain=sc.plain,
                   max_seconds=sc.timeout + 120.0, max_restarts=max(200, sc.jobs // 10),
                   app_prefix=f"fault{os.getpid()}x{next(_prefixes)}")
     run = Run(sc.name, target, fleet, list(sc.faults), sc.fault_label, random.Random(sc.name),
