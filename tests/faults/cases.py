@@ -96,7 +96,7 @@ def _all() -> list[Case]:
     pg = ["pg-row_lock", "pg-counted", "pg-lease", "pg-advisory"]
     recovery = {"pg-row_lock-sigkill": 1500, "pg-lease-sigstop": 2000,
                 "pg-advisory-terminate": 1500, "pg-lease-restart": 1500,
-                "pg-counted-sigterm": 1500, "sqlite-lease-sigkill": 1200,
+                "pg-counted-sigterm": 1500, "sqlite-lease-sigkill": 2000,
                 "mysql-row_lock-restart": 1000}
     for shape in pg:
         for fault in ("sigkill", "terminate", "sigterm"):
