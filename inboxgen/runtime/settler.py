@@ -13,13 +13,11 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from inboxgen.runtime.batching import bind_many, by_op
+
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
     from inboxgen.runtime.backends import Backend
-
-# Settlements that are one token-guarded statement each. A dead letter runs on its own (to a
-# table it copies, checks and deletes; it is rare either way).
-SINGLE_STATEMENT = frozenset({"finish", "retry", "retry_after"})
 
 
 class LeaseSettler:
@@ -30,14 +28,6 @@ class LeaseSettler:
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
-
-    def takes(self, op: str, values: dict[str, Any]) -> bool:
-        """Whether `op` can be written with others: one statement whose parameters are the
-        runtime's values (else the worker calls its generated function)."""
-        if op not in SINGLE_STATEMENT:
-            return False
-        params = self.descriptor.statement_params.get(op.upper())
-        return params is not None and all(p in values for p in params)
 
     def start(self) -> None:
         self._closing = False
@@ -86,20 +76,16 @@ class LeaseSettler:
 
     async def _flush(self, batch: list[tuple[str, dict[str, Any], asyncio.Future[bool]]]
                      ) -> list[bool]:
-        d = self.descriptor
-        by_op: dict[str, list[int]] = {}
-        for i, (op, _, _) in enumerate(batch):
-            by_op.setdefault(op, []).append(i)
         settled = [False] * len(batch)
+        indexed = by_op([(op, (i, values)) for i, (op, values, _) in enumerate(batch)])
         async with self.backend.session() as conn, self.backend.pipeline(conn) as pipe:
             await self.backend.execute(conn, "BEGIN")
             cursors = []
-            for op, indexes in by_op.items():
-                name = op.upper()
-                params = d.statement_params[name]
-                cursors.append((indexes, await self.backend.execute_many(
-                    conn, d.statements[name], [{p: batch[i][1][p] for p in params}
-                                               for i in indexes], returning=True)))
+            for op, items in indexed.items():
+                bound = bind_many(self.descriptor, op, [values for _, values in items])
+                assert bound is not None  # the worker sends only what binds (bind_many)
+                cursors.append(([i for i, _ in items],
+                                await self.backend.execute_many(conn, *bound, returning=True)))
             await self.backend.execute(conn, "COMMIT")
             await self.backend.sync(pipe)
         for indexes, cursor in cursors:

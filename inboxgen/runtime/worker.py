@@ -35,6 +35,7 @@ from inboxgen.runtime.backends import (
     PostgresBackend,
     SqliteBackend,
 )
+from inboxgen.runtime.batching import bind_many, by_op, one_statement
 from inboxgen.runtime.clock import Clock, SystemClock
 from inboxgen.runtime.outcomes import (
     DEAD_LETTER,
@@ -287,6 +288,9 @@ class Worker:
             raise
         if self._settler is not None:
             self._settler.start()
+        # Threads start only once plain handlers run.
+        self._handler_pool = ThreadPoolExecutor(max_workers=self.workers,
+                                                thread_name_prefix=f"{self.name}:handler")
         if self.listen and isinstance(self.backend, PostgresBackend):
             from inboxgen.runtime.listener import listen
 
@@ -436,64 +440,59 @@ class Worker:
     # -- the slot loop --------------------------------------------------------------------
 
     async def _slot(self, index: int) -> None:
-        if self._pipelined:
-            await self._pipelined_slot(index)
-            return
         failures = 0  # this slot's rounds failed in a row
-        while not self._stopping.is_set():
-            try:
-                drained = await self._claim_and_work()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                failures += 1
-                self._claim_failed(err)
-                await self._wait(index, _retry_delay(failures))
-                continue
+
+        def worked() -> None:
+            nonlocal failures
             failures = 0
             self._claim_worked()
-            if drained:
-                await self._wait(index, self.poll_interval)
-            else:
-                self._wake_waiting_slot()  # a full claim: more rows are likely due
 
-    async def _pipelined_slot(self, index: int) -> None:
-        """Row lock in pipeline mode. The slot keeps one connection in pipeline mode; each round
-        queues the last round's settlements, its COMMIT, a BEGIN and the next claim, and the
-        claim's fetch sends them all: a batch costs one round trip. A round that fails rolls
-        back (its rows return at once, as a crash leaves them) and the slot starts again on a
-        fresh connection."""
-        failures = 0
         while not self._stopping.is_set():
             try:
-                async with self.backend.session() as conn, self.backend.pipeline(conn) as pipe:
-                    in_tx = False  # a claim's transaction is open on the connection
-                    pending: list[tuple[str, dict[str, Any]]] = []
-                    while True:
-                        claim = not self._stopping.is_set()
-                        rows = await self._send_round(conn, pipe, pending, commit=in_tx,
-                                                      claim=claim)
-                        in_tx, pending = claim, []
-                        failures = 0
-                        self._claim_worked()
-                        if not claim:
-                            return
-                        if len(rows) == self.batch:
-                            self._wake_waiting_slot()  # a full claim: more rows are likely due
-                        held = [self._held(r, deferred=pending) for r in rows]
-                        await self._deliver_all(held, conn)
-                        if len(rows) < self.batch:
-                            # Drained: commit now rather than hold the rows through the wait.
-                            await self._send_round(conn, pipe, pending, commit=True,
-                                                   claim=False)
-                            in_tx, pending = False, []
-                            await self._wait(index, self.poll_interval)
+                if self._pipelined:
+                    await self._pipelined_session(index, worked)
+                else:
+                    await self._round(index, worked)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
                 failures += 1
                 self._claim_failed(err)
                 await self._wait(index, _retry_delay(failures))
+
+    async def _round(self, index: int, worked: Callable[[], None]) -> None:
+        drained = await self._claim_and_work()
+        worked()
+        if drained:
+            await self._wait(index, self.poll_interval)
+        else:
+            self._wake_waiting_slot()  # a full claim: more rows are likely due
+
+    async def _pipelined_session(self, index: int, worked: Callable[[], None]) -> None:
+        """Row lock in pipeline mode, until the worker stops. The slot keeps one connection in
+        pipeline mode; each round queues the last round's settlements, its COMMIT, a BEGIN and
+        the next claim, and the claim's fetch sends them all: a batch costs one round trip. A
+        round that fails rolls back (its rows return at once, as a crash leaves them), and the
+        slot starts again on a fresh connection."""
+        async with self.backend.session() as conn, self.backend.pipeline(conn) as pipe:
+            in_tx = False  # a claim's transaction is open on the connection
+            pending: list[tuple[str, dict[str, Any]]] = []
+            while True:
+                claim = not self._stopping.is_set()
+                rows = await self._send_round(conn, pipe, pending, commit=in_tx, claim=claim)
+                in_tx, pending = claim, []
+                worked()
+                if not claim:
+                    return
+                if len(rows) == self.batch:
+                    self._wake_waiting_slot()  # a full claim: more rows are likely due
+                held = [self._held(r, deferred=pending) for r in rows]
+                await self._deliver_all(held, conn)
+                if len(rows) < self.batch:
+                    # Drained: commit now rather than hold the rows through the wait.
+                    await self._send_round(conn, pipe, pending, commit=True, claim=False)
+                    in_tx, pending = False, []
+                    await self._wait(index, self.poll_interval)
 
     async def _send_round(self, conn: Any, pipe: Any, pending: list[tuple[str, dict[str, Any]]],
                           *, commit: bool, claim: bool) -> list[Any]:
@@ -501,18 +500,11 @@ class Worker:
         claim, a sync) sends them and waits for the server. Returns the claimed rows."""
         # A row lock's rows are this transaction's, so a settlement cannot miss them: its
         # result (which arrives with the claim's) needs no reading.
-        by_op: dict[str, list[dict[str, Any]]] = {}
-        for op, values in pending:
-            by_op.setdefault(op, []).append(values)
-        for op, many in by_op.items():
-            name = op.upper()
-            params = self.descriptor.statement_params.get(name)
-            if len(many) > 1 and params is not None and all(
-                    p in values for values in many for p in params):
-                # The generated statement once for all its rows (the values it binds are the
-                # ones its function would pass): one message per row, no cursor per row.
-                await self.backend.execute_many(conn, self.descriptor.statements[name],
-                                                [{p: v[p] for p in params} for v in many])
+        for op, many in by_op(pending).items():
+            bound = bind_many(self.descriptor, op, many) if len(many) > 1 else None
+            if bound is not None:
+                # One message per row, no cursor per row.
+                await self.backend.execute_many(conn, *bound)
                 continue
             for values in many:
                 await self._call(conn, op, **values)
@@ -711,24 +703,19 @@ class Worker:
                 return
 
     async def _settle_lease(self, h: _Held, s: Settlement, conn: Any | None = None) -> None:
-        if conn is None and self._settler is not None:
-            # The renewal ends under the row's lock; the settlement then goes with the others.
-            async with h.lock:
-                h.settling = True
-                if h.renewal is not None:
-                    h.renewal.cancel()
-            await self._execute_settlement(None, h, s)
-            return
-        # The transaction before the row's lock (see _renew).
-        if conn is None:
+        if conn is None and self._settler is None:
+            # The transaction before the row's lock (see _renew).
             async with self._transaction() as tx:
                 await self._settle_lease(h, s, tx)
             return
-        async with h.lock:
+        async with h.lock:  # the renewal ends under the row's lock
             h.settling = True
             if h.renewal is not None:
                 h.renewal.cancel()
-            await self._execute_settlement(conn, h, s)
+            if conn is not None:
+                await self._execute_settlement(conn, h, s)
+                return
+        await self._execute_settlement(None, h, s)  # with the other slots' (the settler)
 
     # -- row lock ---------------------------------------------------------------------------
 
@@ -978,9 +965,7 @@ class Worker:
                     self.handler_tasks.discard(task)
             else:
                 self.handler_threads += 1
-                if self._handler_pool is None:
-                    self._handler_pool = ThreadPoolExecutor(
-                        max_workers=self.workers, thread_name_prefix=f"{self.name}:handler")
+                assert self._handler_pool is not None  # made by start()
                 context = contextvars.copy_context()  # as asyncio.to_thread does
                 thread = asyncio.get_running_loop().run_in_executor(
                     self._handler_pool, functools.partial(context.run, self.handler, job))
@@ -1099,8 +1084,7 @@ class Worker:
             # Row lock without an attempt column, or advisory: a plain retry needs no
             # statement (the rollback or the unlock returns the row).
             return
-        if h.deferred is not None and (op in _PIPELINED_OPS or (
-                op == "dead_letter" and d.dead_letter_table is None)):
+        if h.deferred is not None and one_statement(d, op):
             h.deferred.append((op, values))  # sent with the next claim (_send_round)
             return
         if h.lost:
@@ -1109,7 +1093,7 @@ class Worker:
                             statement=op.upper())
         if conn is not None:
             ok = await self._call(conn, op, **values)
-        elif self._settler is not None and self._settler.takes(op, values):
+        elif self._settler is not None and bind_many(d, op, [values]) is not None:
             ok = await self._settler.settle(op, values)
         else:
             async with self._transaction() as tx:
@@ -1128,10 +1112,6 @@ def _retry_delay(failures: int) -> float:
     ceiling: float = min(1.0, 0.05 * 2.0 ** min(failures - 1, 10))
     return random.uniform(0.5, 1.0) * ceiling
 
-
-# Settlements that are one statement each: pipelined row-lock rounds send them with the next
-# claim, as a dead letter to a group. A dead letter to a table (copy, check, delete) runs at once.
-_PIPELINED_OPS = frozenset({"finish", "retry", "retry_after"})
 
 # How long a counted row-lock claim waits for the table's claim turn (MySQL's GET_LOCK; on
 # PostgreSQL the wait is the session's lock_timeout).

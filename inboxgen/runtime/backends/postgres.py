@@ -6,8 +6,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from psycopg.pq import TransactionStatus
-
 from inboxgen.descriptor import Operations, TableDescriptor
 from inboxgen.runtime.backends.base import Backend
 
@@ -71,8 +69,7 @@ class PostgresBackend(Backend):
             finally:
                 if not conn.closed:
                     with contextlib.suppress(Exception):
-                        if conn.info.transaction_status != TransactionStatus.IDLE:
-                            await conn.execute("ROLLBACK")
+                        await conn.rollback()  # autocommit can change only outside one
                         await conn.set_autocommit(False)
 
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
