@@ -75,12 +75,35 @@ WHERE "MessageId" = %(id)s
   AND "attempt" = %(attempt)s + 1
 """
 
+# Extend many held leases to `new_locked_until`; returns the ids renewed.
+RENEW_MANY: Final[LiteralString] = """
+UPDATE "Chat"."OutgoingMessages"
+SET "locked_until" = %(new_locked_until)s
+WHERE ("MessageId", "locked_until", "attempt") IN (
+    SELECT held.id, held.locked_until, held.attempt + 1
+    FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[])
+        AS held(id, locked_until, attempt)
+)
+RETURNING "MessageId"
+"""
+
 # Ack or drop: delete the row.
 FINISH: Final[LiteralString] = """
 DELETE FROM "Chat"."OutgoingMessages"
 WHERE "MessageId" = %(id)s
   AND "locked_until" = %(locked_until)s
   AND "attempt" = %(attempt)s + 1
+"""
+
+# Ack or drop many rows: delete them. Returns the ids settled.
+FINISH_MANY: Final[LiteralString] = """
+DELETE FROM "Chat"."OutgoingMessages"
+WHERE ("MessageId", "locked_until", "attempt") IN (
+    SELECT held.id, held.locked_until, held.attempt + 1
+    FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[])
+        AS held(id, locked_until, attempt)
+)
+RETURNING "MessageId"
 """
 
 # Return the row to the queue now.
@@ -311,6 +334,50 @@ def retry_after(
     return cur.rowcount == 1
 
 
+def renew_many(
+    conn: psycopg.Connection[Any],
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+    new_locked_until: datetime.datetime,
+) -> list[int]:
+    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
+    one entry per row.
+    """
+    cur = conn.execute(
+        RENEW_MANY,
+        {
+            "new_locked_until": new_locked_until,
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
+def finish_many(
+    conn: psycopg.Connection[Any],
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+) -> list[int]:
+    """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
+    per row.
+    """
+    cur = conn.execute(
+        FINISH_MANY,
+        {
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
 def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
@@ -478,6 +545,50 @@ async def retry_after_async(
     return cur.rowcount == 1
 
 
+async def renew_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+    new_locked_until: datetime.datetime,
+) -> list[int]:
+    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
+    one entry per row.
+    """
+    cur = await conn.execute(
+        RENEW_MANY,
+        {
+            "new_locked_until": new_locked_until,
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in await cur.fetchall()]
+
+
+async def finish_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+) -> list[int]:
+    """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
+    per row.
+    """
+    cur = await conn.execute(
+        FINISH_MANY,
+        {
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in await cur.fetchall()]
+
+
 async def insert_async(
     conn: psycopg.AsyncConnection[Any],
     row: NewRow,
@@ -520,6 +631,8 @@ OPS: Final = Operations(
     finish=finish,
     retry=retry,
     retry_after=retry_after,
+    renew_many=renew_many,
+    finish_many=finish_many,
     insert=insert,
     insert_many=insert_many,
     notify=notify,
@@ -532,6 +645,8 @@ ASYNC_OPS: Final = Operations(
     finish=finish_async,
     retry=retry_async,
     retry_after=retry_after_async,
+    renew_many=renew_many_async,
+    finish_many=finish_many_async,
     insert=insert_async,
     insert_many=insert_many_async,
     notify=notify_async,
@@ -542,7 +657,9 @@ STATEMENTS: Final = {
     "FIFO_GUARD": FIFO_GUARD,
     "FIFO_CLAIM": FIFO_CLAIM,
     "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY,
     "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY,
     "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER,
     "INSERT": INSERT,
@@ -565,14 +682,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "locked_until": "locked_until",
         "payload": "body",
     },
-    role_attrs={
-        "id": "MessageId",
-        "group": "conversation",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "locked_until": "locked_until",
-        "payload": "body",
-    },
     columns=(
         "MessageId",
         "conversation",
@@ -582,18 +691,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "body",
     ),
     statements=STATEMENTS,
-    statement_params={
-        "CLAIM": ("locked_until", "group", "now", "limit"),
-        "FIFO_GUARD": ("fifo_key",),
-        "FIFO_CLAIM": ("locked_until", "group", "now"),
-        "RENEW": ("new_locked_until", "id", "locked_until", "attempt"),
-        "FINISH": ("id", "locked_until", "attempt"),
-        "RETRY": ("id", "locked_until", "attempt"),
-        "RETRY_AFTER": ("retry_after", "id", "locked_until", "attempt"),
-        "INSERT": ("conversation", "retry_after", "body"),
-        "INSERT_MANY": ("conversation", "retry_after", "body"),
-        "NOTIFY": ("channel", "payload"),
-    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="text",

@@ -58,6 +58,12 @@ DELETE FROM "email_jobs"
 WHERE "job_id" = %(id)s
 """
 
+# Ack or drop many rows: delete them.
+FINISH_MANY: Final[LiteralString] = """
+DELETE FROM "email_jobs"
+WHERE "job_id" = ANY(%(id)s::BIGINT[])
+"""
+
 # Move a spent row to the dead-letter group, keeping its attempt count.
 DEAD_LETTER: Final[LiteralString] = """
 UPDATE "email_jobs"
@@ -181,6 +187,12 @@ def dead_letter(conn: psycopg.Connection[Any], *, id: int, attempt: int) -> bool
     return cur.rowcount == 1
 
 
+def finish_many(conn: psycopg.Connection[Any], *, id: Sequence[int]) -> int:
+    """Ack or drop many rows: delete them. The sequences hold one entry per row."""
+    cur = conn.execute(FINISH_MANY, {"id": list(id)})
+    return cur.rowcount
+
+
 def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
@@ -270,6 +282,12 @@ async def dead_letter_async(conn: psycopg.AsyncConnection[Any], *, id: int, atte
     return cur.rowcount == 1
 
 
+async def finish_many_async(conn: psycopg.AsyncConnection[Any], *, id: Sequence[int]) -> int:
+    """Ack or drop many rows: delete them. The sequences hold one entry per row."""
+    cur = await conn.execute(FINISH_MANY, {"id": list(id)})
+    return cur.rowcount
+
+
 async def insert_async(
     conn: psycopg.AsyncConnection[Any],
     row: NewRow,
@@ -311,6 +329,7 @@ OPS: Final = Operations(
     relock=relock,
     finish=finish,
     dead_letter=dead_letter,
+    finish_many=finish_many,
     insert=insert,
     insert_many=insert_many,
     notify=notify,
@@ -323,6 +342,7 @@ ASYNC_OPS: Final = Operations(
     relock=relock_async,
     finish=finish_async,
     dead_letter=dead_letter_async,
+    finish_many=finish_many_async,
     insert=insert_async,
     insert_many=insert_many_async,
     notify=notify_async,
@@ -334,6 +354,7 @@ STATEMENTS: Final = {
     "CLAIM_UNGUARD": CLAIM_UNGUARD,
     "RELOCK": RELOCK,
     "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY,
     "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
@@ -353,12 +374,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "attempt": "attempt",
         "payload": "payload",
     },
-    role_attrs={
-        "id": "job_id",
-        "group": "name",
-        "attempt": "attempt",
-        "payload": "payload",
-    },
     columns=(
         "job_id",
         "name",
@@ -366,17 +381,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
-    statement_params={
-        "CLAIM": ("group", "limit"),
-        "CLAIM_GUARD": ("key",),
-        "CLAIM_UNGUARD": ("key",),
-        "RELOCK": ("id", "attempt"),
-        "FINISH": ("id",),
-        "DEAD_LETTER": ("dead_group", "attempt", "id"),
-        "INSERT": ("name", "payload"),
-        "INSERT_MANY": ("name", "payload"),
-        "NOTIFY": ("channel", "payload"),
-    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="bytes",

@@ -42,11 +42,34 @@ WHERE "id" = :id
   AND "locked_until" = :locked_until
 """
 
+# Extend many held leases to `new_locked_until`; returns the ids renewed.
+RENEW_MANY: Final[LiteralString] = """
+UPDATE "checkout_jobs"
+SET "locked_until" = :new_locked_until
+WHERE ("id", "locked_until") IN (
+    SELECT held_id.value, held_locked_until.value
+    FROM json_each(:id) AS held_id
+    JOIN json_each(:locked_until) AS held_locked_until ON held_locked_until.key = held_id.key
+)
+RETURNING "id"
+"""
+
 # Ack or drop: delete the row.
 FINISH: Final[LiteralString] = """
 DELETE FROM "checkout_jobs"
 WHERE "id" = :id
   AND "locked_until" = :locked_until
+"""
+
+# Ack or drop many rows: delete them. Returns the ids settled.
+FINISH_MANY: Final[LiteralString] = """
+DELETE FROM "checkout_jobs"
+WHERE ("id", "locked_until") IN (
+    SELECT held_id.value, held_locked_until.value
+    FROM json_each(:id) AS held_id
+    JOIN json_each(:locked_until) AS held_locked_until ON held_locked_until.key = held_id.key
+)
+RETURNING "id"
 """
 
 # Return the row to the queue now.
@@ -162,6 +185,46 @@ def retry(conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime)
     return cur.rowcount == 1
 
 
+def renew_many(
+    conn: sqlite3.Connection,
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    new_locked_until: datetime.datetime,
+) -> list[int]:
+    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
+    one entry per row.
+    """
+    cur = conn.execute(
+        RENEW_MANY,
+        {
+            "new_locked_until": _v.sqlite_time(new_locked_until),
+            "id": _v.json_text(list(id)),
+            "locked_until": _v.json_text([_v.sqlite_time(t) for t in locked_until]),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
+def finish_many(
+    conn: sqlite3.Connection,
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+) -> list[int]:
+    """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
+    per row.
+    """
+    cur = conn.execute(
+        FINISH_MANY,
+        {
+            "id": _v.json_text(list(id)),
+            "locked_until": _v.json_text([_v.sqlite_time(t) for t in locked_until]),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
 def insert(conn: sqlite3.Connection, row: NewRow) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
     cur = conn.execute(INSERT, _insert_params(row))
@@ -179,6 +242,8 @@ OPS: Final = Operations(
     renew=renew,
     finish=finish,
     retry=retry,
+    renew_many=renew_many,
+    finish_many=finish_many,
     insert=insert,
     insert_many=insert_many,
 )
@@ -186,7 +251,9 @@ OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY,
     "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY,
     "RETRY": RETRY,
     "INSERT": INSERT,
 }
@@ -203,24 +270,12 @@ DESCRIPTOR: Final = TableDescriptor(
         "locked_until": "locked_until",
         "payload": "payload",
     },
-    role_attrs={
-        "id": "id",
-        "locked_until": "locked_until",
-        "payload": "payload",
-    },
     columns=(
         "id",
         "locked_until",
         "payload",
     ),
     statements=STATEMENTS,
-    statement_params={
-        "CLAIM": ("locked_until", "now", "limit"),
-        "RENEW": ("new_locked_until", "id", "locked_until"),
-        "FINISH": ("id", "locked_until"),
-        "RETRY": ("id", "locked_until"),
-        "INSERT": ("payload",),
-    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="json",

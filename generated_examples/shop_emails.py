@@ -47,6 +47,19 @@ WHERE "id" = :id
   AND "attempt" = :attempt + 1
 """
 
+# Extend many held leases to `new_locked_until`; returns the ids renewed.
+RENEW_MANY: Final[LiteralString] = """
+UPDATE "email_jobs"
+SET "locked_until" = :new_locked_until
+WHERE ("id", "locked_until", "attempt") IN (
+    SELECT held_id.value, held_locked_until.value, held_attempt.value + 1
+    FROM json_each(:id) AS held_id
+    JOIN json_each(:locked_until) AS held_locked_until ON held_locked_until.key = held_id.key
+    JOIN json_each(:attempt) AS held_attempt ON held_attempt.key = held_id.key
+)
+RETURNING "id"
+"""
+
 # Ack or drop: mark the row processed (kept for audit).
 FINISH: Final[LiteralString] = """
 UPDATE "email_jobs"
@@ -55,6 +68,20 @@ SET "processed_at" = :now,
 WHERE "id" = :id
   AND "locked_until" = :locked_until
   AND "attempt" = :attempt + 1
+"""
+
+# Ack or drop many rows: mark them processed. Returns the ids settled.
+FINISH_MANY: Final[LiteralString] = """
+UPDATE "email_jobs"
+SET "processed_at" = :now,
+    "locked_until" = NULL
+WHERE ("id", "locked_until", "attempt") IN (
+    SELECT held_id.value, held_locked_until.value, held_attempt.value + 1
+    FROM json_each(:id) AS held_id
+    JOIN json_each(:locked_until) AS held_locked_until ON held_locked_until.key = held_id.key
+    JOIN json_each(:attempt) AS held_attempt ON held_attempt.key = held_id.key
+)
+RETURNING "id"
 """
 
 # Return the row to the queue now.
@@ -281,6 +308,52 @@ def retry_after(
     return cur.rowcount == 1
 
 
+def renew_many(
+    conn: sqlite3.Connection,
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+    new_locked_until: datetime.datetime,
+) -> list[int]:
+    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
+    one entry per row.
+    """
+    cur = conn.execute(
+        RENEW_MANY,
+        {
+            "new_locked_until": _v.sqlite_time(new_locked_until),
+            "id": _v.json_text(list(id)),
+            "locked_until": _v.json_text([_v.sqlite_time(t) for t in locked_until]),
+            "attempt": _v.json_text(list(attempt)),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
+def finish_many(
+    conn: sqlite3.Connection,
+    *,
+    id: Sequence[int],
+    now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+) -> list[int]:
+    """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
+    entry per row.
+    """
+    cur = conn.execute(
+        FINISH_MANY,
+        {
+            "now": _v.sqlite_time(now),
+            "id": _v.json_text(list(id)),
+            "locked_until": _v.json_text([_v.sqlite_time(t) for t in locked_until]),
+            "attempt": _v.json_text(list(attempt)),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
 def dead_letter(
     conn: sqlite3.Connection,
     *,
@@ -337,6 +410,8 @@ OPS: Final = Operations(
     finish=finish,
     retry=retry,
     retry_after=retry_after,
+    renew_many=renew_many,
+    finish_many=finish_many,
     dead_letter=dead_letter,
     insert=insert,
     insert_many=insert_many,
@@ -345,7 +420,9 @@ OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY,
     "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY,
     "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER,
     "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
@@ -370,15 +447,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "locked_until": "locked_until",
         "payload": "payload",
     },
-    role_attrs={
-        "id": "id",
-        "priority": "priority",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "locked_until": "locked_until",
-        "payload": "payload",
-    },
     columns=(
         "id",
         "priority",
@@ -391,17 +459,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
-    statement_params={
-        "CLAIM": ("locked_until", "now", "limit"),
-        "RENEW": ("new_locked_until", "id", "locked_until", "attempt"),
-        "FINISH": ("now", "id", "locked_until", "attempt"),
-        "RETRY": ("id", "locked_until", "attempt"),
-        "RETRY_AFTER": ("retry_after", "id", "locked_until", "attempt"),
-        "DEAD_LETTER_COPY": ("attempt", "id", "locked_until"),
-        "DEAD_LETTER_DELETE": ("id", "locked_until", "attempt"),
-        "INSERT": ("priority", "retry_after", "order_id", "kind", "payload"),
-        "INSERT_UNIQUE": ("priority", "retry_after", "order_id", "kind", "payload"),
-    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="json",

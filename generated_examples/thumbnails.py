@@ -158,12 +158,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "processed_at": "processed_at",
         "payload": "payload",
     },
-    role_attrs={
-        "id": "id",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "payload": "payload",
-    },
     columns=(
         "id",
         "image_path",
@@ -172,12 +166,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
-    statement_params={
-        "CANDIDATES": ("limit",),
-        "TAKE": ("id",),
-        "FINISH": ("now", "id"),
-        "INSERT": ("image_path", "payload"),
-    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="json",

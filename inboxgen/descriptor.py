@@ -3,10 +3,18 @@ import, with values.py): no SQL parsing at run time."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+
+# A placeholder outside quotes: `:name` for sqlite3, `%(name)s` for psycopg and PyMySQL.
+QUOTED = r'"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\''
+PLACEHOLDERS = {
+    True: re.compile(QUOTED + r"|(?<!:):(?P<name>[^\W\d]\w*)"),
+    False: re.compile(QUOTED + r"|%\((?P<name>[^\W\d]\w*)\)s"),
+}
 
 
 @attrs.frozen
@@ -38,7 +46,9 @@ class Operations:
     lock: Callable[..., Any] | None = None
     unlock: Callable[..., Any] | None = None
     renew: Callable[..., Any] | None = None
+    renew_many: Callable[..., Any] | None = None
     finish: Callable[..., Any] | None = None
+    finish_many: Callable[..., Any] | None = None
     retry: Callable[..., Any] | None = None
     retry_after: Callable[..., Any] | None = None
     dead_letter: Callable[..., Any] | None = None
@@ -58,10 +68,8 @@ class TableDescriptor:
     fifo: bool
     count_crashes: bool  # row lock: claims count the attempt in a transaction of their own
     roles: Mapping[str, str]  # role -> column name
-    role_attrs: Mapping[str, str]  # role -> attribute of the claimed row
-    columns: tuple[str, ...]
+    columns: tuple[str, ...]  # the claimed row's columns, in the order of its attributes
     statements: Mapping[str, str]  # statement name -> exact SQL text
-    statement_params: Mapping[str, tuple[str, ...]]  # statement name -> placeholder names
     claimed_row: type[Any]
     new_row: type[Any]
     codec: str | None
@@ -73,6 +81,18 @@ class TableDescriptor:
     source: str  # the spec the module was generated from
     ops: Operations
     async_ops: Operations | None  # PostgreSQL only
+    # Derived from the above when the module is imported, so the module says each thing once.
+    role_attrs: Mapping[str, str] = attrs.field(init=False)  # role -> claimed row attribute
+    statement_params: Mapping[str, tuple[str, ...]] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        attr_of = dict(zip(self.columns, (f.name for f in attrs.fields(self.claimed_row)),
+                           strict=True))
+        object.__setattr__(self, "role_attrs", {role: attr_of[column]
+                                                for role, column in self.roles.items()})
+        object.__setattr__(self, "statement_params", {
+            name: _placeholders(sql, sqlite=self.dialect == "sqlite")
+            for name, sql in self.statements.items()})
 
     @property
     def claim_counts_attempt(self) -> bool:
@@ -82,3 +102,12 @@ class TableDescriptor:
     @property
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.table}" if self.schema else self.table
+
+
+def _placeholders(sql: str, *, sqlite: bool) -> tuple[str, ...]:
+    """The placeholder names of `sql`, each once, in order of appearance."""
+    seen: dict[str, None] = {}
+    for m in PLACEHOLDERS[sqlite].finditer(sql):
+        if m.group("name") is not None:
+            seen.setdefault(m.group("name"))
+    return tuple(seen)

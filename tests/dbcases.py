@@ -675,4 +675,16 @@ def tour(q: Queue) -> list[str]:
         assert q.settle(name, conn, row, retry_after=at(-30), new_locked_until=at(90)), name
         conn.commit()
         q.release(conn, row)
+    if hasattr(m, "finish_many"):  # the batch statements, with a batch of one
+        row = q.claim_one(conn)
+        if q.form != "row_lock":
+            conn.commit()
+        token = {k: [v] for k, v in q.token(row).items()}
+        if hasattr(m, "renew_many"):
+            assert call(m.renew_many, conn, **token, new_locked_until=at(90)) == [q.id_of(row)]
+            conn.commit()
+            token["locked_until"] = [at(90)]
+        settled = call(m.finish_many, conn, **token, now=T0)
+        assert settled == ([q.id_of(row)] if q.form == "lease" else 1), settled
+        conn.commit()
     return executed(conn)

@@ -1,6 +1,6 @@
-"""Lease settlements on PostgreSQL go together: the slots' settlements are written in one
-transaction, and each row is judged alone: a row whose lease another worker took gets LeaseLost,
-the others of the same flush settle."""
+"""Lease settlements and renewals on PostgreSQL go together: the slots' settlements are written
+in one flush, and each row is judged alone: a row whose lease another worker took gets LeaseLost,
+the others of the same flush settle; the leases a worker holds are renewed in one statement."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from semantics_util import messages, module_for
+from semantics_util import fake_clock, messages, module_for
 
 from inboxgen import Job, Outcome, Worker, ack, retry, retry_after
+from inboxgen.testing import run_until_idle
 
 DDL = """
 CREATE TABLE jobs (
@@ -142,3 +143,41 @@ def test_a_batchs_handlers_run_one_at_a_time_in_claim_order(tmp_path: Path,
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL"
                             ).fetchone() == (0,)
+
+
+def test_every_held_lease_is_renewed_in_one_statement_per_round(tmp_path: Path,
+                                                                 pg_dsn: str) -> None:
+    # A batch of four: the first job runs 25 s under a 10 s lease, the other three wait their
+    # turn, leased all along; each renewal round renews the four together.
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(DDL)
+        module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(4)])
+    clock = fake_clock()
+    done: list[str] = []
+
+    async def handler(job: Job[Any]) -> None:
+        if job.payload["kind"] == "0":
+            await clock.sleep(25)
+        done.append(job.payload["kind"])
+
+    worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=1, batch=4, lease=10,
+                    listen=False, clock=clock)
+    rounds: list[tuple[int, bool]] = []  # (rows renewed together, as one statement)
+    many = worker.calls.many
+
+    async def spy(conn: Any, op: str, rows: list[dict[str, Any]]) -> Any:
+        if op == "renew":
+            rounds.append((len(rows), worker.calls.has("renew_many")))
+        return await many(conn, op, rows)
+
+    worker.calls.many = spy  # type: ignore[method-assign]
+    asyncio.run(run_until_idle(worker, timeout=30))
+
+    assert done == ["0", "1", "2", "3"]
+    assert (worker.stats.acked, worker.stats.lease_lost) == (4, 0)
+    assert len(rounds) >= 4, rounds  # 25 s of work, a renewal at half of each 10 s lease
+    # While the first job runs, all four rows are held; one being settled is left out.
+    assert [rows for rows, _ in rounds[:4]] == [4, 4, 4, 4], rounds
+    assert all(together for _, together in rounds), rounds
+    assert worker.stats.renewed == sum(rows for rows, _ in rounds)

@@ -17,6 +17,7 @@ import pytest
 from semantics_util import drive, fake_clock, messages, module_for
 
 from inboxgen import Job, Outcome, Worker, ack, drop, retry, retry_after
+from inboxgen.runtime.forms.row_lock import PipelinedRowLock
 
 DDL = """
 CREATE TABLE jobs (
@@ -75,10 +76,10 @@ async def _serve_until_empty(worker: Worker, dsn: str) -> list[tuple[Any, ...]]:
 
 def test_the_worker_pipelines_row_lock_rounds(tmp_path: Path, pg_dsn: str) -> None:
     module = _queue(tmp_path, pg_dsn, ["ack"])
-    assert Worker(module.DESCRIPTOR, lambda job: None, database=pg_dsn,
-                  group="work")._pipelined
-    assert not Worker(module.DESCRIPTOR, lambda job: None, database=pg_dsn, group="work",
-                      transactional=True)._pipelined
+    assert isinstance(Worker(module.DESCRIPTOR, lambda job: None, database=pg_dsn,
+                             group="work").form, PipelinedRowLock)
+    assert not isinstance(Worker(module.DESCRIPTOR, lambda job: None, database=pg_dsn,
+                                 group="work", transactional=True).form, PipelinedRowLock)
 
 
 def test_every_outcome_of_one_batch_lands(tmp_path: Path, pg_dsn: str) -> None:

@@ -35,7 +35,7 @@ def unfinished(q: Queue) -> int:
 
 
 @pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
-@pytest.mark.parametrize("slots", [8, 16])
+@pytest.mark.parametrize("slots", [1, 8, 32])
 def test_many_slots_and_a_short_lease_drain_the_queue(tmp_path: Path, slots: int,
                                                       transactional: bool) -> None:
     q = queue(tmp_path, "lease")
@@ -208,3 +208,32 @@ def test_shutdown_leaves_a_connection_to_the_plain_handler_still_using_it(tmp_pa
     q.mod.insert(conn, q.new(retry_after=dt.datetime.now(dt.UTC)))
     conn.commit()
     q.close()
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["watching", "polling"])
+def test_a_job_enqueued_on_an_idle_worker_starts_without_waiting_for_the_poll(
+        tmp_path: Path, listen: bool) -> None:
+    """With the file watched (the default), a commit by another connection wakes a waiting slot;
+    without, the job waits for the next poll, 30 s away."""
+    q = queue(tmp_path, "lease")
+    started: list[float] = []
+
+    async def run() -> float | None:
+        worker = Worker(q.mod.DESCRIPTOR, lambda job: started.append(time.monotonic()),
+                        database=q.target, workers=4, poll_interval=30, listen=listen)
+        await worker.start()
+        try:
+            await asyncio.sleep(0.5)  # every slot has claimed nothing and waits
+            enqueued = time.monotonic()
+            await asyncio.to_thread(fill, q, 1)
+            while not started and time.monotonic() - enqueued < 3:
+                await asyncio.sleep(0.01)
+            return started[0] - enqueued if started else None
+        finally:
+            await worker.shutdown()
+
+    pickup = asyncio.run(run())
+    if listen:
+        assert pickup is not None and pickup < 1, pickup
+    else:
+        assert pickup is None

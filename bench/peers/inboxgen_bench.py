@@ -22,7 +22,8 @@ from peerbench import hooks
 from peerbench.peers.base import AsyncPeer, Target, WorkerOpts
 
 HERE = Path(__file__).resolve().parent
-MIGRATION = HERE / "specs" / "migrations" / "001_jobs.sql"
+MIGRATIONS = HERE / "specs"
+MIGRATION = MIGRATIONS / "migrations" / "001_jobs.sql"
 POLL_S = 0.02  # the harness's own polling interval
 
 
@@ -104,7 +105,8 @@ class InboxgenPeer(AsyncPeer):
 class BarePeer(InboxgenPeer):
     """No runtime: `concurrency` tasks, each with its own connection, running the generated
     statements in the plainest loop (claim, handler, settle, commit). `pipelined` sends a
-    round's settlements, its COMMIT and the next claim in one round trip (row lock only)."""
+    round's settlements, its COMMIT and the next claim in one round trip (row lock only). A
+    batch's acks go as one statement (FINISH_MANY), as the runtime sends them."""
 
     workloads = ("W3",)
     pipelined = False
@@ -147,8 +149,10 @@ class BarePeer(InboxgenPeer):
             done: list[Any] = []
             while not stop.is_set():
                 async with conn.pipeline():
-                    for row_id in done:
-                        await conn.execute(mod.FINISH, {"id": row_id, "now": _now()})
+                    if len(done) == 1:
+                        await conn.execute(mod.FINISH, {"id": done[0], "now": _now()})
+                    elif done:  # a batch's acks as one statement, as the runtime sends them
+                        await conn.execute(mod.FINISH_MANY, {"id": done, "now": _now()})
                     if done:
                         await conn.execute("COMMIT")
                     await conn.execute("BEGIN")
@@ -164,18 +168,25 @@ class BarePeer(InboxgenPeer):
                     await asyncio.sleep(POLL_S)
 
     async def _lease(self, mod: ModuleType, target: Target, stop: asyncio.Event) -> None:
-        async with await psycopg.AsyncConnection.connect(target.conninfo) as conn:
+        # Autocommit: the claim and the batch's acks are one statement each, as the runtime's.
+        async with await psycopg.AsyncConnection.connect(target.conninfo,
+                                                         autocommit=True) as conn:
             while not stop.is_set():
                 now = _now()
                 until = now + dt.timedelta(seconds=30)
                 rows = await mod.claim_async(conn, now=now, locked_until=until,
                                              limit=self.batch)
-                await conn.commit()
                 for row in rows:
                     hooks.job_started(row.payload["n"])
-                    await mod.finish_async(conn, id=row.id, now=_now(),
-                                           locked_until=row.locked_until, attempt=row.attempt)
-                    await conn.commit()
+                if len(rows) == 1:
+                    await mod.finish_async(conn, id=rows[0].id, now=_now(),
+                                           locked_until=rows[0].locked_until,
+                                           attempt=rows[0].attempt)
+                elif rows:
+                    await mod.finish_many_async(
+                        conn, id=[r.id for r in rows], now=_now(),
+                        locked_until=[r.locked_until for r in rows],
+                        attempt=[r.attempt for r in rows])
                 if not rows:
                     await asyncio.sleep(POLL_S)
 

@@ -7,12 +7,7 @@ from collections.abc import Callable
 
 import attrs
 
-# A placeholder outside quotes: `:name` for sqlite3, `%(name)s` for psycopg and PyMySQL.
-_QUOTED = r'"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\''
-_PLACEHOLDER = {
-    True: re.compile(_QUOTED + r"|(?<!:):(?P<name>[^\W\d]\w*)"),
-    False: re.compile(_QUOTED + r"|%\((?P<name>[^\W\d]\w*)\)s"),
-}
+from inboxgen.descriptor import PLACEHOLDERS
 
 ROW_LOCK = "row_lock"
 LEASE = "lease"
@@ -51,7 +46,7 @@ class Dialect:
         def one(m: re.Match[str]) -> str:
             name = m.group("name")
             return m.group(0) if name is None else replace(name)
-        return _PLACEHOLDER[self.name == "sqlite"].sub(one, sql)
+        return PLACEHOLDERS[self.name == "sqlite"].sub(one, sql)
 
     def params_in(self, sql: str) -> list[str]:
         """The placeholder names of `sql`, each once, in order of appearance."""

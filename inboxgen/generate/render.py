@@ -63,11 +63,6 @@ def py_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def py_tuple(items: tuple[str, ...]) -> str:
-    inner = ", ".join(py_str(i) for i in items)
-    return f"({inner},)" if len(items) == 1 else f"({inner})"
-
-
 def sql_literal(sql: str) -> str:
     """The SQL as a readable triple-quoted literal, or a plain one where that is not safe."""
     if "\\" in sql:
@@ -344,6 +339,9 @@ class _Renderer:
             out.append(Func(fname, self.args(s), "bool", s.doc + lease_doc, (
                 *self.run("cur = ", name, self.params(s)),
                 "return cur.rowcount == 1")))
+        for name, fname in (("RENEW_MANY", "renew_many"), ("FINISH_MANY", "finish_many")):
+            if name in st:
+                out.append(self.batch_settlement(st[name], fname))
         if "DEAD_LETTER_COPY" in st:
             s = st["DEAD_LETTER_COPY"]
             out.append(Func("dead_letter", self.args(s), "bool",
@@ -421,6 +419,39 @@ class _Renderer:
             out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc,
                             tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
         return out
+
+    # The parameters a batch statement takes one entry per row of (the guard's); the others
+    # (now, new_locked_until) are one value for the whole batch.
+    _PER_ROW = ("id", "locked_until", "attempt")
+
+    def batch_settlement(self, s: Statement, fname: str) -> Func:
+        """A batch settlement: a sequence per guard parameter, one entry per row. A lease's
+        returns the ids it changed; a row lock's (its rows are the transaction's) the count."""
+        types = self.arg_types()
+        names = sorted(s.params, key=_ARG_ORDER.index)
+        args = "*, " + ", ".join(f"{p}: Sequence[{types[p]}]" if p in self._PER_ROW
+                                 else f"{p}: {types[p]}" for p in names)
+        items = [f"{py_str(p)}: {self.batch_value(p)}" for p in s.params]
+        if self.q.lease:
+            t = self.raw_type(self.q.id).removesuffix(" | None")
+            body = (*self.run("cur = ", s.name, items),
+                    f"return [{self.id_cast(t).replace('new_id', 'r[0]')} for r in "
+                    f"AWAIT cur.fetchall()]")
+            returns = f"list[{t}]"
+        else:
+            body = (*self.run("cur = ", s.name, items), "return cur.rowcount")
+            returns = "int"
+        return Func(fname, args, returns, s.doc + " The sequences hold one entry per row.", body)
+
+    def batch_value(self, name: str) -> str:
+        if name not in self._PER_ROW:
+            return self.param_value(name)
+        if name == "locked_until":
+            value = f"[{self.time_encoder(self.q.role('locked_until'), 't')} for t in {name}]"
+        else:
+            value = f"list({name})"
+        # sqlite3 binds no arrays: the statement reads a JSON array with json_each.
+        return f"_v.json_text({value})" if self.sqlite else value
 
     def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
         """insert()'s return type, the lines that run INSERT, and those that return the id.
@@ -571,7 +602,6 @@ class _Renderer:
                               f"(\n    {py_str(f'{q.table.schema}.')}\n    "
                               f"{py_str(q.table.name)}\n)"),
             "statements": [(s.name, sql_literal(s.sql), s.doc) for s in self.st.values()],
-            "statement_params": [(s.name, py_tuple(s.params)) for s in self.st.values()],
             "rows": rows,
             "new_rows": new_rows,
             "claimed_from_db": [self.from_db(f, f"r[{i}]") for i, f in enumerate(q.fields)],
@@ -592,7 +622,6 @@ class _Renderer:
             "advisory_key": key,
             "py_str": py_str,
             "roles": [(py_str(k), py_str(v)) for k, v in roles.items()],
-            "role_attrs": [(py_str(f.role), py_str(f.attr)) for f in q.fields if f.role],
             "columns": [py_str(f.name) for f in q.fields],
             "dead_letter_table": py_str(f"{d_table.schema}.{d_table.name}" if d_table and
                                         d_table.schema else d_table.name) if d_table else "None",

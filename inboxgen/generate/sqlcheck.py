@@ -33,7 +33,14 @@ def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog
         if isinstance(tree, exp.Command):
             raise GeneratorBug(f"{where} is not understood by sqlglot")
         tables: list[Table] = []
+        # Row sources the statement makes itself (unnest(...) AS held(...), json_each(...)):
+        # their columns are the statement's own.
+        made = {a.name for a in tree.find_all(exp.TableAlias)
+                if not isinstance(a.parent, exp.Table) or not isinstance(a.parent.this,
+                                                                          exp.Identifier)}
         for node in tree.find_all(exp.Table):
+            if not isinstance(node.this, exp.Identifier):
+                continue  # a table function (json_each)
             db = node.args.get("db")
             schema = db.name if isinstance(db, exp.Identifier) else None
             table = catalog.table(schema, node.name)
@@ -42,7 +49,7 @@ def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog
             tables.append(table)
         aliases = {a.alias for a in tree.find_all(exp.Alias)}  # names the statement defines
         for col in tree.find_all(exp.Column):
-            if col.name in aliases and not col.table:
+            if col.name in aliases and not col.table or col.table in made:
                 continue
             if not any(t.column(col.name, d) is not None for t in tables):
                 raise GeneratorBug(f"{where} names column \"{col.name}\", which its tables lack")

@@ -113,6 +113,50 @@ class _Builder:
         self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets) + "\n"
                  + self.where(self.guard()), doc)
 
+    def held_batch(self) -> str:
+        """The condition that a row is one of a batch this worker holds: `guard()` for many
+        rows at once, with one array per guard parameter (one entry per row; SQLite: a JSON
+        array)."""
+        idc = self.c(self.q.id)
+        if not self.q.lease and self.d.name == "postgres":
+            return f"{idc} = ANY({self.p('id')}::{_pg_array_type(self.q.id)})"
+        held = [("id", self.q.id)]
+        lu, attempt = self.role("locked_until"), self.role("attempt")
+        assert lu is not None
+        held.append(("locked_until", lu))
+        if attempt is not None:
+            held.append(("attempt", attempt))
+        plus = {"attempt": " + 1"}  # the claim counted the attempt the worker holds
+        cols = ", ".join(self.c(f) for _, f in held)
+        if self.d.name == "postgres":
+            picked = ", ".join(f"held.{p}{plus.get(p, '')}" for p, _ in held)
+            arrays = ", ".join(f"{self.p(p)}::{_pg_array_type(f)}" for p, f in held)
+            source = (f"    FROM unnest({arrays})\n"
+                      f"        AS held({', '.join(p for p, _ in held)})")
+        else:
+            picked = ", ".join(f"held_{p}.value{plus.get(p, '')}" for p, _ in held)
+            joins = [f"    FROM json_each({self.p('id')}) AS held_id"] + [
+                f"    JOIN json_each({self.p(p)}) AS held_{p} ON held_{p}.key = held_id.key"
+                for p, _ in held[1:]]
+            source = "\n".join(joins)
+        return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
+
+    def many(self, name: str, sets: list[str] | None, doc: str) -> None:
+        """The batch twin of a guarded settlement (UPDATE with `sets`, or DELETE with None).
+        A lease's batch returns the ids it changed: the others are no longer held."""
+        head = (f"DELETE FROM {self.t()}\n" if sets is None else
+                f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets) + "\n")
+        returning = f"\nRETURNING {self.c(self.q.id)}" if self.q.lease else ""
+        self.add(name, f"{head}WHERE {self.held_batch()}{returning}", doc)
+
+    @property
+    def batches(self) -> bool:
+        """Whether the table gets batch settlements: row lock and lease on PostgreSQL and SQLite.
+        MySQL/MariaDB has no UPDATE ... RETURNING to say which rows a lease's batch changed, and
+        a row lock's multi-row DELETE ... IN (...) deadlocks against concurrent SKIP LOCKED
+        claims where one row at a time does not: there each row settles alone."""
+        return (self.q.form == ROW_LOCK or self.q.lease) and not self.mysql
+
     # -- statements -----------------------------------------------------------------------------
 
     @property
@@ -163,6 +207,10 @@ class _Builder:
             assert lu is not None
             self.update("RENEW", [f"{self.c(lu)} = {self.p('new_locked_until')}"],
                         "Extend a held lease; the held expiry is the token.")
+            if self.batches:
+                self.many("RENEW_MANY", [f"{self.c(lu)} = {self.p('new_locked_until')}"],
+                          "Extend many held leases to `new_locked_until`; returns the ids "
+                          "renewed.")
         self.settlements()
         self.inserts()
         if self.d.name == "postgres":
@@ -392,12 +440,18 @@ class _Builder:
         q = self.q
         pa, ra, attempt, g = (self.role(r) for r in ("processed_at", "retry_after", "attempt",
                                                        "group"))
+        many = " Returns the ids settled." if q.lease else ""
         if pa is not None:
-            self.update("FINISH", [f"{self.c(pa)} = {self.p('now')}"] + self.clear_lease(),
-                        "Ack or drop: mark the row processed (kept for audit).")
+            finish = [f"{self.c(pa)} = {self.p('now')}"] + self.clear_lease()
+            self.update("FINISH", finish, "Ack or drop: mark the row processed (kept for audit).")
+            if self.batches:
+                self.many("FINISH_MANY", finish, "Ack or drop many rows: mark them processed."
+                          + many)
         else:
             self.add("FINISH", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
                      "Ack or drop: delete the row.")
+            if self.batches:
+                self.many("FINISH_MANY", None, "Ack or drop many rows: delete them." + many)
         # Row lock counts the attempt when it settles a retry; the other forms counted it at
         # the claim.
         count = ([f"{self.c(attempt)} = {self.c(attempt)} + 1"]

@@ -1,10 +1,11 @@
 """Lease settlements of all of a worker's slots, written together.
 
-A settlement waits here while another flush is on its way; each flush is one transaction and
-one round trip (psycopg pipeline mode: BEGIN, one executemany of each generated statement, and
-COMMIT), and each caller learns whether its own row settled, so only the rows whose lease was
-taken get LeaseLost. Settlements are token-guarded, so one that misses its row changes nothing
-and the others of the flush still commit.
+A settlement waits here while another flush is on its way; each flush acks its rows with one
+statement (FINISH_MANY) and runs the rarer kinds row by row, on one connection (PostgreSQL: an
+autocommit session, each statement its own transaction; sqlite3 and PyMySQL: one transaction).
+Each caller learns whether its own row settled, so only the rows whose lease was taken get
+LeaseLost. Settlements are token-guarded: one that misses its row changes nothing and the
+others still commit.
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.runtime.batching import bind_many, by_op
+from inboxgen.runtime.batching import Calls, by_op
 
 if TYPE_CHECKING:
-    from inboxgen.descriptor import TableDescriptor
     from inboxgen.runtime.backends import Backend
 
 
 class LeaseSettler:
-    def __init__(self, descriptor: TableDescriptor, backend: Backend) -> None:
-        self.descriptor = descriptor
+    def __init__(self, calls: Calls, backend: Backend) -> None:
+        self.calls = calls
         self.backend = backend
         self._pending: list[tuple[str, dict[str, Any], asyncio.Future[bool]]] = []
         self._kick = asyncio.Event()
@@ -31,7 +31,9 @@ class LeaseSettler:
 
     def start(self) -> None:
         self._closing = False
-        self._task = asyncio.create_task(self._run(), name=f"{self.descriptor.table}:settle")
+        self._kick = asyncio.Event()  # of this event loop: a worker may serve again in another
+        self._task = asyncio.create_task(self._run(),
+                                         name=f"{self.calls.descriptor.table}:settle")
 
     async def stop(self) -> None:
         """Write what is queued (a flush on its way ends first), then end."""
@@ -78,17 +80,10 @@ class LeaseSettler:
                      ) -> list[bool]:
         settled = [False] * len(batch)
         indexed = by_op([(op, (i, values)) for i, (op, values, _) in enumerate(batch)])
-        async with self.backend.session() as conn, self.backend.pipeline(conn) as pipe:
-            await self.backend.execute(conn, "BEGIN")
-            cursors = []
+        async with self.backend.settling() as conn:
             for op, items in indexed.items():
-                bound = bind_many(self.descriptor, op, [values for _, values in items])
-                assert bound is not None  # the worker sends only what binds (bind_many)
-                cursors.append(([i for i, _ in items],
-                                await self.backend.execute_many(conn, *bound, returning=True)))
-            await self.backend.execute(conn, "COMMIT")
-            await self.backend.sync(pipe)
-        for indexes, cursor in cursors:
-            for i, count in zip(indexes, self.backend.row_counts(cursor), strict=True):
-                settled[i] = count == 1
+                changed = await self.calls.many(conn, op, [values for _, values in items])
+                assert changed is not None  # a lease's batch names the rows it changed
+                for (i, _), ok in zip(items, changed, strict=True):
+                    settled[i] = ok
         return settled

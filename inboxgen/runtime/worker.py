@@ -1,15 +1,15 @@
 """The worker: claims rows of one table (and group), runs the handler, renews, settles.
 
-One asyncio task per worker slot. Each claim form has its own loop, and all of them end in the
-same place: `decide` (outcomes.py) says what a delivery's result means, and the form's settle
-step executes it with the generated functions (backends.py). Shutdown stops claiming, lets jobs
-in work finish within a timeout, then leaves unfinished rows as the form's rule says.
+One asyncio task per worker slot. Each claim form (forms/) says how a slot claims and works a
+round, and all of them end in the same place: `decide` (outcomes.py) says what a delivery's
+result means, and the form's settle step executes it with the generated functions (through the
+backend of the driver). Shutdown stops claiming, lets jobs in work finish within a timeout, then
+leaves unfinished rows as the form's rule says.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import datetime as _dt
@@ -29,14 +29,14 @@ import attrs
 from inboxgen.descriptor import TableDescriptor
 from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
 from inboxgen.runtime.backends import (
-    AdvisoryRegistry,
     Backend,
     MySQLBackend,
     PostgresBackend,
     SqliteBackend,
 )
-from inboxgen.runtime.batching import bind_many, by_op, one_statement
+from inboxgen.runtime.batching import Calls, by_op, one_statement
 from inboxgen.runtime.clock import Clock, SystemClock
+from inboxgen.runtime.forms import form_for
 from inboxgen.runtime.outcomes import (
     DEAD_LETTER,
     FINISH,
@@ -48,11 +48,9 @@ from inboxgen.runtime.outcomes import (
     Settlement,
     ack,
     decide,
-    lease_expiry,
     retry,
     retry_after,
 )
-from inboxgen.runtime.settler import LeaseSettler
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -102,8 +100,7 @@ class _Held:
     settling: bool = False
     # Row lock, pipelined: settlements wait here for the next round trip (op, arguments).
     deferred: list[tuple[str, dict[str, Any]]] | None = None
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    renewal: asyncio.Task[None] | None = None
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)  # a renewal or its settlement
 
 
 class Worker:
@@ -169,7 +166,7 @@ class Worker:
                 raise WorkerConfigError("a SQLite worker needs database=<path of the file>",
                                         worker=self.name, table=d.qualified_name)
             self.backend = SqliteBackend(d, str(database))
-            self.listen = False
+            self.listen = True if listen is None else listen  # watch the file for commits
         elif d.dialect == "postgres":
             if database is None and pool is None:
                 raise WorkerConfigError("a PostgreSQL worker needs database=<conninfo or URL> "
@@ -203,23 +200,9 @@ class Worker:
         self.handler_tasks: set[asyncio.Future[Any]] = set()  # asynchronous handlers running
         self._listener: asyncio.Task[None] | None = None
         self.listener_pid: int | None = None  # the listening session, where there is one
-        self._signature_cache: dict[str, frozenset[str]] = {}
-        self._keys_in_work: set[str] = set()  # advisory keys this worker's slots hold
-        # Advisory: when this worker settled each id lately (a sequence number), so candidates
-        # read before a settlement cost no round trip; an id settled before the read is a new
-        # row (SQLite may reuse the largest rowid) and is tried as usual.
-        self._settle_seq = 0
-        self._settled_at: dict[Any, int] = {}
-        self._settled_order: collections.deque[Any] = collections.deque()
-        self._advisory_reach = 0  # how many candidates the next advisory round reads, at least
+        self.calls = Calls(d, self.backend)
         self._outage: tuple[_dt.datetime, int] | None = None  # since when claims fail
-        # Row lock without count_crashes on a driver with pipeline mode, non-transactional
-        # handlers: a round's settlements and COMMIT travel with the next claim.
-        self._pipelined = (d.form == "row_lock" and not d.count_crashes and not transactional
-                           and self.backend.pipelines)
-        # Lease on a driver with pipeline mode: the slots' settlements are written together.
-        self._settler = LeaseSettler(d, self.backend) if (
-            d.form == "lease" and self.backend.pipelines) else None
+        self.form = form_for(self)
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
@@ -274,20 +257,19 @@ class Worker:
 
     async def start(self) -> None:
         """Open connections, prepare every statement, start the worker slots."""
-        self._claim_advisory_file()
+        self.form.claim_resources()
         try:
             await self.backend.open()
         except BaseException:
-            AdvisoryRegistry.release_file(self)
+            self.form.release_resources()
             raise
         try:
             await self._prepare()
         except BaseException:
             await self.backend.close()
-            AdvisoryRegistry.release_file(self)
+            self.form.release_resources()
             raise
-        if self._settler is not None:
-            self._settler.start()
+        self.form.start()
         # Threads start only once plain handlers run.
         self._handler_pool = ThreadPoolExecutor(max_workers=self.workers,
                                                 thread_name_prefix=f"{self.name}:handler")
@@ -295,25 +277,17 @@ class Worker:
             from inboxgen.runtime.listener import listen
 
             self._listener = asyncio.create_task(listen(self), name=f"{self.name}:listen")
+        elif self.listen and isinstance(self.backend, SqliteBackend):
+            from inboxgen.runtime.watcher import watch
+
+            self._listener = asyncio.create_task(watch(self, self.backend.path),
+                                                 name=f"{self.name}:watch")
         self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
                        for i in range(self.workers)]
         self.started = True
         log.info("%s: serving %s (%s%s), %d worker(s), batch %d", self.name,
                  self.descriptor.qualified_name, self.descriptor.form,
                  ", FIFO" if self.descriptor.fifo else "", self.workers, self.batch)
-
-    def _claim_advisory_file(self) -> None:
-        """SQLite keeps advisory locks in the process: a second process serving advisory rows
-        of the same file would deliver them twice, so it is refused."""
-        if self.descriptor.form != "advisory" or not isinstance(self.backend, SqliteBackend):
-            return
-        database = str(Path(self.backend.path).resolve())
-        if not AdvisoryRegistry.claim_file(database, self):
-            raise WorkerConfigError(
-                f"another process serves advisory rows of {self.backend.path}: SQLite keeps "
-                f"advisory locks in one process, so run the advisory workers of a database "
-                f"file in one process (or use the lease form)",
-                worker=self.name, table=self.descriptor.qualified_name)
 
     def stop(self) -> None:
         """Stop claiming; `serve()` then lets jobs in work finish and returns."""
@@ -349,15 +323,13 @@ class Worker:
             if pending:
                 log.warning("%s: %d job(s) still in work after %g s: cancelled (%s)",
                             self.name, self._in_flight, self.shutdown_timeout,
-                            _UNFINISHED[self.descriptor.form])
+                            self.form.unfinished)
                 await asyncio.gather(*pending, return_exceptions=True)
-        if self._settler is not None:
-            await self._settler.stop()
+        await self.form.stop()
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
-        AdvisoryRegistry.release_all(self)
-        AdvisoryRegistry.release_file(self)
+        self.form.release_resources()
         if self._handler_pool is not None:
             # Threads still running a cancelled job's handler finish on their own.
             self._handler_pool.shutdown(wait=False)
@@ -414,7 +386,7 @@ class Worker:
         if len(pids) == 1:
             return
         where = {"worker": self.name, "table": self.descriptor.qualified_name}
-        if self.descriptor.form == "advisory":
+        if self.form.needs_one_session:
             raise WorkerConfigError(
                 "the connection is behind a transaction pooler (each transaction ran on another "
                 "server session), where advisory locks do not hold: connect directly or use "
@@ -449,72 +421,13 @@ class Worker:
 
         while not self._stopping.is_set():
             try:
-                if self._pipelined:
-                    await self._pipelined_session(index, worked)
-                else:
-                    await self._round(index, worked)
+                await self.form.serve(index, worked)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
                 failures += 1
                 self._claim_failed(err)
                 await self._wait(index, _retry_delay(failures))
-
-    async def _round(self, index: int, worked: Callable[[], None]) -> None:
-        drained = await self._claim_and_work()
-        worked()
-        if drained:
-            await self._wait(index, self.poll_interval)
-        else:
-            self._wake_waiting_slot()  # a full claim: more rows are likely due
-
-    async def _pipelined_session(self, index: int, worked: Callable[[], None]) -> None:
-        """Row lock in pipeline mode, until the worker stops. The slot keeps one connection in
-        pipeline mode; each round queues the last round's settlements, its COMMIT, a BEGIN and
-        the next claim, and the claim's fetch sends them all: a batch costs one round trip. A
-        round that fails rolls back (its rows return at once, as a crash leaves them), and the
-        slot starts again on a fresh connection."""
-        async with self.backend.session() as conn, self.backend.pipeline(conn) as pipe:
-            in_tx = False  # a claim's transaction is open on the connection
-            pending: list[tuple[str, dict[str, Any]]] = []
-            while True:
-                claim = not self._stopping.is_set()
-                rows = await self._send_round(conn, pipe, pending, commit=in_tx, claim=claim)
-                in_tx, pending = claim, []
-                worked()
-                if not claim:
-                    return
-                if len(rows) == self.batch:
-                    self._wake_waiting_slot()  # a full claim: more rows are likely due
-                held = [self._held(r, deferred=pending) for r in rows]
-                await self._deliver_all(held, conn)
-                if len(rows) < self.batch:
-                    # Drained: commit now rather than hold the rows through the wait.
-                    await self._send_round(conn, pipe, pending, commit=True, claim=False)
-                    in_tx, pending = False, []
-                    await self._wait(index, self.poll_interval)
-
-    async def _send_round(self, conn: Any, pipe: Any, pending: list[tuple[str, dict[str, Any]]],
-                          *, commit: bool, claim: bool) -> list[Any]:
-        """Queue settlements, COMMIT, BEGIN and a claim; the claim's fetch (or, without a
-        claim, a sync) sends them and waits for the server. Returns the claimed rows."""
-        # A row lock's rows are this transaction's, so a settlement cannot miss them: its
-        # result (which arrives with the claim's) needs no reading.
-        for op, many in by_op(pending).items():
-            bound = bind_many(self.descriptor, op, many) if len(many) > 1 else None
-            if bound is not None:
-                # One message per row, no cursor per row.
-                await self.backend.execute_many(conn, *bound)
-                continue
-            for values in many:
-                await self._call(conn, op, **values)
-        if commit:
-            await self.backend.execute(conn, "COMMIT")
-        if not claim:
-            await self.backend.sync(pipe)
-            return []
-        await self.backend.execute(conn, "BEGIN")
-        return await self._claim(conn, self.clock.now(), self.batch)
 
     def _claim_failed(self, err: Exception) -> None:
         """One line when claims start failing (a server restart, a lost connection); the
@@ -556,27 +469,19 @@ class Worker:
             if self._slot_wakes.get(index) is mine:
                 del self._slot_wakes[index]
 
-    async def _claim_and_work(self) -> bool:
-        """One round of claiming and working; True when the queue looked drained (the claim
-        came back short), so the slot waits for the poll interval or a wake-up."""
-        form = self.descriptor.form
-        if form == "lease":
-            return await self._lease_round() < self.batch
-        if form == "row_lock":
-            return await self._row_lock_round() < self.batch
-        return await self._advisory_round()
-
-    def _args(self, op: str, **values: Any) -> dict[str, Any]:
-        """Keep the arguments the generated function takes (they follow the table's roles)."""
-        names = self._signature_cache.get(op)
-        if names is None:
-            fn = getattr(self.descriptor.ops, op)
-            names = frozenset(inspect.signature(fn).parameters) - {"conn"}
-            self._signature_cache[op] = names
-        return {k: v for k, v in values.items() if k in names}
-
     async def _call(self, conn: Any, op: str, **values: Any) -> Any:
-        return await self.backend.call(conn, op, **self._args(op, **values))
+        return await self.calls(conn, op, **values)
+
+    async def _settle_together(self, conn: Any, pending: list[tuple[str, dict[str, Any]]]
+                               ) -> None:
+        """Run settlements that waited for each other on `conn`, each kind together (acks as
+        one statement where the module has it)."""
+        for op, many in by_op(pending).items():
+            await self.calls.many(conn, op, many)
+        pending.clear()
+
+    def _count_renewals(self, n: int) -> None:
+        self.stats.renewed += n
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Any]:
@@ -604,55 +509,6 @@ class Worker:
         attempt = getattr(row, attrs_["attempt"]) if "attempt" in attrs_ else None
         return _Held(row, getattr(row, attrs_["id"]), attempt, **extra)
 
-    # -- lease ------------------------------------------------------------------------------
-
-    async def _lease_round(self) -> int:
-        now = self.clock.now()
-        until = lease_expiry(now, self.lease)
-        if self._settler is not None and not self.descriptor.fifo:
-            # One statement: on an autocommit session it is its own transaction, one round trip.
-            async with self.backend.session() as conn:
-                rows = await self._claim(conn, now, self.batch, until)
-        else:
-            async with self._transaction() as conn:
-                rows = await self._claim(conn, now, self.batch, until)
-        held = [self._held(r, token=until) for r in rows]
-        for h in held:  # every claimed row renews from the start, not only the one in work
-            h.renewal = asyncio.create_task(self._renew(h))
-        try:
-            if self._settler is not None and not self.transactional and len(held) > 1:
-                await self._deliver_overlapped(held)
-            else:
-                await self._deliver_all(held)
-        finally:
-            for h in held:
-                if h.renewal is not None:
-                    h.renewal.cancel()
-        return len(rows)
-
-    async def _deliver_overlapped(self, held: list[_Held]) -> None:
-        """Lease rows through the settler: the handlers still run one after another, in claim
-        order, but a row's settlement is on its way while the next row's handler runs, so the
-        batch's settlements gather in a few flushes instead of waiting one flush each."""
-        self._in_flight += len(held)
-        turn = asyncio.Lock()  # fair: the rows' handlers take it in claim order
-        started: set[int] = set()
-
-        async def deliver(h: _Held) -> None:
-            started.add(id(h))
-            await self._deliver(h, None, turn=turn)
-
-        tasks = [asyncio.ensure_future(deliver(h)) for h in held]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
-            self._in_flight -= len(held) - len(started)  # rows a broken round never reached
-
     async def _deliver_all(self, held: list[_Held], conn: Any | None = None) -> None:
         """Deliver claimed rows one after another; rows a broken round never reached leave the
         in-work count too."""
@@ -664,195 +520,6 @@ class Worker:
                 await self._deliver(h, conn)
         finally:
             self._in_flight -= len(held) - started
-
-    async def _renew(self, h: _Held) -> None:
-        """Renew every half lease. A renewal that fails (a busy or lost connection) is tried
-        again every second; only a renewal that finds the row taken ends the lease."""
-        wait = self.lease / 2
-        while True:
-            await self.clock.sleep(wait)
-            if h.settling or h.lost:
-                return
-            ok = None
-            try:
-                # The transaction first, then the row's lock, as every settlement takes them:
-                # on SQLite the transaction is the process's write turn, and a settlement
-                # holding it must never wait for a renewal that waits for it.
-                async with self._transaction() as conn, h.lock:
-                    if h.settling or h.lost:
-                        return
-                    new = lease_expiry(self.clock.now(), self.lease)
-                    ok = await self._call(conn, "renew", id=h.id, locked_until=h.token,
-                                          attempt=h.attempt, new_locked_until=new)
-                    if ok:
-                        h.token = new
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.warning("%s: renewing the lease on row %s failed, trying again in 1 s "
-                            "(it holds until %s): %s", self.name, h.id, h.token, err)
-                wait = min(1.0, self.lease / 2)
-                continue
-            wait = self.lease / 2
-            if ok:
-                self.stats.renewed += 1
-            else:
-                h.lost = True  # counted when the settlement reports it
-                log.warning("%s: lease on row %s lost before it could be renewed: another "
-                            "worker may run it", self.name, h.id)
-                return
-
-    async def _settle_lease(self, h: _Held, s: Settlement, conn: Any | None = None) -> None:
-        if conn is None and self._settler is None:
-            # The transaction before the row's lock (see _renew).
-            async with self._transaction() as tx:
-                await self._settle_lease(h, s, tx)
-            return
-        async with h.lock:  # the renewal ends under the row's lock
-            h.settling = True
-            if h.renewal is not None:
-                h.renewal.cancel()
-            if conn is not None:
-                await self._execute_settlement(conn, h, s)
-                return
-        await self._execute_settlement(None, h, s)  # with the other slots' (the settler)
-
-    # -- row lock ---------------------------------------------------------------------------
-
-    async def _row_lock_round(self) -> int:
-        if self.descriptor.count_crashes:
-            return await self._counted_row_lock_round()
-        # A cancelled or broken round rolls back: its rows return at once, attempts unchanged
-        # (what a crash does in this form).
-        async with self._transaction() as conn:
-            rows = await self._claim(conn, self.clock.now(), self.batch)
-            await self._deliver_all([self._held(r) for r in rows], conn)
-        return len(rows)
-
-    async def _counted_row_lock_round(self) -> int:
-        """count_crashes: the attempt is counted and committed first, so a job that kills its
-        process still spends it; the rows are then locked again, all in the transaction they
-        are worked in. From the count until that relock the claim holds the table's claim turn
-        (a session lock), so no other claim counts the same rows for a delivery that never
-        happens: only a delivery that began and never settled is counted."""
-        key = f"{self.descriptor.qualified_name}:claim"
-        async with self.backend.connection() as conn:
-            await self.backend.begin(conn)
-            # The session lock is taken in the counting transaction: no round trip of its own.
-            turn = await self._call(conn, "claim_guard", key=key, wait=_CLAIM_TURN_WAIT)
-            if not turn:
-                await self.backend.rollback(conn)
-                return 0  # another claim held the turn all that time: try again later
-            held: list[_Held] = []
-            try:
-                counted = await self._claim(conn, self.clock.now(), self.batch)
-                await self.backend.commit(conn)
-                await self.backend.begin(conn)
-                for row in counted:
-                    h = self._held(row)
-                    if await self._call(conn, "relock", id=h.id, attempt=h.attempt) is not None:
-                        held.append(h)
-            except BaseException:
-                await self.backend.rollback(conn)
-                raise
-            finally:
-                # Inside the relocked rows' transaction: unlocking a session lock is not undone
-                # by a rollback, and the rows stay locked until the transaction ends.
-                with contextlib.suppress(Exception):
-                    await self._call(conn, "claim_unguard", key=key)
-            try:
-                await self._deliver_all(held, conn)
-            except BaseException:
-                await self.backend.rollback(conn)
-                raise
-            await self.backend.commit(conn)
-        return len(counted)
-
-    # -- advisory ---------------------------------------------------------------------------
-
-    async def _advisory_round(self) -> bool:
-        """Lock and take up to `batch` of the due rows. Rows whose key another slot or process
-        holds are skipped; the round counts as drained only when fewer rows were due than it
-        read."""
-        got = 0
-        held = 0  # candidates passed over: their keys are held here or elsewhere
-        # Rows in work stay due (and first in claim order) until they settle: read past this
-        # worker's own, and further still while whole pages turn out held by other processes.
-        limit = max(self.batch + self.workers + len(self._keys_in_work), self._advisory_reach)
-        async with self.backend.connection() as conn:
-            read_at = self._settle_seq
-            candidates = await self._call(conn, "candidates", group=self.group,
-                                          now=self.clock.now(), limit=limit)
-            await self.backend.commit(conn)
-            for row in candidates:
-                if got >= self.batch:
-                    break
-                row_id = getattr(row, self.descriptor.role_attrs["id"])
-                if self._settled_at.get(row_id, -1) >= read_at:
-                    continue  # a slot of this worker settled it since the candidates were read
-                key = self.descriptor.advisory_key(row) if self.descriptor.advisory_key else ""
-                if key in self._keys_in_work:
-                    held += 1
-                    continue  # another slot of this worker holds it: no round trip to learn so
-                self._keys_in_work.add(key)  # reserved before the lock's round trip
-                if not await self._lock(conn, key):
-                    self._keys_in_work.discard(key)
-                    held += 1
-                    continue
-                try:
-                    async with self._on(conn):
-                        taken = await self._call(conn, "take", id=row_id, group=self.group,
-                                                 now=self.clock.now())
-                    if taken is None:
-                        continue  # finished or rescheduled since the candidates were read
-                    got += 1
-                    self._in_flight += 1
-                    await self._deliver(self._held(taken, key=key), conn)
-                finally:
-                    self._keys_in_work.discard(key)
-                    await self._unlock(conn, key)
-        if len(candidates) < limit:
-            self._advisory_reach = 0
-            return got < self.batch
-        # A full page: the next round reads past as many held rows as this one met (twice as
-        # far when they left this round short), since the free rows lie further on.
-        margin = self.batch + self.workers
-        self._advisory_reach = min(_ADVISORY_MAX_REACH,
-                                   (2 * max(held, limit) if got < self.batch else held) + margin)
-        if got == 0:
-            # Every due row we read is held by others (a shared key, or other slots): look
-            # again shortly rather than wait out the poll interval.
-            await asyncio.sleep(0.01)
-        return False
-
-    @contextlib.asynccontextmanager
-    async def _on(self, conn: Any) -> AsyncIterator[Any]:
-        """A transaction on a connection the caller holds (advisory: the lock's session)."""
-        await self.backend.begin(conn)
-        try:
-            yield conn
-        except BaseException:
-            await self.backend.rollback(conn)
-            raise
-        await self.backend.commit(conn)
-
-    async def _lock(self, conn: Any, key: str) -> bool:
-        if self.backend.dialect == "sqlite":
-            database = getattr(self.backend, "path", "")
-            return AdvisoryRegistry.try_lock(str(Path(database).resolve()), key, self)
-        ok = bool(await self._call(conn, "lock", key=key))
-        await self.backend.commit(conn)
-        return ok
-
-    async def _unlock(self, conn: Any, key: str) -> None:
-        if self.backend.dialect == "sqlite":
-            database = getattr(self.backend, "path", "")
-            AdvisoryRegistry.unlock(str(Path(database).resolve()), key, self)
-            return
-        with contextlib.suppress(Exception):  # a broken session has released it already
-            await self.backend.rollback(conn)
-            await self._call(conn, "unlock", key=key)
-            await self.backend.commit(conn)
 
     # -- one delivery -----------------------------------------------------------------------
 
@@ -882,7 +549,7 @@ class Worker:
                 await self._settle(h, self._poison(h), conn)
                 return
             if self.transactional:
-                await self._deliver_in_transaction(h, payload, conn)
+                await self.form.deliver_in_transaction(h, payload, conn)
                 return
             async with turn or contextlib.nullcontext():
                 outcome = await self._run_handler(h, payload, None)
@@ -892,57 +559,6 @@ class Worker:
             log.warning("%s", err)
         finally:
             self._in_flight -= 1
-
-    async def _deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
-        form = self.descriptor.form
-        if form == "row_lock":
-            assert conn is not None
-            await self.backend.execute(conn, "SAVEPOINT inboxgen_job")
-            outcome = await self._run_handler(h, payload, conn)
-            s = self._decide(h, outcome)
-            if s.action != FINISH or outcome.kind != "ack":
-                await self.backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
-            await self.backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
-            await self._settle(h, s, conn)
-            return
-        if form == "advisory":
-            assert conn is not None
-            await self.backend.begin(conn)
-            outcome = await self._run_handler(h, payload, conn)
-            s = self._decide(h, outcome)
-            if outcome.kind == "ack" and s.action == FINISH:
-                await self._execute_settlement(conn, h, s)
-                await self.backend.commit(conn)
-                self._count(s)
-                return
-            await self.backend.rollback(conn)
-            await self._settle(h, s, conn)
-            return
-        async with self.backend.connection() as tx:
-            sqlite = self.backend.dialect == "sqlite"
-            await self.backend.begin(tx, immediate=True)
-            if sqlite:
-                # This transaction holds SQLite's write lock until the job settles, so no other
-                # connection can claim the row: the lease needs no renewal meanwhile (and a
-                # renewal, on another connection, would only wait for this very lock).
-                async with h.lock:
-                    if h.renewal is not None:
-                        h.renewal.cancel()
-            try:
-                await self.backend.execute(tx, "SAVEPOINT inboxgen_job")
-                outcome = await self._run_handler(h, payload, tx)
-                s = self._decide(h, outcome)
-                if outcome.kind != "ack" or s.action != FINISH:
-                    # The handler's writes go; the outcome is still recorded, in the same
-                    # transaction, so no other claim can slip in between.
-                    await self.backend.execute(tx, "ROLLBACK TO SAVEPOINT inboxgen_job")
-                await self.backend.execute(tx, "RELEASE SAVEPOINT inboxgen_job")
-                await self._settle_lease(h, s, tx)
-            except BaseException:
-                await self.backend.rollback(tx)
-                raise
-            await self.backend.commit(tx)
-            self._count(s)
 
     async def _run_handler(self, h: _Held, payload: Any, conn: Any | None) -> Outcome:
         d = self.descriptor
@@ -1017,37 +633,11 @@ class Worker:
         if "retry_after" in d.roles:
             delay = self.backoff.delay(h.attempt)
             return Settlement(REQUEUE_AT, due=self.clock.now() + delay)
-        if d.form == "lease":
-            log.error("%s: row %s left leased: its payload does not decode, and the table has "
-                      "no dead-letter destination; it comes back when the lease ends",
-                      self.name, h.id)
-            return Settlement(PARK)
-        log.error("%s: row %s dropped: its payload does not decode and the table has neither a "
-                  "dead-letter destination nor a retry_after column", self.name, h.id)
-        return Settlement(FINISH, note="drop")
+        return self.form.undecodable(h)
 
     async def _settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
-        if self.descriptor.form == "lease":
-            await self._settle_lease(h, s)
-        elif self.descriptor.form == "advisory":
-            assert conn is not None
-            async with self._on(conn):
-                await self._execute_settlement(conn, h, s)
-            if s.action in (FINISH, DEAD_LETTER):  # gone for good: retried rows come back
-                self._remember_settled(h.id)
-        else:
-            assert conn is not None
-            await self._execute_settlement(conn, h, s)
+        await self.form.settle(h, s, conn)
         self._count(s)
-
-    def _remember_settled(self, row_id: Any) -> None:
-        self._settled_at[row_id] = self._settle_seq
-        self._settle_seq += 1
-        self._settled_order.append(row_id)
-        if len(self._settled_order) > 4096:
-            old = self._settled_order.popleft()
-            if self._settled_at.get(old, 0) < self._settle_seq - 4096:
-                del self._settled_at[old]
 
     def _count(self, s: Settlement) -> None:
         if s.action == FINISH:
@@ -1085,7 +675,7 @@ class Worker:
             # statement (the rollback or the unlock returns the row).
             return
         if h.deferred is not None and one_statement(d, op):
-            h.deferred.append((op, values))  # sent with the next claim (_send_round)
+            h.deferred.append((op, values))  # run with the batch's others (_settle_together)
             return
         if h.lost:
             raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
@@ -1093,17 +683,10 @@ class Worker:
                             statement=op.upper())
         if conn is not None:
             ok = await self._call(conn, op, **values)
-        elif self._settler is not None and bind_many(d, op, [values]) is not None:
-            ok = await self._settler.settle(op, values)
         else:
-            async with self._transaction() as tx:
-                ok = await self._call(tx, op, **values)
+            ok = await self.form.write(op, values)  # a lease: held by its token alone
         if not ok:
-            if d.form == "lease":
-                raise LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran "
-                                f"out and it was claimed again); {op} changed nothing",
-                                worker=self.name, table=d.qualified_name, statement=op.upper())
-            log.warning("%s: %s of row %s changed no row", self.name, op, h.id)
+            self.form.missed(h, op)
 
 
 def _retry_delay(failures: int) -> float:
@@ -1111,19 +694,6 @@ def _retry_delay(failures: int) -> float:
     do not reconnect in step."""
     ceiling: float = min(1.0, 0.05 * 2.0 ** min(failures - 1, 10))
     return random.uniform(0.5, 1.0) * ceiling
-
-
-# How long a counted row-lock claim waits for the table's claim turn (MySQL's GET_LOCK; on
-# PostgreSQL the wait is the session's lock_timeout).
-_CLAIM_TURN_WAIT = 10.0
-# The most candidates one advisory round reads while the rows ahead are held by others.
-_ADVISORY_MAX_REACH = 4096
-
-_UNFINISHED = {
-    "row_lock": "their transactions roll back: the rows return at once, attempts unchanged",
-    "lease": "their leases stay: the rows return when the leases end",
-    "advisory": "their locks are released: the rows return at once",
-}
 
 
 def _decode_headers(raw: Any) -> Mapping[str, str]:

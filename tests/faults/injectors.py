@@ -149,14 +149,25 @@ class StopHolder(Fault):
         if now < self._next:
             return False
         for inc in run.fleet.serving():
+            if not inc.open_deliveries():
+                continue
+            run.fleet.sigstop(inc)
+            time.sleep(0.02)  # the signal has landed; what it wrote before is in the log
+            # Read again once it is stopped: what it held may have settled between the read
+            # and the signal (a loaded machine), and a stop holding nothing tests no fencing.
             held = inc.open_deliveries()
-            if held:
-                run.fleet.sigstop(inc)
-                self.stops.append(Stop(inc, held, time.time()))
-                self.act(f"SIGSTOP {inc.slot}.{inc.generation} (pid {inc.pid}) holding "
-                         f"{sorted(held)}")
-                break
+            if not held:
+                self._resume_unheld(run, inc)
+                continue
+            self.stops.append(Stop(inc, held, time.time()))
+            self.act(f"SIGSTOP {inc.slot}.{inc.generation} (pid {inc.pid}) holding "
+                     f"{sorted(held)}")
+            break
         return False
+
+    def _resume_unheld(self, run: Run, inc: Any) -> None:
+        run.fleet.sigcont(inc)
+        self.act(f"SIGSTOP {inc.slot}.{inc.generation} found it holding nothing: resumed")
 
     def _resume(self, run: Run, stop: Stop) -> None:
         run.fleet.sigcont(stop.victim)

@@ -46,6 +46,18 @@ WHERE "id" = %(id)s
   AND "attempt" = %(attempt)s + 1
 """
 
+# Extend many held leases to `new_locked_until`; returns the ids renewed.
+RENEW_MANY: Final[LiteralString] = """
+UPDATE "bench_lease"
+SET "locked_until" = %(new_locked_until)s
+WHERE ("id", "locked_until", "attempt") IN (
+    SELECT held.id, held.locked_until, held.attempt + 1
+    FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[])
+        AS held(id, locked_until, attempt)
+)
+RETURNING "id"
+"""
+
 # Ack or drop: mark the row processed (kept for audit).
 FINISH: Final[LiteralString] = """
 UPDATE "bench_lease"
@@ -54,6 +66,19 @@ SET "processed_at" = %(now)s,
 WHERE "id" = %(id)s
   AND "locked_until" = %(locked_until)s
   AND "attempt" = %(attempt)s + 1
+"""
+
+# Ack or drop many rows: mark them processed. Returns the ids settled.
+FINISH_MANY: Final[LiteralString] = """
+UPDATE "bench_lease"
+SET "processed_at" = %(now)s,
+    "locked_until" = NULL
+WHERE ("id", "locked_until", "attempt") IN (
+    SELECT held.id, held.locked_until, held.attempt + 1
+    FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[])
+        AS held(id, locked_until, attempt)
+)
+RETURNING "id"
 """
 
 # Return the row to the queue now.
@@ -210,6 +235,52 @@ def retry(
     return cur.rowcount == 1
 
 
+def renew_many(
+    conn: psycopg.Connection[Any],
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+    new_locked_until: datetime.datetime,
+) -> list[int]:
+    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
+    one entry per row.
+    """
+    cur = conn.execute(
+        RENEW_MANY,
+        {
+            "new_locked_until": new_locked_until,
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
+def finish_many(
+    conn: psycopg.Connection[Any],
+    *,
+    id: Sequence[int],
+    now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+) -> list[int]:
+    """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
+    entry per row.
+    """
+    cur = conn.execute(
+        FINISH_MANY,
+        {
+            "now": now,
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in cur.fetchall()]
+
+
 def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
@@ -319,6 +390,52 @@ async def retry_async(
     return cur.rowcount == 1
 
 
+async def renew_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    id: Sequence[int],
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+    new_locked_until: datetime.datetime,
+) -> list[int]:
+    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
+    one entry per row.
+    """
+    cur = await conn.execute(
+        RENEW_MANY,
+        {
+            "new_locked_until": new_locked_until,
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in await cur.fetchall()]
+
+
+async def finish_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    id: Sequence[int],
+    now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int],
+) -> list[int]:
+    """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
+    entry per row.
+    """
+    cur = await conn.execute(
+        FINISH_MANY,
+        {
+            "now": now,
+            "id": list(id),
+            "locked_until": [t for t in locked_until],
+            "attempt": list(attempt),
+        },
+    )
+    return [cast(int, r[0]) for r in await cur.fetchall()]
+
+
 async def insert_async(
     conn: psycopg.AsyncConnection[Any],
     row: NewRow,
@@ -357,6 +474,8 @@ OPS: Final = Operations(
     renew=renew,
     finish=finish,
     retry=retry,
+    renew_many=renew_many,
+    finish_many=finish_many,
     insert=insert,
     insert_many=insert_many,
     notify=notify,
@@ -367,6 +486,8 @@ ASYNC_OPS: Final = Operations(
     renew=renew_async,
     finish=finish_async,
     retry=retry_async,
+    renew_many=renew_many_async,
+    finish_many=finish_many_async,
     insert=insert_async,
     insert_many=insert_many_async,
     notify=notify_async,
@@ -375,7 +496,9 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY,
     "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY,
     "RETRY": RETRY,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
@@ -396,13 +519,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "processed_at": "processed_at",
         "payload": "payload",
     },
-    role_attrs={
-        "id": "id",
-        "attempt": "attempt",
-        "locked_until": "locked_until",
-        "processed_at": "processed_at",
-        "payload": "payload",
-    },
     columns=(
         "id",
         "attempt",
@@ -411,15 +527,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
-    statement_params={
-        "CLAIM": ("locked_until", "now", "limit"),
-        "RENEW": ("new_locked_until", "id", "locked_until", "attempt"),
-        "FINISH": ("now", "id", "locked_until", "attempt"),
-        "RETRY": ("id", "locked_until", "attempt"),
-        "INSERT": ("payload",),
-        "INSERT_MANY": ("payload",),
-        "NOTIFY": ("channel", "payload"),
-    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="json",

@@ -37,6 +37,13 @@ SET "processed_at" = %(now)s
 WHERE "id" = %(id)s
 """
 
+# Ack or drop many rows: mark them processed.
+FINISH_MANY: Final[LiteralString] = """
+UPDATE "bench_row_lock"
+SET "processed_at" = %(now)s
+WHERE "id" = ANY(%(id)s::BIGINT[])
+"""
+
 # Return the row to the queue now, counting the attempt.
 RETRY: Final[LiteralString] = """
 UPDATE "bench_row_lock"
@@ -121,6 +128,12 @@ def retry(conn: psycopg.Connection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
+def finish_many(conn: psycopg.Connection[Any], *, id: Sequence[int], now: datetime.datetime) -> int:
+    """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
+    cur = conn.execute(FINISH_MANY, {"now": now, "id": list(id)})
+    return cur.rowcount
+
+
 def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
@@ -173,6 +186,17 @@ async def retry_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
+async def finish_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    id: Sequence[int],
+    now: datetime.datetime,
+) -> int:
+    """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
+    cur = await conn.execute(FINISH_MANY, {"now": now, "id": list(id)})
+    return cur.rowcount
+
+
 async def insert_async(
     conn: psycopg.AsyncConnection[Any],
     row: NewRow,
@@ -210,6 +234,7 @@ OPS: Final = Operations(
     claim=claim,
     finish=finish,
     retry=retry,
+    finish_many=finish_many,
     insert=insert,
     insert_many=insert_many,
     notify=notify,
@@ -219,6 +244,7 @@ ASYNC_OPS: Final = Operations(
     claim=claim_async,
     finish=finish_async,
     retry=retry_async,
+    finish_many=finish_many_async,
     insert=insert_async,
     insert_many=insert_many_async,
     notify=notify_async,
@@ -227,6 +253,7 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
     "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY,
     "RETRY": RETRY,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
@@ -246,12 +273,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "processed_at": "processed_at",
         "payload": "payload",
     },
-    role_attrs={
-        "id": "id",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "payload": "payload",
-    },
     columns=(
         "id",
         "attempt",
@@ -259,14 +280,6 @@ DESCRIPTOR: Final = TableDescriptor(
         "payload",
     ),
     statements=STATEMENTS,
-    statement_params={
-        "CLAIM": ("limit",),
-        "FINISH": ("now", "id"),
-        "RETRY": ("id",),
-        "INSERT": ("payload",),
-        "INSERT_MANY": ("payload",),
-        "NOTIFY": ("channel", "payload"),
-    },
     claimed_row=ClaimedRow,
     new_row=NewRow,
     codec="json",

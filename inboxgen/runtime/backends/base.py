@@ -24,9 +24,12 @@ class Backend:
     # Whether `session()` and `pipeline()` work: statements queued on a connection travel to the
     # server in one round trip (psycopg's pipeline mode).
     pipelines = False
+    # Whether a write transaction holds the whole database (SQLite's one writer per file).
+    single_writer = False
 
     def __init__(self, descriptor: TableDescriptor) -> None:
         self.descriptor = descriptor
+        self.label = "the database"  # how messages name it (never with a password)
         self.busy = 0  # calls in flight, so tests on a fake clock can tell when all is quiet
 
     async def open(self) -> None:
@@ -50,17 +53,13 @@ class Backend:
         results; fetching a statement's rows sends what is queued and waits for it."""
         raise NotImplementedError
 
-    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]], *,
-                           returning: bool = False) -> Any:
-        """Run one generated statement once per parameter set (`pipelines`); with `returning`,
-        the cursor whose `row_counts` say what each run changed once the results are in."""
-        raise NotImplementedError
-
-    def row_counts(self, cursor: Any) -> list[int]:
-        raise NotImplementedError
-
     async def sync(self, pipeline: Any) -> None:
         """Send what `pipeline` holds and wait until the server has run all of it."""
+        raise NotImplementedError
+
+    def settling(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A connection for a flush of lease settlements, each of which stands alone (a token
+        that misses its row changes nothing), committed when the block ends."""
         raise NotImplementedError
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
@@ -87,6 +86,27 @@ class Backend:
         if "limit" in bound:
             bound["limit"] = 1  # MySQL takes no NULL in LIMIT
         return "EXPLAIN " + self.descriptor.statements[name], bound
+
+    # Advisory locks: session locks on the server, through the generated LOCK and UNLOCK.
+
+    def claim_advisory_file(self, owner: object) -> bool:
+        """Whether `owner` may serve advisory rows of this database from this process."""
+        return True
+
+    def release_advisory(self, owner: object) -> None:
+        """Forget what `owner` held of advisory locks kept outside the database."""
+
+    async def lock_key(self, conn: Any, key: str, owner: object) -> bool:
+        """Take the advisory lock on `key` for `conn`'s session, without waiting."""
+        ok = bool(await self.call(conn, "lock", key=key))
+        await self.commit(conn)
+        return ok
+
+    async def unlock_key(self, conn: Any, key: str, owner: object) -> None:
+        with contextlib.suppress(Exception):  # a broken session has released it already
+            await self.rollback(conn)
+            await self.call(conn, "unlock", key=key)
+            await self.commit(conn)
 
     def insert_params(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         return dict(fields)
@@ -227,3 +247,15 @@ class ThreadedBackend(Backend):
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(self.descriptor.ops, op)
         return await self._run(conn, fn, conn, *args, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def settling(self) -> AsyncIterator[Any]:
+        # One transaction for the flush: one write turn on SQLite, one commit on MySQL.
+        async with self.connection() as conn:
+            await self.begin(conn)
+            try:
+                yield conn
+            except BaseException:
+                await self.rollback(conn)
+                raise
+            await self.commit(conn)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,7 +86,8 @@ class MySQLBackend(ThreadedBackend):
     async def explain(self, conn: Any, name: str) -> None:
         sql, params = self._explain_args(name)
         # A list parameter (`IN %(ids)s`) is bound as a one-element list.
-        bound = {k: ([None] if k == "ids" else v) for k, v in params.items()}
+        lists = set(re.findall(r"\bIN %\((\w+)\)s", sql))
+        bound = {k: ([None] if k in lists else v) for k, v in params.items()}
 
         def run() -> None:
             with conn.cursor() as cur:

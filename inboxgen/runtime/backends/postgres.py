@@ -75,21 +75,9 @@ class PostgresBackend(Backend):
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         return conn.pipeline()  # type: ignore[no-any-return]
 
-    async def execute_many(self, conn: Any, sql: str, params: list[dict[str, Any]], *,
-                           returning: bool = False) -> Any:
-        self.busy += 1
-        try:
-            cursor = conn.cursor()
-            await cursor.executemany(sql, params, returning=returning)
-            return cursor
-        finally:
-            self.busy -= 1
-
-    def row_counts(self, cursor: Any) -> list[int]:
-        counts = [cursor.rowcount]
-        while cursor.nextset():
-            counts.append(cursor.rowcount)
-        return counts
+    def settling(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        # Autocommit: each settlement statement is its own transaction, one round trip.
+        return self.session()
 
     async def sync(self, pipeline: Any) -> None:
         self.busy += 1

@@ -24,14 +24,36 @@ class SqliteBackend(ThreadedBackend):
     """
 
     dialect = "sqlite"
+    single_writer = True
 
     def __init__(self, descriptor: TableDescriptor, path: str | Path, *,
                  busy_timeout: float = 30.0) -> None:
         super().__init__(descriptor)
         self.path = str(path)
+        self.label = self.path
         self.busy_timeout = busy_timeout
         self._writer = asyncio.Lock()
         self._writing: Any = None  # the connection holding the process's write turn
+
+    # Advisory locks: SQLite has none, so they are kept in the process (AdvisoryRegistry), and
+    # one process per database file serves advisory rows.
+
+    @property
+    def _database(self) -> str:
+        return str(Path(self.path).resolve())
+
+    def claim_advisory_file(self, owner: object) -> bool:
+        return AdvisoryRegistry.claim_file(self._database, owner)
+
+    def release_advisory(self, owner: object) -> None:
+        AdvisoryRegistry.release_all(owner)
+        AdvisoryRegistry.release_file(owner)
+
+    async def lock_key(self, conn: Any, key: str, owner: object) -> bool:
+        return AdvisoryRegistry.try_lock(self._database, key, owner)
+
+    async def unlock_key(self, conn: Any, key: str, owner: object) -> None:
+        AdvisoryRegistry.unlock(self._database, key, owner)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,

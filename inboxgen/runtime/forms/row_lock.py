@@ -1,0 +1,166 @@
+"""Row lock: the claim's open transaction holds the rows while their jobs run.
+
+A crash or a cancellation rolls the transaction back, so the rows return at once, attempts
+unchanged; a retry counts the attempt as it settles. With count_crashes the claim counts the
+attempt in a transaction of its own first (CountedRowLock). On PostgreSQL with handlers that are
+not transactional, a slot keeps one connection in pipeline mode and a batch's settlements and
+COMMIT travel with the next claim (PipelinedRowLock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from inboxgen.runtime.forms.base import Form
+from inboxgen.runtime.outcomes import FINISH, Settlement
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.worker import Worker, _Held
+
+# How long a counted claim waits for the table's claim turn (MySQL's GET_LOCK; on PostgreSQL
+# the wait is the session's lock_timeout).
+_CLAIM_TURN_WAIT = 10.0
+
+Pending = list[tuple[str, dict[str, Any]]]  # settlements waiting for the batch's COMMIT
+
+
+def row_lock(worker: Worker) -> Form:
+    d = worker.descriptor
+    if d.count_crashes:
+        return CountedRowLock(worker)
+    if worker.backend.pipelines and not worker.transactional:
+        return PipelinedRowLock(worker)
+    return RowLock(worker)
+
+
+class RowLock(Form):
+    unfinished = "their transactions roll back: the rows return at once, attempts unchanged"
+
+    async def round(self) -> bool:
+        w = self.w
+        # A cancelled or broken round rolls back: its rows return at once, attempts unchanged
+        # (what a crash does in this form).
+        async with w._transaction() as conn:
+            rows = await w._claim(conn, w.clock.now(), w.batch)
+            pending: Pending = []
+            await w._deliver_all([w._held(r, deferred=self._defer(pending)) for r in rows],
+                                 conn)
+            await self.settle_deferred(conn, pending)
+        return len(rows) < w.batch
+
+    def _defer(self, pending: Pending) -> Pending | None:
+        """Where a batch's settlements wait to run together before its COMMIT: not for
+        transactional handlers, whose settlements run with their writes."""
+        return None if self.w.transactional else pending
+
+    async def settle_deferred(self, conn: Any, pending: Pending) -> None:
+        """Run a batch's settlements in its transaction, each kind together (acks as one
+        statement). The rows are the transaction's, so a settlement cannot miss them: the
+        results (in a pipeline, they arrive with the next claim's) need no reading."""
+        await self.w._settle_together(conn, pending)
+
+    async def deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
+        w = self.w
+        assert conn is not None
+        await w.backend.execute(conn, "SAVEPOINT inboxgen_job")
+        outcome = await w._run_handler(h, payload, conn)
+        s = w._decide(h, outcome)
+        if s.action != FINISH or outcome.kind != "ack":
+            await w.backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
+        await w.backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
+        await w._settle(h, s, conn)
+
+    async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
+        assert conn is not None  # the claim's transaction
+        await self.w._execute_settlement(conn, h, s)
+
+
+class CountedRowLock(RowLock):
+    """count_crashes: the attempt is counted and committed first, so a job that kills its
+    process still spends it; the rows are then locked again, all in the transaction they are
+    worked in. From the count until that relock the claim holds the table's claim turn (a
+    session lock), so no other claim counts the same rows for a delivery that never happens:
+    only a delivery that began and never settled is counted."""
+
+    async def round(self) -> bool:
+        w = self.w
+        key = f"{w.descriptor.qualified_name}:claim"
+        async with w.backend.connection() as conn:
+            await w.backend.begin(conn)
+            # The session lock is taken in the counting transaction: no round trip of its own.
+            turn = await w._call(conn, "claim_guard", key=key, wait=_CLAIM_TURN_WAIT)
+            if not turn:
+                await w.backend.rollback(conn)
+                return True  # another claim held the turn all that time: try again later
+            held: list[_Held] = []
+            pending: Pending = []
+            try:
+                counted = await w._claim(conn, w.clock.now(), w.batch)
+                await w.backend.commit(conn)
+                await w.backend.begin(conn)
+                for row in counted:
+                    h = w._held(row, deferred=self._defer(pending))
+                    if await w._call(conn, "relock", id=h.id, attempt=h.attempt) is not None:
+                        held.append(h)
+            except BaseException:
+                await w.backend.rollback(conn)
+                raise
+            finally:
+                # Inside the relocked rows' transaction: unlocking a session lock is not undone
+                # by a rollback, and the rows stay locked until the transaction ends.
+                with contextlib.suppress(Exception):
+                    await w._call(conn, "claim_unguard", key=key)
+            try:
+                await w._deliver_all(held, conn)
+                await self.settle_deferred(conn, pending)
+            except BaseException:
+                await w.backend.rollback(conn)
+                raise
+            await w.backend.commit(conn)
+        return len(counted) < w.batch
+
+
+class PipelinedRowLock(RowLock):
+    """The slot keeps one connection in pipeline mode; each round queues the last round's
+    settlements, its COMMIT, a BEGIN and the next claim, and the claim's fetch sends them all:
+    a batch costs one round trip. A round that fails rolls back (its rows return at once, as a
+    crash leaves them), and the slot starts again on a fresh connection."""
+
+    async def serve(self, index: int, worked: Callable[[], None]) -> None:
+        """Rounds on one connection until the worker stops."""
+        w = self.w
+        async with w.backend.session() as conn, w.backend.pipeline(conn) as pipe:
+            in_tx = False  # a claim's transaction is open on the connection
+            pending: Pending = []
+            while True:
+                claim = not w._stopping.is_set()
+                rows = await self._send_round(conn, pipe, pending, commit=in_tx, claim=claim)
+                in_tx, pending = claim, []
+                worked()
+                if not claim:
+                    return
+                if len(rows) == w.batch:
+                    w._wake_waiting_slot()  # a full claim: more rows are likely due
+                held = [w._held(r, deferred=pending) for r in rows]
+                await w._deliver_all(held, conn)
+                if len(rows) < w.batch:
+                    # Drained: commit now rather than hold the rows through the wait.
+                    await self._send_round(conn, pipe, pending, commit=True, claim=False)
+                    in_tx, pending = False, []
+                    await w._wait(index, w.poll_interval)
+
+    async def _send_round(self, conn: Any, pipe: Any, pending: Pending, *, commit: bool,
+                          claim: bool) -> list[Any]:
+        """Queue settlements, COMMIT, BEGIN and a claim; the claim's fetch (or, without a
+        claim, a sync) sends them and waits for the server. Returns the claimed rows."""
+        w = self.w
+        await self.settle_deferred(conn, pending)
+        if commit:
+            await w.backend.execute(conn, "COMMIT")
+        if not claim:
+            await w.backend.sync(pipe)
+            return []
+        await w.backend.execute(conn, "BEGIN")
+        return await w._claim(conn, w.clock.now(), w.batch)

@@ -1,0 +1,155 @@
+"""Renewal of all of a worker's leases together.
+
+One task per worker renews every lease held (the rows in work and those claimed and waiting
+in their batch) in one statement per round (RENEW_MANY; one statement per row where the module
+has none). A lease is renewed once half of it is left; leases that would need renewing within
+another quarter of it go in the same round, so rows claimed round after round share their
+renewals. A renewal that fails (a busy or lost connection) is tried again within a second;
+only one that finds the row taken ends the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from inboxgen.runtime.outcomes import lease_expiry
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.batching import Calls
+    from inboxgen.runtime.clock import Clock
+
+log = logging.getLogger("inboxgen.worker")
+
+
+class Leased(Protocol):
+    """A row while it is held under a lease (the worker's _Held)."""
+
+    id: Any
+    attempt: int | None
+    token: _dt.datetime | None  # the expiry written last: the ownership token
+    lost: bool
+    settling: bool  # its settlement has begun: no more renewals
+    lock: asyncio.Lock  # held by a renewal or a settlement of the row
+
+
+class LeaseRenewer:
+    def __init__(self, calls: Calls, clock: Clock, lease: int, name: str,
+                 transaction: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
+                 renewed: Callable[[int], None]) -> None:
+        self.calls = calls
+        self.clock = clock
+        self.lease = lease
+        self.name = name
+        self._transaction = transaction
+        self._renewed = renewed  # counts renewals in the worker's stats
+        self._held: dict[int, Leased] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._changed = asyncio.Event()  # of this event loop: a worker may serve again in another
+        self._task = asyncio.create_task(self._run(), name=f"{self.name}:renew")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._held.clear()
+
+    def hold(self, rows: list[Any]) -> None:
+        for row in rows:
+            self._held[id(row)] = row
+        self._changed.set()
+
+    def release(self, rows: list[Any]) -> None:
+        for row in rows:
+            self._held.pop(id(row), None)
+
+    def _left(self, row: Leased) -> float:
+        assert row.token is not None
+        return (row.token - self.clock.now()).total_seconds()
+
+    async def _run(self) -> None:
+        while True:
+            live = [r for r in self._held.values() if not (r.settling or r.lost)]
+            if not live:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            wait = min(self._left(r) for r in live) - self.lease / 2
+            if wait > 0:
+                sleep = asyncio.ensure_future(self.clock.sleep(wait))
+                try:
+                    # A new row is due no sooner than those held: only a wait that ends early
+                    # (every held row settled) needs looking at again.
+                    await sleep
+                finally:
+                    sleep.cancel()
+                continue
+            due = [r for r in live if self._left(r) <= self.lease * 3 / 4]
+            try:
+                if not await self._renew(due):
+                    await asyncio.sleep(0.01)  # each is being settled: let that finish
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("%s: renewing the lease on %s failed, trying again in 1 s (it "
+                            "holds until %s): %s", self.name, _rows(due),
+                            min(r.token for r in due if r.token is not None), err)
+                await self.clock.sleep(min(1.0, self.lease / 2))
+
+    async def _renew(self, due: list[Leased]) -> bool:
+        """Renew what of `due` is not being settled; False when that was nothing."""
+        # The transaction first, then the rows' locks, as every settlement takes them: on
+        # SQLite the transaction is the process's write turn, and a settlement holding it must
+        # never wait for a renewal that waits for it. A row whose lock is taken is being settled
+        # and is left out; the locks are held until the renewal has committed, so a
+        # settlement reads the new token only once it stands.
+        rows: list[Leased] = []
+        try:
+            async with self._transaction() as conn:
+                for row in due:
+                    if await _lock(row):
+                        rows.append(row)
+                if not rows:
+                    return False
+                new = lease_expiry(self.clock.now(), self.lease)
+                values = [{"id": r.id, "locked_until": r.token, "attempt": r.attempt,
+                           "new_locked_until": new} for r in rows]
+                changed = await self.calls.many(conn, "renew", values)
+            assert changed is not None  # a lease's batch names the rows it changed
+            for row, ok in zip(rows, changed, strict=True):
+                if ok:
+                    row.token = new
+                    continue
+                row.lost = True  # counted when the settlement reports it
+                log.warning("%s: lease on row %s lost before it could be renewed: another "
+                            "worker may run it", self.name, row.id)
+            self._renewed(sum(changed))
+            return True
+        finally:
+            for row in rows:
+                row.lock.release()
+
+
+async def _lock(row: Leased) -> bool:
+    """Take the row's lock unless its settlement has begun. A settlement holds the lock only
+    briefly and never waits for the write turn while it does, so this cannot deadlock."""
+    if row.lock.locked() or row.settling or row.lost:
+        return False
+    await row.lock.acquire()
+    if row.settling or row.lost:
+        row.lock.release()
+        return False
+    return True
+
+
+def _rows(rows: list[Leased]) -> str:
+    ids = ", ".join(str(r.id) for r in rows[:5])
+    return f"row {ids}" if len(rows) == 1 else f"rows {ids}{', ...' if len(rows) > 5 else ''}"

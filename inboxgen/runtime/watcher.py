@@ -1,0 +1,61 @@
+"""SQLite: wake workers the moment another connection commits to the database file.
+
+SQLite has no notifications, but `PRAGMA data_version` changes whenever another connection
+(of this process or any other) has committed a change to the file. A connection of the
+watcher's own reads it every few milliseconds, on a thread of its own; a change wakes one
+waiting slot, which claims at once instead of waiting out the poll interval (a full claim
+wakes the next). Reading it costs microseconds and takes no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.worker import Worker
+
+log = logging.getLogger("inboxgen.worker")
+
+# How often the file is looked at: the pickup delay of a job enqueued on an idle worker.
+WATCH_INTERVAL = 0.01
+
+
+async def watch(worker: Worker, path: str) -> None:
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{worker.name}:watch")
+    loop = asyncio.get_running_loop()
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = await loop.run_in_executor(thread, _open, path)
+        seen = await loop.run_in_executor(thread, _version, conn)
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            try:
+                now = await loop.run_in_executor(thread, _version, conn)
+            except sqlite3.Error as err:  # a file replaced or gone: the claims will say
+                log.debug("%s: cannot read the database's data_version: %s", worker.name, err)
+                continue
+            if now != seen:
+                seen = now
+                worker.wake_one()
+    finally:
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(loop.run_in_executor(thread, conn.close))
+        thread.shutdown(wait=False)
+
+
+def _open(path: str) -> sqlite3.Connection:
+    # Read-only, and never creating the file: the workers' own connections do that.
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    (value,) = conn.execute("PRAGMA data_version").fetchone()
+    return int(value)
