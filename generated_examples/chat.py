@@ -13,7 +13,12 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 
 TABLE: Final = "Chat.OutgoingMessages"
 CHANNEL: Final = "OutgoingMessages"
@@ -142,9 +147,46 @@ SELECT * FROM unnest(
 )
 """
 
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT "conversation" AS queue_group,
+       SUM(CASE WHEN "retry_after" <= %(now)s AND ("locked_until" IS NULL OR "locked_until" <=
+           %(now)s) THEN 1 ELSE 0 END) AS ready,
+       SUM(CASE WHEN "retry_after" > %(now)s THEN 1 ELSE 0 END) AS scheduled,
+       SUM(CASE WHEN "locked_until" > %(now)s THEN 1 ELSE 0 END) AS in_work,
+       NULL AS finished,
+       MIN(CASE WHEN "retry_after" <= %(now)s AND ("locked_until" IS NULL OR "locked_until" <=
+           %(now)s) THEN "retry_after" END) AS oldest_ready
+FROM "Chat"."OutgoingMessages"
+GROUP BY "conversation"
+ORDER BY "conversation"
+"""
+
+# The age in seconds of the database's oldest open transaction (a row-lock worker's, or one that
+# holds back vacuum).
+OLDEST_TRANSACTION: Final[LiteralString] = """
+SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start))
+FROM pg_stat_activity
+WHERE xact_start IS NOT NULL
+  AND pid <> pg_backend_pid()
+  AND datname = current_database()
+"""
+
 # Wake workers listening on the table's channel; the payload is the group.
 NOTIFY: Final[LiteralString] = """
 SELECT pg_notify(%(channel)s, %(payload)s)
+"""
+
+# Enqueue one row and wake the workers listening on the table's channel when the transaction
+# commits; returns its id.
+INSERT_NOTIFY: Final[LiteralString] = """
+WITH new AS (
+    INSERT INTO "Chat"."OutgoingMessages" ("conversation", "retry_after", "body")
+    VALUES (%(conversation)s, %(retry_after)s, %(body)s)
+    RETURNING "MessageId"
+)
+SELECT "MessageId", pg_notify(%(notify_channel)s, %(notify_group)s)
+FROM new
 """
 
 
@@ -382,12 +424,22 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": row.conversation,
+            },
+        )
+        new = cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = conn.execute(INSERT, _insert_params(row))
     new = cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.conversation})
     return cast(int, new_id)
 
 
@@ -406,6 +458,31 @@ def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = conn.execute(STATUS, {"now": now})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=r[5],
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def oldest_transaction(conn: psycopg.Connection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = conn.execute(OLDEST_TRANSACTION, {})
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
 
 
 async def claim_async(
@@ -598,12 +675,22 @@ async def insert_async(
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = await conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": row.conversation,
+            },
+        )
+        new = await cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = await conn.execute(INSERT, _insert_params(row))
     new = await cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.conversation})
     return cast(int, new_id)
 
 
@@ -622,6 +709,35 @@ async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[N
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+async def status_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = await conn.execute(STATUS, {"now": now})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=r[5],
+        )
+        for r in await cur.fetchall()
+    ]
+
+
+async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = await conn.execute(OLDEST_TRANSACTION, {})
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
 
 
 OPS: Final = Operations(
@@ -664,7 +780,10 @@ STATEMENTS: Final = {
     "RETRY_AFTER": RETRY_AFTER,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
     "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

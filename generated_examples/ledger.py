@@ -14,7 +14,12 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import psycopg
 from inboxgen import values as _v
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 from psycopg.types.json import Jsonb
 
 TABLE: Final = "ledger_jobs"
@@ -93,9 +98,83 @@ SELECT * FROM unnest(
 )
 """
 
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT NULL AS queue_group,
+       SUM(CASE WHEN "retry_after" <= %(now)s THEN 1 ELSE 0 END) AS ready,
+       SUM(CASE WHEN "retry_after" > %(now)s THEN 1 ELSE 0 END) AS scheduled,
+       NULL AS in_work,
+       NULL AS finished,
+       MIN(CASE WHEN "retry_after" <= %(now)s THEN "retry_after" END) AS oldest_ready
+FROM "ledger_jobs"
+"""
+
+# Count the rows in the dead-letter table.
+STATUS_DEAD: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM "ledger_jobs_dead"
+"""
+
+# The age in seconds of the database's oldest open transaction (a row-lock worker's, or one that
+# holds back vacuum).
+OLDEST_TRANSACTION: Final[LiteralString] = """
+SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start))
+FROM pg_stat_activity
+WHERE xact_start IS NOT NULL
+  AND pid <> pg_backend_pid()
+  AND datname = current_database()
+"""
+
+# Count the advisory locks held in the database (every table's).
+ADVISORY_LOCKS: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM pg_locks
+WHERE locktype = 'advisory'
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+# Move dead letters from the dead-letter table back into the queue, due at `now`; `reset_attempt`
+# starts their attempt count again.
+REQUEUE_MOVE: Final[LiteralString] = """
+WITH moved AS (
+    DELETE FROM "ledger_jobs_dead"
+    RETURNING "id", "account_id", "retry_after", "attempt", "headers", "payload"
+)
+INSERT INTO "ledger_jobs" ("account_id", "retry_after", "attempt", "headers", "payload")
+SELECT "account_id", %(now)s, CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, "headers",
+       "payload"
+FROM moved
+"""
+
+# Move dead letters of `ids` from the dead-letter table back into the queue, due at `now`;
+# `reset_attempt` starts their attempt count again.
+REQUEUE_MOVE_IDS: Final[LiteralString] = """
+WITH moved AS (
+    DELETE FROM "ledger_jobs_dead"
+    WHERE "id" = ANY(%(ids)s::BIGINT[])
+    RETURNING "id", "account_id", "retry_after", "attempt", "headers", "payload"
+)
+INSERT INTO "ledger_jobs" ("account_id", "retry_after", "attempt", "headers", "payload")
+SELECT "account_id", %(now)s, CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, "headers",
+       "payload"
+FROM moved
+"""
+
 # Wake workers listening on the table's channel; the payload is the group.
 NOTIFY: Final[LiteralString] = """
 SELECT pg_notify(%(channel)s, %(payload)s)
+"""
+
+# Enqueue one row and wake the workers listening on the table's channel when the transaction
+# commits; returns its id.
+INSERT_NOTIFY: Final[LiteralString] = """
+WITH new AS (
+    INSERT INTO "ledger_jobs" ("account_id", "headers", "payload")
+    VALUES (%(account_id)s, %(headers)s, %(payload)s)
+    RETURNING "id"
+)
+SELECT "id", pg_notify(%(notify_channel)s, %(notify_group)s)
+FROM new
 """
 
 
@@ -208,12 +287,22 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": "",
+            },
+        )
+        new = cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = conn.execute(INSERT, _insert_params(row))
     new = cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
     return cast(int, new_id)
 
 
@@ -232,6 +321,69 @@ def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = conn.execute(STATUS, {"now": now})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=r[5],
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def dead_count(conn: psycopg.Connection[Any]) -> int:
+    """Count the rows in the dead-letter table."""
+    cur = conn.execute(STATUS_DEAD, {})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def oldest_transaction(conn: psycopg.Connection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = conn.execute(OLDEST_TRANSACTION, {})
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def advisory_locks(conn: psycopg.Connection[Any]) -> int:
+    """Count the advisory locks held in the database (every table's)."""
+    cur = conn.execute(ADVISORY_LOCKS, {})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def requeue(
+    conn: psycopg.Connection[Any],
+    *,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
+    due at `now`; returns how many. With `reset_attempt` their attempt count starts again.
+    """
+    if ids is None:
+        cur = conn.execute(REQUEUE_MOVE, {"now": now, "reset_attempt": reset_attempt})
+    else:
+        cur = conn.execute(
+            REQUEUE_MOVE_IDS,
+            {
+                "now": now,
+                "reset_attempt": reset_attempt,
+                "ids": list(ids),
+            },
+        )
+    return cur.rowcount
 
 
 async def candidates_async(
@@ -308,12 +460,22 @@ async def insert_async(
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = await conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": "",
+            },
+        )
+        new = await cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = await conn.execute(INSERT, _insert_params(row))
     new = await cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
     return cast(int, new_id)
 
 
@@ -332,6 +494,73 @@ async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[N
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+async def status_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = await conn.execute(STATUS, {"now": now})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=r[5],
+        )
+        for r in await cur.fetchall()
+    ]
+
+
+async def dead_count_async(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Count the rows in the dead-letter table."""
+    cur = await conn.execute(STATUS_DEAD, {})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = await conn.execute(OLDEST_TRANSACTION, {})
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+async def advisory_locks_async(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Count the advisory locks held in the database (every table's)."""
+    cur = await conn.execute(ADVISORY_LOCKS, {})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def requeue_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
+    due at `now`; returns how many. With `reset_attempt` their attempt count starts again.
+    """
+    if ids is None:
+        cur = await conn.execute(REQUEUE_MOVE, {"now": now, "reset_attempt": reset_attempt})
+    else:
+        cur = await conn.execute(
+            REQUEUE_MOVE_IDS,
+            {
+                "now": now,
+                "reset_attempt": reset_attempt,
+                "ids": list(ids),
+            },
+        )
+    return cur.rowcount
 
 
 OPS: Final = Operations(
@@ -371,7 +600,14 @@ STATEMENTS: Final = {
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS,
+    "STATUS_DEAD": STATUS_DEAD,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "ADVISORY_LOCKS": ADVISORY_LOCKS,
+    "REQUEUE_MOVE": REQUEUE_MOVE,
+    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS,
     "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

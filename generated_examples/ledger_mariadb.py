@@ -15,7 +15,12 @@ import attrs
 import msgspec
 import pymysql
 from inboxgen import values as _v
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 
 TABLE: Final = "ledger_jobs"
 CHANNEL: Final = "ledger_jobs"
@@ -88,6 +93,48 @@ WHERE `id` = %(id)s
 INSERT: Final[LiteralString] = """
 INSERT INTO `ledger_jobs` (`account_id`, `headers`, `payload`)
 VALUES (%(account_id)s, %(headers)s, %(payload)s)
+"""
+
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT NULL AS queue_group,
+       SUM(CASE WHEN `retry_after` <= %(now)s THEN 1 ELSE 0 END) AS ready,
+       SUM(CASE WHEN `retry_after` > %(now)s THEN 1 ELSE 0 END) AS scheduled,
+       NULL AS in_work,
+       NULL AS finished,
+       MIN(CASE WHEN `retry_after` <= %(now)s THEN `retry_after` END) AS oldest_ready
+FROM `ledger_jobs`
+"""
+
+# Count the rows in the dead-letter table.
+STATUS_DEAD: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM `ledger_jobs_dead`
+"""
+
+# Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
+# count again.
+REQUEUE_COPY: Final[LiteralString] = """
+INSERT INTO `ledger_jobs` (`id`, `account_id`, `retry_after`, `attempt`, `headers`, `payload`)
+SELECT `id`, `account_id`, %(now)s, CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END,
+       `headers`, `payload`
+FROM `ledger_jobs_dead`
+"""
+
+# Copy dead letters of `ids` back into the queue table, due at `now`; `reset_attempt` starts their
+# attempt count again.
+REQUEUE_COPY_IDS: Final[LiteralString] = """
+INSERT INTO `ledger_jobs` (`id`, `account_id`, `retry_after`, `attempt`, `headers`, `payload`)
+SELECT `id`, `account_id`, %(now)s, CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END,
+       `headers`, `payload`
+FROM `ledger_jobs_dead`
+WHERE `id` IN %(ids)s
+"""
+
+# Remove the dead letters copied back into the queue table.
+REQUEUE_DELETE: Final[LiteralString] = """
+DELETE FROM `ledger_jobs_dead`
+WHERE `id` IN (SELECT `id` FROM `ledger_jobs`)
 """
 
 
@@ -229,6 +276,68 @@ def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow
     _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in rows])
 
 
+def status(
+    conn: pymysql.connections.Connection[Any],
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = _v.mysql_execute(conn, STATUS, {"now": _v.naive_utc(now)})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None if r[5] is None else _v.aware(r[5]),
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def dead_count(conn: pymysql.connections.Connection[Any]) -> int:
+    """Count the rows in the dead-letter table."""
+    cur = _v.mysql_execute(conn, STATUS_DEAD, {})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def requeue(
+    conn: pymysql.connections.Connection[Any],
+    *,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
+    due at `now`; returns how many. Run it in one transaction. With `reset_attempt` their
+    attempt count starts again.
+    """
+    if ids is None:
+        cur = _v.mysql_execute(
+            conn,
+            REQUEUE_COPY,
+            {
+                "now": _v.naive_utc(now),
+                "reset_attempt": reset_attempt,
+            },
+        )
+    else:
+        cur = _v.mysql_execute(
+            conn,
+            REQUEUE_COPY_IDS,
+            {
+                "now": _v.naive_utc(now),
+                "reset_attempt": reset_attempt,
+                "ids": list(ids),
+            },
+        )
+    moved = cur.rowcount
+    _v.mysql_execute(conn, REQUEUE_DELETE, {})
+    return moved
+
+
 OPS: Final = Operations(
     candidates=candidates,
     take=take,
@@ -252,6 +361,11 @@ STATEMENTS: Final = {
     "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
     "INSERT": INSERT,
+    "STATUS": STATUS,
+    "STATUS_DEAD": STATUS_DEAD,
+    "REQUEUE_COPY": REQUEUE_COPY,
+    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS,
+    "REQUEUE_DELETE": REQUEUE_DELETE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

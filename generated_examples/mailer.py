@@ -7,12 +7,18 @@ the caller's connection and never commit.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 
 TABLE: Final = "email_jobs"
 CHANNEL: Final = "email_jobs"
@@ -88,9 +94,63 @@ SELECT * FROM unnest(
 )
 """
 
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT "name" AS queue_group,
+       SUM(CASE WHEN 1 = 1 THEN 1 ELSE 0 END) AS ready,
+       0 AS scheduled,
+       NULL AS in_work,
+       NULL AS finished,
+       NULL AS oldest_ready
+FROM "email_jobs"
+GROUP BY "name"
+ORDER BY "name"
+"""
+
+# The age in seconds of the database's oldest open transaction (a row-lock worker's, or one that
+# holds back vacuum).
+OLDEST_TRANSACTION: Final[LiteralString] = """
+SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start))
+FROM pg_stat_activity
+WHERE xact_start IS NOT NULL
+  AND pid <> pg_backend_pid()
+  AND datname = current_database()
+"""
+
+# Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
+# count again.
+REQUEUE: Final[LiteralString] = """
+UPDATE "email_jobs"
+SET "name" = %(to_group)s,
+    "attempt" = CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END
+WHERE "name" = %(dead_group)s
+"""
+
+# Put dead letters back into group `to_group`, due at `now`, those of `ids`; `reset_attempt`
+# starts their attempt count again.
+REQUEUE_IDS: Final[LiteralString] = """
+UPDATE "email_jobs"
+SET "name" = %(to_group)s,
+    "attempt" = CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END
+WHERE "name" = %(dead_group)s
+  AND "job_id" = ANY(%(ids)s::BIGINT[])
+"""
+
 # Wake workers listening on the table's channel; the payload is the group.
 NOTIFY: Final[LiteralString] = """
 SELECT pg_notify(%(channel)s, %(payload)s)
+"""
+
+# Enqueue one row and wake the workers listening on the table's channel when the transaction
+# commits; returns its id.
+INSERT_NOTIFY: Final[LiteralString] = """
+WITH new AS (
+    INSERT INTO "email_jobs" ("name", "payload")
+    VALUES (%(name)s, %(payload)s)
+    RETURNING "job_id"
+)
+SELECT "job_id", pg_notify(%(notify_channel)s, %(notify_group)s)
+FROM new
 """
 
 
@@ -197,12 +257,22 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": row.name,
+            },
+        )
+        new = cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = conn.execute(INSERT, _insert_params(row))
     new = cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.name})
     return cast(int, new_id)
 
 
@@ -220,6 +290,64 @@ def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = conn.execute(STATUS, {})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def oldest_transaction(conn: psycopg.Connection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = conn.execute(OLDEST_TRANSACTION, {})
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def requeue(
+    conn: psycopg.Connection[Any],
+    *,
+    to_group: str,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
+    how many. With `reset_attempt` their attempt count starts again.
+    """
+    if ids is None:
+        cur = conn.execute(
+            REQUEUE,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+            },
+        )
+    else:
+        cur = conn.execute(
+            REQUEUE_IDS,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+                "ids": list(ids),
+            },
+        )
+    return cur.rowcount
 
 
 async def claim_async(
@@ -297,12 +425,22 @@ async def insert_async(
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = await conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": row.name,
+            },
+        )
+        new = await cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = await conn.execute(INSERT, _insert_params(row))
     new = await cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.name})
     return cast(int, new_id)
 
 
@@ -320,6 +458,68 @@ async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[N
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+async def status_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = await conn.execute(STATUS, {})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in await cur.fetchall()
+    ]
+
+
+async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = await conn.execute(OLDEST_TRANSACTION, {})
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+async def requeue_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    to_group: str,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
+    how many. With `reset_attempt` their attempt count starts again.
+    """
+    if ids is None:
+        cur = await conn.execute(
+            REQUEUE,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+            },
+        )
+    else:
+        cur = await conn.execute(
+            REQUEUE_IDS,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+                "ids": list(ids),
+            },
+        )
+    return cur.rowcount
 
 
 OPS: Final = Operations(
@@ -358,7 +558,12 @@ STATEMENTS: Final = {
     "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "REQUEUE": REQUEUE,
+    "REQUEUE_IDS": REQUEUE_IDS,
     "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -7,13 +7,19 @@ the caller's connection and never commit.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any, Final, LiteralString
 
 import attrs
 import pymysql
 from inboxgen import values as _v
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 
 TABLE: Final = "email_jobs"
 CHANNEL: Final = "email_jobs"
@@ -75,6 +81,38 @@ WHERE `job_id` = %(id)s
 INSERT: Final[LiteralString] = """
 INSERT INTO `email_jobs` (`name`, `payload`)
 VALUES (%(name)s, %(payload)s)
+"""
+
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT `name` AS queue_group,
+       SUM(CASE WHEN 1 = 1 THEN 1 ELSE 0 END) AS ready,
+       0 AS scheduled,
+       NULL AS in_work,
+       NULL AS finished,
+       NULL AS oldest_ready
+FROM `email_jobs`
+GROUP BY `name`
+ORDER BY `name`
+"""
+
+# Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
+# count again.
+REQUEUE: Final[LiteralString] = """
+UPDATE `email_jobs`
+SET `name` = %(to_group)s,
+    `attempt` = CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END
+WHERE `name` = %(dead_group)s
+"""
+
+# Put dead letters back into group `to_group`, due at `now`, those of `ids`; `reset_attempt`
+# starts their attempt count again.
+REQUEUE_IDS: Final[LiteralString] = """
+UPDATE `email_jobs`
+SET `name` = %(to_group)s,
+    `attempt` = CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END
+WHERE `name` = %(dead_group)s
+  AND `job_id` IN %(ids)s
 """
 
 
@@ -196,6 +234,61 @@ def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow
     _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in rows])
 
 
+def status(
+    conn: pymysql.connections.Connection[Any],
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = _v.mysql_execute(conn, STATUS, {})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def requeue(
+    conn: pymysql.connections.Connection[Any],
+    *,
+    to_group: str,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
+    how many. With `reset_attempt` their attempt count starts again.
+    """
+    if ids is None:
+        cur = _v.mysql_execute(
+            conn,
+            REQUEUE,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+            },
+        )
+    else:
+        cur = _v.mysql_execute(
+            conn,
+            REQUEUE_IDS,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+                "ids": list(ids),
+            },
+        )
+    return cur.rowcount
+
+
 OPS: Final = Operations(
     claim=claim,
     claim_guard=claim_guard,
@@ -216,6 +309,9 @@ STATEMENTS: Final = {
     "FINISH": FINISH,
     "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT,
+    "STATUS": STATUS,
+    "REQUEUE": REQUEUE,
+    "REQUEUE_IDS": REQUEUE_IDS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -14,7 +14,12 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 from inboxgen import values as _v
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 
 TABLE: Final = "report_jobs"
 CHANNEL: Final = "report_jobs"
@@ -90,6 +95,24 @@ INSERT: Final[LiteralString] = """
 INSERT INTO "report_jobs" ("payload")
 VALUES (:payload)
 RETURNING "id"
+"""
+
+# Enqueue many rows: this INSERT, run once per row by executemany() in one call.
+INSERT_MANY: Final[LiteralString] = """
+INSERT INTO "report_jobs" ("payload")
+VALUES (:payload)
+"""
+
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT NULL AS queue_group,
+       SUM(CASE WHEN ("locked_until" IS NULL OR "locked_until" <= :now) THEN 1 ELSE 0 END) AS
+           ready,
+       0 AS scheduled,
+       SUM(CASE WHEN "locked_until" > :now THEN 1 ELSE 0 END) AS in_work,
+       NULL AS finished,
+       NULL AS oldest_ready
+FROM "report_jobs"
 """
 
 
@@ -273,7 +296,23 @@ def insert(conn: sqlite3.Connection, row: NewRow) -> int:
 
 def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
     """Enqueue many rows in one call (executemany); nothing is committed here."""
-    conn.executemany(INSERT, [_insert_params(r) for r in rows])
+    conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])
+
+
+def status(conn: sqlite3.Connection, *, now: datetime.datetime) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = conn.execute(STATUS, {"now": _v.sqlite_time(now)})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in cur.fetchall()
+    ]
 
 
 OPS: Final = Operations(
@@ -295,6 +334,8 @@ STATEMENTS: Final = {
     "FINISH_MANY": FINISH_MANY,
     "RETRY": RETRY,
     "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -15,7 +15,12 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import msgspec
 from inboxgen import values as _v
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 
 TABLE: Final = "email_jobs"
 CHANNEL: Final = "email_jobs"
@@ -135,6 +140,78 @@ INSERT_UNIQUE: Final[LiteralString] = """
 INSERT INTO "email_jobs" ("priority", "retry_after", "order_id", "kind", "payload")
 VALUES (:priority, :retry_after, :order_id, :kind, :payload)
 ON CONFLICT ("order_id", "kind") DO NOTHING
+"""
+
+# Enqueue many rows: this INSERT, run once per row by executemany() in one call.
+INSERT_MANY: Final[LiteralString] = """
+INSERT INTO "email_jobs" ("priority", "retry_after", "order_id", "kind", "payload")
+VALUES (:priority, :retry_after, :order_id, :kind, :payload)
+"""
+
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT NULL AS queue_group,
+       SUM(CASE WHEN "processed_at" IS NULL AND "retry_after" <= :now AND ("locked_until" IS
+           NULL OR "locked_until" <= :now) THEN 1 ELSE 0 END) AS ready,
+       SUM(CASE WHEN "processed_at" IS NULL AND "retry_after" > :now THEN 1 ELSE 0 END) AS
+           scheduled,
+       SUM(CASE WHEN "processed_at" IS NULL AND "locked_until" > :now THEN 1 ELSE 0 END) AS
+           in_work,
+       SUM(CASE WHEN "processed_at" IS NOT NULL THEN 1 ELSE 0 END) AS finished,
+       MIN(CASE WHEN "processed_at" IS NULL AND "retry_after" <= :now AND ("locked_until" IS
+           NULL OR "locked_until" <= :now) THEN "retry_after" END) AS oldest_ready
+FROM "email_jobs"
+"""
+
+# Count the rows in the dead-letter table.
+STATUS_DEAD: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM "email_jobs_dead"
+"""
+
+# Delete up to `limit` rows processed before `before` (inboxgen prune).
+PRUNE: Final[LiteralString] = """
+DELETE FROM "email_jobs"
+WHERE "id" IN (
+    SELECT "id"
+    FROM "email_jobs"
+    WHERE "processed_at" < :before
+    LIMIT :limit
+)
+"""
+
+# Count the rows processed before `before`.
+PRUNABLE: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM "email_jobs"
+WHERE "processed_at" < :before
+"""
+
+# Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
+# count again.
+REQUEUE_COPY: Final[LiteralString] = """
+INSERT INTO "email_jobs" ("id", "priority", "retry_after", "attempt", "processed_at",
+            "locked_until", "order_id", "kind", "payload")
+SELECT "id", "priority", :now, CASE WHEN :reset_attempt THEN 1 ELSE "attempt" END, NULL, NULL,
+       "order_id", "kind", "payload"
+FROM "email_jobs_dead"
+"""
+
+# Copy dead letters of `ids` back into the queue table, due at `now`; `reset_attempt` starts their
+# attempt count again.
+REQUEUE_COPY_IDS: Final[LiteralString] = """
+INSERT INTO "email_jobs" ("id", "priority", "retry_after", "attempt", "processed_at",
+            "locked_until", "order_id", "kind", "payload")
+SELECT "id", "priority", :now, CASE WHEN :reset_attempt THEN 1 ELSE "attempt" END, NULL, NULL,
+       "order_id", "kind", "payload"
+FROM "email_jobs_dead"
+WHERE "id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
+"""
+
+# Remove the dead letters copied back into the queue table.
+REQUEUE_DELETE: Final[LiteralString] = """
+DELETE FROM "email_jobs_dead"
+WHERE "id" IN (SELECT "id" FROM "email_jobs")
 """
 
 
@@ -401,7 +478,78 @@ def insert_unique(conn: sqlite3.Connection, row: NewRow) -> bool:
 
 def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
     """Enqueue many rows in one call (executemany); nothing is committed here."""
-    conn.executemany(INSERT, [_insert_params(r) for r in rows])
+    conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])
+
+
+def status(conn: sqlite3.Connection, *, now: datetime.datetime) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = conn.execute(STATUS, {"now": _v.sqlite_time(now)})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None if r[5] is None else _v.parse_sqlite_time(r[5]),
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def dead_count(conn: sqlite3.Connection) -> int:
+    """Count the rows in the dead-letter table."""
+    cur = conn.execute(STATUS_DEAD, {})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def prune(conn: sqlite3.Connection, *, before: datetime.datetime, limit: int) -> int:
+    """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
+    deleted.
+    """
+    cur = conn.execute(PRUNE, {"before": _v.sqlite_time(before), "limit": limit})
+    return cur.rowcount
+
+
+def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
+    """Count the rows processed before `before`."""
+    cur = conn.execute(PRUNABLE, {"before": _v.sqlite_time(before)})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def requeue(
+    conn: sqlite3.Connection,
+    *,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
+    due at `now`; returns how many. Run it in one transaction. With `reset_attempt` their
+    attempt count starts again.
+    """
+    if ids is None:
+        cur = conn.execute(
+            REQUEUE_COPY,
+            {
+                "now": _v.sqlite_time(now),
+                "reset_attempt": reset_attempt,
+            },
+        )
+    else:
+        cur = conn.execute(
+            REQUEUE_COPY_IDS,
+            {
+                "now": _v.sqlite_time(now),
+                "reset_attempt": reset_attempt,
+                "ids": _v.json_text(list(ids)),
+            },
+        )
+    moved = cur.rowcount
+    conn.execute(REQUEUE_DELETE, {})
+    return moved
 
 
 OPS: Final = Operations(
@@ -429,6 +577,14 @@ STATEMENTS: Final = {
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
     "INSERT": INSERT,
     "INSERT_UNIQUE": INSERT_UNIQUE,
+    "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS,
+    "STATUS_DEAD": STATUS_DEAD,
+    "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE,
+    "REQUEUE_COPY": REQUEUE_COPY,
+    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS,
+    "REQUEUE_DELETE": REQUEUE_DELETE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -15,7 +15,12 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import msgspec
 from inboxgen import values as _v
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 
 TABLE: Final = "thumbnail_jobs"
 CHANNEL: Final = "thumbnail_jobs"
@@ -50,6 +55,41 @@ INSERT: Final[LiteralString] = """
 INSERT INTO "thumbnail_jobs" ("image_path", "payload")
 VALUES (:image_path, :payload)
 RETURNING "id"
+"""
+
+# Enqueue many rows: this INSERT, run once per row by executemany() in one call.
+INSERT_MANY: Final[LiteralString] = """
+INSERT INTO "thumbnail_jobs" ("image_path", "payload")
+VALUES (:image_path, :payload)
+"""
+
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT NULL AS queue_group,
+       SUM(CASE WHEN "processed_at" IS NULL THEN 1 ELSE 0 END) AS ready,
+       0 AS scheduled,
+       NULL AS in_work,
+       SUM(CASE WHEN "processed_at" IS NOT NULL THEN 1 ELSE 0 END) AS finished,
+       NULL AS oldest_ready
+FROM "thumbnail_jobs"
+"""
+
+# Delete up to `limit` rows processed before `before` (inboxgen prune).
+PRUNE: Final[LiteralString] = """
+DELETE FROM "thumbnail_jobs"
+WHERE "id" IN (
+    SELECT "id"
+    FROM "thumbnail_jobs"
+    WHERE "processed_at" < :before
+    LIMIT :limit
+)
+"""
+
+# Count the rows processed before `before`.
+PRUNABLE: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM "thumbnail_jobs"
+WHERE "processed_at" < :before
 """
 
 
@@ -127,7 +167,38 @@ def insert(conn: sqlite3.Connection, row: NewRow) -> int:
 
 def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
     """Enqueue many rows in one call (executemany); nothing is committed here."""
-    conn.executemany(INSERT, [_insert_params(r) for r in rows])
+    conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])
+
+
+def status(conn: sqlite3.Connection, *, now: datetime.datetime) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = conn.execute(STATUS, {})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def prune(conn: sqlite3.Connection, *, before: datetime.datetime, limit: int) -> int:
+    """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
+    deleted.
+    """
+    cur = conn.execute(PRUNE, {"before": _v.sqlite_time(before), "limit": limit})
+    return cur.rowcount
+
+
+def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
+    """Count the rows processed before `before`."""
+    cur = conn.execute(PRUNABLE, {"before": _v.sqlite_time(before)})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 OPS: Final = Operations(
@@ -143,6 +214,10 @@ STATEMENTS: Final = {
     "TAKE": TAKE,
     "FINISH": FINISH,
     "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS,
+    "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

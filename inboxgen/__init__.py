@@ -7,6 +7,7 @@ runtime here serves those tables: `Worker(module.DESCRIPTOR, handler, database=.
 from inboxgen.errors import (
     CheckFailed,
     ConfigError,
+    ConnectFailed,
     GeneratorBug,
     InboxgenError,
     LeaseLost,
@@ -24,6 +25,7 @@ __all__ = [
     "CheckFailed",
     "Clock",
     "ConfigError",
+    "ConnectFailed",
     "GeneratorBug",
     "InboxgenError",
     "Job",

@@ -1,4 +1,5 @@
-"""The `inboxgen` command: build and verify.
+"""The `inboxgen` command: build and verify; status, requeue and prune on a live database; run a
+worker.
 
 Exit codes: 0 clean; 1 a failed check or a difference; 2 a usage or configuration error.
 """
@@ -7,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inboxgen.errors import BuildCrashed, ConfigError, GeneratorBug, WriteFailed
+from inboxgen.errors import BuildCrashed, ConfigError, GeneratorBug, WorkerError, WriteFailed
 from inboxgen.generate.build import (
     Generated,
     compare,
@@ -36,6 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="inboxgen", description="Job queues in your own SQL tables.")
+    parser.add_argument("--version", action="version", version=f"inboxgen {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     build = sub.add_parser("build", help="check specs against their DDL and write the modules")
     build.add_argument("specs", nargs="*", help="spec files or folders (default: "
@@ -44,12 +47,53 @@ def _parser() -> argparse.ArgumentParser:
                                            "drifted")
     verify.add_argument("specs", nargs="*", help="spec files or folders (default: "
                                                  "[tool.inboxgen] specs)")
+    status = sub.add_parser("status", help="count each queue's jobs by state on a live "
+                                           "database")
+    _database_url(status)
+    status.add_argument("specs", nargs="*", help="spec files or folders (default: "
+                                                 "[tool.inboxgen] specs)")
+    status.add_argument("--json", action="store_true", help="print JSON for scripts")
+    requeue = sub.add_parser("requeue", help="put dead letters back into the queue")
+    _database_url(requeue)
+    requeue.add_argument("spec", help="the spec of the queue table")
+    requeue.add_argument("--id", type=int, action="append", dest="ids",
+                         help="only this row (repeat for more); default: every dead letter")
+    requeue.add_argument("--to-group", help="the group to put them back into (tables whose "
+                                            "dead letters go to a group)")
+    requeue.add_argument("--reset-attempts", action="store_true",
+                         help="start their attempt count again (default: keep it)")
+    requeue.add_argument("--dry-run", action="store_true", help="say what would change, "
+                                                                "change nothing")
+    prune = sub.add_parser("prune", help="delete processed rows older than an age, in batches")
+    _database_url(prune)
+    prune.add_argument("spec", help="the spec of the queue table")
+    prune.add_argument("--older-than", required=True, help="age of the rows to delete: 30d, "
+                                                           "12h, 90m, 45s")
+    prune.add_argument("--batch", type=int, default=1000, help="rows per transaction "
+                                                               "(default 1000)")
+    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     worker = sub.add_parser("worker", help="run a worker defined in your code")
     worker.add_argument("target", help="module:attribute naming a Worker, or a function "
                                        "returning one (e.g. myapp.queues:mailer)")
     worker.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
+
+
+def _database_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", default=os.environ.get("INBOXGEN_DATABASE_URL"),
+                        help="postgresql://..., mysql://... or a SQLite file (default: "
+                             "$INBOXGEN_DATABASE_URL, which keeps a password out of the "
+                             "shell's history)")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("inboxgen")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
 
 
 def _load_worker(target: str) -> Any:
@@ -86,6 +130,16 @@ def _run_worker(target: str, level: str) -> int:
     except WorkerError as err:
         print(f"inboxgen: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FAILED
+    if worker.abandoned_threads:
+        # Python waits for every thread at exit, and a handler's thread cannot be stopped: the
+        # worker was told to stop at once, so exit without waiting for them.
+        logging.getLogger("inboxgen.worker").warning(
+            "%s: exiting with %d handler thread(s) still running", worker.name,
+            worker.abandoned_threads)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_OK)
     return EXIT_OK
 
 
@@ -147,6 +201,85 @@ def _verify(project: Project, targets: Sequence[str]) -> int:
     return status
 
 
+def _connected(module: Any, url: str | None) -> tuple[Any, str]:
+    from inboxgen.ops.connect import connect
+
+    if not url:
+        raise ConfigError("give --database-url (or set INBOXGEN_DATABASE_URL)")
+    return connect(module.DESCRIPTOR.dialect, url)
+
+
+def _status(project: Project, args: argparse.Namespace) -> int:
+    import datetime as dt
+    import json
+
+    from inboxgen.ops import status
+    from inboxgen.ops.modules import load
+
+    tables = []
+    now = dt.datetime.now(dt.UTC)
+    for module in load(project, args.specs):
+        conn, label = _connected(module, args.database_url)
+        try:
+            tables.append(status.read(module, conn, label, now))
+        finally:
+            conn.close()
+    if args.json:
+        print(json.dumps(status.as_json(tables), indent=2))
+    else:
+        sys.stdout.write(status.as_text(tables))
+    return EXIT_OK
+
+
+def _one_module(project: Project, spec: str) -> Any:
+    from inboxgen.ops.modules import load
+
+    (module,) = load(project, [spec])
+    return module
+
+
+def _requeue(project: Project, args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from inboxgen.ops.maintenance import requeue
+
+    module = _one_module(project, args.spec)
+    conn, label = _connected(module, args.database_url)
+    try:
+        moved = requeue(module, conn, now=dt.datetime.now(dt.UTC), ids=args.ids,
+                        to_group=args.to_group, reset_attempt=args.reset_attempts,
+                        dry_run=args.dry_run)
+    finally:
+        conn.close()
+    table = module.DESCRIPTOR.qualified_name
+    verb = "would put" if args.dry_run else "put"
+    print(f"{table}: {verb} {moved} dead letter(s) back into the queue"
+          + (f" (group {args.to_group})" if args.to_group else "")
+          + (", attempts reset" if args.reset_attempts else ""))
+    return EXIT_OK
+
+
+def _prune(project: Project, args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from inboxgen.ops.maintenance import parse_age, prune
+
+    if args.batch < 1:
+        raise ConfigError("--batch must be at least 1")
+    age = parse_age(args.older_than)
+    module = _one_module(project, args.spec)
+    conn, label = _connected(module, args.database_url)
+    try:
+        n = prune(module, conn, now=dt.datetime.now(dt.UTC), older_than=age, batch=args.batch,
+                  dry_run=args.dry_run)
+    finally:
+        conn.close()
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"{module.DESCRIPTOR.qualified_name}: {verb} {n} row(s) processed more than "
+          f"{args.older_than} ago")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # inboxgen reports statements sqlglot cannot parse itself, with file and line.
@@ -157,10 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         project = find_project(Path.cwd())
         if args.command == "build":
             return _build(project, args.specs)
+        if args.command in _OPERATIONS:
+            return _OPERATIONS[args.command](project, args)
         return _verify(project, args.specs)
     except ConfigError as err:
         _say(f"inboxgen: {err}")
         return EXIT_USAGE
+    except WorkerError as err:  # a database that cannot be reached, named without a password
+        _say(f"inboxgen: {err}")
+        return EXIT_FAILED
     except (GeneratorBug, BuildCrashed) as err:
         _say(f"inboxgen: internal error, please report it: {err}")
         return EXIT_FAILED
@@ -173,6 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              + (f": {first}" if first else ""))
         return EXIT_FAILED
 
+
+_OPERATIONS = {"status": _status, "requeue": _requeue, "prune": _prune}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -3,6 +3,7 @@ import, with values.py): no SQL parsing at run time."""
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,6 +27,18 @@ class RuntimeDefaults:
     lease_seconds: int = 30
     poll_interval: float = 1.0
     max_attempts: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class QueueStatus:
+    """One group of a queue table as `status()` counts it at a given time."""
+
+    group: str | None  # None where the table has no groups
+    ready: int  # due and free: the next claims take these (row lock: also those in work)
+    scheduled: int  # due later (retry_after in the future)
+    in_work: int | None  # under a live lease; None where the database cannot tell
+    finished: int | None  # processed and kept; None where finishing deletes the row
+    oldest_ready: datetime.datetime | None  # when the longest-waiting ready row became due
 
 
 @attrs.frozen(kw_only=True)

@@ -87,8 +87,18 @@ class ServerTooOld(WorkerError):
     """The server is older than inboxgen's floor (MySQL 8.0.1, MariaDB 10.6: SKIP LOCKED)."""
 
 
+class SettlementLost(WorkerError):
+    """A settlement did not commit (its connection was lost): the job will run again."""
+
+
 class WorkerConfigError(WorkerError):
     """The worker's settings contradict each other or the table (e.g. max_attempts alone)."""
+
+
+class ConnectFailed(WorkerError):
+    """The database cannot be reached: refused for good (authentication, an unknown database, a
+    missing SQLite file) or still unreachable when the connect timeout ran out. The message names
+    host, port, database and user, never the password."""
 
 
 class SpecInvalid(Exception):

@@ -687,4 +687,19 @@ def tour(q: Queue) -> list[str]:
         settled = call(m.finish_many, conn, **token, now=T0)
         assert settled == ([q.id_of(row)] if q.form == "lease" else 1), settled
         conn.commit()
+    if "INSERT_NOTIFY" in m.STATEMENTS:
+        assert m.insert(conn, q.new(), notify=True) > 0
+        conn.commit()
+    # What inboxgen status, requeue and prune run.
+    assert m.status(conn, now=T0)
+    for name in ("dead_count", "oldest_transaction", "advisory_locks"):
+        if hasattr(m, name):
+            getattr(m, name)(conn)
+    if hasattr(m, "requeue"):
+        assert call(m.requeue, conn, to_group="g", now=T0) == 1  # the dead letter above
+        call(m.requeue, conn, to_group="g", now=T0, ids=[q.id_of(row)])
+    if hasattr(m, "prune"):
+        assert m.prunable(conn, before=T0 + dt.timedelta(days=1)) >= 1
+        assert m.prune(conn, before=T0 + dt.timedelta(days=1), limit=1) == 1
+    conn.commit()
     return executed(conn)

@@ -1371,6 +1371,7 @@ def test_cli_worker_target_that_is_not_a_worker_exits_2(tmp_path: Path, target: 
 
 def test_cli_worker_whose_table_is_missing_exits_1_naming_the_statement(tmp_path: Path) -> None:
     (tmp_path / "myqueues.py").write_text(textwrap.dedent(CLI_MODULE), encoding="utf-8")
+    sqlite3.connect(tmp_path / "empty.db").close()  # a database file without the table
     proc = _cli(tmp_path, "myqueues:make_unprepared_worker")
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1, (out, err)

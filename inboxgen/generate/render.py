@@ -77,7 +77,7 @@ OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
-              "new_locked_until", "retry_after", "limit"]
+              "new_locked_until", "retry_after", "limit", "to_group", "reset_attempt", "before"]
 
 
 @attrs.frozen
@@ -211,6 +211,8 @@ class _Renderer:
             return self.time_encoder(f, "now")
         if name in role_of:
             return self.time_encoder(self.q.role(role_of[name] or ""), name)
+        if name == "before":
+            return self.time_encoder(self.q.role("processed_at"), name)
         if name == "dead_group":
             return py_str(self.q.dead_letter_group or "")
         if name == "channel":
@@ -364,10 +366,12 @@ class _Renderer:
             out.append(Func("insert", "row: NewRow, *, notify: bool = False", returns,
                             doc + " With notify, listening workers wake when the transaction "
                                   "commits.",
-                            (*run_insert,
-                             "if notify:",
-                             *("    " + line for line in self.run(
-                                 "", "NOTIFY", ['"channel": CHANNEL', f'"payload": {group}'])),
+                            (*self.insert_notify(group, ins_params, returns), *run_insert,
+                             *(() if "INSERT_NOTIFY" in st else (
+                                 "if notify:",
+                                 *("    " + line for line in self.run(
+                                     "", "NOTIFY", ['"channel": CHANNEL',
+                                                    f'"payload": {group}'])))),
                              *give_id)))
         else:
             out.append(Func("insert", "row: NewRow", returns, doc, (*run_insert, *give_id)))
@@ -391,7 +395,12 @@ class _Renderer:
                             "returns whether it was inserted.",
                             (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
                              "return cur.rowcount == 1")))
-        if "INSERT_MANY" in st:
+        if "INSERT_MANY" in st and self.sqlite:
+            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
+                            "Enqueue many rows in one call (executemany); nothing is committed "
+                            "here.",
+                            ("conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])",)))
+        elif "INSERT_MANY" in st:
             many = st["INSERT_MANY"]
             cols = [f"{py_str(f.attr)}: [{self.to_db(f, 'r.' + f.attr)} for r in rows]"
                     for f in q.insert_fields]
@@ -418,6 +427,101 @@ class _Renderer:
         if "NOTIFY" in st:
             out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc,
                             tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
+        out += self.operations()
+        return out
+
+    def scalar(self, fname: str, name: str, returns: str, args: str = "") -> Func:
+        """A function returning the one value its statement selects."""
+        s = self.st[name]
+        convert = "None if row is None or row[0] is None else float(row[0])" if \
+            returns == "float | None" else "0 if row is None or row[0] is None else int(row[0])"
+        return Func(fname, args, returns, s.doc, (
+            *self.run("cur = ", name, self.params(s)),
+            "row = AWAIT cur.fetchone()",
+            f"return {convert}"))
+
+    def operations(self) -> list[Func]:
+        """What inboxgen status, requeue and prune run."""
+        q, st = self.q, self.st
+        out: list[Func] = []
+        s = st["STATUS"]
+        ra = q.role("retry_after")
+        oldest = "None"
+        if ra is not None:  # MIN() of no rows is NULL, whatever the column allows
+            conv = self.from_db(ra, "r[5]").replace("_or_none(", "(")
+            oldest = "r[5]" if conv == "r[5]" else f"None if r[5] is None else {conv}"
+        out.append(Func("status", "*, now: datetime.datetime", "list[QueueStatus]", s.doc, (
+            *self.run("cur = ", "STATUS", self.params(s)),
+            "return [",
+            "    QueueStatus(",
+            "        group=r[0],",
+            "        ready=int(r[1] or 0),",
+            "        scheduled=int(r[2] or 0),",
+            "        in_work=None if r[3] is None else int(r[3]),",
+            "        finished=None if r[4] is None else int(r[4]),",
+            f"        oldest_ready={oldest},",
+            "    )",
+            "    for r in AWAIT cur.fetchall()",
+            "]")))
+        if "STATUS_DEAD" in st:
+            out.append(self.scalar("dead_count", "STATUS_DEAD", "int"))
+        if "OLDEST_TRANSACTION" in st:
+            out.append(self.scalar("oldest_transaction", "OLDEST_TRANSACTION", "float | None"))
+        if "ADVISORY_LOCKS" in st:
+            out.append(self.scalar("advisory_locks", "ADVISORY_LOCKS", "int"))
+        if "PRUNE" in st:
+            out.append(Func("prune", "*, before: datetime.datetime, limit: int", "int",
+                            st["PRUNE"].doc + " Returns how many it deleted.", (
+                                *self.run("cur = ", "PRUNE", self.params(st["PRUNE"])),
+                                "return cur.rowcount")))
+            out.append(self.scalar("prunable", "PRUNABLE", "int", "*, before: datetime.datetime"))
+        id_t = self.raw_type(q.id).removesuffix(" | None")
+        ids = "_v.json_text(list(ids))" if self.sqlite else "list(ids)"
+        if "REQUEUE" in st:
+            args = (f"*, to_group: str, now: datetime.datetime, reset_attempt: bool = False, "
+                    f"ids: Sequence[{id_t}] | None = None")
+            items = [p for p in self.params(st["REQUEUE"])]
+            body = ["if ids is None:",
+                    *("    " + line for line in self.run("cur = ", "REQUEUE", items)),
+                    "else:",
+                    *("    " + line for line in self.run(
+                        "cur = ", "REQUEUE_IDS", [*items, f'"ids": {ids}'])),
+                    "return cur.rowcount"]
+            out.append(Func("requeue", args, "int",
+                            "Put dead letters (all, or those of `ids`) back into group "
+                            "`to_group`, due at `now`; returns how many. With `reset_attempt` "
+                            "their attempt count starts again.", tuple(body)))
+        elif "REQUEUE_MOVE" in st:
+            args = (f"*, now: datetime.datetime, reset_attempt: bool = False, "
+                    f"ids: Sequence[{id_t}] | None = None")
+            items = [p for p in self.params(st["REQUEUE_MOVE"])]
+            body = ["if ids is None:",
+                    *("    " + line for line in self.run("cur = ", "REQUEUE_MOVE", items)),
+                    "else:",
+                    *("    " + line for line in self.run(
+                        "cur = ", "REQUEUE_MOVE_IDS", [*items, f'"ids": {ids}'])),
+                    "return cur.rowcount"]
+            out.append(Func("requeue", args, "int",
+                            "Move dead letters (all, or those of `ids`) from the dead-letter "
+                            "table back into the queue, due at `now`; returns how many. With "
+                            "`reset_attempt` their attempt count starts again.", tuple(body)))
+        elif "REQUEUE_COPY" in st:
+            args = (f"*, now: datetime.datetime, reset_attempt: bool = False, "
+                    f"ids: Sequence[{id_t}] | None = None")
+            items = [p for p in self.params(st["REQUEUE_COPY"])]
+            body = ["if ids is None:",
+                    *("    " + line for line in self.run("cur = ", "REQUEUE_COPY", items)),
+                    "else:",
+                    *("    " + line for line in self.run(
+                        "cur = ", "REQUEUE_COPY_IDS", [*items, f'"ids": {ids}'])),
+                    "moved = cur.rowcount",
+                    *self.run("", "REQUEUE_DELETE", "{}"),
+                    "return moved"]
+            out.append(Func("requeue", args, "int",
+                            "Move dead letters (all, or those of `ids`) from the dead-letter "
+                            "table back into the queue, due at `now`; returns how many. Run it "
+                            "in one transaction. With `reset_attempt` their attempt count starts "
+                            "again.", tuple(body)))
         return out
 
     # The parameters a batch statement takes one entry per row of (the guard's); the others
@@ -452,6 +556,18 @@ class _Renderer:
             value = f"list({name})"
         # sqlite3 binds no arrays: the statement reads a JSON array with json_each.
         return f"_v.json_text({value})" if self.sqlite else value
+
+    def insert_notify(self, group: str, params: str, returns: str) -> list[str]:
+        """insert(notify=True) as one statement, where the module has it."""
+        if "INSERT_NOTIFY" not in self.st:
+            return []
+        spread = [f"**{params}"] if params != "{}" else []
+        items = [*spread, '"notify_channel": CHANNEL', f'"notify_group": {group}']
+        return ["if notify:",
+                *("    " + line for line in self.run("cur = ", "INSERT_NOTIFY", items)),
+                "    new = AWAIT cur.fetchone()",
+                "    assert new is not None  # RETURNING gives the inserted row",
+                f"    return {self.id_cast(returns).replace('new_id', 'new[0]')}"]
 
     def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
         """insert()'s return type, the lines that run INSERT, and those that return the id.
@@ -817,8 +933,9 @@ def _with_imports(body: str, q: Queue) -> str:
     third_from = []
     if "_v." in uses:
         third_from.append("from inboxgen import values as _v")
-    third_from.append(
-        "from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor")
+    # Wrapped as isort wraps a line past 88 characters (ruff's default line length).
+    third_from.append("from inboxgen.descriptor import (\n    Operations,\n    QueueStatus,\n"
+                      "    RuntimeDefaults,\n    TableDescriptor,\n)")
     if "Jsonb(" in uses:
         third_from.append("from psycopg.types.json import Jsonb")
     # isort's order: plain imports first, then from-imports, each sorted by module.

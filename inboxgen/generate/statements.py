@@ -213,10 +213,25 @@ class _Builder:
                           "renewed.")
         self.settlements()
         self.inserts()
+        self.operations()
         if self.d.name == "postgres":
             self.add("NOTIFY", "SELECT pg_notify(%(channel)s, %(payload)s)",
                      "Wake workers listening on the table's channel; the payload is the group.")
+            self.insert_notify()
         return self.out
+
+    def insert_notify(self) -> None:
+        """INSERT and its notification as one statement: one round trip less per enqueue."""
+        insert = next(st for st in self.out if st.name == "INSERT")
+        if {"notify_channel", "notify_group"} & set(insert.params):
+            return  # a column's attribute has one of the names: insert() sends NOTIFY after
+        idc = self.c(self.q.id)
+        body = "\n".join("    " + line for line in insert.sql.splitlines())
+        self.add("INSERT_NOTIFY", f"WITH new AS (\n{body}\n)\n"
+                                  f"SELECT {idc}, pg_notify(%(notify_channel)s, %(notify_group)s)"
+                                  f"\nFROM new",
+                 "Enqueue one row and wake the workers listening on the table's channel when "
+                 "the transaction commits; returns its id.")
 
     def claim_row_lock(self) -> None:
         self.select_claimable("CLAIM", "Claim up to `limit` rows; the claim's open transaction "
@@ -489,6 +504,144 @@ class _Builder:
             self.add("DEAD_LETTER_DELETE", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
                      "Remove the row copied to the dead-letter table.")
 
+    # -- what `inboxgen status`, `requeue` and `prune` run -----------------------------------
+
+    def operations(self) -> None:
+        q = self.q
+        g, pa, ra, lu = (self.role(r) for r in ("group", "processed_at", "retry_after",
+                                                  "locked_until"))
+        unfinished = [f"{self.c(pa)} IS NULL"] if pa is not None else []
+        ready = " AND ".join(self.filters(with_group=False)) or "1 = 1"
+
+        def count(conds: list[str]) -> str:
+            return f"SUM(CASE WHEN {' AND '.join(conds) or '1 = 1'} THEN 1 ELSE 0 END)"
+
+        now = self.p("now")
+        cols = [f"{self.c(g) if g is not None else 'NULL'} AS queue_group",
+                f"{count([ready])} AS ready",
+                (count(unfinished + [f"{self.c(ra)} > {now}"]) if ra is not None else "0")
+                + " AS scheduled",
+                (count(unfinished + [f"{self.c(lu)} > {now}"]) if lu is not None and q.lease
+                 else "NULL") + " AS in_work",
+                (f"{count([f'{self.c(pa)} IS NOT NULL'])}" if pa is not None else "NULL")
+                + " AS finished",
+                (f"MIN(CASE WHEN {ready} THEN {self.c(ra)} END)" if ra is not None else "NULL")
+                + " AS oldest_ready"]
+        grouped = f"\nGROUP BY {self.c(g)}\nORDER BY {self.c(g)}" if g is not None else ""
+        self.add("STATUS", "SELECT " + ",\n       ".join(cols) + f"\nFROM {self.t()}" + grouped,
+                 "Count the rows of each group by state at `now` (inboxgen status).")
+        if q.dead_letter_table is not None:
+            self.add("STATUS_DEAD", f"SELECT COUNT(*)\nFROM {self.t(q.dead_letter_table)}",
+                     "Count the rows in the dead-letter table.")
+        if self.d.name == "postgres":
+            self.add("OLDEST_TRANSACTION",
+                     "SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start))\n"
+                     "FROM pg_stat_activity\n"
+                     "WHERE xact_start IS NOT NULL\n"
+                     "  AND pid <> pg_backend_pid()\n"
+                     "  AND datname = current_database()",
+                     "The age in seconds of the database's oldest open transaction (a row-lock "
+                     "worker's, or one that holds back vacuum).")
+        if self.d.name == "postgres" and q.form == ADVISORY:
+            self.add("ADVISORY_LOCKS",
+                     "SELECT COUNT(*)\nFROM pg_locks\n"
+                     "WHERE locktype = 'advisory'\n"
+                     "  AND database = (SELECT oid FROM pg_database "
+                     "WHERE datname = current_database())",
+                     "Count the advisory locks held in the database (every table's).")
+        if pa is not None:
+            self.prune(pa)
+        self.requeue(g, ra, lu)
+
+    def prune(self, pa: Field) -> None:
+        """Delete processed rows in batches of `limit`, so a large backlog never takes a long
+        lock. MySQL takes no LIMIT in an IN subquery, but DELETE ... LIMIT is its own."""
+        old = f"{self.c(pa)} < {self.p('before')}"
+        doc = "Delete up to `limit` rows processed before `before` (inboxgen prune)."
+        if self.mysql:
+            self.add("PRUNE", f"DELETE FROM {self.t()}\nWHERE {old}\nLIMIT {self.p('limit')}",
+                     doc)
+        else:
+            idc = self.c(self.q.id)
+            self.add("PRUNE", f"DELETE FROM {self.t()}\nWHERE {idc} IN (\n"
+                              f"    SELECT {idc}\n    FROM {self.t()}\n    WHERE {old}\n"
+                              f"    LIMIT {self.p('limit')}\n)", doc)
+        self.add("PRUNABLE", f"SELECT COUNT(*)\nFROM {self.t()}\nWHERE {old}",
+                 "Count the rows processed before `before`.")
+
+    def ids_in(self, column: str) -> str:
+        """`column` is one of the ids in parameter `ids` (PostgreSQL: an array; SQLite: a JSON
+        array; MySQL: a list PyMySQL writes as (a, b, ...))."""
+        if self.d.name == "postgres":
+            return f"{column} = ANY({self.p('ids')}::{_pg_array_type(self.q.id)})"
+        if self.mysql:
+            return f"{column} IN {self.p('ids')}"
+        return f"{column} IN (SELECT picked.value FROM json_each({self.p('ids')}) AS picked)"
+
+    def requeue(self, g: Field | None, ra: Field | None, lu: Field | None) -> None:
+        """Dead letters back to the queue, due now, all or those of `ids`; the attempt count
+        reset to its start or kept (`reset_attempt`)."""
+        q = self.q
+        attempt = self.role("attempt")
+        fresh = _initial_attempt(attempt) if attempt is not None else ""
+        reset = (f"CASE WHEN {self.p('reset_attempt')} THEN {fresh} ELSE {self.c(attempt)} END"
+                 if attempt is not None else "")
+        doc = ("Put dead letters back into group `to_group`, due at `now`{which}; "
+               "`reset_attempt` starts their attempt count again.")
+        if q.dead_letter_group is not None and g is not None:
+            sets = [f"{self.c(g)} = {self.p('to_group')}"]
+            if attempt is not None:
+                sets.append(f"{self.c(attempt)} = {reset}")
+            if ra is not None:
+                sets.append(f"{self.c(ra)} = {self.p('now')}")
+            if lu is not None and q.lease:
+                sets.append(f"{self.c(lu)} = NULL")
+            head = f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
+            dead = f"{self.c(g)} = {self.p('dead_group')}"
+            self.add("REQUEUE", f"{head}\nWHERE {dead}", doc.format(which=""))
+            self.add("REQUEUE_IDS", f"{head}\nWHERE {dead}\n  AND {self.ids_in(self.c(q.id))}",
+                     doc.format(which=", those of `ids`"))
+        if q.dead_letter_table is not None:
+            values: list[str] = []
+            for f in q.fields:
+                if f.role == "attempt":
+                    values.append(reset)
+                elif f.role == "retry_after":
+                    values.append(self.p("now"))
+                elif f.role == "locked_until" or f.role == "processed_at":
+                    values.append("NULL")
+                else:
+                    values.append(self.c(f))
+            dead_t = self.t(q.dead_letter_table)
+            if self.d.name == "postgres":
+                # One statement: the rows deleted are the rows inserted. An id the database
+                # always generates is generated anew.
+                keep = [(f, v) for f, v in zip(q.fields, values, strict=True)
+                        if not (f is q.id and f.column.db_only)]
+                cols = ", ".join(self.c(f) for f, _ in keep)
+                returned = ", ".join(self.c(f) for f in q.fields)
+                doc = ("Move dead letters{which} from the dead-letter table back into the queue, "
+                       "due at `now`; `reset_attempt` starts their attempt count again.")
+                for name, where in (("REQUEUE_MOVE", ""),
+                                    ("REQUEUE_MOVE_IDS",
+                                     f"\n    WHERE {self.ids_in(self.c(q.id))}")):
+                    self.add(name, f"WITH moved AS (\n    DELETE FROM {dead_t}{where}\n"
+                                   f"    RETURNING {returned}\n)\n"
+                                   f"INSERT INTO {self.t()} ({cols})\n"
+                                   f"SELECT {', '.join(v for _, v in keep)}\nFROM moved",
+                             doc.format(which="" if not where else " of `ids`"))
+                return
+            cols = ", ".join(self.c(f) for f in q.fields)
+            doc = ("Copy dead letters{which} back into the queue table, due at `now`; "
+                   "`reset_attempt` starts their attempt count again.")
+            copy = f"INSERT INTO {self.t()} ({cols})\nSELECT {', '.join(values)}\nFROM {dead_t}"
+            self.add("REQUEUE_COPY", copy, doc.format(which=""))
+            self.add("REQUEUE_COPY_IDS", f"{copy}\nWHERE {self.ids_in(self.c(q.id))}",
+                     doc.format(which=" of `ids`"))
+            back = f"{self.c(q.id)} IN (SELECT {self.c(q.id)} FROM {self.t()})"
+            self.add("REQUEUE_DELETE", f"DELETE FROM {dead_t}\nWHERE {back}",
+                     "Remove the dead letters copied back into the queue table.")
+
     def or_default(self, f: Field, value: str) -> str:
         """`value` for column `f` in an insert: where the column has a DDL default, the default
         stands in when the value is NULL (fixed text either way)."""
@@ -524,6 +677,10 @@ class _Builder:
             else:
                 self.add("INSERT_UNIQUE", f"{insert}\nON CONFLICT ({keys}) DO NOTHING",
                          "Enqueue one row unless its unique key is already queued.")
+        if self.d.name == "sqlite":
+            # executemany() refuses a statement that returns rows (Python 3.12 and later).
+            self.add("INSERT_MANY", insert, "Enqueue many rows: this INSERT, run once per row "
+                                            "by executemany() in one call.")
         if self.d.name == "postgres" and not any(_is_array(f) for f in fields):
             # unnest() flattens arrays of arrays, so a table with an array column is
             # enqueued in bulk with executemany instead.
@@ -606,6 +763,13 @@ def _pg_array_type(f: Field) -> str:
     base = f.column.type_sql
     base = _PG_SERIAL_ARRAY.get(base.upper(), base)
     return f"{base}[]"
+
+
+def _initial_attempt(f: Field) -> str:
+    """The attempt count a new row starts with: the column's DDL default where it is a number,
+    else 0."""
+    default = (f.column.default_sql or "").strip().strip("()")
+    return default if default.isdigit() else "0"
 
 
 def build_statements(queue: Queue) -> list[Statement]:

@@ -17,12 +17,19 @@ from inboxgen.runtime.worker import Worker
 
 __all__ = ["FakeClock", "drain", "run_until_idle"]
 
+_START_AHEAD = _dt.timedelta(minutes=1)
+
 
 class FakeClock:
-    """A clock that moves only when told to (or when `run_until_idle` jumps it)."""
+    """A clock that moves only when told to (or when `run_until_idle` jumps it). By default it
+    starts a minute ahead of the real time, in whole seconds: rows a test's database made due
+    "now" (a DEFAULT now(), written during the test's setup) are due on it, and a minute is
+    short beside the schedules tests write (retries minutes or hours away)."""
 
     def __init__(self, start: _dt.datetime | None = None) -> None:
-        self._now = start or _dt.datetime(2026, 1, 1, tzinfo=_dt.UTC)
+        if start is None:
+            start = (_dt.datetime.now(_dt.UTC) + _START_AHEAD).replace(microsecond=0)
+        self._now = start
         if self._now.tzinfo is None:
             raise ValueError("FakeClock needs a timezone-aware start")
         self._sleepers: list[tuple[_dt.datetime, int, asyncio.Future[None]]] = []

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import LeaseLost, SchemaError, WorkerConfigError
+from inboxgen.errors import LeaseLost, SchemaError, SettlementLost, WorkerConfigError
 from inboxgen.runtime.backends import (
     Backend,
     MySQLBackend,
@@ -36,6 +36,7 @@ from inboxgen.runtime.backends import (
 )
 from inboxgen.runtime.batching import Calls, by_op, one_statement
 from inboxgen.runtime.clock import Clock, SystemClock
+from inboxgen.runtime.connecting import reach
 from inboxgen.runtime.forms import form_for
 from inboxgen.runtime.outcomes import (
     DEAD_LETTER,
@@ -84,6 +85,7 @@ class Stats:
     dead_lettered: int = 0
     renewed: int = 0
     lease_lost: int = 0
+    settlements_lost: int = 0  # written on a connection lost before they committed
     failed_claims: int = 0
 
 
@@ -101,6 +103,8 @@ class _Held:
     # Row lock, pipelined: settlements wait here for the next round trip (op, arguments).
     deferred: list[tuple[str, dict[str, Any]]] | None = None
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)  # a renewal or its settlement
+    started: float = 0.0  # when its delivery began (the event loop's clock)
+    settled: bool = False  # its settlement ran (or waits for its batch's commit)
 
 
 class Worker:
@@ -125,6 +129,7 @@ class Worker:
         listen: bool | None = None,
         clock: Clock | None = None,
         shutdown_timeout: float = 30.0,
+        connect_timeout: float = 30.0,
     ) -> None:
         d = descriptor
         defaults = d.defaults
@@ -142,6 +147,7 @@ class Worker:
         self.transactional = transactional
         self.clock: Clock = clock or SystemClock()
         self.shutdown_timeout = shutdown_timeout
+        self.connect_timeout = connect_timeout  # how long start() waits for the database
         self.stats = Stats()
         self._check_settings()
         if pool is not None and d.dialect != "postgres":
@@ -160,33 +166,12 @@ class Worker:
                             "worker never takes the pool's last connection",
                             self.name, max_size, max(max_size - 1, 1), self.workers)
                 self.workers = max(max_size - 1, 1)
-        self.backend: Backend
-        if d.dialect == "sqlite":
-            if database is None:
-                raise WorkerConfigError("a SQLite worker needs database=<path of the file>",
-                                        worker=self.name, table=d.qualified_name)
-            self.backend = SqliteBackend(d, str(database))
-            self.listen = True if listen is None else listen  # watch the file for commits
-        elif d.dialect == "postgres":
-            if database is None and pool is None:
-                raise WorkerConfigError("a PostgreSQL worker needs database=<conninfo or URL> "
-                                        "or pool=<psycopg_pool.AsyncConnectionPool>",
-                                        worker=self.name, table=d.qualified_name)
-            self.backend = PostgresBackend(d, str(database) if database else None, pool=pool,
-                                           size=self.workers)
-            self.listen = True if listen is None else listen
-        elif d.dialect == "mysql":
-            if database is None:
-                raise WorkerConfigError("a MySQL/MariaDB worker needs database=<URL like "
-                                        "mysql://user@host:3306/name, or connect() arguments>",
-                                        worker=self.name, table=d.qualified_name)
-            self.backend = MySQLBackend(d, database if not isinstance(database, Path)
-                                        else str(database))
-            self.listen = False
-        else:
-            raise WorkerConfigError(f"no runtime for dialect {d.dialect}",
-                                    worker=self.name, table=d.qualified_name)
+        try:
+            self.backend = self._backend(database, pool, listen)
+        except ValueError as err:  # a malformed address: the message never quotes it
+            raise WorkerConfigError(str(err), worker=self.name, table=d.qualified_name) from None
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()  # a second signal: stop without waiting for jobs
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._idle: set[int] = set()
@@ -194,6 +179,8 @@ class Worker:
         self._wakes_owed = 0  # wake_one() calls that found no slot waiting
         self._in_flight = 0
         self.handler_threads = 0  # synchronous handlers running in threads
+        # Their threads, also those a shutdown stopped waiting for: a thread cannot be stopped.
+        self._handler_runs: set[asyncio.Future[Any]] = set()
         # Plain handlers run on threads of the worker's own, one per slot: asyncio's shared
         # executor would cap them at min(32, CPUs + 4) whatever `workers` says.
         self._handler_pool: ThreadPoolExecutor | None = None
@@ -206,6 +193,38 @@ class Worker:
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
+
+    def _backend(self, database: str | Path | Mapping[str, Any] | None, pool: Any,
+                 listen: bool | None) -> Backend:
+        d = self.descriptor
+        backend: Backend
+        if d.dialect == "sqlite":
+            if database is None:
+                raise WorkerConfigError("a SQLite worker needs database=<path of the file>",
+                                        worker=self.name, table=d.qualified_name)
+            backend = SqliteBackend(d, str(database))
+            self.listen = True if listen is None else listen  # watch the file for commits
+        elif d.dialect == "postgres":
+            if database is None and pool is None:
+                raise WorkerConfigError("a PostgreSQL worker needs database=<conninfo or URL> "
+                                        "or pool=<psycopg_pool.AsyncConnectionPool>",
+                                        worker=self.name, table=d.qualified_name)
+            backend = PostgresBackend(d, str(database) if database else None, pool=pool,
+                                      size=self.workers)
+            self.listen = True if listen is None else listen
+        elif d.dialect == "mysql":
+            if database is None:
+                raise WorkerConfigError("a MySQL/MariaDB worker needs database=<URL like "
+                                        "mysql://user@host:3306/name, or connect() arguments>",
+                                        worker=self.name, table=d.qualified_name)
+            backend = MySQLBackend(d, database if not isinstance(database, Path)
+                                   else str(database))
+            self.listen = False
+        else:
+            raise WorkerConfigError(f"no runtime for dialect {d.dialect}",
+                                    worker=self.name, table=d.qualified_name)
+        return backend
+
 
     def _check_settings(self) -> None:
         d = self.descriptor
@@ -234,31 +253,60 @@ class Worker:
     # -- running --------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serve until SIGINT or SIGTERM, then shut down gracefully."""
+        """Serve until SIGINT or SIGTERM, then shut down gracefully; a second signal stops at
+        once."""
         asyncio.run(self._run_with_signals())
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop)
+            loop.add_signal_handler(sig, self._signalled, sig)
         try:
             await self.serve()
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
+    def _signalled(self, sig: signal.Signals) -> None:
+        if not self._stopping.is_set():
+            if self.started and self._in_flight:
+                log.warning("%s: %s: stopping; waiting up to %g s for %d job(s) in work "
+                            "(again to stop at once)", self.name, sig.name,
+                            self.shutdown_timeout, self._in_flight)
+            else:
+                log.info("%s: %s: stopping", self.name, sig.name)
+            self.stop()
+            return
+        log.warning("%s: %s again: stopping at once (%s)", self.name, sig.name,
+                    self.form.unfinished)
+        self._hurry.set()
+
     async def serve(self) -> None:
         """Start, serve until `stop()`, then shut down."""
         await self.start()
+        if not self.started:  # stopped while it waited for the database
+            self._stopping = asyncio.Event()
+            return
         try:
             await self._stopping.wait()
         finally:
             await self.shutdown()
 
+    async def _stopped_within(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True as soon as the worker is told to stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        return self._stopping.is_set()
+
     async def start(self) -> None:
-        """Open connections, prepare every statement, start the worker slots."""
+        """Connect (waiting up to connect_timeout for a database that is not there yet),
+        prepare every statement, start the worker slots. Returns without starting when the
+        worker is stopped meanwhile."""
         self.form.claim_resources()
         try:
+            if not await reach(self):
+                self.form.release_resources()
+                return
             await self.backend.open()
         except BaseException:
             self.form.release_resources()
@@ -314,16 +362,24 @@ class Worker:
         return False
 
     async def shutdown(self) -> None:
-        """Wait for jobs in work (up to shutdown_timeout), then cancel what remains and close."""
+        """Wait for jobs in work (up to shutdown_timeout, or a second signal), then cancel what
+        remains and close."""
         self.stop()
         if self._tasks:
-            done, pending = await asyncio.wait(self._tasks, timeout=self.shutdown_timeout)
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            slots = asyncio.ensure_future(asyncio.wait(self._tasks,
+                                                       timeout=self.shutdown_timeout))
+            await asyncio.wait([slots, hurry], return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+            slots.cancel()
+            pending = {t for t in self._tasks if not t.done()}
             for task in pending:
                 task.cancel()
-            if pending:
+            if pending and not self._hurry.is_set():
                 log.warning("%s: %d job(s) still in work after %g s: cancelled (%s)",
                             self.name, self._in_flight, self.shutdown_timeout,
                             self.form.unfinished)
+            if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
         await self.form.stop()
         if self._listener is not None:
@@ -340,8 +396,18 @@ class Worker:
         # Ready to start again (a worker can serve, stop, and serve once more).
         self.started = False
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._wakes_owed = 0
-        log.info("%s: stopped", self.name)
+        st = self.stats
+        log.info("%s: stopped: %d delivered, %d acked, %d dropped, %d retried, %d dead-lettered"
+                 "%s", self.name, st.delivered, st.acked, st.dropped, st.retried,
+                 st.dead_lettered, f", {st.lease_lost} lease(s) lost" if st.lease_lost else "")
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Plain handlers a shutdown stopped waiting for, still running in their threads (the
+        process cannot exit normally until they end)."""
+        return sum(1 for f in self._handler_runs if not f.done())
 
     @property
     def in_flight(self) -> int:
@@ -529,6 +595,7 @@ class Worker:
         advisory); lease rows are held by their token alone. `turn`, where given, is held while
         the handler runs (and released before the settlement)."""
         d = self.descriptor
+        h.started = asyncio.get_running_loop().time()
         try:
             if (self.max_attempts is not None and h.attempt is not None
                     and h.attempt > self.max_attempts):
@@ -557,6 +624,9 @@ class Worker:
         except LeaseLost as err:
             self.stats.lease_lost += 1
             log.warning("%s", err)
+        except SettlementLost as err:
+            self.stats.settlements_lost += 1
+            log.error("%s", err)
         finally:
             self._in_flight -= 1
 
@@ -585,6 +655,8 @@ class Worker:
                 context = contextvars.copy_context()  # as asyncio.to_thread does
                 thread = asyncio.get_running_loop().run_in_executor(
                     self._handler_pool, functools.partial(context.run, self.handler, job))
+                self._handler_runs.add(thread)
+                thread.add_done_callback(self._handler_runs.discard)
                 try:
                     result = await asyncio.shield(thread)
                 except asyncio.CancelledError:
@@ -603,11 +675,11 @@ class Worker:
             if "retry_after" not in d.roles:
                 log.warning("%s: handler failed on row %s (attempt %s): %r; retrying now (the "
                             "table has no retry_after column for a backoff)", self.name, h.id,
-                            h.attempt, err)
+                            h.attempt, err, exc_info=err)
                 return retry()
             delay = self.backoff.delay(h.attempt)
             log.warning("%s: handler failed on row %s (attempt %s): %r; retrying in %g s",
-                        self.name, h.id, h.attempt, err, delay.total_seconds())
+                        self.name, h.id, h.attempt, err, delay.total_seconds(), exc_info=err)
             return retry_after(delay)
         if result is None:
             return ack()
@@ -637,9 +709,14 @@ class Worker:
 
     async def _settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
         await self.form.settle(h, s, conn)
-        self._count(s)
+        self._count(s, h)
 
-    def _count(self, s: Settlement) -> None:
+    def _count(self, s: Settlement, h: _Held) -> None:
+        h.settled = True
+        if log.isEnabledFor(logging.DEBUG):
+            ms = (asyncio.get_running_loop().time() - h.started) * 1000
+            log.debug("%s: row %s, attempt %s: %s in %.1f ms", self.name, h.id, h.attempt,
+                      "drop" if s.note == "drop" else s.action.lower().replace("_", " "), ms)
         if s.action == FINISH:
             if s.note == "drop":
                 log.info("%s: job dropped by its handler", self.name)

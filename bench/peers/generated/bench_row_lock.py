@@ -14,7 +14,12 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import psycopg
 from inboxgen import values as _v
-from inboxgen.descriptor import Operations, RuntimeDefaults, TableDescriptor
+from inboxgen.descriptor import (
+    Operations,
+    QueueStatus,
+    RuntimeDefaults,
+    TableDescriptor,
+)
 from psycopg.types.json import Jsonb
 
 TABLE: Final = "bench_row_lock"
@@ -66,9 +71,60 @@ SELECT * FROM unnest(
 )
 """
 
+# Count the rows of each group by state at `now` (inboxgen status).
+STATUS: Final[LiteralString] = """
+SELECT NULL AS queue_group,
+       SUM(CASE WHEN "processed_at" IS NULL THEN 1 ELSE 0 END) AS ready,
+       0 AS scheduled,
+       NULL AS in_work,
+       SUM(CASE WHEN "processed_at" IS NOT NULL THEN 1 ELSE 0 END) AS finished,
+       NULL AS oldest_ready
+FROM "bench_row_lock"
+"""
+
+# The age in seconds of the database's oldest open transaction (a row-lock worker's, or one that
+# holds back vacuum).
+OLDEST_TRANSACTION: Final[LiteralString] = """
+SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start))
+FROM pg_stat_activity
+WHERE xact_start IS NOT NULL
+  AND pid <> pg_backend_pid()
+  AND datname = current_database()
+"""
+
+# Delete up to `limit` rows processed before `before` (inboxgen prune).
+PRUNE: Final[LiteralString] = """
+DELETE FROM "bench_row_lock"
+WHERE "id" IN (
+    SELECT "id"
+    FROM "bench_row_lock"
+    WHERE "processed_at" < %(before)s
+    LIMIT %(limit)s
+)
+"""
+
+# Count the rows processed before `before`.
+PRUNABLE: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM "bench_row_lock"
+WHERE "processed_at" < %(before)s
+"""
+
 # Wake workers listening on the table's channel; the payload is the group.
 NOTIFY: Final[LiteralString] = """
 SELECT pg_notify(%(channel)s, %(payload)s)
+"""
+
+# Enqueue one row and wake the workers listening on the table's channel when the transaction
+# commits; returns its id.
+INSERT_NOTIFY: Final[LiteralString] = """
+WITH new AS (
+    INSERT INTO "bench_row_lock" ("payload")
+    VALUES (%(payload)s)
+    RETURNING "id"
+)
+SELECT "id", pg_notify(%(notify_channel)s, %(notify_group)s)
+FROM new
 """
 
 
@@ -138,12 +194,22 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": "",
+            },
+        )
+        new = cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = conn.execute(INSERT, _insert_params(row))
     new = cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
     return cast(int, new_id)
 
 
@@ -160,6 +226,46 @@ def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = conn.execute(STATUS, {})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def oldest_transaction(conn: psycopg.Connection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = conn.execute(OLDEST_TRANSACTION, {})
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def prune(conn: psycopg.Connection[Any], *, before: datetime.datetime, limit: int) -> int:
+    """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
+    deleted.
+    """
+    cur = conn.execute(PRUNE, {"before": before, "limit": limit})
+    return cur.rowcount
+
+
+def prunable(conn: psycopg.Connection[Any], *, before: datetime.datetime) -> int:
+    """Count the rows processed before `before`."""
+    cur = conn.execute(PRUNABLE, {"before": before})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 async def claim_async(conn: psycopg.AsyncConnection[Any], *, limit: int = 1) -> list[ClaimedRow]:
@@ -206,12 +312,22 @@ async def insert_async(
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    if notify:
+        cur = await conn.execute(
+            INSERT_NOTIFY,
+            {
+                **_insert_params(row),
+                "notify_channel": CHANNEL,
+                "notify_group": "",
+            },
+        )
+        new = await cur.fetchone()
+        assert new is not None  # RETURNING gives the inserted row
+        return cast(int, new[0])
     cur = await conn.execute(INSERT, _insert_params(row))
     new = await cur.fetchone()
     assert new is not None  # RETURNING gives the inserted row
     new_id = new[0]
-    if notify:
-        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
     return cast(int, new_id)
 
 
@@ -228,6 +344,55 @@ async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[N
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
+
+
+async def status_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = await conn.execute(STATUS, {})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in await cur.fetchall()
+    ]
+
+
+async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float | None:
+    """The age in seconds of the database's oldest open transaction (a row-lock worker's, or one
+    that holds back vacuum).
+    """
+    cur = await conn.execute(OLDEST_TRANSACTION, {})
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+async def prune_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    before: datetime.datetime,
+    limit: int,
+) -> int:
+    """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
+    deleted.
+    """
+    cur = await conn.execute(PRUNE, {"before": before, "limit": limit})
+    return cur.rowcount
+
+
+async def prunable_async(conn: psycopg.AsyncConnection[Any], *, before: datetime.datetime) -> int:
+    """Count the rows processed before `before`."""
+    cur = await conn.execute(PRUNABLE, {"before": before})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 OPS: Final = Operations(
@@ -257,7 +422,12 @@ STATEMENTS: Final = {
     "RETRY": RETRY,
     "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE,
     "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

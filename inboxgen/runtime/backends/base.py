@@ -32,6 +32,16 @@ class Backend:
         self.label = "the database"  # how messages name it (never with a password)
         self.busy = 0  # calls in flight, so tests on a fake clock can tell when all is quiet
 
+    async def probe(self) -> None:
+        """Open one connection as the worker's own are opened, and close it: raises the
+        driver's error when the database cannot be reached."""
+        raise NotImplementedError
+
+    def permanent(self, err: Exception) -> bool:
+        """Whether a failed `probe` is for good (credentials, an unknown database), so that no
+        retry can help."""
+        return False
+
     async def open(self) -> None:
         raise NotImplementedError
 
@@ -208,6 +218,9 @@ class ThreadedBackend(Backend):
         with contextlib.suppress(Exception):
             await self._on_thread(thread, conn, conn.close)
         thread.shutdown(wait=False)
+
+    async def probe(self) -> None:
+        await self._discard(await self._new())
 
     async def open(self) -> None:
         self._idle.append(await self._new())

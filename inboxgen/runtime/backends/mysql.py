@@ -32,6 +32,32 @@ def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
+def mysql_label(args: Mapping[str, Any]) -> str:
+    """How messages name the database: host and port (or socket), database, user; never the
+    password."""
+    where = args.get("unix_socket") or f"{args.get('host', 'localhost')}:{args.get('port', 3306)}"
+    return (f"MySQL/MariaDB at {where}, database {args.get('database') or '(none)'}, "
+            f"user {args.get('user') or '(default)'}")
+
+
+def open_session(connect_args: Mapping[str, Any]) -> Any:
+    """A PyMySQL connection as inboxgen's statements expect it: READ COMMITTED, times in UTC,
+    and UPDATE counting the rows it matched."""
+    import pymysql
+    from pymysql.constants import CLIENT
+
+    # FOUND_ROWS: an UPDATE reports the rows it matched, not only those it changed, so a
+    # renewal that writes the expiry already held still counts as held.
+    args = dict(connect_args)
+    flags = int(args.pop("client_flag", 0)) | CLIENT.FOUND_ROWS
+    conn = pymysql.connect(**args, client_flag=flags, autocommit=False)
+    with conn.cursor() as cur:
+        # Claims run at READ COMMITTED; times travel as naive UTC.
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        cur.execute("SET SESSION time_zone = '+00:00'")
+    return conn
+
+
 class MySQLBackend(ThreadedBackend):
     """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC."""
 
@@ -40,21 +66,15 @@ class MySQLBackend(ThreadedBackend):
     def __init__(self, descriptor: TableDescriptor, database: str | Mapping[str, Any]) -> None:
         super().__init__(descriptor)
         self.connect_args = mysql_connect_args(database)
+        self.label = mysql_label(self.connect_args)
+
+    def permanent(self, err: Exception) -> bool:
+        # Access denied (to the server or the database), an unknown database or host.
+        code = err.args[0] if err.args and isinstance(err.args[0], int) else None
+        return code in (1044, 1045, 1049, 2005)
 
     def _connect(self) -> Any:
-        import pymysql
-        from pymysql.constants import CLIENT
-
-        # FOUND_ROWS: an UPDATE reports the rows it matched, not only those it changed, so a
-        # renewal that writes the expiry already held still counts as held.
-        args = dict(self.connect_args)
-        flags = int(args.pop("client_flag", 0)) | CLIENT.FOUND_ROWS
-        conn = pymysql.connect(**args, client_flag=flags, autocommit=False)
-        with conn.cursor() as cur:
-            # Claims run at READ COMMITTED; times travel as naive UTC.
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            cur.execute("SET SESSION time_zone = '+00:00'")
-        return conn
+        return open_session(self.connect_args)
 
     def _usable(self, conn: Any) -> bool:
         return bool(conn.open)

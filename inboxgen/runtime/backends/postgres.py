@@ -27,11 +27,27 @@ class PostgresBackend(Backend):
         self.connect_kwargs: dict[str, Any] = {
             k: v for k, v in dict(getattr(pool, "kwargs", None) or {}).items()
             if k != "autocommit"}
+        self.label = pg_label(self.conninfo, self.connect_kwargs)  # raises when malformed
         self.pool: AsyncConnectionPool[Any] = pool or AsyncConnectionPool(
             self.conninfo, min_size=1, max_size=size + 1, open=False,
             name=f"inboxgen-{descriptor.table}")
         assert descriptor.async_ops is not None
         self.ops: Operations = descriptor.async_ops
+
+    async def probe(self) -> None:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(
+            self.conninfo, **{"connect_timeout": 10, **self.connect_kwargs})
+        await conn.close()
+
+    def permanent(self, err: Exception) -> bool:
+        # The server's refusals (authentication, an unknown role or database) and an address
+        # no resolver knows: no retry changes them. Refused or timed-out connections may.
+        if getattr(err, "sqlstate", None) in _REFUSED:
+            return True
+        text = str(err).lower()
+        return any(p in text for p in _REFUSED_TEXT)
 
     async def open(self) -> None:
         if self.own_pool:
@@ -122,3 +138,31 @@ class PostgresBackend(Backend):
             await conn.execute(*self._explain_args(name))
         finally:
             await conn.rollback()
+
+
+# invalid_authorization_specification, invalid_password, invalid_catalog_name
+_REFUSED = frozenset({"28000", "28P01", "3D000"})
+# libpq reports these before any SQLSTATE exists.
+_REFUSED_TEXT = ("password authentication failed", "no password supplied",
+                 "authentication failed", "does not exist", "could not translate host name",
+                 "name or service not known", "invalid connection option",
+                 "invalid sslmode value", "invalid integer value")
+
+
+def pg_label(conninfo: str, kwargs: dict[str, Any]) -> str:
+    """How messages name the database: host, port, database and user, never the password.
+    Raises ValueError when `conninfo` is neither a conninfo string nor a URL."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(conninfo, **{k: v for k, v in kwargs.items()
+                                               if isinstance(v, (str, int))})
+    except psycopg.ProgrammingError:
+        # libpq's reason quotes the text, which may hold a password.
+        raise ValueError("database= is neither a PostgreSQL connection string "
+                         "(host=... dbname=...) nor a URL (postgresql://user@host/db)") from None
+    host = params.get("host") or "localhost (socket)"
+    port = params.get("port") or 5432
+    return (f"PostgreSQL at {host}:{port}, database {params.get('dbname') or '(default)'}, "
+            f"user {params.get('user') or '(default)'}")

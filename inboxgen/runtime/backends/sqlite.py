@@ -30,7 +30,7 @@ class SqliteBackend(ThreadedBackend):
                  busy_timeout: float = 30.0) -> None:
         super().__init__(descriptor)
         self.path = str(path)
-        self.label = self.path
+        self.label = f"SQLite file {self.path}"
         self.busy_timeout = busy_timeout
         self._writer = asyncio.Lock()
         self._writing: Any = None  # the connection holding the process's write turn
@@ -55,8 +55,20 @@ class SqliteBackend(ThreadedBackend):
     async def unlock_key(self, conn: Any, key: str, owner: object) -> None:
         AdvisoryRegistry.unlock(self._database, key, owner)
 
+    def permanent(self, err: Exception) -> bool:
+        return True  # a missing or unreadable file does not appear by itself
+
+    async def probe(self) -> None:
+        if not Path(self.path).is_file():
+            # sqlite3 would create an empty database, and the worker would then find no table.
+            raise FileNotFoundError("no such file (a worker opens a database file and never "
+                                    "creates one: create it with your migrations first)")
+        await super().probe()
+
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+        # mode=rw: never creates the file (a typo in its name would give an empty database).
+        uri = Path(self.path).resolve().as_uri() + "?mode=rw"
+        conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, isolation_level=None,
                                check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")

@@ -42,7 +42,7 @@ class Advisory(Form):
         w = self.w
         if not w.backend.claim_advisory_file(w):
             raise WorkerConfigError(
-                f"another process serves advisory rows of {w.backend.label}: SQLite "
+                f"another process serves advisory rows of the {w.backend.label}: SQLite "
                 f"keeps advisory locks in one process, so run the advisory workers of a "
                 f"database file in one process (or use the lease form)",
                 worker=w.name, table=w.descriptor.qualified_name)
@@ -128,7 +128,7 @@ class Advisory(Form):
         if outcome.kind == "ack" and s.action == FINISH:
             await w._execute_settlement(conn, h, s)
             await w.backend.commit(conn)
-            w._count(s)
+            w._count(s, h)
             return
         await w.backend.rollback(conn)
         await w._settle(h, s, conn)

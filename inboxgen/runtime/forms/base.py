@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.outcomes import FINISH, Settlement
 
 if TYPE_CHECKING:
@@ -78,6 +79,15 @@ class Form:
         log.error("%s: row %s dropped: its payload does not decode and the table has neither a "
                   "dead-letter destination nor a retry_after column", self.w.name, h.id)
         return Settlement(FINISH, note="drop")
+
+    def lost(self, held: list[_Held], err: BaseException) -> None:
+        """A batch's transaction ended without its commit (a lost connection): what its rows
+        settled is undone, and they will run again."""
+        w = self.w
+        ids = ", ".join(str(h.id) for h in held[:10]) + (", ..." if len(held) > 10 else "")
+        w.stats.settlements_lost += len(held)
+        log.error("%s: the settlements of row(s) %s were lost with their transaction (%s); "
+                  "those rows will run again", w.name, ids, first_line(err))
 
     def missed(self, h: _Held, op: str) -> None:
         """A settlement changed no row."""

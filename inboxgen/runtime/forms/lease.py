@@ -12,8 +12,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.errors import LeaseLost
+from inboxgen.errors import LeaseLost, SettlementLost
 from inboxgen.runtime.batching import one_statement
+from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.forms.base import Form
 from inboxgen.runtime.outcomes import FINISH, PARK, Settlement, lease_expiry
 from inboxgen.runtime.renewer import LeaseRenewer
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from inboxgen.runtime.worker import Worker, _Held
 
 log = logging.getLogger("inboxgen.worker")
+
+_KIND = {"finish": "ack", "retry": "retry", "retry_after": "retry",
+         "dead_letter": "dead letter"}
 
 
 class Lease(Form):
@@ -112,7 +116,7 @@ class Lease(Form):
                 await w.backend.rollback(tx)
                 raise
             await w.backend.commit(tx)
-            w._count(s)
+            w._count(s, h)
 
     async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
         await self._settle(h, s, None)  # the row is held by its token alone
@@ -127,9 +131,16 @@ class Lease(Form):
 
     async def write(self, op: str, values: dict[str, Any]) -> bool:
         """One statement goes with the other slots' settlements (the settler)."""
-        if one_statement(self.w.descriptor, op):
-            return await self.settler.settle(op, values)
-        return await super().write(op, values)
+        w = self.w
+        try:
+            if one_statement(w.descriptor, op):
+                return await self.settler.settle(op, values)
+            return await super().write(op, values)
+        except Exception as err:
+            raise SettlementLost(
+                f"{_KIND.get(op, op)} of row {values['id']} lost ({first_line(err)}); it will "
+                f"run again once its lease ends", worker=w.name,
+                table=w.descriptor.qualified_name, statement=op.upper()) from err
 
     def undecodable(self, h: _Held) -> Settlement:
         log.error("%s: row %s left leased: its payload does not decode, and the table has no "

@@ -40,15 +40,25 @@ class RowLock(Form):
 
     async def round(self) -> bool:
         w = self.w
+        held: list[_Held] = []
         # A cancelled or broken round rolls back: its rows return at once, attempts unchanged
         # (what a crash does in this form).
-        async with w._transaction() as conn:
-            rows = await w._claim(conn, w.clock.now(), w.batch)
-            pending: Pending = []
-            await w._deliver_all([w._held(r, deferred=self._defer(pending)) for r in rows],
-                                 conn)
-            await self.settle_deferred(conn, pending)
+        try:
+            async with w._transaction() as conn:
+                rows = await w._claim(conn, w.clock.now(), w.batch)
+                pending: Pending = []
+                held = [w._held(r, deferred=self._defer(pending)) for r in rows]
+                await w._deliver_all(held, conn)
+                await self.settle_deferred(conn, pending)
+        except Exception as err:
+            self.report_lost(held, err)
+            raise
         return len(rows) < w.batch
+
+    def report_lost(self, held: list[_Held], err: BaseException) -> None:
+        settled = [h for h in held if h.settled]
+        if settled:
+            self.lost(settled, err)
 
     def _defer(self, pending: Pending) -> Pending | None:
         """Where a batch's settlements wait to run together before its COMMIT: not for
@@ -115,10 +125,13 @@ class CountedRowLock(RowLock):
             try:
                 await w._deliver_all(held, conn)
                 await self.settle_deferred(conn, pending)
-            except BaseException:
-                await w.backend.rollback(conn)
+                await w.backend.commit(conn)
+            except BaseException as err:
+                if isinstance(err, Exception):
+                    self.report_lost(held, err)
+                with contextlib.suppress(Exception):
+                    await w.backend.rollback(conn)
                 raise
-            await w.backend.commit(conn)
         return len(counted) < w.batch
 
 
@@ -130,6 +143,14 @@ class PipelinedRowLock(RowLock):
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Rounds on one connection until the worker stops."""
+        held: list[_Held] = []  # the batch whose settlements travel with the next round
+        try:
+            await self._rounds(index, worked, held)
+        except Exception as err:
+            self.report_lost(held, err)
+            raise
+
+    async def _rounds(self, index: int, worked: Callable[[], None], held: list[_Held]) -> None:
         w = self.w
         async with w.backend.session() as conn, w.backend.pipeline(conn) as pipe:
             in_tx = False  # a claim's transaction is open on the connection
@@ -138,17 +159,19 @@ class PipelinedRowLock(RowLock):
                 claim = not w._stopping.is_set()
                 rows = await self._send_round(conn, pipe, pending, commit=in_tx, claim=claim)
                 in_tx, pending = claim, []
+                held.clear()  # committed
                 worked()
                 if not claim:
                     return
                 if len(rows) == w.batch:
                     w._wake_waiting_slot()  # a full claim: more rows are likely due
-                held = [w._held(r, deferred=pending) for r in rows]
+                held.extend(w._held(r, deferred=pending) for r in rows)
                 await w._deliver_all(held, conn)
                 if len(rows) < w.batch:
                     # Drained: commit now rather than hold the rows through the wait.
                     await self._send_round(conn, pipe, pending, commit=True, claim=False)
                     in_tx, pending = False, []
+                    held.clear()
                     await w._wait(index, w.poll_interval)
 
     async def _send_round(self, conn: Any, pipe: Any, pending: Pending, *, commit: bool,

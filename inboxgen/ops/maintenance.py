@@ -1,0 +1,82 @@
+"""`inboxgen requeue` (dead letters back to the queue) and `inboxgen prune` (processed rows
+deleted in bounded batches, each its own short transaction, so retention never holds a long
+lock). Both run the modules' own statements, say what they changed, and with dry_run change
+nothing."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from inboxgen.errors import ConfigError
+
+
+def requeue(module: ModuleType, conn: Any, *, now: _dt.datetime, ids: Sequence[int] | None,
+            to_group: str | None, reset_attempt: bool, dry_run: bool) -> int:
+    d = module.DESCRIPTOR
+    if d.dead_letter_group is None and d.dead_letter_table is None:
+        raise ConfigError(f"table {d.qualified_name} has no dead letters: its spec "
+                          f"({d.source}) has no [dead_letter]")
+    kwargs: dict[str, Any] = {"now": now, "reset_attempt": reset_attempt, "ids": ids}
+    if d.dead_letter_group is not None:
+        if not to_group:
+            raise ConfigError(f"table {d.qualified_name} keeps dead letters in group "
+                              f"{d.dead_letter_group!r}, which does not remember their own: "
+                              f"name the group to put them back into with --to-group")
+        kwargs["to_group"] = to_group
+    elif to_group:
+        raise ConfigError(f"table {d.qualified_name} keeps dead letters in a table of their own, "
+                          f"with their groups: --to-group does not apply")
+    _begin(conn, d.dialect)
+    try:
+        moved = int(module.requeue(conn, **kwargs))
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.rollback() if dry_run else conn.commit()
+    return moved
+
+
+def prune(module: ModuleType, conn: Any, *, now: _dt.datetime, older_than: _dt.timedelta,
+          batch: int, dry_run: bool) -> int:
+    d = module.DESCRIPTOR
+    if not hasattr(module, "prune"):
+        raise ConfigError(f"table {d.qualified_name} keeps no processed rows (no processed_at "
+                          f"column: finishing a job deletes it)")
+    before = now - older_than
+    if dry_run:
+        try:
+            return int(module.prunable(conn, before=before))
+        finally:
+            conn.rollback()
+    total = 0
+    while True:
+        _begin(conn, d.dialect)
+        try:
+            n = int(module.prune(conn, before=before, limit=batch))
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+        total += n
+        if n < batch:
+            return total
+
+
+def parse_age(text: str) -> _dt.timedelta:
+    """`30d`, `12h`, `90m`, `45s` or a number of seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", text)
+    if m is None:
+        raise ConfigError(f"--older-than {text!r}: give an age like 30d, 12h, 90m or 45s")
+    unit = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}[m.group(2)]
+    return _dt.timedelta(seconds=float(m.group(1)) * unit)
+
+
+def _begin(conn: Any, dialect: str) -> None:
+    # sqlite3 in autocommit mode: the transaction is explicit (and takes the write lock at
+    # once); psycopg and PyMySQL open one with the first statement.
+    if dialect == "sqlite":
+        conn.execute("BEGIN IMMEDIATE")

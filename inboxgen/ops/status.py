@@ -1,0 +1,89 @@
+"""`inboxgen status`: per table and group, how many jobs are ready, scheduled, in work,
+finished and dead, how long the oldest ready job has waited, and (PostgreSQL) the oldest open
+transaction. Runs the modules' STATUS statements and nothing else."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from types import ModuleType
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class TableStatus:
+    table: str
+    database: str
+    groups: list[dict[str, Any]]
+    dead_table: int | None  # rows in the dead-letter table, where there is one
+    advisory_locks: int | None  # PostgreSQL advisory form: locks held in the database
+    oldest_transaction_s: float | None  # PostgreSQL: the oldest open transaction's age
+
+
+def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableStatus:
+    d = module.DESCRIPTOR
+    try:
+        groups = []
+        for g in module.status(conn, now=now):
+            waited = None if g.oldest_ready is None else round(
+                max((now - g.oldest_ready).total_seconds(), 0.0), 3)
+            groups.append({
+                "group": g.group, "dead": g.group is not None and g.group == d.dead_letter_group,
+                "ready": g.ready, "scheduled": g.scheduled, "in_work": g.in_work,
+                "finished": g.finished, "oldest_ready_waited_s": waited})
+        dead = module.dead_count(conn) if hasattr(module, "dead_count") else None
+        locks = module.advisory_locks(conn) if hasattr(module, "advisory_locks") else None
+        oldest = (module.oldest_transaction(conn) if hasattr(module, "oldest_transaction")
+                  else None)
+    finally:
+        conn.rollback()  # read only: nothing to keep
+    return TableStatus(d.qualified_name, label, groups, dead, locks,
+                       None if oldest is None else round(oldest, 3))
+
+
+def as_json(tables: list[TableStatus]) -> list[dict[str, Any]]:
+    return [attrs.asdict(t) for t in tables]
+
+
+def as_text(tables: list[TableStatus]) -> str:
+    heads = ["table", "group", "ready", "scheduled", "in work", "finished", "dead",
+             "oldest ready"]
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for t in tables:
+        for g in t.groups:
+            dead = g["dead"]
+            rows.append([t.table, "" if g["group"] is None else str(g["group"]),
+                         "-" if dead else str(g["ready"]), "-" if dead else str(g["scheduled"]),
+                         _n(g["in_work"]), _n(g["finished"]),
+                         str(g["ready"] + g["scheduled"]) if dead else "",
+                         _age(g["oldest_ready_waited_s"]) if not dead else ""])
+        if not t.groups:
+            rows.append([t.table, "", "0", "0", "0", "", "", ""])
+        if t.dead_table is not None:
+            rows.append([t.table, "(dead-letter table)", "", "", "", "", str(t.dead_table), ""])
+        if t.advisory_locks is not None:
+            notes.append(f"{t.table}: {t.advisory_locks} advisory lock(s) held in the database "
+                         f"(every table's)")
+        if t.oldest_transaction_s is not None:
+            notes.append(f"{t.table}: oldest open transaction in the database: "
+                         f"{_age(t.oldest_transaction_s)}")
+    widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in [heads, *rows]]
+    return "\n".join(lines + notes) + "\n"
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)  # the database cannot tell
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,226 @@
+"""`inboxgen status`, `requeue` and `prune` on real PostgreSQL, MariaDB and SQLite: counts after
+a scripted mix of jobs in every state, dead letters back to the queue, processed rows deleted
+in batches (100,000 of them). Run as a user runs them: the command in the project's folder."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbcases import Layout, Queue, apply_ddl, at, mysql_connect
+from genutil import make_project
+
+DIALECTS = ["postgres", "mysql", "sqlite"]
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+@pytest.fixture(autouse=True)
+def now() -> None:
+    """Each test's "now": the real time as it starts (status reads the real clock)."""
+    global NOW
+    NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def when(seconds: float) -> dt.datetime:
+    return NOW + dt.timedelta(seconds=seconds)
+
+
+Project = tuple[Path, Queue, str]  # project folder, its queue, the database URL
+
+
+@pytest.fixture
+def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Project]:
+    made: list[Queue] = []
+
+    def make(dialect: str, layout: Layout) -> Project:
+        if dialect == "postgres":
+            url: str = request.getfixturevalue("pg_dsn")
+        elif dialect == "mysql":
+            url = request.getfixturevalue("mariadb_server").create_database()
+        else:
+            url = str(tmp_path / "queue.sqlite3")
+        root = tmp_path / "app"
+        make_project(root, layout.spec(dialect), layout.ddl(dialect))
+        (root / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\n'
+                                             'out = "generated"\n')
+        assert run(root, "build").returncode == 0
+        apply_ddl(dialect, url, layout.ddl(dialect))
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(f"_ops_{dialect}", root / "generated" /
+                                                      "jobs.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        q = Queue(module, dialect, url)
+        made.append(q)
+        return root, q, url
+
+    yield make
+    for q in made:
+        q.close()
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "inboxgen", *args], cwd=root,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def mix(q: Queue) -> dict[str, int]:
+    """Jobs in every state, in group g: two ready, one scheduled, one in work (leased), one
+    finished, one dead (in group "dead")."""
+    conn = q.connect()
+    ids = {name: q.add(conn, payload=name, retry_after=when(due), group="g") for name, due in
+           (("ready-1", -120), ("ready-2", -30), ("scheduled", 3600), ("work", -200),
+            ("done", -300), ("dead", -400))}
+    for name in ("dead", "done", "work"):  # claim order: the oldest due first
+        row = q.claim_one(conn, now=NOW, until=when(600))
+        conn.commit()
+        assert q.id_of(row) == ids[name]
+        if name == "done":
+            assert q.settle("finish", conn, row, now=when(-1))
+        elif name == "dead":
+            assert q.settle("dead_letter", conn, row)
+        conn.commit()
+    return ids
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_status_counts_each_state_of_each_group(project: Callable[..., Project],
+                                                dialect: str) -> None:
+    root, q, url = project(dialect, Layout(form="lease", group=True, dead="group"))
+    mix(q)
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    groups = {g["group"]: g for g in table["groups"]}
+    g = groups["g"]
+    assert (g["ready"], g["scheduled"], g["in_work"], g["finished"]) == (2, 1, 1, 1)
+    assert 115 <= g["oldest_ready_waited_s"] < 300  # ready-1, due two minutes ago
+    assert groups["dead"]["dead"] and groups["dead"]["ready"] == 1
+    assert not g["dead"]
+    assert table["database"].startswith(("PostgreSQL at", "MySQL/MariaDB at", "SQLite file"))
+    text = run(root, "status", "--database-url", url)
+    assert text.returncode == 0, text.stderr
+    header, *rows = text.stdout.splitlines()
+    assert header.split()[:3] == ["table", "group", "ready"]
+    assert any(r.split()[:6] == ["jobs", "g", "2", "1", "1", "1"] for r in rows), text.stdout
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_requeue_puts_dead_letters_back_and_dry_run_changes_nothing(
+        project: Callable[..., Project], dialect: str) -> None:
+    root, q, url = project(dialect, Layout(form="lease", group=True, dead="group"))
+    ids = mix(q)
+    before = q.rows()
+    dry = run(root, "requeue", "specs/jobs.toml", "--database-url", url, "--to-group", "g",
+              "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would put 1 dead letter(s) back" in dry.stdout
+    assert q.rows() == before
+    missing = run(root, "requeue", "specs/jobs.toml", "--database-url", url)
+    assert missing.returncode == 2 and "--to-group" in missing.stderr
+    done = run(root, "requeue", "specs/jobs.toml", "--database-url", url, "--to-group", "g",
+               "--reset-attempts")
+    assert done.returncode == 0, done.stderr
+    assert "put 1 dead letter(s) back into the queue (group g), attempts reset" in done.stdout
+    row = q.row(ids["dead"])
+    assert row is not None
+    assert (row[q.roles["group"]], row[q.roles["attempt"]]) == ("g", 1)  # the DDL's DEFAULT 1
+    assert row[q.roles["locked_until"]] is None
+    conn = q.connect()
+    claimed = [q.id_of(r) for r in q.claim(conn, now=dt.datetime.now(dt.UTC) +
+                                           dt.timedelta(seconds=5), limit=10)]
+    assert ids["dead"] in claimed  # due again
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_requeue_by_id_from_a_dead_letter_table(project: Callable[..., Project],
+                                                dialect: str) -> None:
+    root, q, url = project(dialect, Layout(form="lease", group=True, dead="table"))
+    conn = q.connect()
+    ids = [q.add(conn, payload=f"p{i}", retry_after=at(-60 + i), group="g") for i in range(3)]
+    for _ in ids:
+        row = q.claim_one(conn, now=at(0), until=at(600))
+        conn.commit()
+        assert q.settle("dead_letter", conn, row)
+        conn.commit()
+    assert q.rows() == [] and len(q.rows("jobs_dead")) == 3
+    dead_attempt = next(r[q.roles["attempt"]] for r in q.rows("jobs_dead")
+                        if r[q.roles["id"]] == ids[1])
+    done = run(root, "requeue", "specs/jobs.toml", "--database-url", url, "--id", str(ids[1]))
+    assert done.returncode == 0, done.stderr
+    assert "put 1 dead letter(s) back" in done.stdout
+    assert q.ids() == [ids[1]]
+    assert sorted(r[q.roles["id"]] for r in q.rows("jobs_dead")) == [ids[0], ids[2]]
+    kept = q.row(ids[1])
+    assert kept is not None and kept[q.roles["attempt"]] == dead_attempt  # kept as it was
+    assert kept[q.roles["group"]] == "g"  # its own group, which the dead-letter table keeps
+
+
+def fill_processed(q: Queue, n: int, processed: dt.datetime) -> None:
+    """n rows processed at `processed`, written by the database itself in one statement."""
+    t = q.table_sql()
+    stamp = processed.strftime("%Y-%m-%d %H:%M:%S")
+    if q.dialect == "postgres":
+        sql = (f"INSERT INTO {t} (priority, retry_after, processed_at, account, payload) "
+               f"SELECT 0, now(), '{stamp}+00', 'a', 'p' FROM generate_series(1, {n})")
+    elif q.dialect == "mysql":
+        sql = (f"INSERT INTO {t} (priority, retry_after, processed_at, account, payload) "
+               f"WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n}) "
+               f"SELECT 0, UTC_TIMESTAMP(), '{stamp}', 'a', 'p' FROM s")
+    else:
+        sql = (f"WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n}) "
+               f"INSERT INTO {t} (priority, retry_after, processed_at, account, payload) "
+               f"SELECT 0, '{stamp}.000000', '{stamp}.000000', 'a', 'p' FROM s")
+    if q.dialect == "mysql":
+        conn = mysql_connect(q.target, autocommit=True)
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION max_recursive_iterations = 1000000")
+            cur.execute(sql)
+        conn.close()
+        return
+    conn = q.connect()
+    conn.execute(sql)
+    conn.commit()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_prune_deletes_old_processed_rows_in_batches(project: Callable[..., Project],
+                                                     dialect: str) -> None:
+    root, q, url = project(dialect, Layout(form="lease"))
+    fill_processed(q, 100_000, dt.datetime.now(dt.UTC) - dt.timedelta(days=40))
+    conn = q.connect()
+    recent = q.add(conn, payload="recent", retry_after=when(-60))
+    row = q.claim_one(conn, now=dt.datetime.now(dt.UTC), until=when(600))
+    conn.commit()
+    assert q.settle("finish", conn, row, now=dt.datetime.now(dt.UTC))  # processed just now
+    conn.commit()
+    open_job = q.add(conn, payload="open", retry_after=when(-60))
+    dry = run(root, "prune", "specs/jobs.toml", "--database-url", url, "--older-than", "30d",
+              "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 100000 row(s)" in dry.stdout
+    done = run(root, "prune", "specs/jobs.toml", "--database-url", url, "--older-than", "30d",
+               "--batch", "7000")
+    assert done.returncode == 0, done.stderr
+    assert "deleted 100000 row(s) processed more than 30d ago" in done.stdout
+    assert sorted(q.ids()) == sorted([recent, open_job])
+
+
+def test_a_password_never_shows_and_a_refusal_is_one_line(project: Callable[..., Project],
+                                                          pg_server: Any) -> None:
+    root, q, url = project("postgres", Layout(form="lease"))
+    bad = f"postgresql://nobody:hunter2-secret@127.0.0.1:{pg_server.port}/no_such_db"
+    result = run(root, "status", "--database-url", bad)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+    assert f"127.0.0.1:{pg_server.port}" in result.stderr and "no_such_db" in result.stderr

@@ -1,0 +1,49 @@
+"""The helpers users test with: FakeClock starts at the real time, so a row the database made
+due "now" is due on it; the pytest fixtures come with the installed package."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from semantics_util import module_for
+
+from inboxgen import Job, Worker
+from inboxgen.testing import FakeClock
+
+DDL = """
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
+    payload JSONB NOT NULL
+);
+"""
+SPEC = """
+table = "jobs"
+dialect = "postgres"
+
+[columns]
+id = { role = "id", generated = true }
+retry_after = { role = "retry_after", generated = true }
+payload = "payload"
+"""
+
+
+def test_a_row_due_now_is_delivered_on_a_default_fake_clock(
+        tmp_path: Path, pg_dsn: str, inboxgen_clock: FakeClock,
+        inboxgen_drain: Callable[..., None]) -> None:
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(DDL)
+        module.insert(conn, module.NewRow(payload={"to": "ada"}))  # due at the server's now()
+    seen: list[Any] = []
+
+    def handler(job: Job[Any]) -> None:
+        seen.append(job.payload)
+
+    worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, clock=inboxgen_clock,
+                    listen=False)
+    inboxgen_drain(worker, timeout=20)
+    assert seen == [{"to": "ada"}]

@@ -1,0 +1,245 @@
+"""A worker that cannot reach its database says so at once, in one line naming host, port,
+database and user (never the password): a wrong password, an unknown database, a malformed
+address, a missing SQLite file. A server that is not there yet is tried again until the connect
+timeout, and a signal during that wait stops the worker promptly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from semantics_util import module_for
+
+from inboxgen import ConnectFailed, Worker, WorkerConfigError
+
+PG_DDL = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL);"
+PG_SPEC = """
+table = "jobs"
+dialect = "postgres"
+
+[columns]
+id = { role = "id", generated = true }
+payload = "payload"
+"""
+SECRET = "s3cret-Pa55"
+
+
+def start(worker: Worker) -> BaseException | None:
+    async def main() -> None:
+        try:
+            await worker.start()
+        finally:
+            if worker.started:
+                await worker.shutdown()
+
+    try:
+        asyncio.run(main())
+    except BaseException as err:  # noqa: BLE001 - the test looks at what it is
+        return err
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def pg_module(tmp_path: Path, pg_dsn: str) -> Any:
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(PG_DDL)
+    return module_for(tmp_path, PG_SPEC, PG_DDL)
+
+
+@pytest.fixture
+def password_user(pg_server: Any, pg_dsn: str, pg_module: Any) -> str:
+    """A role that must give its password over TCP (the test server trusts everyone else)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS pw_user")
+        conn.execute(f"CREATE ROLE pw_user LOGIN PASSWORD '{SECRET}'")
+        conn.execute("GRANT ALL ON ALL TABLES IN SCHEMA public TO pw_user")
+    hba = pg_server.data_dir / "pg_hba.conf"
+    original = hba.read_text()
+    if "pw_user" not in original:
+        hba.write_text(f"host all pw_user 127.0.0.1/32 scram-sha-256\n{original}")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_reload_conf()")
+    return "pw_user"
+
+
+def test_a_wrong_password_fails_at_once_naming_the_server_not_the_password(
+        pg_module: Any, pg_server: Any, pg_dsn: str, password_user: str) -> None:
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    url = f"postgresql://{password_user}:wrong-{SECRET}@127.0.0.1:{pg_server.port}/{dbname}"
+    worker = Worker(pg_module.DESCRIPTOR, lambda job: None, database=url)
+    began = time.monotonic()
+    err = start(worker)
+    assert time.monotonic() - began < 5, "a refused password is not retried"
+    assert isinstance(err, ConnectFailed), err
+    text = str(err)
+    assert f"127.0.0.1:{pg_server.port}" in text and dbname in text and "pw_user" in text
+    assert "password authentication failed" in text
+    assert SECRET not in text and "\n" not in text
+    # The right password works, through the same path.
+    good = Worker(pg_module.DESCRIPTOR, lambda job: None,
+                  database=url.replace(f"wrong-{SECRET}", SECRET))
+    assert start(good) is None
+
+
+def test_an_unknown_database_fails_at_once(pg_module: Any, pg_server: Any) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{pg_server.port}/no_such_db"
+    err = start(Worker(pg_module.DESCRIPTOR, lambda job: None, database=url))
+    assert isinstance(err, ConnectFailed), err
+    assert "no_such_db" in str(err) and "does not exist" in str(err)
+
+
+def test_a_malformed_address_is_refused_when_the_worker_is_built(pg_module: Any) -> None:
+    with pytest.raises(WorkerConfigError) as caught:
+        Worker(pg_module.DESCRIPTOR, lambda job: None,
+               database=f"host=db password={SECRET} dbname")
+    assert "neither a PostgreSQL connection string" in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def test_a_server_that_is_not_there_is_tried_until_the_connect_timeout(
+        pg_module: Any, caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()  # nothing listens there
+    worker = Worker(pg_module.DESCRIPTOR, lambda job: None, connect_timeout=1.5,
+                    database=f"postgresql://postgres:{SECRET}@127.0.0.1:{port}/app")
+    began = time.monotonic()
+    err = start(worker)
+    took = time.monotonic() - began
+    assert isinstance(err, ConnectFailed), err
+    assert 1.4 <= took < 6, took
+    assert f"127.0.0.1:{port}" in str(err) and "within 1.5 s" in str(err)
+    waits = [r for r in caplog.records if "trying again" in r.getMessage()]
+    assert len(waits) == 1, "one line for the outage, not one per attempt"
+    assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
+def test_a_missing_sqlite_file_fails_naming_it_and_is_not_created(tmp_path: Path) -> None:
+    from genutil import build_module
+
+    ddl = "CREATE TABLE jobs (id INTEGER PRIMARY KEY, locked_until TEXT, payload BLOB);"
+    spec = ('table = "jobs"\ndialect = "sqlite"\n[columns]\n'
+            'id = { role = "id", generated = true }\nlocked_until = "locked_until"\n'
+            'payload = { role = "payload", codec = "bytes" }\n')
+    module = build_module(tmp_path, spec, ddl)
+    missing = tmp_path / "typo.sqlite3"
+    err = start(Worker(module.DESCRIPTOR, lambda job: None, database=missing))
+    assert isinstance(err, ConnectFailed), err
+    assert str(missing) in str(err) and "no such file" in str(err)
+    assert not missing.exists()
+
+
+def test_mariadb_access_denied_and_unknown_database_fail_at_once(
+        tmp_path: Path, mariadb_server: Any) -> None:
+    from genutil import build_module
+
+    ddl = "CREATE TABLE jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload BLOB NOT NULL);"
+    spec = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
+            'id = { role = "id", generated = true }\n'
+            'payload = { role = "payload", codec = "bytes" }\n')
+    module = build_module(tmp_path, spec, ddl)
+    host = f"{mariadb_server.host}:{mariadb_server.port}"
+    for url, reason in ((f"mysql://nobody:{SECRET}@{host}/app", "Access denied"),
+                        (f"mysql://root@{host}/no_such_db", "Unknown database")):
+        began = time.monotonic()
+        err = start(Worker(module.DESCRIPTOR, lambda job: None, database=url))
+        assert time.monotonic() - began < 5
+        assert isinstance(err, ConnectFailed), err
+        assert host in str(err) and reason in str(err) and SECRET not in str(err)
+
+
+def test_sigterm_while_waiting_for_the_server_stops_the_worker_at_once(tmp_path: Path,
+                                                                       pg_module: Any) -> None:
+    port = free_port()
+    app = tmp_path / "app_under_test.py"
+    app.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(pg_module.__file__).parent)!r})\n"
+        f"import {Path(pg_module.__file__).stem} as m\n"
+        "from inboxgen import Worker\n"
+        f"worker = Worker(m.DESCRIPTOR, lambda job: None, connect_timeout=60,\n"
+        f"                database='postgresql://postgres@127.0.0.1:{port}/app')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    proc = subprocess.Popen([sys.executable, "-m", "inboxgen", "worker", "app_under_test:worker"],
+                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        line = ""
+        assert proc.stderr is not None
+        while "trying again" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        assert "trying again" in line, line
+        proc.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        code = proc.wait(10)
+        assert time.monotonic() - began < 3
+        rest = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert code == 0
+    assert "Traceback" not in rest
+
+
+def test_a_second_signal_stops_at_once_and_the_exit_says_what_was_done(tmp_path: Path) -> None:
+    from genutil import build_module
+
+    ddl = "CREATE TABLE jobs (id INTEGER PRIMARY KEY, locked_until TEXT, payload BLOB);"
+    spec = ('table = "jobs"\ndialect = "sqlite"\n[columns]\n'
+            'id = { role = "id", generated = true }\nlocked_until = "locked_until"\n'
+            'payload = { role = "payload", codec = "bytes" }\n')
+    module = build_module(tmp_path, spec, ddl)
+    db = tmp_path / "q.sqlite3"
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.executescript(ddl)
+        module.insert_many(conn, [module.NewRow(payload=b"quick"), module.NewRow(payload=b"slow")])
+    started = tmp_path / "started"
+    app = tmp_path / "lifecycle_app.py"
+    app.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(module.__file__).parent)!r})\n"
+        f"import {Path(module.__file__).stem} as m\n"
+        "from inboxgen import Worker\n"
+        "def handle(job):\n"
+        "    if job.payload == b'slow':\n"
+        f"        open({str(started)!r}, 'w').close()\n"
+        "        time.sleep(60)\n"
+        f"worker = Worker(m.DESCRIPTOR, handle, database={str(db)!r}, shutdown_timeout=30)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    proc = subprocess.Popen([sys.executable, "-m", "inboxgen", "worker", "lifecycle_app:worker"],
+                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the first signal waits for the job in work"
+        proc.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        code = proc.wait(10)
+        assert time.monotonic() - began < 3
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert code == 0
+    assert "waiting up to 30 s for 1 job(s) in work" in err
+    assert "again: stopping at once" in err
+    assert "stopped: 2 delivered, 1 acked" in err
+    assert "Traceback" not in err
