@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
                                            "drifted")
     verify.add_argument("specs", nargs="*", help="spec files or folders (default: "
                                                  "[tool.inboxgen] specs)")
+    verify.add_argument("--database-url", default=None,
+                        help="also check the modules against this live database: every "
+                             "statement prepares, each claim has an index serving its order, "
+                             "the tables match the migrations")
     status = sub.add_parser("status", help="count each queue's jobs by state on a live "
                                            "database")
     _database_url(status)
@@ -178,7 +182,7 @@ def _build(project: Project, targets: Sequence[str]) -> int:
     return EXIT_OK
 
 
-def _verify(project: Project, targets: Sequence[str]) -> int:
+def _verify(project: Project, targets: Sequence[str], url: str | None = None) -> int:
     generated = generate(project, spec_files(project, targets))
     _report(generated)
     status = EXIT_OK if generated.ok else EXIT_FAILED
@@ -198,7 +202,31 @@ def _verify(project: Project, targets: Sequence[str]) -> int:
                  f"(delete it, or restore its spec)")
     if status == EXIT_OK:
         print(f"verified {len(generated.outputs)} module(s): up to date")
+    if url and status == EXIT_OK:
+        status = _verify_live(project, generated, url)
     return status
+
+
+def _verify_live(project: Project, generated: Generated, url: str) -> int:
+    from inboxgen.ops import live
+    from inboxgen.ops.modules import load_one
+
+    failed = False
+    labels = set()
+    for path in sorted(generated.outputs):
+        module = load_one(project, path)
+        conn, label = _connected(module, url)
+        labels.add(label)
+        try:
+            for finding in live.check(module, generated.queues[path], conn):
+                _say(f"{shown_path(project, path)}: {finding}")
+                failed = True
+        finally:
+            conn.close()
+    if failed:
+        return EXIT_FAILED
+    print(f"verified {len(generated.outputs)} module(s) against {', '.join(sorted(labels))}")
+    return EXIT_OK
 
 
 def _connected(module: Any, url: str | None) -> tuple[Any, str]:
@@ -292,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _build(project, args.specs)
         if args.command in _OPERATIONS:
             return _OPERATIONS[args.command](project, args)
-        return _verify(project, args.specs)
+        return _verify(project, args.specs, args.database_url)
     except ConfigError as err:
         _say(f"inboxgen: {err}")
         return EXIT_USAGE

@@ -1,0 +1,119 @@
+"""`inboxgen verify --database-url`: the committed modules checked against a live PostgreSQL or
+MariaDB (and SQLite): every statement prepares, each claim has an index serving its order, and
+the live table has the columns the migrations give it, with their types and nullability."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbcases import Layout, apply_ddl, mysql_connect
+from genutil import make_project
+
+SERVERS = ["postgres", "mysql"]
+
+
+@pytest.fixture
+def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], tuple[Path, str]]:
+    def make(dialect: str) -> tuple[Path, str]:
+        if dialect == "postgres":
+            url: str = request.getfixturevalue("pg_dsn")
+        elif dialect == "mysql":
+            url = request.getfixturevalue("mariadb_server").create_database()
+        else:
+            url = str(tmp_path / "queue.sqlite3")
+        layout = Layout(form="lease", group=True)
+        root = tmp_path / "app"
+        make_project(root, layout.spec(dialect), layout.ddl(dialect))
+        (root / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\n'
+                                             'out = "generated"\n')
+        assert run(root, "build").returncode == 0
+        apply_ddl(dialect, url, layout.ddl(dialect))
+        return root, url
+
+    return make
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "inboxgen", *args], cwd=root,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def alter(dialect: str, url: str, sql: str) -> None:
+    if dialect == "postgres":
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql)
+    elif dialect == "mysql":
+        conn: Any = mysql_connect(url, autocommit=True)
+        with conn.cursor() as cur:
+            cur.execute(sql)
+        conn.close()
+    else:
+        import sqlite3
+
+        with sqlite3.connect(url) as db:
+            db.executescript(sql)
+
+
+@pytest.mark.parametrize("dialect", [*SERVERS, "sqlite"])
+def test_a_database_as_the_migrations_build_it_verifies(project: Callable[[str], tuple[Path, str]],
+                                                        dialect: str) -> None:
+    root, url = project(dialect)
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "against" in result.stdout
+
+
+@pytest.mark.parametrize("dialect", SERVERS)
+def test_a_dropped_column_is_named(project: Callable[[str], tuple[Path, str]],
+                                   dialect: str) -> None:
+    root, url = project(dialect)
+    alter(dialect, url, "ALTER TABLE jobs DROP COLUMN payload")
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    assert "table jobs, column payload: missing in the database" in result.stderr
+
+
+@pytest.mark.parametrize("dialect", SERVERS)
+def test_a_retyped_or_nullable_column_is_named(project: Callable[[str], tuple[Path, str]],
+                                               dialect: str) -> None:
+    root, url = project(dialect)
+    retype = ("ALTER TABLE jobs ALTER COLUMN attempt TYPE TEXT" if dialect == "postgres"
+              else "ALTER TABLE jobs MODIFY attempt TEXT NOT NULL")
+    alter(dialect, url, retype)
+    nullable = ("ALTER TABLE jobs ALTER COLUMN account DROP NOT NULL" if dialect == "postgres"
+                else "ALTER TABLE jobs MODIFY account VARCHAR(191) NULL")
+    alter(dialect, url, nullable)
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    assert "table jobs, column attempt: is" in result.stderr
+    assert "table jobs, column account: is nullable in the database, NOT NULL in the migrations" \
+        in result.stderr
+
+
+@pytest.mark.parametrize("dialect", SERVERS)
+def test_a_claim_without_a_usable_index_is_named(project: Callable[[str], tuple[Path, str]],
+                                                 dialect: str) -> None:
+    root, url = project(dialect)
+    alter(dialect, url, "DROP INDEX jobs_claim" if dialect == "postgres"
+          else "DROP INDEX jobs_claim ON jobs")
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    assert "table jobs, statement CLAIM" in result.stderr, result.stderr
+    if dialect == "postgres":
+        assert "no index serves the claim order" in result.stderr
+
+
+def test_the_password_never_shows(project: Callable[[str], tuple[Path, str]],
+                                  pg_server: Any) -> None:
+    root, _ = project("sqlite")
+    bad = f"postgresql://nobody:hunter2-secret@127.0.0.1:{pg_server.port}/nope"
+    result = run(root, "verify", "--database-url", bad)
+    assert result.returncode == 2  # a SQLite table checked against PostgreSQL: a usage error
+    assert "hunter2" not in result.stdout + result.stderr
