@@ -7,6 +7,7 @@ Exit codes: 0 clean; 1 a failed check or a difference; 2 a usage or configuratio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -76,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--batch", type=int, default=1000, help="rows per transaction "
                                                                "(default 1000)")
     prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    asyncapi = sub.add_parser("asyncapi", help="print an AsyncAPI 3.0 document of the queues")
+    asyncapi.add_argument("specs", nargs="*", help="spec files or folders (default: "
+                                                   "[tool.inboxgen] specs)")
+    asyncapi.add_argument("--database-url", default=None,
+                          help="describe this server too (host and port only; nothing is "
+                               "connected to)")
     worker = sub.add_parser("worker", help="run a worker defined in your code")
     worker.add_argument("target", help="module:attribute naming a Worker, or a function "
                                        "returning one (e.g. myapp.queues:mailer)")
@@ -340,7 +347,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-_OPERATIONS = {"status": _status, "requeue": _requeue, "prune": _prune}
+def _asyncapi(project: Project, args: argparse.Namespace) -> int:
+    import json
+    import tomllib
+
+    from inboxgen.ops.asyncapi import document
+    from inboxgen.ops.modules import load
+
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        meta = tomllib.loads((project.root / "pyproject.toml").read_text(encoding="utf-8")
+                             ).get("project", {})
+    doc = document(load(project, args.specs), title=str(meta.get("name") or project.root.name),
+                   version=str(meta.get("version") or "0.0.0"), database_url=args.database_url)
+    print(json.dumps(doc, indent=2))
+    return EXIT_OK
+
+
+_OPERATIONS = {"status": _status, "requeue": _requeue, "prune": _prune, "asyncapi": _asyncapi}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -65,8 +65,10 @@ def pg_module(tmp_path: Path, pg_dsn: str) -> Any:
 def password_user(pg_server: Any, pg_dsn: str, pg_module: Any) -> str:
     """A role that must give its password over TCP (the test server trusts everyone else)."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("DROP ROLE IF EXISTS pw_user")
-        conn.execute(f"CREATE ROLE pw_user LOGIN PASSWORD '{SECRET}'")
+        # Roles are the server's, shared by the tests' databases: made once.
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'pw_user'").fetchone()
+        if exists is None:
+            conn.execute(f"CREATE ROLE pw_user LOGIN PASSWORD '{SECRET}'")
         conn.execute("GRANT ALL ON ALL TABLES IN SCHEMA public TO pw_user")
     hba = pg_server.data_dir / "pg_hba.conf"
     original = hba.read_text()
@@ -243,3 +245,26 @@ def test_a_second_signal_stops_at_once_and_the_exit_says_what_was_done(tmp_path:
     assert "again: stopping at once" in err
     assert "stopped: 2 delivered, 1 acked" in err
     assert "Traceback" not in err
+
+
+def test_the_cli_worker_refused_exits_1_with_one_line(tmp_path: Path, pg_module: Any,
+                                                      pg_server: Any, pg_dsn: str,
+                                                      password_user: str) -> None:
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    app = tmp_path / "refused_app.py"
+    app.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(pg_module.__file__).parent)!r})\n"
+        f"import {Path(pg_module.__file__).stem} as m\n"
+        "from inboxgen import Worker\n"
+        f"worker = Worker(m.DESCRIPTOR, lambda job: None, database="
+        f"'postgresql://{password_user}:wrong-{SECRET}@127.0.0.1:{pg_server.port}/{dbname}')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    result = subprocess.run([sys.executable, "-m", "inboxgen", "worker", "refused_app:worker"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+                            check=False)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("inboxgen:")]
+    assert len(lines) == 1 and "ConnectFailed" in lines[0], result.stderr
+    assert "password authentication failed" in lines[0]
+    assert "Traceback" not in result.stderr and SECRET not in result.stderr + result.stdout
