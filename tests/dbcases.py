@@ -37,7 +37,7 @@ import attrs
 import psycopg
 import pymysql
 import pymysql.cursors
-from genutil import build_module, ddl_of
+from genutil import build_module, ddl_of, make_project
 from psycopg.rows import dict_row
 from pymysql.constants import CLIENT
 
@@ -703,3 +703,24 @@ def tour(q: Queue) -> list[str]:
         assert m.prune(conn, before=T0 + dt.timedelta(days=1), limit=1) == 1
     conn.commit()
     return executed(conn)
+
+
+def cli_project(root: Path, dialect: str, layout: Layout, target: str) -> ModuleType:
+    """An inboxgen project under `root` (pyproject.toml, specs/jobs.toml and its DDL) built by
+    `inboxgen build` as a user builds it, with its table created on `target`; the module it
+    wrote, imported."""
+    import subprocess
+
+    make_project(root, layout.spec(dialect), layout.ddl(dialect))
+    (root / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\nout = "generated"\n')
+    built = subprocess.run([sys.executable, "-m", "inboxgen", "build"], cwd=root,
+                           capture_output=True, text=True, check=False, timeout=120)
+    assert built.returncode == 0, built.stderr
+    apply_ddl(dialect, target, layout.ddl(dialect))
+    spec = importlib.util.spec_from_file_location(f"_cli_{abs(hash(str(root)))}_{dialect}",
+                                                  root / "generated" / "jobs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dbcases import Layout, Queue, apply_ddl, at, mysql_connect
-from genutil import make_project
+from dbcases import Layout, Queue, at, cli_project, mysql_connect
 
 DIALECTS = ["postgres", "mysql", "sqlite"]
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -46,19 +45,7 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Pro
         else:
             url = str(tmp_path / "queue.sqlite3")
         root = tmp_path / "app"
-        make_project(root, layout.spec(dialect), layout.ddl(dialect))
-        (root / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\n'
-                                             'out = "generated"\n')
-        assert run(root, "build").returncode == 0
-        apply_ddl(dialect, url, layout.ddl(dialect))
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(f"_ops_{dialect}", root / "generated" /
-                                                      "jobs.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        module = cli_project(root, dialect, layout, url)
         q = Queue(module, dialect, url)
         made.append(q)
         return root, q, url

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dbcases import Layout, apply_ddl, mysql_connect
-from genutil import make_project
+from dbcases import Layout, cli_project, mysql_connect
 
 SERVERS = ["postgres", "mysql"]
 
@@ -26,13 +25,8 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], t
             url = request.getfixturevalue("mariadb_server").create_database()
         else:
             url = str(tmp_path / "queue.sqlite3")
-        layout = Layout(form="lease", group=True)
         root = tmp_path / "app"
-        make_project(root, layout.spec(dialect), layout.ddl(dialect))
-        (root / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\n'
-                                             'out = "generated"\n')
-        assert run(root, "build").returncode == 0
-        apply_ddl(dialect, url, layout.ddl(dialect))
+        cli_project(root, dialect, Layout(form="lease", group=True), url)
         return root, url
 
     return make

@@ -475,54 +475,36 @@ class _Renderer:
                                 *self.run("cur = ", "PRUNE", self.params(st["PRUNE"])),
                                 "return cur.rowcount")))
             out.append(self.scalar("prunable", "PRUNABLE", "int", "*, before: datetime.datetime"))
-        id_t = self.raw_type(q.id).removesuffix(" | None")
-        ids = "_v.json_text(list(ids))" if self.sqlite else "list(ids)"
+        moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
+                 "into the queue, due at `now`; returns how many.")
+        again = " With `reset_attempt` their attempt count starts again."
         if "REQUEUE" in st:
-            args = (f"*, to_group: str, now: datetime.datetime, reset_attempt: bool = False, "
-                    f"ids: Sequence[{id_t}] | None = None")
-            items = [p for p in self.params(st["REQUEUE"])]
-            body = ["if ids is None:",
-                    *("    " + line for line in self.run("cur = ", "REQUEUE", items)),
-                    "else:",
-                    *("    " + line for line in self.run(
-                        "cur = ", "REQUEUE_IDS", [*items, f'"ids": {ids}'])),
-                    "return cur.rowcount"]
-            out.append(Func("requeue", args, "int",
-                            "Put dead letters (all, or those of `ids`) back into group "
-                            "`to_group`, due at `now`; returns how many. With `reset_attempt` "
-                            "their attempt count starts again.", tuple(body)))
+            out.append(self.requeue("REQUEUE", "to_group: str, ",
+                                    "Put dead letters (all, or those of `ids`) back into group "
+                                    "`to_group`, due at `now`; returns how many." + again))
         elif "REQUEUE_MOVE" in st:
-            args = (f"*, now: datetime.datetime, reset_attempt: bool = False, "
-                    f"ids: Sequence[{id_t}] | None = None")
-            items = [p for p in self.params(st["REQUEUE_MOVE"])]
-            body = ["if ids is None:",
-                    *("    " + line for line in self.run("cur = ", "REQUEUE_MOVE", items)),
-                    "else:",
-                    *("    " + line for line in self.run(
-                        "cur = ", "REQUEUE_MOVE_IDS", [*items, f'"ids": {ids}'])),
-                    "return cur.rowcount"]
-            out.append(Func("requeue", args, "int",
-                            "Move dead letters (all, or those of `ids`) from the dead-letter "
-                            "table back into the queue, due at `now`; returns how many. With "
-                            "`reset_attempt` their attempt count starts again.", tuple(body)))
+            out.append(self.requeue("REQUEUE_MOVE", "", moved + again))
         elif "REQUEUE_COPY" in st:
-            args = (f"*, now: datetime.datetime, reset_attempt: bool = False, "
-                    f"ids: Sequence[{id_t}] | None = None")
-            items = [p for p in self.params(st["REQUEUE_COPY"])]
-            body = ["if ids is None:",
-                    *("    " + line for line in self.run("cur = ", "REQUEUE_COPY", items)),
-                    "else:",
-                    *("    " + line for line in self.run(
-                        "cur = ", "REQUEUE_COPY_IDS", [*items, f'"ids": {ids}'])),
-                    "moved = cur.rowcount",
-                    *self.run("", "REQUEUE_DELETE", "{}"),
-                    "return moved"]
-            out.append(Func("requeue", args, "int",
-                            "Move dead letters (all, or those of `ids`) from the dead-letter "
-                            "table back into the queue, due at `now`; returns how many. Run it "
-                            "in one transaction. With `reset_attempt` their attempt count starts "
-                            "again.", tuple(body)))
+            out.append(self.requeue("REQUEUE_COPY", "", moved + " Run it in one transaction."
+                                    + again, then="REQUEUE_DELETE"))
         return out
+
+    def requeue(self, name: str, first: str, doc: str, then: str | None = None) -> Func:
+        """requeue(): statement `name` for every dead letter, `name`_IDS for those of `ids`;
+        then, where given, statement `then` (the dead-letter table's delete)."""
+        id_t = self.raw_type(self.q.id).removesuffix(" | None")
+        ids = "_v.json_text(list(ids))" if self.sqlite else "list(ids)"
+        items = self.params(self.st[name])
+        body = ["if ids is None:",
+                *("    " + line for line in self.run("cur = ", name, items)),
+                "else:",
+                *("    " + line for line in self.run("cur = ", f"{name}_IDS",
+                                                     [*items, f'"ids": {ids}'])),
+                *(("moved = cur.rowcount", *self.run("", then, "{}"), "return moved")
+                  if then else ("return cur.rowcount",))]
+        args = (f"*, {first}now: datetime.datetime, reset_attempt: bool = False, "
+                f"ids: Sequence[{id_t}] | None = None")
+        return Func("requeue", args, "int", doc, tuple(body))
 
     # The parameters a batch statement takes one entry per row of (the guard's); the others
     # (now, new_locked_until) are one value for the whole batch.
