@@ -213,8 +213,8 @@ def test_shutdown_leaves_a_connection_to_the_plain_handler_still_using_it(tmp_pa
 @pytest.mark.parametrize("listen", [True, False], ids=["watching", "polling"])
 def test_a_job_enqueued_on_an_idle_worker_starts_without_waiting_for_the_poll(
         tmp_path: Path, listen: bool) -> None:
-    """With the file watched (the default), a commit by another connection wakes a waiting slot;
-    without, the job waits for the next poll, 30 s away."""
+    """With the file watched (listen=True), a commit by another connection wakes a waiting slot;
+    without (the default), the job waits for the next poll, 30 s away."""
     q = queue(tmp_path, "lease")
     started: list[float] = []
 

@@ -52,8 +52,8 @@ class InboxgenSqlitePeer(AsyncPeer):
 
     @property
     def settings(self) -> str:  # type: ignore[override]
-        return (f"Worker(workers=concurrency, batch={self.batch}); WAL; the file watched for "
-                f"commits (listen on); async no-op handler; finished rows kept (processed_at)")
+        return (f"Worker(workers=concurrency, batch={self.batch}, listen=True): WAL, the file "
+                f"watched for commits; async no-op handler; finished rows kept (processed_at)")
 
     def done_count(self, target: Target, opts: WorkerOpts) -> int:
         return _count(target, "processed_at IS NOT NULL")
@@ -91,7 +91,8 @@ class InboxgenSqlitePeer(AsyncPeer):
         from inboxgen import Worker
 
         worker = Worker(generated(FORM).DESCRIPTOR, _handler, database=target.path,
-                        workers=opts.concurrency, batch=self.batch, poll_interval=1.0)
+                        workers=opts.concurrency, batch=self.batch, poll_interval=1.0,
+                        listen=True)
         await worker.start()
         try:
             await stop.wait()

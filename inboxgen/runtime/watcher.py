@@ -4,7 +4,8 @@ SQLite has no notifications, but `PRAGMA data_version` changes whenever another 
 (of this process or any other) has committed a change to the file. A connection of the
 watcher's own reads it every few milliseconds, on a thread of its own; a change wakes one
 waiting slot, which claims at once instead of waiting out the poll interval (a full claim
-wakes the next). Reading it costs microseconds and takes no lock.
+wakes the next); with every slot busy, the change waits for the next tick. Reading it costs
+microseconds. Workers watch only when asked (listen=True): see docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ async def watch(worker: Worker, path: str) -> None:
             except sqlite3.Error as err:  # a file replaced or gone: the claims will say
                 log.debug("%s: cannot read the database's data_version: %s", worker.name, err)
                 continue
-            if now != seen:
+            # Only a slot that waits is woken: busy slots claim again anyway, and owing them a
+            # wake-up would have every commit of another process start a claim at once,
+            # crowding the file's one write lock. With no slot waiting, the change is looked
+            # at again on the next tick.
+            if now != seen and worker._wake_waiting_slot():
                 seen = now
-                worker.wake_one()
     finally:
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -53,7 +57,10 @@ async def watch(worker: Worker, path: str) -> None:
 def _open(path: str) -> sqlite3.Connection:
     # Read-only, and never creating the file: the workers' own connections do that.
     uri = Path(path).resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+    # No busy wait: a read the file's lock holder delays is simply tried on the next tick (a
+    # thread stuck in SQLite's busy handler would also keep the process from exiting).
+    return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
+                           timeout=0)
 
 
 def _version(conn: sqlite3.Connection) -> int:

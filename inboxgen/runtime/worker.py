@@ -203,7 +203,8 @@ class Worker:
                 raise WorkerConfigError("a SQLite worker needs database=<path of the file>",
                                         worker=self.name, table=d.qualified_name)
             backend = SqliteBackend(d, str(database))
-            self.listen = True if listen is None else listen  # watch the file for commits
+            # Watching the file for commits is asked for: see docs/runtime.md, SQLite commits.
+            self.listen = False if listen is None else listen
         elif d.dialect == "postgres":
             if database is None and pool is None:
                 raise WorkerConfigError("a PostgreSQL worker needs database=<conninfo or URL> "
