@@ -58,7 +58,11 @@ class Lease(Form):
             async with w._transaction() as conn:
                 rows = await w._claim(conn, now, w.batch, until)
         held = [w._held(r, token=until) for r in rows]
-        self.renewer.hold(held)  # every claimed row renews, not only the one in work
+        if not (w.transactional and w.backend.single_writer):
+            # Every claimed row renews, not only the one in work. On SQLite a transactional
+            # job holds the file's write lock, so no one else can take its row meanwhile;
+            # a renewal would only queue for that lock.
+            self.renewer.hold(held)
         try:
             if not w.transactional and len(held) > 1:
                 await self._deliver_overlapped(held)
