@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from inboxgen.errors import ConfigError, ConnectFailed
+from inboxgen.runtime.connecting import first_line
 
 
 def connect(dialect: str, url: str) -> tuple[Any, str]:
@@ -36,7 +37,7 @@ def _postgres(url: str) -> tuple[Any, str]:
     try:
         return psycopg.connect(url, connect_timeout=10), label
     except psycopg.Error as err:
-        raise ConnectFailed(f"cannot connect to {label}: {_first(err)}") from None
+        raise ConnectFailed(f"cannot connect to {label}: {first_line(err)}") from None
 
 
 def _mysql(url: str) -> tuple[Any, str]:
@@ -52,7 +53,7 @@ def _mysql(url: str) -> tuple[Any, str]:
     try:
         return open_session(args), label
     except pymysql.Error as err:
-        raise ConnectFailed(f"cannot connect to {label}: {_first(err)}") from None
+        raise ConnectFailed(f"cannot connect to {label}: {first_line(err)}") from None
 
 
 def _sqlite(url: str) -> tuple[Any, str]:
@@ -67,9 +68,4 @@ def _sqlite(url: str) -> tuple[Any, str]:
         uri = Path(path).resolve().as_uri() + "?mode=rw"
         return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30), label
     except sqlite3.Error as err:
-        raise ConnectFailed(f"cannot open {label}: {_first(err)}") from None
-
-
-def _first(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+        raise ConnectFailed(f"cannot open {label}: {first_line(err)}") from None

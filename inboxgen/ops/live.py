@@ -14,6 +14,7 @@ from typing import Any
 
 from inboxgen.generate.catalog import load_catalog
 from inboxgen.generate.model import Queue
+from inboxgen.runtime.connecting import first_line
 
 # The statements that read due rows in claim order: each should have an index serving it.
 _CLAIMS = ("CLAIM", "CANDIDATES", "FIFO_HEAD")
@@ -39,7 +40,7 @@ def check(module: ModuleType, queue: Queue, conn: Any) -> list[str]:
         try:
             plan = _EXPLAIN[dialect](conn, sql, bound)
         except Exception as err:
-            found.append(f"table {table}, statement {name}: does not prepare: {_first(err)}")
+            found.append(f"table {table}, statement {name}: does not prepare: {first_line(err)}")
             continue
         if name in _CLAIMS and not _ordered_by_index[dialect](plan, d.table):
             found.append(f"table {table}, statement {name}: no index serves the claim order "
@@ -115,8 +116,9 @@ def _mysql_columns(conn: Any, schema: str | None, table: str) -> list[tuple[str,
 
 
 def _mysql_explain(conn: Any, sql: str, bound: dict[str, Any]) -> Any:
-    lists = set(re.findall(r"\bIN %\((\w+)\)s", sql))
-    bound = {k: ([None] if k in lists else v) for k, v in bound.items()}
+    from inboxgen.runtime.backends.mysql import bind_lists
+
+    bound = bind_lists(sql, bound)
     try:
         with conn.cursor() as cur:
             cur.execute("EXPLAIN " + sql, bound)
@@ -164,11 +166,6 @@ def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
     return bound
 
 
-
-
-def _first(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 _LIVE_COLUMNS: dict[str, Callable[[Any, str | None, str], list[tuple[str, str, bool]]]] = {

@@ -32,6 +32,13 @@ def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
+def bind_lists(sql: str, bound: Mapping[str, Any]) -> dict[str, Any]:
+    """`bound` for planning `sql`: a list parameter (`IN %(ids)s`, which PyMySQL writes as a
+    parenthesised list) bound as a one-element list."""
+    lists = set(re.findall(r"\bIN %\((\w+)\)s", sql))
+    return {k: ([None] if k in lists else v) for k, v in bound.items()}
+
+
 def mysql_label(args: Mapping[str, Any]) -> str:
     """How messages name the database: host and port (or socket), database, user; never the
     password."""
@@ -105,9 +112,7 @@ class MySQLBackend(ThreadedBackend):
 
     async def explain(self, conn: Any, name: str) -> None:
         sql, params = self._explain_args(name)
-        # A list parameter (`IN %(ids)s`) is bound as a one-element list.
-        lists = set(re.findall(r"\bIN %\((\w+)\)s", sql))
-        bound = {k: ([None] if k in lists else v) for k, v in params.items()}
+        bound = bind_lists(sql, params)
 
         def run() -> None:
             with conn.cursor() as cur:
