@@ -17,7 +17,7 @@ class Outcome:
 
 def ack() -> Outcome:
     """The job is done: delete the row, or mark it processed."""
-    return Outcome(ACK)
+    return ACKED_OUTCOME
 
 
 def drop() -> Outcome:
@@ -37,6 +37,9 @@ def retry_after(delay: _dt.timedelta | float) -> Outcome:
     if delay < _dt.timedelta(0):
         raise ValueError(f"retry_after needs a delay of zero or more, not {delay}")
     return Outcome(RETRY_AFTER, delay)
+
+
+ACKED_OUTCOME = Outcome(ACK)  # frozen: one value serves every ack
 
 
 @attrs.frozen
@@ -66,6 +69,9 @@ class Settlement:
     note: str = ""
 
 
+ACKED = Settlement(FINISH, note=ACK)
+
+
 def decide(
     outcome: Outcome,
     *,
@@ -75,8 +81,10 @@ def decide(
     now: _dt.datetime,
 ) -> Settlement:
     """The settlement of a delivery; `attempt` is the delivery's number (the first reads 1)."""
-    if outcome.kind in (ACK, DROP):
-        return Settlement(FINISH, note=outcome.kind)
+    if outcome.kind == ACK:
+        return ACKED
+    if outcome.kind == DROP:
+        return Settlement(FINISH, note=DROP)
     if max_attempts is not None and attempt is not None and attempt >= max_attempts:
         return Settlement(DEAD_LETTER, note=f"attempt {attempt} of {max_attempts} failed")
     if outcome.kind == RETRY_AFTER and outcome.delay:

@@ -35,6 +35,9 @@ class FakeClock:
         self._sleepers: list[tuple[_dt.datetime, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self.sleeping_tasks: set[asyncio.Task[object]] = set()
+        # Tells the worker to run async handlers in tasks of their own, so that
+        # run_until_idle can see a handler that sleeps on this clock.
+        self.watches_handler_tasks = True
         # Sleepers woken whose tasks have not run yet: until they do, nothing is quiet.
         self.pending_wakeups = 0
 

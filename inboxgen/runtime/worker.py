@@ -22,7 +22,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import attrs
 
@@ -39,6 +39,9 @@ from inboxgen.runtime.clock import Clock, SystemClock
 from inboxgen.runtime.connecting import reach
 from inboxgen.runtime.forms import form_for
 from inboxgen.runtime.outcomes import (
+    ACK,
+    ACKED,
+    ACKED_OUTCOME,
     DEAD_LETTER,
     FINISH,
     PARK,
@@ -47,7 +50,6 @@ from inboxgen.runtime.outcomes import (
     Backoff,
     Outcome,
     Settlement,
-    ack,
     decide,
     retry,
     retry_after,
@@ -146,6 +148,11 @@ class Worker:
         self.backoff = backoff or Backoff()
         self.transactional = transactional
         self.clock: Clock = clock or SystemClock()
+        self._async_handler = inspect.iscoroutinefunction(handler)
+        # A test clock that waits for quiet must see which tasks are handlers (see testing.py):
+        # only then does each async handler run in a task of its own, which costs a turn of
+        # the event loop per job.
+        self._handler_tasks_watched = bool(getattr(self.clock, "watches_handler_tasks", False))
         self.shutdown_timeout = shutdown_timeout
         self.connect_timeout = connect_timeout  # how long start() waits for the database
         self.stats = Stats()
@@ -596,7 +603,8 @@ class Worker:
         advisory); lease rows are held by their token alone. `turn`, where given, is held while
         the handler runs (and released before the settlement)."""
         d = self.descriptor
-        h.started = asyncio.get_running_loop().time()
+        if log.isEnabledFor(logging.DEBUG):
+            h.started = asyncio.get_running_loop().time()
         try:
             if (self.max_attempts is not None and h.attempt is not None
                     and h.attempt > self.max_attempts):
@@ -619,8 +627,11 @@ class Worker:
             if self.transactional:
                 await self.form.deliver_in_transaction(h, payload, conn)
                 return
-            async with turn or contextlib.nullcontext():
+            if turn is None:
                 outcome = await self._run_handler(h, payload, None)
+            else:
+                async with turn:
+                    outcome = await self._run_handler(h, payload, None)
             await self._settle(h, self._decide(h, outcome), conn)
         except LeaseLost as err:
             self.stats.lease_lost += 1
@@ -640,16 +651,21 @@ class Worker:
         job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
                             group=self.group, headers=headers, connection=conn,
                             worker=self.name)
+        result: Any
         try:
-            if inspect.iscoroutinefunction(self.handler):
-                # Its own task, so a fake clock can tell a handler waiting on it from one
-                # waiting on real I/O.
-                task = asyncio.ensure_future(self.handler(job))
-                self.handler_tasks.add(task)
-                try:
-                    result = await task
-                finally:
-                    self.handler_tasks.discard(task)
+            if self._async_handler:
+                run = cast("Awaitable[Outcome | None]", self.handler(job))
+                if not self._handler_tasks_watched:
+                    result = await run
+                else:
+                    # Its own task, so a fake clock can tell a handler waiting on it from one
+                    # waiting on real I/O.
+                    task = asyncio.ensure_future(run)
+                    self.handler_tasks.add(task)
+                    try:
+                        result = await task
+                    finally:
+                        self.handler_tasks.discard(task)
             else:
                 self.handler_threads += 1
                 assert self._handler_pool is not None  # made by start()
@@ -683,7 +699,7 @@ class Worker:
                         self.name, h.id, h.attempt, err, delay.total_seconds(), exc_info=err)
             return retry_after(delay)
         if result is None:
-            return ack()
+            return ACKED_OUTCOME
         if not isinstance(result, Outcome):
             log.error("%s: handler returned %r, not an outcome: retrying the job", self.name,
                       result)
@@ -691,6 +707,8 @@ class Worker:
         return result
 
     def _decide(self, h: _Held, outcome: Outcome) -> Settlement:
+        if outcome.kind == ACK:
+            return ACKED  # the common case: no clock reading, nothing new
         s = decide(outcome, attempt=h.attempt, max_attempts=self.max_attempts,
                    has_retry_after="retry_after" in self.descriptor.roles, now=self.clock.now())
         if s.note and s.action == REQUEUE and outcome.kind == "retry_after":
