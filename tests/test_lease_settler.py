@@ -181,3 +181,66 @@ def test_every_held_lease_is_renewed_in_one_statement_per_round(tmp_path: Path,
     assert [rows for rows, _ in rounds[:4]] == [4, 4, 4, 4], rounds
     assert all(together for _, together in rounds), rounds
     assert worker.stats.renewed == sum(rows for rows, _ in rounds)
+
+
+def test_one_claim_serves_every_slot(tmp_path: Path, pg_dsn: str) -> None:
+    # Four slots of batch 2: one claim takes the eight rows the worker has room for; four
+    # handlers run at once, and the worker never holds more than eight rows.
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(DDL)
+        module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(20)])
+    running = 0
+    most = 0
+    gate = asyncio.Event()
+    four_running = asyncio.Event()
+
+    async def handler(job: Job[Any]) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        if running == 4:
+            four_running.set()
+        await gate.wait()
+        running -= 1
+
+    def leased() -> int:
+        with psycopg.connect(pg_dsn) as conn:
+            (n,) = conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL "
+                                "AND locked_until > now()").fetchone()
+            return int(n)
+
+    async def main() -> tuple[list[tuple[int, int]], int, list[int]]:
+        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=4, batch=2,
+                        listen=False, poll_interval=0.05)
+        claims: list[tuple[int, int]] = []  # (limit, rows it took)
+        call = worker._call
+
+        async def spy(conn: Any, op: str, **values: Any) -> Any:
+            result = await call(conn, op, **values)
+            if op == "claim":
+                claims.append((values["limit"], len(result)))
+            return result
+
+        worker._call = spy  # type: ignore[method-assign]
+        held: list[int] = []
+        await worker.start()
+        try:
+            await asyncio.wait_for(four_running.wait(), 20)
+            await asyncio.sleep(0.2)  # time for a claim that should not come
+            first = list(claims)
+            held.append(await asyncio.to_thread(leased))
+            gate.set()
+            for _ in range(500):
+                if worker.stats.acked == 20 and worker.in_flight == 0:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+        return first, worker.stats.acked, held
+
+    first, acked, held = asyncio.run(main())
+    assert first == [(8, 8)]  # one statement for all four slots, nothing more while they work
+    assert held == [8]
+    assert acked == 20
+    assert most == 4

@@ -74,18 +74,21 @@ class InboxgenPeer(AsyncPeer):
     @contextlib.asynccontextmanager
     async def aclient(self, target: Target):  # type: ignore[no-untyped-def]
         mod = generated(self.form)
-        async with await psycopg.AsyncConnection.connect(target.conninfo) as conn:
+        # Autocommit, as the other peers' clients (asyncpg's default): a job enqueued on its own
+        # is one statement (INSERT_NOTIFY), its own transaction. A service enqueueing with its
+        # data calls the same function inside its transaction.
+        async with await psycopg.AsyncConnection.connect(target.conninfo,
+                                                         autocommit=True) as conn:
 
             class Client:
                 async def enqueue_one(self, i: int) -> None:
                     await mod.insert_async(conn, mod.NewRow(payload={"n": i}), notify=True)
-                    await conn.commit()
 
                 async def enqueue_many(self, ids: list[int]) -> None:
-                    await mod.insert_many_async(conn, [mod.NewRow(payload={"n": i})
-                                                       for i in ids])
-                    await mod.notify_async(conn)
-                    await conn.commit()
+                    async with conn.transaction():
+                        await mod.insert_many_async(conn, [mod.NewRow(payload={"n": i})
+                                                           for i in ids])
+                        await mod.notify_async(conn)
 
             yield Client()
 

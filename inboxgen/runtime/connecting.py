@@ -57,3 +57,10 @@ async def reach(worker: Worker) -> bool:
 def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def retry_delay(failures: int) -> float:
+    """After a failed round: 50 ms, doubling up to 1 s, with jitter so that slots and processes
+    do not reconnect in step."""
+    ceiling: float = min(1.0, 0.05 * 2.0 ** min(failures - 1, 10))
+    return random.uniform(0.5, 1.0) * ceiling

@@ -17,7 +17,6 @@ import functools
 import inspect
 import json
 import logging
-import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +35,7 @@ from inboxgen.runtime.backends import (
 )
 from inboxgen.runtime.batching import Calls, by_op, one_statement
 from inboxgen.runtime.clock import Clock, SystemClock
-from inboxgen.runtime.connecting import reach
+from inboxgen.runtime.connecting import reach, retry_delay
 from inboxgen.runtime.forms import form_for
 from inboxgen.runtime.outcomes import (
     ACK,
@@ -107,6 +106,7 @@ class _Held:
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)  # a renewal or its settlement
     started: float = 0.0  # when its delivery began (the event loop's clock)
     settled: bool = False  # its settlement ran (or waits for its batch's commit)
+    handled: bool = False  # lease: its handler finished (its slot has room for another row)
 
 
 class Worker:
@@ -426,7 +426,8 @@ class Worker:
     def quiet(self) -> bool:
         """No job in work, no claim or statement under way, every slot waiting for work."""
         return (self._in_flight == 0 and self.backend.busy == 0
-                and len(self._idle) == len(self._tasks))
+                and self._idle.issuperset(range(len(self._tasks)))
+                and self._idle.issuperset(self.form.waiters))
 
     async def _check_server(self, conn: Any) -> None:
         """PostgreSQL: session features behind a transaction pooler. MySQL/MariaDB: the version
@@ -501,7 +502,7 @@ class Worker:
             except Exception as err:
                 failures += 1
                 self._claim_failed(err)
-                await self._wait(index, _retry_delay(failures))
+                await self._wait(index, retry_delay(failures))
 
     def _claim_failed(self, err: Exception) -> None:
         """One line when claims start failing (a server restart, a lost connection); the
@@ -783,13 +784,6 @@ class Worker:
             ok = await self.form.write(op, values)  # a lease: held by its token alone
         if not ok:
             self.form.missed(h, op)
-
-
-def _retry_delay(failures: int) -> float:
-    """After a failed round: 50 ms, doubling up to 1 s, with jitter so that slots and processes
-    do not reconnect in step."""
-    ceiling: float = min(1.0, 0.05 * 2.0 ** min(failures - 1, 10))
-    return random.uniform(0.5, 1.0) * ceiling
 
 
 def _decode_headers(raw: Any) -> Mapping[str, str]:

@@ -28,6 +28,9 @@ class Form:
     # Whether the form holds locks on one server session across transactions (advisory), which
     # a transaction pooler cannot give.
     needs_one_session = False
+    # Tasks of the form's own that wait for work (their places in the worker's idle set): the
+    # worker is quiet only when they wait too.
+    waiters: frozenset[int] = frozenset()
 
     def __init__(self, worker: Worker) -> None:
         self.w = worker

@@ -9,12 +9,14 @@ renewed together (renewer.py). A crash leaves the rows leased until their leases
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import LeaseLost, SettlementLost
 from inboxgen.runtime.batching import one_statement
-from inboxgen.runtime.connecting import first_line
+from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form
 from inboxgen.runtime.outcomes import FINISH, PARK, Settlement, lease_expiry
 from inboxgen.runtime.renewer import LeaseRenewer
@@ -25,11 +27,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inboxgen.worker")
 
+CLAIMER = -1  # the claimer's place among the worker's waiting tasks (slots are 0, 1, ...)
+
 _KIND = {"finish": "ack", "retry": "retry", "retry_after": "retry",
          "dead_letter": "dead letter"}
 
 
 class Lease(Form):
+    """A claimer task claims for all of the worker's slots: one statement takes as many rows
+    as the slots have room for (`workers * batch` rows held at most) and the slots take them
+    one at a time. A slot whose handler has finished makes room at once, so the next claim is
+    on its way while the last settlements are written. FIFO tables claim per slot instead (one
+    row, the group's head, per claim)."""
+
     unfinished = "their leases stay: the rows return when the leases end"
 
     def __init__(self, worker: Worker) -> None:
@@ -37,64 +47,163 @@ class Lease(Form):
         self.settler = LeaseSettler(worker.calls, worker.backend)
         self.renewer = LeaseRenewer(worker.calls, worker.clock, worker.lease, worker.name,
                                     worker._transaction, worker._count_renewals)
+        self.shared_claims = not worker.descriptor.fifo
+        self.waiters = frozenset({CLAIMER}) if self.shared_claims else frozenset()
+        self._capacity = worker.workers * worker.batch
+        self._ready: asyncio.Queue[_Held | None] = asyncio.Queue()
+        self._working = 0  # rows taken by slots whose handlers have not finished
+        self._room = asyncio.Event()  # set when a handler finishes
+        self._claimer: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.settler.start()
         self.renewer.start()
+        if self.shared_claims:
+            # Of this event loop: a worker may serve again in another.
+            self._ready, self._room, self._working = asyncio.Queue(), asyncio.Event(), 0
+            self._claimer = asyncio.create_task(self._claim_rounds(),
+                                                name=f"{self.w.name}:claim")
 
     async def stop(self) -> None:
+        if self._claimer is not None:
+            self._claimer.cancel()
+            await asyncio.gather(self._claimer, return_exceptions=True)
+            self._claimer = None
+        while not self._ready.empty():  # claimed, never started (a shutdown that hurried)
+            h = self._ready.get_nowait()
+            if h is not None:
+                self.w._in_flight -= 1
         await self.renewer.stop()
         await self.settler.stop()
 
+    # -- claims for every slot (the claimer) ----------------------------------------------
+
+    async def _claim_rounds(self) -> None:
+        w = self.w
+        failures = 0
+        try:
+            while not w._stopping.is_set():
+                room = self._capacity - self._working - self._ready.qsize()
+                if room <= 0 or (not self._ready.empty() and room < self._capacity / 2):
+                    # Wait for handlers to finish: claim for a few slots at once, not one by
+                    # one, while rows are still waiting for a slot.
+                    self._room.clear()
+                    await _first(self._room.wait(), w._stopping.wait())
+                    continue
+                try:
+                    got = await self._claim_for(room)
+                except Exception as err:
+                    failures += 1
+                    w._claim_failed(err)
+                    await w._wait(CLAIMER, retry_delay(failures))
+                    continue
+                failures = 0
+                w._claim_worked()
+                if got < room:
+                    await w._wait(CLAIMER, w.poll_interval)  # drained: until a wake-up
+        finally:
+            for _ in range(w.workers * w.batch):
+                self._ready.put_nowait(None)  # each lane ends after the rows before it
+
+    async def _claim_for(self, limit: int) -> int:
+        """Claim up to `limit` rows into the slots' queue; returns how many came."""
+        w = self.w
+        rows, until = await self._claim(limit)
+        w._in_flight += len(rows)  # in work from the claim on: a shutdown waits for them
+        held = self._hold(rows, until)
+        for h in held:
+            self._ready.put_nowait(h)
+        return len(rows)
+
+    async def serve(self, index: int, worked: Callable[[], None]) -> None:
+        """Slot `index`: `batch` lanes that take rows from the claimer, sharing one turn for
+        their handlers, so the slot runs one handler at a time while the settlements of its
+        other rows are on their way (they are written in the settler's next flush)."""
+        if not self.shared_claims:
+            await super().serve(index, worked)
+            return
+        turn = asyncio.Lock()  # fair: the lanes' handlers take it in the order they came
+        others = [asyncio.ensure_future(self._lane(turn, None)) for _ in range(self.w.batch - 1)]
+        try:
+            await self._lane(turn, index)
+            await asyncio.gather(*others)
+        finally:
+            for lane in others:
+                lane.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+    async def _lane(self, turn: asyncio.Lock, index: int | None) -> None:
+        """Deliver rows from the claimer until it ends. The slot's first lane (`index`) is the
+        one the worker sees waiting; rows the others hold count as in work."""
+        w = self.w
+        failures = 0
+        while True:
+            if index is not None and self._ready.empty():
+                w._idle.add(index)
+            try:
+                h = await self._ready.get()
+            finally:
+                if index is not None:
+                    w._idle.discard(index)
+            if h is None:
+                return  # the claimer has ended: the worker stops
+            self._working += 1
+            try:
+                await w._deliver(h, turn=turn)
+                failures = 0
+            except Exception as err:  # its transaction broke (a transactional handler's)
+                failures += 1
+                w._claim_failed(err)
+                await w._stopped_within(retry_delay(failures))
+            finally:
+                self._handled(h)
+                self.renewer.release([h])
+
+    def _handled(self, h: _Held) -> None:
+        """The row's handler has finished (its settlement may still be on its way): its slot
+        has room for the next claim."""
+        if not h.handled:
+            h.handled = True
+            self._working -= 1
+            self._room.set()
+
+    # -- claims per slot (FIFO) -----------------------------------------------------------
+
     async def round(self) -> bool:
+        w = self.w
+        rows, until = await self._claim(w.batch)
+        held = self._hold(rows, until)
+        try:
+            await w._deliver_all(held)
+        finally:
+            self.renewer.release(held)
+        return len(rows) < w.batch
+
+    # -- both -----------------------------------------------------------------------------
+
+    async def _claim(self, limit: int) -> tuple[list[Any], _dt.datetime]:
+        """Claimed rows, and the lease's end they were claimed until (their token)."""
         w = self.w
         now = w.clock.now()
         until = lease_expiry(now, w.lease)
         if w.backend.pipelines and not w.descriptor.fifo:
             # One statement: on an autocommit session it is its own transaction, one round trip.
             async with w.backend.session() as conn:
-                rows = await w._claim(conn, now, w.batch, until)
+                rows = await w._claim(conn, now, limit, until)
         else:
             async with w._transaction() as conn:
-                rows = await w._claim(conn, now, w.batch, until)
+                rows = await w._claim(conn, now, limit, until)
+        return rows, until
+
+    def _hold(self, rows: list[Any], until: _dt.datetime) -> list[_Held]:
+        w = self.w
         held = [w._held(r, token=until) for r in rows]
         if not (w.transactional and w.backend.single_writer):
             # Every claimed row renews, not only the one in work. On SQLite a transactional
             # job holds the file's write lock, so no one else can take its row meanwhile;
             # a renewal would only queue for that lock.
             self.renewer.hold(held)
-        try:
-            if not w.transactional and len(held) > 1:
-                await self._deliver_overlapped(held)
-            else:
-                await w._deliver_all(held)
-        finally:
-            self.renewer.release(held)
-        return len(rows) < w.batch
-
-    async def _deliver_overlapped(self, held: list[_Held]) -> None:
-        """The handlers still run one after another, in claim order, but a row's settlement is
-        on its way while the next row's handler runs, so the batch's settlements gather in a
-        few flushes instead of waiting one flush each."""
-        w = self.w
-        w._in_flight += len(held)
-        turn = asyncio.Lock()  # fair: the rows' handlers take it in claim order
-        started: set[int] = set()
-
-        async def deliver(h: _Held) -> None:
-            started.add(id(h))
-            await w._deliver(h, None, turn=turn)
-
-        tasks = [asyncio.ensure_future(deliver(h)) for h in held]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
-            w._in_flight -= len(held) - len(started)  # rows a broken round never reached
+        return held
 
     async def deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
         w = self.w
@@ -123,6 +232,8 @@ class Lease(Form):
             w._count(s, h)
 
     async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
+        if self.shared_claims:
+            self._handled(h)  # the claimer may claim for this slot while the write is on its way
         await self._settle(h, s, None)  # the row is held by its token alone
 
     async def _settle(self, h: _Held, s: Settlement, tx: Any | None) -> None:
@@ -157,3 +268,13 @@ class Lease(Form):
         raise LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran out and it "
                         f"was claimed again); {op} changed nothing", worker=w.name,
                         table=w.descriptor.qualified_name, statement=op.upper())
+
+
+async def _first(*waits: Awaitable[Any]) -> None:
+    """Wait until one of `waits` is done; cancel the others."""
+    futures = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for f in futures:
+            f.cancel()

@@ -1,0 +1,108 @@
+"""Drain N pre-enqueued no-op jobs on a private MariaDB: the inboxgen Worker (row lock, 10
+workers) against a bare PyMySQL loop running the same generated statements (10 threads, one
+connection each: claim, finish each row, COMMIT), at batch 1 and 16; prints jobs/s and the
+ratio. Not a test: numbers depend on the machine.
+
+    python bench/mariadb_drain.py [N]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests")]
+
+from genutil import build_module, ddl_of  # noqa: E402
+from mariadb_server import MariaDBServer  # noqa: E402
+
+from inboxgen import Worker  # noqa: E402
+from inboxgen.runtime.backends import mysql_connect_args  # noqa: E402
+from inboxgen.runtime.backends.mysql import open_session  # noqa: E402
+from inboxgen.testing import run_until_idle  # noqa: E402
+
+DDL = """
+CREATE TABLE jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    payload JSON NOT NULL
+);
+"""
+SPEC = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
+        'id = { role = "id", generated = true }\n'
+        'attempt = { role = "attempt", generated = true }\npayload = "payload"\n')
+WORKERS = 10
+
+
+async def noop(job: object) -> None:
+    return None
+
+
+def fill(server: MariaDBServer, name: str, n: int) -> tuple[Any, str]:
+    root = Path(tempfile.mkdtemp())
+    module: Any = build_module(root, SPEC, DDL, name=name)
+    url = server.create_database(name)
+    conn = open_session(mysql_connect_args(url))
+    with conn.cursor() as cur:
+        cur.execute(ddl_of(root, name))
+    for start in range(0, n, 1000):
+        module.insert_many(conn, [module.NewRow(payload={"n": i})
+                                  for i in range(start, min(n, start + 1000))])
+    conn.commit()
+    conn.close()
+    return module, url
+
+
+def runtime(server: MariaDBServer, batch: int, n: int) -> float:
+    module, url = fill(server, f"rt_{batch}", n)
+    worker = Worker(module.DESCRIPTOR, noop, database=url, workers=WORKERS, batch=batch,
+                    poll_interval=0.05)
+    started = time.perf_counter()
+    asyncio.run(run_until_idle(worker, timeout=600))
+    return n / (time.perf_counter() - started)
+
+
+def bare(server: MariaDBServer, batch: int, n: int) -> float:
+    module, url = fill(server, f"bare_{batch}", n)
+
+    def loop() -> None:
+        conn = open_session(mysql_connect_args(url))
+        try:
+            while True:
+                rows = module.claim(conn, limit=batch)
+                for row in rows:
+                    module.finish(conn, id=row.id)
+                conn.commit()
+                if not rows:
+                    return
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=loop) for _ in range(WORKERS)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return n / (time.perf_counter() - started)
+
+
+def main(n: int) -> None:
+    server = MariaDBServer()
+    try:
+        for batch in (1, 16):
+            rt, ceiling = runtime(server, batch, n), bare(server, batch, n)
+            print(f"row lock batch {batch:2}: runtime {rt:7.0f} jobs/s, bare PyMySQL loop "
+                  f"{ceiling:7.0f} jobs/s ({rt / ceiling:.2f}x)", flush=True)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000)
