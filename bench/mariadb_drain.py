@@ -37,7 +37,8 @@ CREATE TABLE jobs (
 SPEC = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
         'id = { role = "id", generated = true }\n'
         'attempt = { role = "attempt", generated = true }\npayload = "payload"\n')
-WORKERS = 10
+import os
+WORKERS = int(os.environ.get("WORKERS", "10"))
 
 
 async def noop(job: object) -> None:

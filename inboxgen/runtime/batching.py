@@ -71,4 +71,5 @@ class Calls:
                 return None  # a row lock's: the rows are the transaction's, a count says all
             settled = set(changed)
             return [r["id"] in settled for r in rows]
-        return [bool(await self(conn, op, **r)) for r in rows]
+        results = await self.backend.call_each(conn, op, [self.args(op, r) for r in rows])
+        return [bool(r) for r in results]

@@ -54,6 +54,10 @@ class Backend:
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    async def call_each(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[Any]:
+        """`op` once per entry of `rows` (keyword arguments), in order, on `conn`."""
+        return [await self.call(conn, op, **row) for row in rows]
+
     def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """A connection held across transactions, with explicit BEGIN/COMMIT (`pipelines`)."""
         raise NotImplementedError
@@ -154,6 +158,11 @@ class ThreadedBackend(Backend):
     def _usable(self, conn: Any) -> bool:
         return True
 
+    def _in_transaction(self, conn: Any) -> bool:
+        """Whether `conn` may have a transaction open, read without a call on its thread: a
+        connection that has none comes back without one."""
+        return True
+
     def _interrupt(self, conn: Any) -> None:
         """Stop the statement running on `conn` (from another thread), where the driver can."""
 
@@ -246,8 +255,9 @@ class ThreadedBackend(Backend):
         if id(conn) not in self._conns:
             self._returned(conn)
             return  # closed by shutdown meanwhile, or left to a handler's thread
-        with contextlib.suppress(Exception):
-            await self._run(conn, self._release, conn)
+        if self._in_transaction(conn):
+            with contextlib.suppress(Exception):
+                await self._run(conn, self._release, conn)
         self._returned(conn)
         if self._usable(conn):
             self._idle.append(conn)
@@ -261,6 +271,12 @@ class ThreadedBackend(Backend):
         fn = getattr(self.descriptor.ops, op)
         return await self._run(conn, fn, conn, *args, **kwargs)
 
+    async def call_each(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[Any]:
+        fn = getattr(self.descriptor.ops, op)
+        # One call on the connection's thread for all of them, not one each.
+        results: list[Any] = await self._run(conn, each, fn, conn, rows)
+        return results
+
     @contextlib.asynccontextmanager
     async def settling(self) -> AsyncIterator[Any]:
         # One transaction for the flush: one write turn on SQLite, one commit on MySQL.
@@ -272,3 +288,8 @@ class ThreadedBackend(Backend):
                 await self.rollback(conn)
                 raise
             await self.commit(conn)
+
+
+def each(fn: Any, conn: Any, rows: list[dict[str, Any]]) -> list[Any]:
+    """`fn(conn, **row)` for every row, in order (on the connection's thread)."""
+    return [fn(conn, **row) for row in rows]

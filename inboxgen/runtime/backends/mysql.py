@@ -87,7 +87,13 @@ class MySQLBackend(ThreadedBackend):
         return bool(conn.open)
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
-        await self._run(conn, conn.begin)
+        pass  # autocommit is off: the first statement opens the transaction, no round trip
+
+    def _in_transaction(self, conn: Any) -> bool:
+        from pymysql.constants.SERVER_STATUS import SERVER_STATUS_IN_TRANS
+
+        # As the server last reported it (every reply carries the status).
+        return bool(conn.server_status & SERVER_STATUS_IN_TRANS)
 
     async def commit(self, conn: Any) -> None:
         await self._run(conn, conn.commit)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.runtime.backends.base import ThreadedBackend
+from inboxgen.runtime.backends.base import ThreadedBackend, each
 
 
 class SqliteBackend(ThreadedBackend):
@@ -78,6 +78,9 @@ class SqliteBackend(ThreadedBackend):
         if conn.in_transaction:
             conn.rollback()
 
+    def _in_transaction(self, conn: Any) -> bool:
+        return bool(conn.in_transaction)
+
     def _interrupt(self, conn: Any) -> None:
         conn.interrupt()
 
@@ -113,6 +116,11 @@ class SqliteBackend(ThreadedBackend):
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(self.descriptor.ops, op)
         return await self._in_turn(conn, functools.partial(fn, conn, *args, **kwargs))
+
+    async def call_each(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[Any]:
+        fn = getattr(self.descriptor.ops, op)
+        results: list[Any] = await self._in_turn(conn, functools.partial(each, fn, conn, rows))
+        return results
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         # IMMEDIATE takes the write lock up front: no deadlock upgrading a read later.
