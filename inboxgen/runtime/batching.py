@@ -10,11 +10,13 @@ the rarer kinds run one statement per row, in the same round trip or transaction
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
     from inboxgen.runtime.backends import Backend
+    from inboxgen.runtime.backends.base import Step
 
 # A dead letter to a table copies, checks and deletes: several statements, never batched.
 _ONE_STATEMENT = frozenset({"finish", "retry", "retry_after", "dead_letter"})
@@ -59,17 +61,33 @@ class Calls:
     async def __call__(self, conn: Any, op: str, **values: Any) -> Any:
         return await self.backend.call(conn, op, **self.args(op, values))
 
-    async def many(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[bool] | None:
-        """Run settlement `op` for every row of `rows` on `conn`: one statement (`op`_many)
-        where the module has it, else one per row. Returns whether each row changed, or None
-        where the results are not known yet (a pipeline not yet sent)."""
+    def step(self, op: str, values: dict[str, Any]) -> Step:
+        """A call of `op` with the values it takes, for `Backend.together`."""
+        return op, self.args(op, values)
+
+    def plan(self, op: str, rows: list[dict[str, Any]]
+             ) -> tuple[list[Step], Callable[[list[Any]], list[bool] | None]]:
+        """The steps that settle every row of `rows` with `op`: one statement (`op`_many)
+        where the module has it, else one per row; and how to read their results: whether
+        each row changed, or None where a count is all they say (a row lock's rows are the
+        transaction's, so a count says all)."""
         if len(rows) > 1 and self.has(f"{op}_many"):
             batch: dict[str, Any] = {k: [r[k] for r in rows] for k in _PER_ROW if k in rows[0]}
             batch.update({k: v for k, v in rows[0].items() if k not in _PER_ROW})
-            changed = await self(conn, f"{op}_many", **batch)
-            if isinstance(changed, int):
-                return None  # a row lock's: the rows are the transaction's, a count says all
-            settled = set(changed)
-            return [r["id"] in settled for r in rows]
-        results = await self.backend.call_each(conn, op, [self.args(op, r) for r in rows])
-        return [bool(r) for r in results]
+
+            def settled(results: list[Any]) -> list[bool] | None:
+                (changed,) = results
+                if isinstance(changed, int):
+                    return None
+                ids = set(changed)
+                return [r["id"] in ids for r in rows]
+
+            return [self.step(f"{op}_many", batch)], settled
+        return [self.step(op, r) for r in rows], lambda results: [bool(x) for x in results]
+
+    async def many(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[bool] | None:
+        """Run settlement `op` for every row of `rows` on `conn` (see `plan`): whether each
+        row changed, or None where a count is all the statement says. (In a pipeline not yet
+        sent the results mean nothing: a row lock's settlements need no reading.)"""
+        steps, read = self.plan(op, rows)
+        return read(await self.backend.together(conn, steps))

@@ -18,6 +18,7 @@ from inboxgen.runtime.batching import Calls, by_op
 
 if TYPE_CHECKING:
     from inboxgen.runtime.backends import Backend
+    from inboxgen.runtime.backends.base import Step
 
 
 class LeaseSettler:
@@ -80,10 +81,18 @@ class LeaseSettler:
                      ) -> list[bool]:
         settled = [False] * len(batch)
         indexed = by_op([(op, (i, values)) for i, (op, values, _) in enumerate(batch)])
-        async with self.backend.settling() as conn:
-            for op, items in indexed.items():
-                changed = await self.calls.many(conn, op, [values for _, values in items])
-                assert changed is not None  # a lease's batch names the rows it changed
-                for (i, _), ok in zip(items, changed, strict=True):
-                    settled[i] = ok
+        steps: list[Step] = []
+        reads = []
+        for op, items in indexed.items():
+            planned, read = self.calls.plan(op, [values for _, values in items])
+            reads.append((items, len(planned), read))
+            steps += planned
+        results = await self.backend.settle(steps)  # one round trip or call where it can
+        at = 0
+        for items, n, read in reads:
+            changed = read(results[at:at + n])
+            at += n
+            assert changed is not None  # a lease's batch names the rows it changed
+            for (i, _), ok in zip(items, changed, strict=True):
+                settled[i] = ok
         return settled

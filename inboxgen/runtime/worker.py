@@ -571,13 +571,22 @@ class Worker:
 
     async def _claim(self, conn: Any, now: _dt.datetime, limit: int,
                      until: _dt.datetime | None = None) -> list[Any]:
+        op, values = self._claim_call(now, limit, until)
+        return self._claimed(await self._call(conn, op, **values))
+
+    @staticmethod
+    def _claimed(result: Any) -> list[Any]:
+        """A claim's rows (a FIFO claim returns one row or None)."""
+        if isinstance(result, list):
+            return result
+        return [] if result is None else [result]
+
+    def _claim_call(self, now: _dt.datetime, limit: int, until: _dt.datetime | None = None
+                    ) -> tuple[str, dict[str, Any]]:
+        """The claim statement to run and its values (FIFO: the group's head alone)."""
         if self.descriptor.fifo:
-            row = await self._call(conn, "fifo_claim", group=self.group, now=now,
-                                   locked_until=until)
-            return [] if row is None else [row]
-        rows: list[Any] = await self._call(conn, "claim", group=self.group, now=now,
-                                           locked_until=until, limit=limit)
-        return rows
+            return "fifo_claim", {"group": self.group, "now": now, "locked_until": until}
+        return "claim", {"group": self.group, "now": now, "locked_until": until, "limit": limit}
 
     def _held(self, row: Any, **extra: Any) -> _Held:
         attrs_ = self.descriptor.role_attrs

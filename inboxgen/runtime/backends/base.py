@@ -16,6 +16,20 @@ from typing import Any
 
 from inboxgen.descriptor import TableDescriptor
 
+# What `together` runs: a generated function with its keyword arguments, or BEGIN or COMMIT.
+BEGIN, COMMIT = "BEGIN", "COMMIT"
+Step = tuple[str, dict[str, Any]] | str
+
+
+class StepFailed(Exception):
+    """A step of `together` failed after `done` steps had run (the driver's error is the
+    cause)."""
+
+    def __init__(self, done: int, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.done = done
+        self.cause = cause
+
 
 class Backend:
     """One database as the worker sees it."""
@@ -24,6 +38,9 @@ class Backend:
     # Whether `session()` and `pipeline()` work: statements queued on a connection travel to the
     # server in one round trip (psycopg's pipeline mode).
     pipelines = False
+    # Whether a round of a row-lock slot (its settlements, COMMIT, BEGIN and the next claim) can
+    # go to the database as one (`together` on a `session()` in `pipeline()` mode).
+    rounds_together = False
     # Whether a write transaction holds the whole database (SQLite's one writer per file).
     single_writer = False
 
@@ -54,9 +71,21 @@ class Backend:
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
-    async def call_each(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[Any]:
-        """`op` once per entry of `rows` (keyword arguments), in order, on `conn`."""
-        return [await self.call(conn, op, **row) for row in rows]
+    async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
+        """Run `steps` in order on `conn`; returns the results of the calls among them. Where
+        the driver allows, they travel together: in psycopg's pipeline mode queued until a
+        fetch (or `sync`), on a threaded driver one call on the connection's thread. May raise
+        StepFailed, saying how many steps ran."""
+        results = []
+        for step in steps:
+            if step == BEGIN:
+                await self.begin(conn)
+            elif step == COMMIT:
+                await self.commit(conn)
+            elif not isinstance(step, str):
+                op, args = step
+                results.append(await self.call(conn, op, **args))
+        return results
 
     def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """A connection held across transactions, with explicit BEGIN/COMMIT (`pipelines`)."""
@@ -71,9 +100,9 @@ class Backend:
         """Send what `pipeline` holds and wait until the server has run all of it."""
         raise NotImplementedError
 
-    def settling(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """A connection for a flush of lease settlements, each of which stands alone (a token
-        that misses its row changes nothing), committed when the block ends."""
+    async def settle(self, steps: list[Step]) -> list[Any]:
+        """A flush of lease settlements, each of which stands alone (a token that misses its
+        row changes nothing): run and committed, with the calls' results."""
         raise NotImplementedError
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
@@ -271,25 +300,50 @@ class ThreadedBackend(Backend):
         fn = getattr(self.descriptor.ops, op)
         return await self._run(conn, fn, conn, *args, **kwargs)
 
-    async def call_each(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[Any]:
-        fn = getattr(self.descriptor.ops, op)
+    async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
         # One call on the connection's thread for all of them, not one each.
-        results: list[Any] = await self._run(conn, each, fn, conn, rows)
+        results: list[Any] = await self._run(conn, self._steps, conn, steps)
         return results
 
-    @contextlib.asynccontextmanager
-    async def settling(self) -> AsyncIterator[Any]:
-        # One transaction for the flush: one write turn on SQLite, one commit on MySQL.
-        async with self.connection() as conn:
-            await self.begin(conn)
+    def _steps(self, conn: Any, steps: list[Step]) -> list[Any]:
+        """`together`, on the connection's thread."""
+        results = []
+        for done, step in enumerate(steps):
             try:
-                yield conn
-            except BaseException:
-                await self.rollback(conn)
-                raise
-            await self.commit(conn)
+                if step == BEGIN:
+                    self._begin_now(conn)
+                elif step == COMMIT:
+                    self._commit_now(conn)
+                elif not isinstance(step, str):
+                    op, args = step
+                    results.append(getattr(self.descriptor.ops, op)(conn, **args))
+            except Exception as err:
+                raise StepFailed(done, err) from err
+        return results
 
+    def _begin_now(self, conn: Any) -> None:
+        """BEGIN, on the connection's thread."""
+        raise NotImplementedError
 
-def each(fn: Any, conn: Any, rows: list[dict[str, Any]]) -> list[Any]:
-    """`fn(conn, **row)` for every row, in order (on the connection's thread)."""
-    return [fn(conn, **row) for row in rows]
+    def _commit_now(self, conn: Any) -> None:
+        """COMMIT, on the connection's thread."""
+        conn.commit()
+
+    def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        return contextlib.nullcontext()  # `together` sends a round's statements in one call
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self.connection()
+
+    async def sync(self, pipeline: Any) -> None:
+        pass  # `together` has run everything by the time it returns
+
+    async def settle(self, steps: list[Step]) -> list[Any]:
+        # One transaction for the flush (one write turn on SQLite, one commit on MySQL), sent
+        # in one call on the connection's thread.
+        async with self.connection() as conn:
+            try:
+                return await self.together(conn, [BEGIN, *steps, COMMIT])
+            except StepFailed as err:
+                raise err.cause from None
+

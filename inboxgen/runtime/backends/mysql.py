@@ -69,6 +69,7 @@ class MySQLBackend(ThreadedBackend):
     """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC."""
 
     dialect = "mysql"
+    rounds_together = True  # one call on the connection's thread
 
     def __init__(self, descriptor: TableDescriptor, database: str | Mapping[str, Any]) -> None:
         super().__init__(descriptor)
@@ -88,6 +89,9 @@ class MySQLBackend(ThreadedBackend):
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         pass  # autocommit is off: the first statement opens the transaction, no round trip
+
+    def _begin_now(self, conn: Any) -> None:
+        pass  # as `begin`
 
     def _in_transaction(self, conn: Any) -> bool:
         from pymysql.constants.SERVER_STATUS import SERVER_STATUS_IN_TRANS

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inboxgen.descriptor import Operations, TableDescriptor
-from inboxgen.runtime.backends.base import Backend
+from inboxgen.runtime.backends.base import Backend, Step
 
 
 class PostgresBackend(Backend):
@@ -15,6 +15,7 @@ class PostgresBackend(Backend):
 
     dialect = "postgres"
     pipelines = True
+    rounds_together = True
 
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
                  pool: Any = None, size: int = 1) -> None:
@@ -91,9 +92,22 @@ class PostgresBackend(Backend):
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         return conn.pipeline()  # type: ignore[no-any-return]
 
-    def settling(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
+        # BEGIN and COMMIT as statements: in pipeline mode (an autocommit session) they queue
+        # with the calls, and a fetch sends them all.
+        results = []
+        for step in steps:
+            if isinstance(step, str):
+                await self.execute(conn, step)
+            else:
+                op, args = step
+                results.append(await self.call(conn, op, **args))
+        return results
+
+    async def settle(self, steps: list[Step]) -> list[Any]:
         # Autocommit: each settlement statement is its own transaction, one round trip.
-        return self.session()
+        async with self.session() as conn:
+            return await self.together(conn, steps)
 
     async def sync(self, pipeline: Any) -> None:
         self.busy += 1

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.runtime.backends.base import ThreadedBackend, each
+from inboxgen.runtime.backends.base import Step, ThreadedBackend
 
 
 class SqliteBackend(ThreadedBackend):
@@ -117,10 +117,19 @@ class SqliteBackend(ThreadedBackend):
         fn = getattr(self.descriptor.ops, op)
         return await self._in_turn(conn, functools.partial(fn, conn, *args, **kwargs))
 
-    async def call_each(self, conn: Any, op: str, rows: list[dict[str, Any]]) -> list[Any]:
-        fn = getattr(self.descriptor.ops, op)
-        results: list[Any] = await self._in_turn(conn, functools.partial(each, fn, conn, rows))
-        return results
+    async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
+        took = await self._take_turn(conn)  # unless its transaction holds the turn already
+        try:
+            return await super().together(conn, steps)
+        finally:
+            if took and not conn.in_transaction:
+                self._end_turn(conn)
+
+    def _begin_now(self, conn: Any) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+
+    def _commit_now(self, conn: Any) -> None:
+        conn.execute("COMMIT")
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         # IMMEDIATE takes the write lock up front: no deadlock upgrading a read later.

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import LeaseLost, SettlementLost
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, StepFailed
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form
@@ -190,9 +191,18 @@ class Lease(Form):
             # One statement: on an autocommit session it is its own transaction, one round trip.
             async with w.backend.session() as conn:
                 rows = await w._claim(conn, now, limit, until)
-        else:
+        elif w.backend.pipelines:
             async with w._transaction() as conn:
                 rows = await w._claim(conn, now, limit, until)
+        else:
+            # A transaction of its own, sent together (one call on a threaded driver).
+            async with w.backend.connection() as conn:
+                try:
+                    (result,) = await w.backend.together(conn, [
+                        BEGIN, w.calls.step(*w._claim_call(now, limit, until)), COMMIT])
+                except StepFailed as err:
+                    raise err.cause from None
+                rows = w._claimed(result)
         return rows, until
 
     def _hold(self, rows: list[Any], until: _dt.datetime) -> list[_Held]:

@@ -13,6 +13,8 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, Step, StepFailed
+from inboxgen.runtime.batching import by_op
 from inboxgen.runtime.forms.base import Form
 from inboxgen.runtime.outcomes import FINISH, Settlement
 
@@ -30,7 +32,7 @@ def row_lock(worker: Worker) -> Form:
     d = worker.descriptor
     if d.count_crashes:
         return CountedRowLock(worker)
-    if worker.backend.pipelines and not worker.transactional:
+    if worker.backend.rounds_together and not worker.transactional:
         return PipelinedRowLock(worker)
     return RowLock(worker)
 
@@ -136,10 +138,11 @@ class CountedRowLock(RowLock):
 
 
 class PipelinedRowLock(RowLock):
-    """The slot keeps one connection in pipeline mode; each round queues the last round's
-    settlements, its COMMIT, a BEGIN and the next claim, and the claim's fetch sends them all:
-    a batch costs one round trip. A round that fails rolls back (its rows return at once, as a
-    crash leaves them), and the slot starts again on a fresh connection."""
+    """The slot keeps one connection; each round sends the last round's settlements, its
+    COMMIT, a BEGIN and the next claim together (`Backend.together`: psycopg's pipeline mode,
+    or one call on a threaded driver's connection thread): a batch costs one round trip. A
+    round that fails rolls back what it had not committed (its rows return at once, as a crash
+    leaves them), and the slot starts again on a fresh connection."""
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Rounds on one connection until the worker stops."""
@@ -157,7 +160,8 @@ class PipelinedRowLock(RowLock):
             pending: Pending = []
             while True:
                 claim = not w._stopping.is_set()
-                rows = await self._send_round(conn, pipe, pending, commit=in_tx, claim=claim)
+                rows = await self._send_round(conn, pipe, pending, held, commit=in_tx,
+                                              claim=claim)
                 in_tx, pending = claim, []
                 held.clear()  # committed
                 worked()
@@ -169,21 +173,32 @@ class PipelinedRowLock(RowLock):
                 await w._deliver_all(held, conn)
                 if len(rows) < w.batch:
                     # Drained: commit now rather than hold the rows through the wait.
-                    await self._send_round(conn, pipe, pending, commit=True, claim=False)
+                    await self._send_round(conn, pipe, pending, held, commit=True, claim=False)
                     in_tx, pending = False, []
                     held.clear()
                     await w._wait(index, w.poll_interval)
 
-    async def _send_round(self, conn: Any, pipe: Any, pending: Pending, *, commit: bool,
-                          claim: bool) -> list[Any]:
-        """Queue settlements, COMMIT, BEGIN and a claim; the claim's fetch (or, without a
-        claim, a sync) sends them and waits for the server. Returns the claimed rows."""
+    async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[_Held], *,
+                          commit: bool, claim: bool) -> list[Any]:
+        """Send the batch's settlements, COMMIT, BEGIN and a claim together, and wait for the
+        server. Returns the claimed rows."""
         w = self.w
-        await self.settle_deferred(conn, pending)
+        steps: list[Step] = []
+        for op, rows in by_op(pending).items():
+            steps += w.calls.plan(op, rows)[0]  # the rows are the transaction's: no reading
+        pending.clear()
+        committed_after = len(steps) + 1  # steps done once the COMMIT has run
         if commit:
-            await w.backend.execute(conn, "COMMIT")
+            steps.append(COMMIT)
+        if claim:
+            steps += [BEGIN, w.calls.step(*w._claim_call(w.clock.now(), w.batch))]
+        try:
+            results = await w.backend.together(conn, steps)
+        except StepFailed as err:
+            if commit and err.done >= committed_after:
+                held.clear()  # the batch committed; what failed came after
+            raise err.cause from None
         if not claim:
             await w.backend.sync(pipe)
             return []
-        await w.backend.execute(conn, "BEGIN")
-        return await w._claim(conn, w.clock.now(), w.batch)
+        return w._claimed(results[-1])
