@@ -3,12 +3,13 @@ workers) against a bare PyMySQL loop running the same generated statements (10 t
 connection each: claim, finish each row, COMMIT), at batch 1 and 16; prints jobs/s and the
 ratio. Not a test: numbers depend on the machine.
 
-    python bench/mariadb_drain.py [N]
+    python bench/mariadb_drain.py [N]          # WORKERS=1 for one worker and one thread
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import threading
@@ -37,7 +38,6 @@ CREATE TABLE jobs (
 SPEC = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
         'id = { role = "id", generated = true }\n'
         'attempt = { role = "attempt", generated = true }\npayload = "payload"\n')
-import os
 WORKERS = int(os.environ.get("WORKERS", "10"))
 
 

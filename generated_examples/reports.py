@@ -53,10 +53,9 @@ RENEW_MANY: Final[LiteralString] = """
 UPDATE "report_jobs"
 SET "locked_until" = :new_locked_until
 WHERE ("id", "locked_until", "attempt") IN (
-    SELECT held_id.value, held_locked_until.value, held_attempt.value + 1
-    FROM json_each(:id) AS held_id
-    JOIN json_each(:locked_until) AS held_locked_until ON held_locked_until.key = held_id.key
-    JOIN json_each(:attempt) AS held_attempt ON held_attempt.key = held_id.key
+    SELECT json_extract(held.value, '$[0]'), json_extract(held.value, '$[1]'),
+           json_extract(held.value, '$[2]') + 1
+    FROM json_each(:held) AS held
 )
 RETURNING "id"
 """
@@ -73,10 +72,9 @@ WHERE "id" = :id
 FINISH_MANY: Final[LiteralString] = """
 DELETE FROM "report_jobs"
 WHERE ("id", "locked_until", "attempt") IN (
-    SELECT held_id.value, held_locked_until.value, held_attempt.value + 1
-    FROM json_each(:id) AS held_id
-    JOIN json_each(:locked_until) AS held_locked_until ON held_locked_until.key = held_id.key
-    JOIN json_each(:attempt) AS held_attempt ON held_attempt.key = held_id.key
+    SELECT json_extract(held.value, '$[0]'), json_extract(held.value, '$[1]'),
+           json_extract(held.value, '$[2]') + 1
+    FROM json_each(:held) AS held
 )
 RETURNING "id"
 """
@@ -254,13 +252,13 @@ def renew_many(
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
+    held = [[i, _v.sqlite_time(t), a]
+            for i, t, a in zip(id, locked_until, attempt, strict=True)]
     cur = conn.execute(
         RENEW_MANY,
         {
             "new_locked_until": _v.sqlite_time(new_locked_until),
-            "id": _v.json_text(list(id)),
-            "locked_until": _v.json_text([_v.sqlite_time(t) for t in locked_until]),
-            "attempt": _v.json_text(list(attempt)),
+            "held": _v.json_text(held),
         },
     )
     return [cast(int, r[0]) for r in cur.fetchall()]
@@ -276,14 +274,9 @@ def finish_many(
     """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
     per row.
     """
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "id": _v.json_text(list(id)),
-            "locked_until": _v.json_text([_v.sqlite_time(t) for t in locked_until]),
-            "attempt": _v.json_text(list(attempt)),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a]
+            for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(FINISH_MANY, {"held": _v.json_text(held)})
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 

@@ -514,18 +514,23 @@ class _Renderer:
         """A batch settlement: a sequence per guard parameter, one entry per row. A lease's
         returns the ids it changed; a row lock's (its rows are the transaction's) the count."""
         types = self.arg_types()
-        names = sorted(s.params, key=_ARG_ORDER.index)
+        held = [p for p in self._PER_ROW if p == "id" or self.q.role(p) is not None]
+        # SQLite's statement reads the rows' guard values as one JSON array (`held`).
+        params = [q for p in s.params for q in (held if p == "held" else [p])]
+        names = sorted(params, key=_ARG_ORDER.index)
         args = "*, " + ", ".join(f"{p}: Sequence[{types[p]}]" if p in self._PER_ROW
                                  else f"{p}: {types[p]}" for p in names)
-        items = [f"{py_str(p)}: {self.batch_value(p)}" for p in s.params]
+        items = [f"{py_str(p)}: {'_v.json_text(held)' if p == 'held' else self.batch_value(p)}"
+                 for p in s.params]
+        first = self.held_rows(held) if "held" in s.params else []
         if self.q.lease:
             t = self.raw_type(self.q.id).removesuffix(" | None")
-            body = (*self.run("cur = ", s.name, items),
+            body = (*first, *self.run("cur = ", s.name, items),
                     f"return [{self.id_cast(t).replace('new_id', 'r[0]')} for r in "
                     f"AWAIT cur.fetchall()]")
             returns = f"list[{t}]"
         else:
-            body = (*self.run("cur = ", s.name, items), "return cur.rowcount")
+            body = (*first, *self.run("cur = ", s.name, items), "return cur.rowcount")
             returns = "int"
         return Func(fname, args, returns, s.doc + " The sequences hold one entry per row.", body)
 
@@ -538,6 +543,16 @@ class _Renderer:
             value = f"list({name})"
         # sqlite3 binds no arrays: the statement reads a JSON array with json_each.
         return f"_v.json_text({value})" if self.sqlite else value
+
+    def held_rows(self, held: list[str]) -> list[str]:
+        """SQLite: the lines that gather the rows' guard values into `held`, one
+        [id, locked_until, attempt] entry per row (the statement reads it as one JSON array)."""
+        short = {"id": "i", "locked_until": "t", "attempt": "a"}
+        entry = {"id": "i", "locked_until": self.time_encoder(self.q.role("locked_until"), "t"),
+                 "attempt": "a"}
+        return [f"held = [[{', '.join(entry[p] for p in held)}]",
+                f"        for {', '.join(short[p] for p in held)} in zip({', '.join(held)}, "
+                f"strict=True)]"]
 
     def insert_notify(self, group: str, params: str, returns: str) -> list[str]:
         """insert(notify=True) as one statement, where the module has it."""

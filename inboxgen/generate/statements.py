@@ -115,8 +115,8 @@ class _Builder:
 
     def held_batch(self) -> str:
         """The condition that a row is one of a batch this worker holds: `guard()` for many
-        rows at once, with one array per guard parameter (one entry per row; SQLite: a JSON
-        array)."""
+        rows at once, with one array per guard parameter (one entry per row; SQLite: one JSON
+        array, `held`, of the rows' guard values)."""
         idc = self.c(self.q.id)
         if not self.q.lease and self.d.name == "postgres":
             return f"{idc} = ANY({self.p('id')}::{_pg_array_type(self.q.id)})"
@@ -134,11 +134,11 @@ class _Builder:
             source = (f"    FROM unnest({arrays})\n"
                       f"        AS held({', '.join(p for p, _ in held)})")
         else:
-            picked = ", ".join(f"held_{p}.value{plus.get(p, '')}" for p, _ in held)
-            joins = [f"    FROM json_each({self.p('id')}) AS held_id"] + [
-                f"    JOIN json_each({self.p(p)}) AS held_{p} ON held_{p}.key = held_id.key"
-                for p, _ in held[1:]]
-            source = "\n".join(joins)
+            # One JSON array of [id, locked_until, attempt] entries: joining one json_each per
+            # column on its key would scan each array once per row.
+            picked = ", ".join(f"json_extract(held.value, '$[{i}]'){plus.get(p, '')}"
+                               for i, (p, _) in enumerate(held))
+            source = f"    FROM json_each({self.p('held')}) AS held"
         return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
 
     def many(self, name: str, sets: list[str] | None, doc: str) -> None:
