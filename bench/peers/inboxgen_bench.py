@@ -21,6 +21,8 @@ import psycopg
 from peerbench import hooks
 from peerbench.peers.base import AsyncPeer, Target, WorkerOpts
 
+from inboxgen import Worker  # a library import: before the harness's clock starts
+
 HERE = Path(__file__).resolve().parent
 MIGRATIONS = HERE / "specs"
 MIGRATION = MIGRATIONS / "migrations" / "001_jobs.sql"
@@ -93,8 +95,6 @@ class InboxgenPeer(AsyncPeer):
             yield Client()
 
     async def aworker(self, target: Target, opts: WorkerOpts, stop: asyncio.Event) -> None:
-        from inboxgen import Worker
-
         worker = Worker(generated(self.form).DESCRIPTOR, _handler, database=target.conninfo,
                         workers=opts.concurrency, batch=self.batch, listen=True,
                         poll_interval=1.0)
@@ -196,3 +196,37 @@ class BarePeer(InboxgenPeer):
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+class BareInsertPeer(InboxgenPeer):
+    """No generated function around the statement: W1 with the same INSERT_NOTIFY executed
+    straight on an autocommit psycopg connection, the Python ceiling for an enqueue."""
+
+    workloads = ("W1",)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "bare psycopg INSERT_NOTIFY, autocommit"
+
+    @property
+    def settings(self) -> str:  # type: ignore[override]
+        return "the generated statement, executed and fetched by hand; a ceiling, not a queue"
+
+    @contextlib.asynccontextmanager
+    async def aclient(self, target: Target):  # type: ignore[no-untyped-def]
+        mod = generated(self.form)
+        async with await psycopg.AsyncConnection.connect(target.conninfo,
+                                                         autocommit=True) as conn:
+
+            class Client:
+                async def enqueue_one(self, i: int) -> None:
+                    params = {**mod._insert_params(mod.NewRow(payload={"n": i})),
+                              "notify_channel": mod.CHANNEL, "notify_group": ""}
+                    cur = await conn.execute(mod.INSERT_NOTIFY, params)
+                    await cur.fetchone()
+
+                async def enqueue_many(self, ids: list[int]) -> None:
+                    raise NotImplementedError  # W1 only
+
+            yield Client()
+

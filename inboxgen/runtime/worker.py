@@ -315,7 +315,7 @@ class Worker:
             if not await reach(self):
                 self.form.release_resources()
                 return
-            await self.backend.open()
+            await self.backend.open(keep=self.form.connections)
         except BaseException:
             self.form.release_resources()
             raise

@@ -59,7 +59,8 @@ class Backend:
         retry can help."""
         return False
 
-    async def open(self) -> None:
+    async def open(self, keep: int = 1) -> None:
+        """Connect; `keep` is how many connections the worker keeps busy at once."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -260,8 +261,8 @@ class ThreadedBackend(Backend):
     async def probe(self) -> None:
         await self._discard(await self._new())
 
-    async def open(self) -> None:
-        self._idle.append(await self._new())
+    async def open(self, keep: int = 1) -> None:
+        self._idle.append(await self._new())  # the others open as slots need them
 
     async def close(self) -> None:
         self._idle.clear()

@@ -20,7 +20,7 @@ class PostgresBackend(Backend):
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
                  pool: Any = None, size: int = 1) -> None:
         super().__init__(descriptor)
-        from psycopg_pool import AsyncConnectionPool
+        import psycopg_pool  # noqa: F401  (missing: the worker says so when it is built)
 
         self.own_pool = pool is None
         self.conninfo = conninfo if conninfo is not None else str(getattr(pool, "conninfo", ""))
@@ -29,9 +29,8 @@ class PostgresBackend(Backend):
             k: v for k, v in dict(getattr(pool, "kwargs", None) or {}).items()
             if k != "autocommit"}
         self.label = pg_label(self.conninfo, self.connect_kwargs)  # raises when malformed
-        self.pool: AsyncConnectionPool[Any] = pool or AsyncConnectionPool(
-            self.conninfo, min_size=1, max_size=size + 1, open=False,
-            name=f"inboxgen-{descriptor.table}")
+        self.size = size
+        self.pool: Any = pool or self._own_pool(1)
         assert descriptor.async_ops is not None
         self.ops: Operations = descriptor.async_ops
 
@@ -50,8 +49,18 @@ class PostgresBackend(Backend):
         text = str(err).lower()
         return any(p in text for p in _REFUSED_TEXT)
 
-    async def open(self) -> None:
+    def _own_pool(self, keep: int) -> Any:
+        from psycopg_pool import AsyncConnectionPool
+
+        return AsyncConnectionPool(self.conninfo, min_size=min(keep, self.size + 1),
+                                   max_size=self.size + 1, open=False,
+                                   name=f"inboxgen-{self.descriptor.table}")
+
+    async def open(self, keep: int = 1) -> None:
         if self.own_pool:
+            # The connections the worker keeps busy are opened now, together: a pool that
+            # grows on demand opens one at a time while the first slots already work.
+            self.pool = self._own_pool(keep)
             await self.pool.open(wait=True)
 
     async def close(self) -> None:

@@ -35,6 +35,11 @@ class Form:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
 
+    @property
+    def connections(self) -> int:
+        """How many connections the form keeps busy at once: one per slot."""
+        return self.w.workers
+
     def claim_resources(self) -> None:
         """Before the worker's connections open: what the form holds outside the database."""
 

@@ -56,6 +56,11 @@ class Lease(Form):
         self._room = asyncio.Event()  # set when a handler finishes
         self._claimer: asyncio.Task[None] | None = None
 
+    @property
+    def connections(self) -> int:
+        # The claimer, the settler and the renewer; transactional jobs hold one each.
+        return self.w.workers if self.w.transactional else 3
+
     def start(self) -> None:
         self.settler.start()
         self.renewer.start()
@@ -259,13 +264,19 @@ class Lease(Form):
         w = self.w
         try:
             if one_statement(w.descriptor, op):
-                return await self.settler.settle(op, values)
-            return await super().write(op, values)
+                ok = await self.settler.settle(op, values)
+            else:
+                ok = await super().write(op, values)
         except Exception as err:
             raise SettlementLost(
                 f"{_KIND.get(op, op)} of row {values['id']} lost ({first_line(err)}); it will "
                 f"run again once its lease ends", worker=w.name,
                 table=w.descriptor.qualified_name, statement=op.upper()) from err
+        if ok and op == "retry" and self.shared_claims:
+            # The row is due again now, and the claim its handler made room for may have come
+            # before this write: claim once more rather than wait for the poll.
+            w.wake_one()
+        return ok
 
     def undecodable(self, h: _Held) -> Settlement:
         log.error("%s: row %s left leased: its payload does not decode, and the table has no "
