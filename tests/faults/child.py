@@ -250,10 +250,42 @@ def main(argv: list[str]) -> int:
         settlements.note(job.connection, job.id, job.attempt)
         return ack()
 
+    own = threading.local()  # plain handlers (threads): a connection of each thread's own
+
+    def mysql_outside(job: Job[Any]) -> Any:
+        import pymysql
+
+        from inboxgen.runtime.backends import mysql_connect_args
+
+        for again in (True, False):
+            if getattr(own, "conn", None) is None:
+                own.conn = pymysql.connect(**mysql_connect_args(args.database), autocommit=True)
+            try:
+                with own.conn.cursor() as cur:
+                    cur.execute(insert, (job.id, pid, job.attempt, time.time()))
+                break
+            except pymysql.OperationalError:
+                own.conn = None  # gone with a restart: connect again once
+                if not again:
+                    raise
+        events.write("settled", job.id, job.attempt)
+        return ack()
+
+    def sqlite_outside(job: Job[Any]) -> Any:
+        import sqlite3
+
+        if getattr(own, "conn", None) is None:
+            own.conn = sqlite3.connect(args.database, isolation_level=None, timeout=30)
+        own.conn.execute(insert, (job.id, pid, job.attempt, time.time()))  # autocommit
+        events.write("settled", job.id, job.attempt)
+        return ack()
+
     def mysql_handler(job: Job[Any]) -> Any:
         begin(job)
         if job_seconds:
             time.sleep(job_seconds)
+        if args.effects == "outside":
+            return mysql_outside(job)
         with _conn(job).cursor() as cur:
             cur.execute(insert, (job.id, pid, job.attempt, time.time()))
         settlements.note(job.connection, job.id, job.attempt)
@@ -263,6 +295,8 @@ def main(argv: list[str]) -> int:
         begin(job)
         if job_seconds:
             time.sleep(job_seconds)
+        if args.effects == "outside":
+            return sqlite_outside(job)
         settlements.trace_sqlite(job.connection)
         _conn(job).execute(insert, (job.id, pid, job.attempt, time.time()))
         settlements.note(job.connection, job.id, job.attempt)
