@@ -75,24 +75,25 @@ class InboxgenPeer(AsyncPeer):
 
     @contextlib.asynccontextmanager
     async def aclient(self, target: Target):  # type: ignore[no-untyped-def]
-        mod = generated(self.form)
         # Autocommit, as the other peers' clients (asyncpg's default): a job enqueued on its own
         # is one statement (INSERT_NOTIFY), its own transaction. A service enqueueing with its
         # data calls the same function inside its transaction.
         async with await psycopg.AsyncConnection.connect(target.conninfo,
                                                          autocommit=True) as conn:
+            yield self.enqueuer(generated(self.form), conn)
 
-            class Client:
-                async def enqueue_one(self, i: int) -> None:
-                    await mod.insert_async(conn, mod.NewRow(payload={"n": i}), notify=True)
+    def enqueuer(self, mod: ModuleType, conn: Any) -> Any:
+        class Client:
+            async def enqueue_one(self, i: int) -> None:
+                await mod.insert_async(conn, mod.NewRow(payload={"n": i}), notify=True)
 
-                async def enqueue_many(self, ids: list[int]) -> None:
-                    async with conn.transaction():
-                        await mod.insert_many_async(conn, [mod.NewRow(payload={"n": i})
-                                                           for i in ids])
-                        await mod.notify_async(conn)
+            async def enqueue_many(self, ids: list[int]) -> None:
+                async with conn.transaction():
+                    await mod.insert_many_async(conn, [mod.NewRow(payload={"n": i})
+                                                       for i in ids])
+                    await mod.notify_async(conn)
 
-            yield Client()
+        return Client()
 
     async def aworker(self, target: Target, opts: WorkerOpts, stop: asyncio.Event) -> None:
         worker = Worker(generated(self.form).DESCRIPTOR, _handler, database=target.conninfo,
@@ -212,21 +213,15 @@ class BareInsertPeer(InboxgenPeer):
     def settings(self) -> str:  # type: ignore[override]
         return "the generated statement, executed and fetched by hand; a ceiling, not a queue"
 
-    @contextlib.asynccontextmanager
-    async def aclient(self, target: Target):  # type: ignore[no-untyped-def]
-        mod = generated(self.form)
-        async with await psycopg.AsyncConnection.connect(target.conninfo,
-                                                         autocommit=True) as conn:
+    def enqueuer(self, mod: ModuleType, conn: Any) -> Any:
+        class Client:
+            async def enqueue_one(self, i: int) -> None:
+                params = {**mod._insert_params(mod.NewRow(payload={"n": i})),
+                          "notify_channel": mod.CHANNEL, "notify_group": ""}
+                cur = await conn.execute(mod.INSERT_NOTIFY, params)
+                await cur.fetchone()
 
-            class Client:
-                async def enqueue_one(self, i: int) -> None:
-                    params = {**mod._insert_params(mod.NewRow(payload={"n": i})),
-                              "notify_channel": mod.CHANNEL, "notify_group": ""}
-                    cur = await conn.execute(mod.INSERT_NOTIFY, params)
-                    await cur.fetchone()
+            async def enqueue_many(self, ids: list[int]) -> None:
+                raise NotImplementedError  # W1 only
 
-                async def enqueue_many(self, ids: list[int]) -> None:
-                    raise NotImplementedError  # W1 only
-
-            yield Client()
-
+        return Client()
