@@ -20,7 +20,7 @@ class PostgresBackend(Backend):
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
                  pool: Any = None, size: int = 1) -> None:
         super().__init__(descriptor)
-        import psycopg_pool  # noqa: F401  (missing: the worker says so when it is built)
+        import psycopg_pool  # noqa: F401  (a missing pool fails when the worker is built)
 
         self.own_pool = pool is None
         self.conninfo = conninfo if conninfo is not None else str(getattr(pool, "conninfo", ""))
