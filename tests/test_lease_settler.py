@@ -214,15 +214,15 @@ def test_one_claim_serves_every_slot(tmp_path: Path, pg_dsn: str) -> None:
         worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=4, batch=2,
                         listen=False, poll_interval=0.05)
         claims: list[tuple[int, int]] = []  # (limit, rows it took)
-        call = worker._call
+        call = worker.backend.call
 
-        async def spy(conn: Any, op: str, **values: Any) -> Any:
-            result = await call(conn, op, **values)
+        async def spy(conn: Any, op: str, *args: Any, **values: Any) -> Any:
+            result = await call(conn, op, *args, **values)
             if op == "claim":
                 claims.append((values["limit"], len(result)))
             return result
 
-        worker._call = spy  # type: ignore[method-assign]
+        worker.backend.call = spy  # type: ignore[method-assign]
         held: list[int] = []
         await worker.start()
         try:

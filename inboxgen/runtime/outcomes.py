@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 
 import attrs
 
@@ -78,9 +79,10 @@ def decide(
     attempt: int | None,
     max_attempts: int | None,
     has_retry_after: bool,
-    now: _dt.datetime,
+    now: Callable[[], _dt.datetime],
 ) -> Settlement:
-    """The settlement of a delivery; `attempt` is the delivery's number (the first reads 1)."""
+    """The settlement of a delivery; `attempt` is the delivery's number (the first reads 1).
+    `now` is read only for a delay (an ack, the common case, needs no clock)."""
     if outcome.kind == ACK:
         return ACKED
     if outcome.kind == DROP:
@@ -89,7 +91,7 @@ def decide(
         return Settlement(DEAD_LETTER, note=f"attempt {attempt} of {max_attempts} failed")
     if outcome.kind == RETRY_AFTER and outcome.delay:
         if has_retry_after:
-            return Settlement(REQUEUE_AT, due=now + outcome.delay)
+            return Settlement(REQUEUE_AT, due=now() + outcome.delay)
         return Settlement(REQUEUE, note="the table has no retry_after column: retried at once")
     return Settlement(REQUEUE)
 

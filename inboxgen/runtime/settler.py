@@ -87,7 +87,7 @@ class LeaseSettler:
             planned, read = self.calls.plan(op, [values for _, values in items])
             reads.append((items, len(planned), read))
             steps += planned
-        results = await self.backend.settle(steps)  # one round trip or call where it can
+        results = await self.backend.alone(steps)  # one round trip or call where it can
         at = 0
         for items, n, read in reads:
             changed = read(results[at:at + n])

@@ -38,8 +38,6 @@ from inboxgen.runtime.clock import Clock, SystemClock
 from inboxgen.runtime.connecting import reach, retry_delay
 from inboxgen.runtime.forms import form_for
 from inboxgen.runtime.outcomes import (
-    ACK,
-    ACKED,
     ACKED_OUTCOME,
     DEAD_LETTER,
     FINISH,
@@ -232,7 +230,6 @@ class Worker:
             raise WorkerConfigError(f"no runtime for dialect {d.dialect}",
                                     worker=self.name, table=d.qualified_name)
         return backend
-
 
     def _check_settings(self) -> None:
         d = self.descriptor
@@ -717,10 +714,8 @@ class Worker:
         return result
 
     def _decide(self, h: _Held, outcome: Outcome) -> Settlement:
-        if outcome.kind == ACK:
-            return ACKED  # the common case: no clock reading, nothing new
         s = decide(outcome, attempt=h.attempt, max_attempts=self.max_attempts,
-                   has_retry_after="retry_after" in self.descriptor.roles, now=self.clock.now())
+                   has_retry_after="retry_after" in self.descriptor.roles, now=self.clock.now)
         if s.note and s.action == REQUEUE and outcome.kind == "retry_after":
             log.warning("%s: row %s: %s", self.name, h.id, s.note)
         return s

@@ -35,9 +35,6 @@ class Backend:
     """One database as the worker sees it."""
 
     dialect = ""
-    # Whether `session()` and `pipeline()` work: statements queued on a connection travel to the
-    # server in one round trip (psycopg's pipeline mode).
-    pipelines = False
     # Whether a round of a row-lock slot (its settlements, COMMIT, BEGIN and the next claim) can
     # go to the database as one (`together` on a `session()` in `pipeline()` mode).
     rounds_together = False
@@ -77,23 +74,14 @@ class Backend:
         the driver allows, they travel together: in psycopg's pipeline mode queued until a
         fetch (or `sync`), on a threaded driver one call on the connection's thread. May raise
         StepFailed, saying how many steps ran."""
-        results = []
-        for step in steps:
-            if step == BEGIN:
-                await self.begin(conn)
-            elif step == COMMIT:
-                await self.commit(conn)
-            elif not isinstance(step, str):
-                op, args = step
-                results.append(await self.call(conn, op, **args))
-        return results
+        raise NotImplementedError
 
     def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """A connection held across transactions, with explicit BEGIN/COMMIT (`pipelines`)."""
+        """A connection held across transactions, with explicit BEGIN/COMMIT (`rounds_together`)."""
         raise NotImplementedError
 
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-        """Pipeline mode on `conn` (`pipelines`): statements are sent without waiting for
+        """Pipeline mode on `conn` (`rounds_together`): statements are sent without waiting for
         results; fetching a statement's rows sends what is queued and waits for it."""
         raise NotImplementedError
 
@@ -101,9 +89,11 @@ class Backend:
         """Send what `pipeline` holds and wait until the server has run all of it."""
         raise NotImplementedError
 
-    async def settle(self, steps: list[Step]) -> list[Any]:
-        """A flush of lease settlements, each of which stands alone (a token that misses its
-        row changes nothing): run and committed, with the calls' results."""
+    async def alone(self, steps: list[Step]) -> list[Any]:
+        """Run and commit calls each of which stands alone (a lease's claim, a flush of lease
+        settlements: a token that misses its row changes nothing), with their results: on
+        PostgreSQL each an autocommit statement, on a threaded driver one transaction sent in
+        one call."""
         raise NotImplementedError
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
@@ -339,9 +329,9 @@ class ThreadedBackend(Backend):
     async def sync(self, pipeline: Any) -> None:
         pass  # `together` has run everything by the time it returns
 
-    async def settle(self, steps: list[Step]) -> list[Any]:
-        # One transaction for the flush (one write turn on SQLite, one commit on MySQL), sent
-        # in one call on the connection's thread.
+    async def alone(self, steps: list[Step]) -> list[Any]:
+        # One transaction (one write turn on SQLite, one commit on MySQL), sent in one call on
+        # the connection's thread.
         async with self.connection() as conn:
             try:
                 return await self.together(conn, [BEGIN, *steps, COMMIT])

@@ -14,7 +14,6 @@ class PostgresBackend(Backend):
     """psycopg async connections from a pool that always keeps one connection spare."""
 
     dialect = "postgres"
-    pipelines = True
     rounds_together = True
 
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
@@ -113,8 +112,8 @@ class PostgresBackend(Backend):
                 results.append(await self.call(conn, op, **args))
         return results
 
-    async def settle(self, steps: list[Step]) -> list[Any]:
-        # Autocommit: each settlement statement is its own transaction, one round trip.
+    async def alone(self, steps: list[Step]) -> list[Any]:
+        # Autocommit: each statement is its own transaction, one round trip.
         async with self.session() as conn:
             return await self.together(conn, steps)
 

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import LeaseLost, SettlementLost
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, StepFailed
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form
@@ -114,7 +113,11 @@ class Lease(Form):
     async def _claim_for(self, limit: int) -> int:
         """Claim up to `limit` rows into the slots' queue; returns how many came."""
         w = self.w
-        rows, until = await self._claim(limit)
+        now, until = self._lease_from_now()
+        # One statement standing alone: on PostgreSQL an autocommit statement, on a threaded
+        # driver a transaction of its own in one call.
+        (result,) = await w.backend.alone([w.calls.step(*w._claim_call(now, limit, until))])
+        rows = w._claimed(result)
         w._in_flight += len(rows)  # in work from the claim on: a shutdown waits for them
         held = self._hold(rows, until)
         for h in held:
@@ -177,7 +180,10 @@ class Lease(Form):
 
     async def round(self) -> bool:
         w = self.w
-        rows, until = await self._claim(w.batch)
+        now, until = self._lease_from_now()
+        # The FIFO claim takes the group's transaction-scoped guard first: a transaction.
+        async with w._transaction() as conn:
+            rows = await w._claim(conn, now, w.batch, until)
         held = self._hold(rows, until)
         try:
             await w._deliver_all(held)
@@ -187,28 +193,10 @@ class Lease(Form):
 
     # -- both -----------------------------------------------------------------------------
 
-    async def _claim(self, limit: int) -> tuple[list[Any], _dt.datetime]:
-        """Claimed rows, and the lease's end they were claimed until (their token)."""
-        w = self.w
-        now = w.clock.now()
-        until = lease_expiry(now, w.lease)
-        if w.backend.pipelines and not w.descriptor.fifo:
-            # One statement: on an autocommit session it is its own transaction, one round trip.
-            async with w.backend.session() as conn:
-                rows = await w._claim(conn, now, limit, until)
-        elif w.backend.pipelines:
-            async with w._transaction() as conn:
-                rows = await w._claim(conn, now, limit, until)
-        else:
-            # A transaction of its own, sent together (one call on a threaded driver).
-            async with w.backend.connection() as conn:
-                try:
-                    (result,) = await w.backend.together(conn, [
-                        BEGIN, w.calls.step(*w._claim_call(now, limit, until)), COMMIT])
-                except StepFailed as err:
-                    raise err.cause from None
-                rows = w._claimed(result)
-        return rows, until
+    def _lease_from_now(self) -> tuple[_dt.datetime, _dt.datetime]:
+        """Now, and the end of a lease claimed now (the claimed rows' token)."""
+        now = self.w.clock.now()
+        return now, lease_expiry(now, self.w.lease)
 
     def _hold(self, rows: list[Any], until: _dt.datetime) -> list[_Held]:
         w = self.w
