@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,16 +220,14 @@ def _verify_live(project: Project, generated: Generated, url: str) -> int:
 
     failed = False
     labels = set()
-    for path in sorted(generated.outputs):
-        module = load_one(project, path)
-        conn, label = _connected(module, url)
-        labels.add(label)
-        try:
+    with _connections(url) as connected:
+        for path in sorted(generated.outputs):
+            module = load_one(project, path)
+            conn, label = connected(module)
+            labels.add(label)
             for finding in live.check(module, generated.queues[path], conn):
                 _say(f"{shown_path(project, path)}: {finding}")
                 failed = True
-        finally:
-            conn.close()
     if failed:
         return EXIT_FAILED
     print(f"verified {len(generated.outputs)} module(s) against {', '.join(sorted(labels))}")
@@ -244,6 +242,25 @@ def _connected(module: Any, url: str | None) -> tuple[Any, str]:
     return connect(module.DESCRIPTOR.dialect, url)
 
 
+@contextlib.contextmanager
+def _connections(url: str | None) -> Iterator[Callable[[Any], tuple[Any, str]]]:
+    """One connection to `url` for all the modules of a dialect (each module's reads end in a
+    rollback, so the next finds the connection clean), closed at the end."""
+    opened: dict[str, tuple[Any, str]] = {}
+
+    def connected(module: Any) -> tuple[Any, str]:
+        dialect = module.DESCRIPTOR.dialect
+        if dialect not in opened:
+            opened[dialect] = _connected(module, url)
+        return opened[dialect]
+
+    try:
+        yield connected
+    finally:
+        for conn, _ in opened.values():
+            conn.close()
+
+
 def _status(project: Project, args: argparse.Namespace) -> int:
     import datetime as dt
     import json
@@ -253,12 +270,9 @@ def _status(project: Project, args: argparse.Namespace) -> int:
 
     tables = []
     now = dt.datetime.now(dt.UTC)
-    for module in load(project, args.specs):
-        conn, label = _connected(module, args.database_url)
-        try:
-            tables.append(status.read(module, conn, label, now))
-        finally:
-            conn.close()
+    with _connections(args.database_url) as connected:
+        for module in load(project, args.specs):
+            tables.append(status.read(module, *connected(module), now))
     if args.json:
         print(json.dumps(status.as_json(tables), indent=2))
     else:
