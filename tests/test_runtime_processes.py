@@ -875,8 +875,10 @@ def test_two_advisory_worker_processes_serving_never_share_a_row(
     q = make_queue(kind)
     ids = q.add(SERVING_ROWS)
     go = tmp_path / "go"
-    children = [spawn(q, "run", name=name, go=go, workers=3, batch=10, poll_interval=0.02)
-                for name in ("a", "b")]
+    # Jobs of 5 ms: one child alone takes about half a second for the rows, more than the
+    # other needs to start (its connections open at start-up), so both take part.
+    children = [spawn(q, "run", name=name, go=go, workers=3, batch=10, poll_interval=0.02,
+                      job_seconds=0.005) for name in ("a", "b")]
     for child in children:
         child.wait_for("ready")
     go.touch()
