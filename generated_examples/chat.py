@@ -28,7 +28,7 @@ CLAIM: Final[LiteralString] = """
 UPDATE "Chat"."OutgoingMessages"
 SET "locked_until" = %(locked_until)s,
     "attempt" = "attempt" + 1
-WHERE "MessageId" IN (
+WHERE "MessageId" = ANY(ARRAY(
     SELECT "MessageId"
     FROM "Chat"."OutgoingMessages"
     WHERE "conversation" = %(group)s
@@ -37,7 +37,7 @@ WHERE "MessageId" IN (
     ORDER BY "retry_after", "MessageId"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING "MessageId", "conversation", "retry_after", "attempt" - 1 AS "attempt",
           "locked_until", "body"
 """

@@ -28,14 +28,14 @@ CHANNEL: Final = "email_jobs"
 CLAIM: Final[LiteralString] = """
 UPDATE "email_jobs"
 SET "attempt" = "attempt" + 1
-WHERE "job_id" IN (
+WHERE "job_id" = ANY(ARRAY(
     SELECT "job_id"
     FROM "email_jobs"
     WHERE "name" = %(group)s
     ORDER BY "job_id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING "job_id", "name", "attempt" - 1 AS "attempt", "payload"
 """
 

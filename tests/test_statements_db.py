@@ -262,6 +262,38 @@ def test_reports_example_returns_the_row_whose_lease_ran_out_not_the_live_one(
     assert back[0].id == stale.id != live.id
 
 
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The nodes of an EXPLAIN (FORMAT JSON) plan, leaving out InitPlans (run once, before)."""
+    yield plan
+    for child in plan.get("Plans", ()):
+        if child.get("Parent Relationship") != "InitPlan":
+            yield from plan_nodes(child)
+
+
+@pytest.mark.parametrize("layout", [
+    pytest.param(Layout(form="lease"), id="lease"),
+    pytest.param(Layout(form="row_lock", count_crashes=True), id="row_lock-count_crashes"),
+])
+def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whole_table(
+        make_queue: MakeQueue, layout: Layout) -> None:
+    """A lease worker claims for all of its slots in one statement. As `id IN (subquery)` the
+    planner made that a hash join over a scan of the whole table once the LIMIT was large
+    against the table (7 ms for 160 rows of 40,000 here); the picked ids as an array are each
+    found by index, however many."""
+    q = make_queue("postgres", layout)
+    conn = q.connect()
+    q.mod.insert_many(conn, [q.new() for _ in range(5000)])
+    conn.execute(f"ANALYZE {q.table_sql()}")
+    conn.commit()
+    args = {"now": T0, "limit": 500, "locked_until": T0 + dt.timedelta(seconds=LEASE)}
+    cur = conn.execute("EXPLAIN (FORMAT JSON) " + q.mod.CLAIM,
+                       {k: args.get(k) for k in q.mod.DESCRIPTOR.statement_params["CLAIM"]})
+    ((explained,),) = cur.fetchall()
+    scans = [n for n in plan_nodes(explained[0]["Plan"]) if n["Node Type"] == "Seq Scan"]
+    assert scans == []
+    assert len(q.claim(conn, limit=500)) == 500
+
+
 # -- 2. Concurrency ------------------------------------------------------------------------------
 
 

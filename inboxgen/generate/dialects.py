@@ -29,6 +29,12 @@ class Dialect:
     folds_to_lower: bool
     case_insensitive: bool
     driver: str
+    # How a statement names the rows a subquery picked (a claim's `LIMIT n ... SKIP LOCKED`,
+    # a prune batch): `id IN (subquery)`, or on PostgreSQL `id = ANY(ARRAY(subquery))`. There
+    # the array runs the subquery once, before the outer statement finds its rows by index;
+    # as a semi-join the planner scans the whole table once the LIMIT is large against it.
+    picked_open: str = "IN ("
+    picked_close: str = ")"
 
     def quote(self, name: str) -> str:
         q = self.quote_char
@@ -65,6 +71,10 @@ class Dialect:
         psycopg and PyMySQL format the whole text with `%`; sqlite3 leaves quoted names be."""
         return "%" if "%" in name and self.name != "sqlite" else ""
 
+    def picked_by(self, column: str, subquery: str) -> str:
+        """`column` is among the values `subquery` (indented lines) selects."""
+        return f"{column} {self.picked_open}\n{subquery}\n{self.picked_close}"
+
     def same_name(self, a: str, b: str) -> bool:
         return a.lower() == b.lower() if self.case_insensitive else a == b
 
@@ -79,6 +89,8 @@ POSTGRES = Dialect(
     folds_to_lower=True,
     case_insensitive=False,
     driver="psycopg",
+    picked_open="= ANY(ARRAY(",
+    picked_close="))",
 )
 MYSQL = Dialect(
     name="mysql",

@@ -352,7 +352,7 @@ class _Builder:
         ) if x)
         self.add("CLAIM", f"UPDATE {self.t()}\n"
                           f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
-                          f"WHERE {self.c(self.q.id)} IN (\n{inner}\n)\n"
+                          f"WHERE {self.d.picked_by(self.c(self.q.id), inner)}\n"
                           f"RETURNING {self.select_list(returning_claim=True)}",
                  "Count the next delivery of up to `limit` rows (commit it at once, so a crash "
                  "still spends the attempt).")
@@ -377,7 +377,7 @@ class _Builder:
             "    FOR UPDATE SKIP LOCKED" if self.d.name == "postgres" else "",
         ) if x)
         self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
-                 + f"\nWHERE {self.c(self.q.id)} IN (\n{inner}\n)\n"
+                 + f"\nWHERE {self.d.picked_by(self.c(self.q.id), inner)}\n"
                  + f"RETURNING {self.select_list(returning_claim=True)}",
                  "Claim up to `limit` rows under a lease ending at `locked_until`.")
 
@@ -563,9 +563,10 @@ class _Builder:
                      doc)
         else:
             idc = self.c(self.q.id)
-            self.add("PRUNE", f"DELETE FROM {self.t()}\nWHERE {idc} IN (\n"
-                              f"    SELECT {idc}\n    FROM {self.t()}\n    WHERE {old}\n"
-                              f"    LIMIT {self.p('limit')}\n)", doc)
+            batch = (f"    SELECT {idc}\n    FROM {self.t()}\n    WHERE {old}\n"
+                     f"    LIMIT {self.p('limit')}")
+            self.add("PRUNE", f"DELETE FROM {self.t()}\nWHERE {self.d.picked_by(idc, batch)}",
+                     doc)
         self.add("PRUNABLE", f"SELECT COUNT(*)\nFROM {self.t()}\nWHERE {old}",
                  "Count the rows processed before `before`.")
 

@@ -30,7 +30,7 @@ CLAIM: Final[LiteralString] = """
 UPDATE "bench_lease"
 SET "locked_until" = %(locked_until)s,
     "attempt" = "attempt" + 1
-WHERE "id" IN (
+WHERE "id" = ANY(ARRAY(
     SELECT "id"
     FROM "bench_lease"
     WHERE "processed_at" IS NULL
@@ -38,7 +38,7 @@ WHERE "id" IN (
     ORDER BY "id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING "id", "attempt" - 1 AS "attempt", "locked_until", "processed_at", "payload"
 """
 
@@ -136,12 +136,12 @@ WHERE xact_start IS NOT NULL
 # Delete up to `limit` rows processed before `before` (inboxgen prune).
 PRUNE: Final[LiteralString] = """
 DELETE FROM "bench_lease"
-WHERE "id" IN (
+WHERE "id" = ANY(ARRAY(
     SELECT "id"
     FROM "bench_lease"
     WHERE "processed_at" < %(before)s
     LIMIT %(limit)s
-)
+))
 """
 
 # Count the rows processed before `before`.

@@ -95,12 +95,12 @@ WHERE xact_start IS NOT NULL
 # Delete up to `limit` rows processed before `before` (inboxgen prune).
 PRUNE: Final[LiteralString] = """
 DELETE FROM "bench_row_lock"
-WHERE "id" IN (
+WHERE "id" = ANY(ARRAY(
     SELECT "id"
     FROM "bench_row_lock"
     WHERE "processed_at" < %(before)s
     LIMIT %(limit)s
-)
+))
 """
 
 # Count the rows processed before `before`.
