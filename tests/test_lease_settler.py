@@ -145,6 +145,51 @@ def test_a_batchs_handlers_run_one_at_a_time_in_claim_order(tmp_path: Path,
                             ).fetchone() == (0,)
 
 
+def test_a_settlement_held_up_by_a_lock_does_not_hold_up_the_slots_next_job(
+        tmp_path: Path, pg_dsn: str) -> None:
+    # One slot of batch 1. While the first job runs, another session locks its row, so its
+    # ack waits in the settler; the slot runs the next jobs meanwhile, and the ack lands once
+    # the lock goes.
+    module = module_for(tmp_path, SPEC, DDL)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(DDL)
+        module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(3)])
+    ran: list[str] = []
+    blocker = psycopg.connect(pg_dsn)
+
+    async def handler(job: Job[Any]) -> None:
+        if job.payload["kind"] == "0":
+            blocker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
+        ran.append(job.payload["kind"])
+
+    async def main() -> tuple[list[str], int, int]:
+        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=1, batch=1,
+                        listen=False, poll_interval=0.05)
+        await worker.start()
+        try:
+            for _ in range(200):
+                if len(ran) == 3:
+                    break
+                await asyncio.sleep(0.02)
+            while_blocked = list(ran)
+            blocker.rollback()
+            for _ in range(200):
+                if worker.in_flight == 0:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+        return while_blocked, worker.stats.acked, worker.stats.lease_lost
+
+    try:
+        assert asyncio.run(main()) == (["0", "1", "2"], 3, 0)
+    finally:
+        blocker.close()
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL"
+                            ).fetchone() == (0,)
+
+
 def test_every_held_lease_is_renewed_in_one_statement_per_round(tmp_path: Path,
                                                                  pg_dsn: str) -> None:
     # A batch of four: the first job runs 25 s under a 10 s lease, the other three wait their

@@ -46,14 +46,19 @@ class LeaseSettler:
             await self._task
         self._task = None
 
-    async def settle(self, op: str, values: dict[str, Any]) -> bool:
-        """Queue one settlement and wait for its flush: True when it changed its row."""
+    def submit(self, op: str, values: dict[str, Any]) -> asyncio.Future[bool]:
+        """Queue one settlement for the next flush; the future says whether it changed its
+        row."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((op, values, future))
         self._kick.set()
+        return future
+
+    async def settle(self, op: str, values: dict[str, Any]) -> bool:
+        """Queue one settlement and wait for its flush: True when it changed its row."""
         # Shielded: a delivery cancelled meanwhile leaves its settlement to the flush (its
         # handler has finished: the outcome stands).
-        return await asyncio.shield(future)
+        return await asyncio.shield(self.submit(op, values))
 
     async def _run(self) -> None:
         while True:

@@ -104,6 +104,9 @@ class _Held:
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)  # a renewal or its settlement
     started: float = 0.0  # when its delivery began (the event loop's clock)
     settled: bool = False  # its settlement ran (or waits for its batch's commit)
+    # Lease: its settlement waits for the settler's flush, which then counts it or reports it
+    # lost (Worker._settled_later); the slot has gone on meanwhile.
+    flushing: bool = False
     handled: bool = False  # lease: its handler finished (its slot has room for another row)
 
 
@@ -604,11 +607,9 @@ class Worker:
 
     # -- one delivery -----------------------------------------------------------------------
 
-    async def _deliver(self, h: _Held, conn: Any | None = None, *,
-                       turn: asyncio.Lock | None = None) -> None:
+    async def _deliver(self, h: _Held, conn: Any | None = None) -> None:
         """Run the handler on one held row and settle it. `conn` holds the row (row lock and
-        advisory); lease rows are held by their token alone. `turn`, where given, is held while
-        the handler runs (and released before the settlement)."""
+        advisory); lease rows are held by their token alone."""
         d = self.descriptor
         if log.isEnabledFor(logging.DEBUG):
             h.started = asyncio.get_running_loop().time()
@@ -634,20 +635,13 @@ class Worker:
             if self.transactional:
                 await self.form.deliver_in_transaction(h, payload, conn)
                 return
-            if turn is None:
-                outcome = await self._run_handler(h, payload, None)
-            else:
-                async with turn:
-                    outcome = await self._run_handler(h, payload, None)
+            outcome = await self._run_handler(h, payload, None)
             await self._settle(h, self._decide(h, outcome), conn)
-        except LeaseLost as err:
-            self.stats.lease_lost += 1
-            log.warning("%s", err)
-        except SettlementLost as err:
-            self.stats.settlements_lost += 1
-            log.error("%s", err)
+        except (LeaseLost, SettlementLost) as err:
+            self._report_unsettled(err)
         finally:
-            self._in_flight -= 1
+            if not h.flushing:
+                self._in_flight -= 1
 
     async def _run_handler(self, h: _Held, payload: Any, conn: Any | None) -> Outcome:
         d = self.descriptor
@@ -733,7 +727,26 @@ class Worker:
 
     async def _settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
         await self.form.settle(h, s, conn)
-        self._count(s, h)
+        if not h.flushing:
+            self._count(s, h)
+
+    def _settled_later(self, h: _Held, s: Settlement, err: LeaseLost | SettlementLost | None
+                       ) -> None:
+        """A settlement the form wrote after its delivery had ended (`h.flushing`): count it,
+        or report why it changed nothing."""
+        if err is None:
+            self._count(s, h)
+        else:
+            self._report_unsettled(err)
+        self._in_flight -= 1
+
+    def _report_unsettled(self, err: LeaseLost | SettlementLost) -> None:
+        if isinstance(err, LeaseLost):
+            self.stats.lease_lost += 1
+            log.warning("%s", err)
+        else:
+            self.stats.settlements_lost += 1
+            log.error("%s", err)
 
     def _count(self, s: Settlement, h: _Held) -> None:
         h.settled = True
@@ -755,6 +768,30 @@ class Worker:
     async def _execute_settlement(self, conn: Any | None, h: _Held, s: Settlement) -> None:
         """Run the settlement on `conn`, or (a lease, `conn` None) through the settler or in a
         transaction of its own."""
+        call = self._settlement_call(h, s)
+        if call is None:
+            return
+        op, values = call
+        if h.deferred is not None and one_statement(self.descriptor, op):
+            h.deferred.append((op, values))  # run with the batch's others (_settle_together)
+            return
+        self._check_held(h, op)
+        if conn is not None:
+            ok = await self._call(conn, op, **values)
+        else:
+            ok = await self.form.write(op, values)  # a lease: held by its token alone
+        if not ok:
+            self.form.missed(h, op)
+
+    def _check_held(self, h: _Held, op: str) -> None:
+        if h.lost:
+            raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
+                            f"nothing", worker=self.name, table=self.descriptor.qualified_name,
+                            statement=op.upper())
+
+    def _settlement_call(self, h: _Held, s: Settlement) -> tuple[str, dict[str, Any]] | None:
+        """The generated function settlement `s` of row `h` calls, and its arguments; None
+        where it needs no statement."""
         d = self.descriptor
         now = self.clock.now()
         values: dict[str, Any] = {"id": h.id, "locked_until": h.token, "attempt": h.attempt,
@@ -766,7 +803,7 @@ class Worker:
         elif s.action == REQUEUE_AT:
             op, values["retry_after"] = "retry_after", s.due
         elif s.action == PARK:
-            return
+            return None
         else:
             op = "dead_letter"
             log.error("%s: row %s moved to the dead letters (%s): %s", self.name, h.id,
@@ -774,20 +811,8 @@ class Worker:
         if getattr(d.ops, op) is None:
             # Row lock without an attempt column, or advisory: a plain retry needs no
             # statement (the rollback or the unlock returns the row).
-            return
-        if h.deferred is not None and one_statement(d, op):
-            h.deferred.append((op, values))  # run with the batch's others (_settle_together)
-            return
-        if h.lost:
-            raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
-                            f"nothing", worker=self.name, table=d.qualified_name,
-                            statement=op.upper())
-        if conn is not None:
-            ok = await self._call(conn, op, **values)
-        else:
-            ok = await self.form.write(op, values)  # a lease: held by its token alone
-        if not ok:
-            self.form.missed(h, op)
+            return None
+        return op, values
 
 
 def _decode_headers(raw: Any) -> Mapping[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -36,9 +37,11 @@ _KIND = {"finish": "ack", "retry": "retry", "retry_after": "retry",
 class Lease(Form):
     """A claimer task claims for all of the worker's slots: one statement takes as many rows
     as the slots have room for (`workers * batch` rows held at most) and the slots take them
-    one at a time. A slot whose handler has finished makes room at once, so the next claim is
-    on its way while the last settlements are written. FIFO tables claim per slot instead (one
-    row, the group's head, per claim)."""
+    one at a time. A slot hands each settlement to the settler and goes on with its next row;
+    the flush then counts the settlement or reports it lost. A slot whose handler has finished
+    makes room at once, so the next claim is on its way while the last settlements are
+    written. FIFO tables claim per slot instead (one row, the group's head, per claim), and
+    wait for each settlement: the group's next row is due only once its head has settled."""
 
     unfinished = "their leases stay: the rows return when the leases end"
 
@@ -107,8 +110,8 @@ class Lease(Form):
                 if got < room:
                     await w._wait(CLAIMER, w.poll_interval)  # drained: until a wake-up
         finally:
-            for _ in range(w.workers * w.batch):
-                self._ready.put_nowait(None)  # each lane ends after the rows before it
+            for _ in range(w.workers):
+                self._ready.put_nowait(None)  # each slot ends after the rows before it
 
     async def _claim_for(self, limit: int) -> int:
         """Claim up to `limit` rows into the slots' queue; returns how many came."""
@@ -125,40 +128,28 @@ class Lease(Form):
         return len(rows)
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
-        """Slot `index`: `batch` lanes that take rows from the claimer, sharing one turn for
-        their handlers, so the slot runs one handler at a time while the settlements of its
-        other rows are on their way (they are written in the settler's next flush)."""
+        """Slot `index`: deliver rows from the claimer, one handler at a time in claim order,
+        until the claimer ends. Settlements do not hold the slot up: each goes with the
+        settler's next flush while the slot runs the next handler."""
         if not self.shared_claims:
             await super().serve(index, worked)
             return
-        turn = asyncio.Lock()  # fair: the lanes' handlers take it in the order they came
-        others = [asyncio.ensure_future(self._lane(turn, None)) for _ in range(self.w.batch - 1)]
-        try:
-            await self._lane(turn, index)
-            await asyncio.gather(*others)
-        finally:
-            for lane in others:
-                lane.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
-
-    async def _lane(self, turn: asyncio.Lock, index: int | None) -> None:
-        """Deliver rows from the claimer until it ends. The slot's first lane (`index`) is the
-        one the worker sees waiting; rows the others hold count as in work."""
         w = self.w
         failures = 0
         while True:
-            if index is not None and self._ready.empty():
+            if self._ready.empty():
                 w._idle.add(index)
-            try:
-                h = await self._ready.get()
-            finally:
-                if index is not None:
+                try:
+                    h = await self._ready.get()
+                finally:
                     w._idle.discard(index)
+            else:
+                h = self._ready.get_nowait()  # no turn of the event loop per row
             if h is None:
                 return  # the claimer has ended: the worker stops
             self._working += 1
             try:
-                await w._deliver(h, turn=turn)
+                await w._deliver(h)
                 failures = 0
             except Exception as err:  # its transaction broke (a transactional handler's)
                 failures += 1
@@ -235,9 +226,38 @@ class Lease(Form):
             w._count(s, h)
 
     async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
-        if self.shared_claims:
-            self._handled(h)  # the claimer may claim for this slot while the write is on its way
-        await self._settle(h, s, None)  # the row is held by its token alone
+        if not self.shared_claims:
+            await self._settle(h, s, None)  # FIFO: the group's next row waits for this one
+            return
+        w = self.w
+        self._handled(h)  # the claimer may claim for this slot while the write is on its way
+        async with h.lock:  # a renewal on its way ends first: the token is then the new one
+            h.settling = True  # no renewal after this
+        call = w._settlement_call(h, s)
+        if call is None or not one_statement(w.descriptor, call[0]):
+            await w._execute_settlement(None, h, s)  # the rarer kinds: written here and now
+            return
+        op, values = call
+        w._check_held(h, op)
+        # With the other slots' settlements; the slot goes on, and the flush reports this one.
+        h.flushing = True
+        self.settler.submit(op, values).add_done_callback(
+            functools.partial(self._flushed, h, s, op, values["id"]))
+
+    def _flushed(self, h: _Held, s: Settlement, op: str, row_id: Any,
+                 written: asyncio.Future[bool]) -> None:
+        """A flush has written (or lost) a settlement handed to the settler."""
+        w = self.w
+        err: LeaseLost | SettlementLost | None = None
+        failure = None if written.cancelled() else written.exception()
+        if written.cancelled() or failure is not None:
+            cause = "cancelled" if failure is None else first_line(failure)
+            err = self._settlement_lost(op, row_id, cause)
+        elif not written.result():
+            err = self._lease_lost(h, op)
+        elif op == "retry":
+            w.wake_one()  # see write()
+        w._settled_later(h, s, err)
 
     async def _settle(self, h: _Held, s: Settlement, tx: Any | None) -> None:
         async with h.lock:  # a renewal on its way ends first: the token is then the new one
@@ -256,10 +276,7 @@ class Lease(Form):
             else:
                 ok = await super().write(op, values)
         except Exception as err:
-            raise SettlementLost(
-                f"{_KIND.get(op, op)} of row {values['id']} lost ({first_line(err)}); it will "
-                f"run again once its lease ends", worker=w.name,
-                table=w.descriptor.qualified_name, statement=op.upper()) from err
+            raise self._settlement_lost(op, values["id"], first_line(err)) from err
         if ok and op == "retry" and self.shared_claims:
             # The row is due again now, and the claim its handler made room for may have come
             # before this write: claim once more rather than wait for the poll.
@@ -272,11 +289,20 @@ class Lease(Form):
                   h.id)
         return Settlement(PARK)
 
-    def missed(self, h: _Held, op: str) -> None:
+    def _settlement_lost(self, op: str, row_id: Any, cause: str) -> SettlementLost:
         w = self.w
-        raise LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran out and it "
-                        f"was claimed again); {op} changed nothing", worker=w.name,
-                        table=w.descriptor.qualified_name, statement=op.upper())
+        return SettlementLost(f"{_KIND.get(op, op)} of row {row_id} lost ({cause}); it will "
+                              f"run again once its lease ends", worker=w.name,
+                              table=w.descriptor.qualified_name, statement=op.upper())
+
+    def missed(self, h: _Held, op: str) -> None:
+        raise self._lease_lost(h, op)
+
+    def _lease_lost(self, h: _Held, op: str) -> LeaseLost:
+        w = self.w
+        return LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran out and it "
+                         f"was claimed again); {op} changed nothing", worker=w.name,
+                         table=w.descriptor.qualified_name, statement=op.upper())
 
 
 async def _first(*waits: Awaitable[Any]) -> None:
