@@ -34,7 +34,7 @@ class Leased(Protocol):
     token: _dt.datetime | None  # the expiry written last: the ownership token
     lost: bool
     settling: bool  # its settlement has begun: no more renewals
-    lock: asyncio.Lock  # held by a renewal or a settlement of the row
+    renewing: bool  # in a renewal on its way
 
 
 class LeaseRenewer:
@@ -49,10 +49,12 @@ class LeaseRenewer:
         self._renewed = renewed  # counts renewals in the worker's stats
         self._held: dict[int, Leased] = {}
         self._changed = asyncio.Event()
+        self._round_ended = asyncio.Event()  # set when the renewal on its way has ended
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._changed = asyncio.Event()  # of this event loop: a worker may serve again in another
+        # Of this event loop: a worker may serve again in another.
+        self._changed, self._round_ended = asyncio.Event(), asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"{self.name}:renew")
 
     async def stop(self) -> None:
@@ -70,6 +72,13 @@ class LeaseRenewer:
     def release(self, rows: list[Any]) -> None:
         for row in rows:
             self._held.pop(id(row), None)
+
+    async def settling(self, row: Leased) -> None:
+        """The row's settlement begins: no renewal after this. A renewal on its way with the
+        row ends first, so the settlement reads the token that stands."""
+        while row.renewing:
+            await self._round_ended.wait()
+        row.settling = True
 
     def _left(self, row: Leased) -> float:
         assert row.token is not None
@@ -106,19 +115,19 @@ class LeaseRenewer:
 
     async def _renew(self, due: list[Leased]) -> bool:
         """Renew what of `due` is not being settled; False when that was nothing."""
-        # The transaction first, then the rows' locks, as every settlement takes them: on
-        # SQLite the transaction is the process's write turn, and a settlement holding it must
-        # never wait for a renewal that waits for it. A row whose lock is taken is being settled
-        # and is left out; the locks are held until the renewal has committed, so a
-        # settlement reads the new token only once it stands.
+        # The transaction first, then the rows are marked: on SQLite the transaction is the
+        # process's write turn, and a settlement holding it must never wait for a renewal that
+        # waits for it. A row being settled is left out; the marks stay until the renewal has
+        # committed, so a settlement reads the new token only once it stands.
         rows: list[Leased] = []
         try:
             async with self._transaction() as conn:
-                for row in due:
-                    if await _lock(row):
-                        rows.append(row)
+                rows = [r for r in due if not (r.settling or r.lost or r.renewing)]
                 if not rows:
                     return False
+                self._round_ended = asyncio.Event()
+                for row in rows:
+                    row.renewing = True
                 new = lease_expiry(self.clock.now(), self.lease)
                 values = [{"id": r.id, "locked_until": r.token, "attempt": r.attempt,
                            "new_locked_until": new} for r in rows]
@@ -135,19 +144,8 @@ class LeaseRenewer:
             return True
         finally:
             for row in rows:
-                row.lock.release()
-
-
-async def _lock(row: Leased) -> bool:
-    """Take the row's lock unless its settlement has begun. A settlement holds the lock only
-    briefly and never waits for the write turn while it does, so this cannot deadlock."""
-    if row.lock.locked() or row.settling or row.lost:
-        return False
-    await row.lock.acquire()
-    if row.settling or row.lost:
-        row.lock.release()
-        return False
-    return True
+                row.renewing = False
+            self._round_ended.set()
 
 
 def _rows(rows: list[Leased]) -> str:

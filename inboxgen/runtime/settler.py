@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.batching import Calls, by_op
@@ -21,11 +22,18 @@ if TYPE_CHECKING:
     from inboxgen.runtime.backends.base import Step
 
 
+# Told what became of a settlement: True when it changed its row, False when its row is no
+# longer this worker's, the error when its flush failed. Called in the flush, so it must not
+# raise.
+Written = Callable[["bool | Exception"], None]
+Pending = list[tuple[str, dict[str, Any], Written]]
+
+
 class LeaseSettler:
     def __init__(self, calls: Calls, backend: Backend) -> None:
         self.calls = calls
         self.backend = backend
-        self._pending: list[tuple[str, dict[str, Any], asyncio.Future[bool]]] = []
+        self._pending: Pending = []
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -46,19 +54,28 @@ class LeaseSettler:
             await self._task
         self._task = None
 
-    def submit(self, op: str, values: dict[str, Any]) -> asyncio.Future[bool]:
-        """Queue one settlement for the next flush; the future says whether it changed its
-        row."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((op, values, future))
+    def submit(self, op: str, values: dict[str, Any], written: Written) -> None:
+        """Queue one settlement for the next flush, which calls `written` (no future and no
+        turn of the event loop per row)."""
+        self._pending.append((op, values, written))
         self._kick.set()
-        return future
 
     async def settle(self, op: str, values: dict[str, Any]) -> bool:
         """Queue one settlement and wait for its flush: True when it changed its row."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def written(result: bool | Exception) -> None:
+            if future.done():
+                return
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        self.submit(op, values, written)
         # Shielded: a delivery cancelled meanwhile leaves its settlement to the flush (its
         # handler has finished: the outcome stands).
-        return await asyncio.shield(self.submit(op, values))
+        return await asyncio.shield(future)
 
     async def _run(self) -> None:
         while True:
@@ -72,18 +89,13 @@ class LeaseSettler:
     async def _flush_pending(self) -> None:
         batch, self._pending = self._pending, []
         try:
-            settled = await self._flush(batch)
+            settled: list[bool | Exception] = list(await self._flush(batch))
         except Exception as err:
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(err)
-            return
-        for (_, _, future), ok in zip(batch, settled, strict=True):
-            if not future.done():
-                future.set_result(ok)
+            settled = [err] * len(batch)
+        for (_, _, written), result in zip(batch, settled, strict=True):
+            written(result)
 
-    async def _flush(self, batch: list[tuple[str, dict[str, Any], asyncio.Future[bool]]]
-                     ) -> list[bool]:
+    async def _flush(self, batch: Pending) -> list[bool]:
         settled = [False] * len(batch)
         indexed = by_op([(op, (i, values)) for i, (op, values, _) in enumerate(batch)])
         steps: list[Step] = []

@@ -101,7 +101,7 @@ class _Held:
     settling: bool = False
     # Row lock, pipelined: settlements wait here for the next round trip (op, arguments).
     deferred: list[tuple[str, dict[str, Any]]] | None = None
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)  # a renewal or its settlement
+    renewing: bool = False  # lease: in a renewal on its way (its settlement waits for it)
     started: float = 0.0  # when its delivery began (the event loop's clock)
     settled: bool = False  # its settlement ran (or waits for its batch's commit)
     # Lease: its settlement waits for the settler's flush, which then counts it or reports it

@@ -207,8 +207,7 @@ class Lease(Form):
                 # This transaction holds the file's write lock until the job settles, so no
                 # other connection can claim the row: the lease needs no renewal meanwhile (and
                 # a renewal, on another connection, would only wait for this very lock).
-                async with h.lock:
-                    h.settling = True
+                await self.renewer.settling(h)
             try:
                 await w.backend.execute(tx, "SAVEPOINT inboxgen_job")
                 outcome = await w._run_handler(h, payload, tx)
@@ -231,8 +230,7 @@ class Lease(Form):
             return
         w = self.w
         self._handled(h)  # the claimer may claim for this slot while the write is on its way
-        async with h.lock:  # a renewal on its way ends first: the token is then the new one
-            h.settling = True  # no renewal after this
+        await self.renewer.settling(h)
         call = w._settlement_call(h, s)
         if call is None or not one_statement(w.descriptor, call[0]):
             await w._execute_settlement(None, h, s)  # the rarer kinds: written here and now
@@ -241,31 +239,24 @@ class Lease(Form):
         w._check_held(h, op)
         # With the other slots' settlements; the slot goes on, and the flush reports this one.
         h.flushing = True
-        self.settler.submit(op, values).add_done_callback(
-            functools.partial(self._flushed, h, s, op, values["id"]))
+        self.settler.submit(op, values, functools.partial(self._written, h, s, op))
 
-    def _flushed(self, h: _Held, s: Settlement, op: str, row_id: Any,
-                 written: asyncio.Future[bool]) -> None:
+    def _written(self, h: _Held, s: Settlement, op: str, result: bool | Exception) -> None:
         """A flush has written (or lost) a settlement handed to the settler."""
         w = self.w
         err: LeaseLost | SettlementLost | None = None
-        failure = None if written.cancelled() else written.exception()
-        if written.cancelled() or failure is not None:
-            cause = "cancelled" if failure is None else first_line(failure)
-            err = self._settlement_lost(op, row_id, cause)
-        elif not written.result():
+        if isinstance(result, Exception):
+            err = self._settlement_lost(op, h.id, first_line(result))
+        elif not result:
             err = self._lease_lost(h, op)
         elif op == "retry":
             w.wake_one()  # see write()
         w._settled_later(h, s, err)
 
     async def _settle(self, h: _Held, s: Settlement, tx: Any | None) -> None:
-        async with h.lock:  # a renewal on its way ends first: the token is then the new one
-            h.settling = True  # no renewal after this
-            if tx is not None:
-                await self.w._execute_settlement(tx, h, s)
-                return
-        await self.w._execute_settlement(None, h, s)  # with the other slots' (the settler)
+        await self.renewer.settling(h)
+        # In the job's transaction, or with the other slots' settlements (the settler).
+        await self.w._execute_settlement(tx, h, s)
 
     async def write(self, op: str, values: dict[str, Any]) -> bool:
         """One statement goes with the other slots' settlements (the settler)."""
