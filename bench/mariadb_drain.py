@@ -1,7 +1,9 @@
 """Drain N pre-enqueued no-op jobs on a private MariaDB: the inboxgen Worker (row lock, 10
 workers) against a bare PyMySQL loop running the same generated statements (10 threads, one
 connection each: claim, finish each row, COMMIT), at batch 1 and 16; prints jobs/s and the
-ratio. Not a test: numbers depend on the machine.
+ratio. Where aiomysql is installed (it is not a dependency of inboxgen), also a bare aiomysql
+loop over the same statements: 10 connections on one event loop, no threads, which shows what
+the runtime's thread per PyMySQL connection costs. Not a test: numbers depend on the machine.
 
     python bench/mariadb_drain.py [N]          # WORKERS=1 for one worker and one thread
 """
@@ -94,13 +96,55 @@ def bare(server: MariaDBServer, batch: int, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
+def bare_async(server: MariaDBServer, batch: int, n: int) -> float | None:
+    """The bare loop on aiomysql, WORKERS connections on one event loop; None without it."""
+    try:
+        import aiomysql  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    from pymysql.constants import CLIENT
+
+    module, url = fill(server, f"aio_{batch}", n)
+    args = mysql_connect_args(url)
+
+    async def loop() -> None:
+        conn = await aiomysql.connect(host=args["host"], port=args["port"], user=args.get("user"),
+                                      password=args.get("password", ""), db=args["database"],
+                                      autocommit=False, client_flag=CLIENT.FOUND_ROWS)
+        try:
+            cur = await conn.cursor()
+            await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            await cur.execute("SET SESSION time_zone = '+00:00'")
+            while True:
+                await cur.execute(module.CLAIM, {"limit": batch})
+                rows = [module._claimed(r) for r in await cur.fetchall()]
+                for row in rows:
+                    await cur.execute(module.FINISH, {"id": row.id})
+                await conn.commit()
+                if not rows:
+                    return
+        finally:
+            conn.close()
+
+    async def loops() -> None:
+        await asyncio.gather(*[loop() for _ in range(WORKERS)])
+
+    started = time.perf_counter()
+    asyncio.run(loops())
+    return n / (time.perf_counter() - started)
+
+
 def main(n: int) -> None:
     server = MariaDBServer()
     try:
         for batch in (1, 16):
             rt, ceiling = runtime(server, batch, n), bare(server, batch, n)
-            print(f"row lock batch {batch:2}: runtime {rt:7.0f} jobs/s, bare PyMySQL loop "
-                  f"{ceiling:7.0f} jobs/s ({rt / ceiling:.2f}x)", flush=True)
+            line = (f"row lock batch {batch:2}: runtime {rt:7.0f} jobs/s, bare PyMySQL loop "
+                    f"{ceiling:7.0f} jobs/s ({rt / ceiling:.2f}x)")
+            on_loop = bare_async(server, batch, n)
+            if on_loop is not None:
+                line += f", bare aiomysql loop {on_loop:7.0f} jobs/s"
+            print(line, flush=True)
     finally:
         server.stop()
 
