@@ -27,12 +27,8 @@ import attrs
 
 from inboxgen.descriptor import TableDescriptor
 from inboxgen.errors import LeaseLost, SchemaError, SettlementLost, WorkerConfigError
-from inboxgen.runtime.backends import (
-    Backend,
-    MySQLBackend,
-    PostgresBackend,
-    SqliteBackend,
-)
+from inboxgen.runtime.backends import BACKENDS, Backend
+from inboxgen.runtime.backends.base import Database
 from inboxgen.runtime.batching import Calls, by_op, one_statement
 from inboxgen.runtime.clock import Clock, SystemClock
 from inboxgen.runtime.connecting import reach, retry_delay
@@ -158,7 +154,7 @@ class Worker:
         self.connect_timeout = connect_timeout  # how long start() waits for the database
         self.stats = Stats()
         self._check_settings()
-        if pool is not None and d.dialect != "postgres":
+        if pool is not None and not getattr(BACKENDS.get(d.dialect), "takes_pool", False):
             raise WorkerConfigError("pool= is for PostgreSQL (psycopg_pool); a SQLite or "
                                     "MySQL worker keeps connections of its own",
                                     worker=self.name, table=d.qualified_name)
@@ -176,7 +172,7 @@ class Worker:
                 self.workers = max(max_size - 1, 1)
         try:
             self.backend = self._backend(database, pool, listen)
-        except ValueError as err:  # a malformed address: the message never quotes it
+        except ValueError as err:  # NoDatabase, or a malformed address (never quoted)
             raise WorkerConfigError(str(err), worker=self.name, table=d.qualified_name) from None
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second signal: stop without waiting for jobs
@@ -202,36 +198,14 @@ class Worker:
 
     # -- settings -------------------------------------------------------------------------
 
-    def _backend(self, database: str | Path | Mapping[str, Any] | None, pool: Any,
-                 listen: bool | None) -> Backend:
+    def _backend(self, database: Database, pool: Any, listen: bool | None) -> Backend:
         d = self.descriptor
-        backend: Backend
-        if d.dialect == "sqlite":
-            if database is None:
-                raise WorkerConfigError("a SQLite worker needs database=<path of the file>",
-                                        worker=self.name, table=d.qualified_name)
-            backend = SqliteBackend(d, str(database))
-            # Watching the file for commits is asked for: see docs/runtime.md, SQLite commits.
-            self.listen = False if listen is None else listen
-        elif d.dialect == "postgres":
-            if database is None and pool is None:
-                raise WorkerConfigError("a PostgreSQL worker needs database=<conninfo or URL> "
-                                        "or pool=<psycopg_pool.AsyncConnectionPool>",
-                                        worker=self.name, table=d.qualified_name)
-            backend = PostgresBackend(d, str(database) if database else None, pool=pool,
-                                      size=self.workers)
-            self.listen = True if listen is None else listen
-        elif d.dialect == "mysql":
-            if database is None:
-                raise WorkerConfigError("a MySQL/MariaDB worker needs database=<URL like "
-                                        "mysql://user@host:3306/name, or connect() arguments>",
-                                        worker=self.name, table=d.qualified_name)
-            backend = MySQLBackend(d, database if not isinstance(database, Path)
-                                   else str(database))
-            self.listen = False
-        else:
+        kind = BACKENDS.get(d.dialect)
+        if kind is None:
             raise WorkerConfigError(f"no runtime for dialect {d.dialect}",
                                     worker=self.name, table=d.qualified_name)
+        backend = kind.for_worker(d, database, pool, self.workers)
+        self.listen = kind.listens_by_default if listen is None else listen and kind.can_listen
         return backend
 
     def _check_settings(self) -> None:
@@ -329,15 +303,9 @@ class Worker:
         # Threads start only once plain handlers run.
         self._handler_pool = ThreadPoolExecutor(max_workers=self.workers,
                                                 thread_name_prefix=f"{self.name}:handler")
-        if self.listen and isinstance(self.backend, PostgresBackend):
-            from inboxgen.runtime.listener import listen
-
-            self._listener = asyncio.create_task(listen(self), name=f"{self.name}:listen")
-        elif self.listen and isinstance(self.backend, SqliteBackend):
-            from inboxgen.runtime.watcher import watch
-
-            self._listener = asyncio.create_task(watch(self, self.backend.path),
-                                                 name=f"{self.name}:watch")
+        listening = self.backend.listener(self) if self.listen else None
+        if listening is not None:
+            self._listener = asyncio.create_task(listening, name=f"{self.name}:listen")
         self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
                        for i in range(self.workers)]
         self.started = True
@@ -429,52 +397,10 @@ class Worker:
                 and self._idle.issuperset(range(len(self._tasks)))
                 and self._idle.issuperset(self.form.waiters))
 
-    async def _check_server(self, conn: Any) -> None:
-        """PostgreSQL: session features behind a transaction pooler. MySQL/MariaDB: the version
-        floor, and a binary log format that allows READ COMMITTED writes."""
-        if isinstance(self.backend, PostgresBackend):
-            await self._check_session_pooling(conn)
-        if not isinstance(self.backend, MySQLBackend):
-            return
-        from inboxgen.runtime.serverversion import require_supported
-
-        where = {"worker": self.name, "table": self.descriptor.qualified_name}
-        (text,) = await self.backend.query(conn, "SELECT VERSION()")
-        require_supported(str(text), **where)
-        log_bin, binlog_format = await self.backend.query(
-            conn, "SELECT @@log_bin, @@binlog_format")
-        if int(log_bin or 0) and str(binlog_format).upper() == "STATEMENT":
-            raise WorkerConfigError(
-                "the server's binlog_format is STATEMENT, which refuses the READ COMMITTED "
-                "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
-
-    async def _check_session_pooling(self, conn: Any) -> None:
-        """Advisory locks and LISTEN live on a server session. Behind a transaction pooler
-        (PgBouncer's pool_mode=transaction) two transactions of one client connection may run
-        on different server sessions: where that shows, refuse the advisory form and poll
-        instead of listening."""
-        pids = set()
-        for _ in range(3):
-            cur = await conn.execute("SELECT pg_backend_pid()")
-            pids.add((await cur.fetchone())[0])
-            await conn.commit()
-        if len(pids) == 1:
-            return
-        where = {"worker": self.name, "table": self.descriptor.qualified_name}
-        if self.form.needs_one_session:
-            raise WorkerConfigError(
-                "the connection is behind a transaction pooler (each transaction ran on another "
-                "server session), where advisory locks do not hold: connect directly or use "
-                "session pooling", **where)
-        if self.listen:
-            log.warning("%s: behind a transaction pooler LISTEN cannot work: polling every "
-                        "%g s instead", self.name, self.poll_interval)
-            self.listen = False
-
     async def _prepare(self) -> None:
         d = self.descriptor
         async with self.backend.connection() as conn:
-            await self._check_server(conn)
+            await self.backend.check_server(conn, self)
             for name in d.statements:
                 try:
                     await self.backend.explain(conn, name)

@@ -10,15 +10,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from inboxgen.descriptor import TableDescriptor
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.worker import Worker
+
+# What a Worker's database= may be: a URL, conninfo or file path, or driver arguments.
+Database = str | Path | Mapping[str, Any] | None
 
 # What `together` runs: a generated function with its keyword arguments, or BEGIN or COMMIT.
 BEGIN, COMMIT = "BEGIN", "COMMIT"
 Step = tuple[str, dict[str, Any]] | str
+
+
+class NoDatabase(ValueError):
+    """A Worker was built without the database= (or pool=) its backend needs."""
 
 
 class StepFailed(Exception):
@@ -40,11 +51,34 @@ class Backend:
     rounds_together = False
     # Whether a write transaction holds the whole database (SQLite's one writer per file).
     single_writer = False
+    # Whether a worker can take a connection pool of the caller's (pool=).
+    takes_pool = False
+    # Whether a worker watches for new rows (`listener`) when not told (listen=None), and
+    # whether it can at all.
+    listens_by_default = False
+    can_listen = False
 
     def __init__(self, descriptor: TableDescriptor) -> None:
         self.descriptor = descriptor
         self.label = "the database"  # how messages name it (never with a password)
         self.busy = 0  # calls in flight, so tests on a fake clock can tell when all is quiet
+
+    @classmethod
+    def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
+                   size: int) -> Backend:
+        """The backend of a Worker built with `database=` (and `pool=`) and `size` slots.
+        Raises NoDatabase when what it needs is missing, ValueError when the address is
+        malformed (a message that never quotes it)."""
+        raise NotImplementedError
+
+    def listener(self, worker: Worker) -> Coroutine[Any, Any, None] | None:
+        """The task that wakes `worker`'s slots as rows arrive (listen=True), where the
+        database can tell."""
+        return None
+
+    async def check_server(self, conn: Any, worker: Worker) -> None:
+        """At start-up, on `conn`: what the server must offer the worker (raises
+        WorkerConfigError), and what the worker must do without."""
 
     async def probe(self) -> None:
         """Open one connection as the worker's own are opened, and close it: raises the

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.runtime.backends.base import ThreadedBackend
+from inboxgen.errors import WorkerConfigError
+from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, ThreadedBackend
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.worker import Worker
 
 
 def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -75,6 +80,27 @@ class MySQLBackend(ThreadedBackend):
         super().__init__(descriptor)
         self.connect_args = mysql_connect_args(database)
         self.label = mysql_label(self.connect_args)
+
+    @classmethod
+    def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
+                   size: int) -> Backend:
+        if database is None:
+            raise NoDatabase("a MySQL/MariaDB worker needs database=<URL like "
+                             "mysql://user@host:3306/name, or connect() arguments>")
+        return cls(descriptor, str(database) if isinstance(database, Path) else database)
+
+    async def check_server(self, conn: Any, worker: Worker) -> None:
+        """The version floor, and a binary log format that allows READ COMMITTED writes."""
+        from inboxgen.runtime.serverversion import require_supported
+
+        where = {"worker": worker.name, "table": self.descriptor.qualified_name}
+        (text,) = await self.query(conn, "SELECT VERSION()")
+        require_supported(str(text), **where)
+        log_bin, binlog_format = await self.query(conn, "SELECT @@log_bin, @@binlog_format")
+        if int(log_bin or 0) and str(binlog_format).upper() == "STATEMENT":
+            raise WorkerConfigError(
+                "the server's binlog_format is STATEMENT, which refuses the READ COMMITTED "
+                "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
 
     def permanent(self, err: Exception) -> bool:
         # Access denied (to the server or the database), an unknown database or host.

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from inboxgen.descriptor import Operations, TableDescriptor
-from inboxgen.runtime.backends.base import Backend, Step
+from inboxgen.errors import WorkerConfigError
+from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, Step
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.worker import Worker
+
+log = logging.getLogger("inboxgen.worker")
 
 
 class PostgresBackend(Backend):
@@ -15,6 +22,8 @@ class PostgresBackend(Backend):
 
     dialect = "postgres"
     rounds_together = True
+    takes_pool = True
+    listens_by_default = can_listen = True  # LISTEN/NOTIFY
 
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
                  pool: Any = None, size: int = 1) -> None:
@@ -32,6 +41,41 @@ class PostgresBackend(Backend):
         self.pool: Any = pool or self._own_pool(1)
         assert descriptor.async_ops is not None
         self.ops: Operations = descriptor.async_ops
+
+    @classmethod
+    def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
+                   size: int) -> Backend:
+        if database is None and pool is None:
+            raise NoDatabase("a PostgreSQL worker needs database=<conninfo or URL> or "
+                             "pool=<psycopg_pool.AsyncConnectionPool>")
+        return cls(descriptor, str(database) if database else None, pool=pool, size=size)
+
+    def listener(self, worker: Worker) -> Coroutine[Any, Any, None]:
+        from inboxgen.runtime.listener import listen
+
+        return listen(worker)
+
+    async def check_server(self, conn: Any, worker: Worker) -> None:
+        """Advisory locks and LISTEN live on a server session. Behind a transaction pooler
+        (PgBouncer's pool_mode=transaction) two transactions of one client connection may run
+        on different server sessions: where that shows, refuse the advisory form and poll
+        instead of listening."""
+        pids = set()
+        for _ in range(3):
+            cur = await conn.execute("SELECT pg_backend_pid()")
+            pids.add((await cur.fetchone())[0])
+            await conn.commit()
+        if len(pids) == 1:
+            return
+        if worker.form.needs_one_session:
+            raise WorkerConfigError(
+                "the connection is behind a transaction pooler (each transaction ran on another "
+                "server session), where advisory locks do not hold: connect directly or use "
+                "session pooling", worker=worker.name, table=worker.descriptor.qualified_name)
+        if worker.listen:
+            log.warning("%s: behind a transaction pooler LISTEN cannot work: polling every "
+                        "%g s instead", worker.name, worker.poll_interval)
+            worker.listen = False
 
     async def probe(self) -> None:
         import psycopg

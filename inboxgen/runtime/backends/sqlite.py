@@ -7,11 +7,15 @@ import asyncio
 import functools
 import sqlite3
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.runtime.backends.base import Step, ThreadedBackend
+from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, Step, ThreadedBackend
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.worker import Worker
 
 
 class SqliteBackend(ThreadedBackend):
@@ -25,6 +29,8 @@ class SqliteBackend(ThreadedBackend):
 
     dialect = "sqlite"
     single_writer = True
+    # Watching the file for commits is asked for: see docs/runtime.md, SQLite commits.
+    can_listen = True
 
     def __init__(self, descriptor: TableDescriptor, path: str | Path, *,
                  busy_timeout: float = 30.0) -> None:
@@ -34,6 +40,18 @@ class SqliteBackend(ThreadedBackend):
         self.busy_timeout = busy_timeout
         self._writer = asyncio.Lock()
         self._writing: Any = None  # the connection holding the process's write turn
+
+    @classmethod
+    def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
+                   size: int) -> Backend:
+        if database is None:
+            raise NoDatabase("a SQLite worker needs database=<path of the file>")
+        return cls(descriptor, str(database))
+
+    def listener(self, worker: Worker) -> Coroutine[Any, Any, None]:
+        from inboxgen.runtime.watcher import watch
+
+        return watch(worker, self.path)
 
     # Advisory locks: SQLite has none, so they are kept in the process (AdvisoryRegistry), and
     # one process per database file serves advisory rows.
