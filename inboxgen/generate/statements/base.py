@@ -1,4 +1,5 @@
-"""Every SQL statement the runtime may run for a queue table, rendered once, at build time.
+"""The statements every dialect shares, and the places where dialects differ (postgres.py,
+mysql.py and sqlite.py fill them in).
 
 Each statement is fixed text with identifiers quoted for the dialect and values as named
 placeholders; nothing is assembled at run time. The shapes, per claim form:
@@ -6,8 +7,8 @@ placeholders; nothing is assembled at run time. The shapes, per claim form:
 - row lock: CLAIM (SELECT ... FOR UPDATE SKIP LOCKED; the claim's transaction holds the job),
   settlements in the same transaction; a crash rolls back, so the claim does not count the
   attempt and RETRY / RETRY_AFTER do.
-- lease: CLAIM (UPDATE ... WHERE id IN (SELECT ...) RETURNING, committed at once) writes the
-  expiry, which is the ownership token: RENEW and every settlement are guarded by
+- lease: CLAIM (UPDATE ... RETURNING of the rows a subquery picked, committed at once) writes
+  the expiry, which is the ownership token: RENEW and every settlement are guarded by
   `locked_until = <held expiry>` (and the attempt, where there is one).
 - advisory: CANDIDATES lists due rows, LOCK takes the session lock on a row's key, TAKE confirms
   the row is still claimable (counting the attempt), UNLOCK releases it after settlement.
@@ -18,13 +19,12 @@ Claims report the attempt as it stood before the claim (`attempt - 1` where the 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import attrs
 
 from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
 from inboxgen.generate.model import Field, Queue, TableRef
-
-_PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BIGINT"}
 
 
 @attrs.frozen
@@ -35,7 +35,10 @@ class Statement:
     doc: str
 
 
-class _Builder:
+class Statements:
+    """A queue table's statements: `build()` returns them all. Subclasses, one per dialect,
+    give the shapes that differ."""
+
     def __init__(self, q: Queue) -> None:
         self.q = q
         self.d = q.dialect
@@ -115,31 +118,20 @@ class _Builder:
 
     def held_batch(self) -> str:
         """The condition that a row is one of a batch this worker holds: `guard()` for many
-        rows at once, with one array per guard parameter (one entry per row; SQLite: one JSON
-        array, `held`, of the rows' guard values)."""
-        idc = self.c(self.q.id)
-        if not self.q.lease and self.d.name == "postgres":
-            return f"{idc} = ANY({self.p('id')}::{_pg_array_type(self.q.id)})"
-        held = [("id", self.q.id)]
-        lu, attempt = self.role("locked_until"), self.role("attempt")
+        rows at once (where the dialect has `batches`)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def held_columns(q: Queue) -> list[tuple[str, Field]]:
+        """The guard parameters of a lease's batch with their columns: id, locked_until and
+        (where there is one) attempt."""
+        held = [("id", q.id)]
+        lu, attempt = q.role("locked_until"), q.role("attempt")
         assert lu is not None
         held.append(("locked_until", lu))
         if attempt is not None:
             held.append(("attempt", attempt))
-        plus = {"attempt": " + 1"}  # the claim counted the attempt the worker holds
-        cols = ", ".join(self.c(f) for _, f in held)
-        if self.d.name == "postgres":
-            picked = ", ".join(f"held.{p}{plus.get(p, '')}" for p, _ in held)
-            arrays = ", ".join(f"{self.p(p)}::{_pg_array_type(f)}" for p, f in held)
-            source = (f"    FROM unnest({arrays})\n"
-                      f"        AS held({', '.join(p for p, _ in held)})")
-        else:
-            # One JSON array of [id, locked_until, attempt] entries: joining one json_each per
-            # column on its key would scan each array once per row.
-            picked = ", ".join(f"json_extract(held.value, '$[{i}]'){plus.get(p, '')}"
-                               for i, (p, _) in enumerate(held))
-            source = f"    FROM json_each({self.p('held')}) AS held"
-        return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
+        return held
 
     def many(self, name: str, sets: list[str] | None, doc: str) -> None:
         """The batch twin of a guarded settlement (UPDATE with `sets`, or DELETE with None).
@@ -151,17 +143,11 @@ class _Builder:
 
     @property
     def batches(self) -> bool:
-        """Whether the table gets batch settlements: row lock and lease on PostgreSQL and SQLite.
-        MySQL/MariaDB has no UPDATE ... RETURNING to say which rows a lease's batch changed, and
-        a row lock's multi-row DELETE ... IN (...) deadlocks against concurrent SKIP LOCKED
-        claims where one row at a time does not: there each row settles alone."""
-        return (self.q.form == ROW_LOCK or self.q.lease) and not self.mysql
+        """Whether the table gets batch settlements (FINISH_MANY, RENEW_MANY): row lock and
+        lease, where the dialect has them."""
+        return self.q.form == ROW_LOCK or self.q.lease
 
     # -- statements -----------------------------------------------------------------------------
-
-    @property
-    def mysql(self) -> bool:
-        return self.d.name == "mysql"
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
                          ) -> None:
@@ -176,32 +162,14 @@ class _Builder:
         ) if x), doc)
 
     def force_index(self) -> str:
-        """MySQL: read the claim-order index in order. A locking read that sorts instead locks
-        every due row it examines, and then one claim holds the whole queue."""
-        if not self.mysql or not self.q.claim_index:
-            return ""
-        return f" FORCE INDEX ({self.d.quote(self.q.claim_index)})"
-
-    def mark(self, name: str, sets: list[str], doc: str) -> None:
-        """UPDATE the rows a MySQL claim selected (MySQL has no UPDATE ... RETURNING); `ids`
-        is a list, which PyMySQL writes as a parenthesised list."""
-        self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
-                 + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}", doc)
+        """What follows the table's name in a claim's locking read (MySQL: an index hint)."""
+        return ""
 
     def build(self) -> list[Statement]:
         form = self.q.form
-        if self.mysql:
-            self.claim_mysql()
-        elif form == ROW_LOCK and self.q.count_crashes:
-            self.claim_row_lock_counted()
-        elif form == ROW_LOCK:
-            self.claim_row_lock()
-        elif form == LEASE:
-            self.claim_lease()
-        elif form == ADVISORY:
-            self.claim_advisory()
+        self.claims()
         if self.q.fifo:
-            self.fifo_mysql() if self.mysql else self.fifo()
+            self.fifo()
         if form == LEASE:
             lu = self.role("locked_until")
             assert lu is not None
@@ -214,117 +182,34 @@ class _Builder:
         self.settlements()
         self.inserts()
         self.operations()
-        if self.d.name == "postgres":
-            self.add("NOTIFY", "SELECT pg_notify(%(channel)s, %(payload)s)",
-                     "Wake workers listening on the table's channel; the payload is the group.")
-            self.insert_notify()
+        self.notifications()
         return self.out
 
-    def insert_notify(self) -> None:
-        """INSERT and its notification as one statement: one round trip less per enqueue."""
-        insert = next(st for st in self.out if st.name == "INSERT")
-        if {"notify_channel", "notify_group"} & set(insert.params):
-            return  # a column's attribute has one of the names: insert() sends NOTIFY after
-        idc = self.c(self.q.id)
-        body = "\n".join("    " + line for line in insert.sql.splitlines())
-        self.add("INSERT_NOTIFY", f"WITH new AS (\n{body}\n)\n"
-                                  f"SELECT {idc}, pg_notify(%(notify_channel)s, %(notify_group)s)"
-                                  f"\nFROM new",
-                 "Enqueue one row and wake the workers listening on the table's channel when "
-                 "the transaction commits; returns its id.")
+    def claims(self) -> None:
+        form = self.q.form
+        if form == ROW_LOCK and self.q.count_crashes:
+            self.claim_row_lock_counted()
+        elif form == ROW_LOCK:
+            self.claim_row_lock()
+        elif form == LEASE:
+            self.claim_lease()
+        elif form == ADVISORY:
+            self.claim_advisory()
+
+    def notifications(self) -> None:
+        """Statements that wake listening workers, where the database has notifications."""
 
     def claim_row_lock(self) -> None:
         self.select_claimable("CLAIM", "Claim up to `limit` rows; the claim's open transaction "
                                        "holds them.")
 
-    def claim_mysql(self) -> None:
-        form = self.q.form
-        attempt = self.role("attempt")
-        if form == ROW_LOCK:
-            self.claim_row_lock()
-            if self.q.count_crashes:
-                assert attempt is not None
-                self.mark("CLAIM_COUNT", [f"{self.c(attempt)} = {self.c(attempt)} + 1"],
-                          "Count the next delivery of the claimed rows (committed at once, so a "
-                          "crash still spends the attempt).")
-                self.relock()
-        elif form == LEASE:
-            self.select_claimable("CLAIM", "Select up to `limit` due rows and lock them until "
-                                           "CLAIM_MARK, in the same transaction.")
-            self.mark("CLAIM_MARK", self.claim_set(),
-                      "Write the lease (the ownership token) on the rows CLAIM selected.")
-        else:
-            self.claim_advisory_candidates()
-            take_where = [f"{self.c(self.q.id)} = {self.p('id')}"] + self.filters()
-            self.add("TAKE", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
-                     + self.where(take_where),
-                     "Under its key's lock, confirm the row is still due.")
-            if attempt is not None:
-                self.add("TAKE_COUNT", f"UPDATE {self.t()}\n"
-                                       f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
-                                       f"WHERE {self.c(self.q.id)} = {self.p('id')}",
-                         "Count the attempt of a taken row.")
-            # Lock names: prefixed with the database, hashed where they pass MySQL's 64.
-            name = ("FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name")
-            self.add("LOCK", "SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), "
-                             f"name), 0)\n{name}",
-                     "Take the session-level lock on a job's key, without waiting.")
-            self.add("UNLOCK", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256),"
-                               f" name))\n{name}",
-                     "Release the session-level lock on a job's key.")
-
-    def fifo_mysql(self) -> None:
-        """MySQL FIFO without advisory transaction locks: row locks on the group serialise its
-        claimers; a live lease anywhere in the group still blocks."""
-        head_filters = self.group_filters()
-        lock = "FOR UPDATE NOWAIT" if self.q.form == ROW_LOCK else "FOR UPDATE"
-        if self.q.form == ROW_LOCK:
-            # The head's row lock alone would let a row enqueued later, sorting ahead of it,
-            # be claimed while the head is in work. Locking every unfinished row of the group
-            # (without waiting) guards the group for the transaction: a second claim runs into
-            # one of them. MySQL has no transaction-scoped advisory locks to do it with.
-            self.add("FIFO_LOCK", "\n".join((
-                f"SELECT {self.c(self.q.id)}",
-                f"FROM {self.t()}{self.force_index()}",
-                self.where(head_filters),
-                "FOR UPDATE NOWAIT",
-            )), "Lock the group's unfinished rows for the transaction, or fail at once when "
-                "another claim holds any of them.")
-        self.add("FIFO_HEAD", "\n".join((
-            f"SELECT {self.select_list()}",
-            f"FROM {self.t()}{self.force_index()}",
-            self.where(head_filters),
-            f"ORDER BY {self.order()}",
-            "LIMIT 1",
-            lock,
-        )), "The group's head (first unfinished row in claim order), locked"
-            + (" without waiting: a held head means nothing to claim." if self.q.form == ROW_LOCK
-               else ": concurrent claims of the group wait here."))
-        if self.q.form == LEASE:
-            lu = self.role("locked_until")
-            assert lu is not None
-            self.add("FIFO_HELD", f"SELECT COUNT(*)\nFROM {self.t()}\n"
-                     + self.where(head_filters + [f"{self.c(lu)} > {self.p('now')}"]),
-                     "Rows of the group under a live lease: any blocks the claim.")
-
     def claim_guard(self) -> None:
         """count_crashes: a claim counts its rows and commits, then locks them again. Between
         the two the rows are unlocked and still due, so claims of the table take turns on a
-        session lock from the count until the rows are locked again; otherwise a concurrent
-        claim would count the same rows once more, for a delivery that never happens."""
-        if self.mysql:
-            name = "FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name"
-            self.add("CLAIM_GUARD", "SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), "
-                                    f"name), %(wait)s)\n{name}",
-                     "Take the table's claim turn (a session lock), waiting up to `wait` s.")
-            self.add("CLAIM_UNGUARD", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, "
-                                      f"SHA2(name, 256), name))\n{name}",
-                     "Give the table's claim turn back.")
-            return
-        self.add("CLAIM_GUARD", "SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NOT NULL",
-                 "Take the table's claim turn (a session lock), waiting for it.")
-        self.add("CLAIM_UNGUARD", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
-                 "Give the table's claim turn back.")
+        session lock from the count until the rows are locked again (CLAIM_GUARD and
+        CLAIM_UNGUARD); otherwise a concurrent claim would count the same rows once more, for a
+        delivery that never happens."""
+        raise NotImplementedError
 
     def relock(self) -> None:
         self.claim_guard()
@@ -367,6 +252,9 @@ class _Builder:
             sets.append(f"{self.c(attempt)} = {self.c(attempt)} + 1")
         return sets
 
+    # How a lease claim's subquery locks the rows it picks, so concurrent claims skip them.
+    lease_pick_lock = ""
+
     def claim_lease(self) -> None:
         inner = "\n".join(x for x in (
             f"    SELECT {self.c(self.q.id)}",
@@ -374,7 +262,7 @@ class _Builder:
             self.where(self.filters(), "    "),
             f"    ORDER BY {self.order()}",
             f"    LIMIT {self.p('limit')}",
-            "    FOR UPDATE SKIP LOCKED" if self.d.name == "postgres" else "",
+            self.lease_pick_lock,
         ) if x)
         self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
                  + f"\nWHERE {self.d.picked_by(self.c(self.q.id), inner)}\n"
@@ -399,11 +287,11 @@ class _Builder:
             self.add("TAKE", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
                              + self.where(take_where),
                      "Under its key's lock, confirm the row is still due.")
-        if self.d.name == "postgres":
-            self.add("LOCK", "SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0))",
-                     "Take the session-level lock on a job's key, without waiting.")
-            self.add("UNLOCK", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
-                     "Release the session-level lock on a job's key.")
+        self.advisory_locks()
+
+    def advisory_locks(self) -> None:
+        """LOCK and UNLOCK of a job's key, where the database has session locks (SQLite's are
+        kept by the runtime, in the process)."""
 
     def group_filters(self) -> list[str]:
         """The unfinished rows of the worker's group (a FIFO group's members)."""
@@ -428,10 +316,7 @@ class _Builder:
         ra = self.role("retry_after")
         if ra is not None:
             conds.append(f"{self.c(ra)} <= {self.p('now')}")
-        if self.d.name == "postgres":
-            self.add("FIFO_GUARD",
-                     "SELECT pg_try_advisory_xact_lock(hashtextextended(%(fifo_key)s, 0))",
-                     "Serialise claims of one FIFO group for the rest of the transaction.")
+        self.fifo_guard()
         if self.q.form == ROW_LOCK:
             self.add("FIFO_CLAIM", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
                      + self.where(conds) + "\nFOR UPDATE SKIP LOCKED",
@@ -450,6 +335,10 @@ class _Builder:
                  + f"RETURNING {self.select_list(returning_claim=True)}",
                  "Claim the group's head under a lease, or nothing while any row of the group "
                  "is leased or the head is not yet due.")
+
+    def fifo_guard(self) -> None:
+        """A statement that serialises the claims of one FIFO group, where the database has
+        one (SQLite's one writer serialises them anyway)."""
 
     def settlements(self) -> None:
         q = self.q
@@ -533,58 +422,39 @@ class _Builder:
         if q.dead_letter_table is not None:
             self.add("STATUS_DEAD", f"SELECT COUNT(*)\nFROM {self.t(q.dead_letter_table)}",
                      "Count the rows in the dead-letter table.")
-        if self.d.name == "postgres":
-            self.add("OLDEST_TRANSACTION",
-                     "SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start))\n"
-                     "FROM pg_stat_activity\n"
-                     "WHERE xact_start IS NOT NULL\n"
-                     "  AND pid <> pg_backend_pid()\n"
-                     "  AND datname = current_database()",
-                     "The age in seconds of the database's oldest open transaction (a row-lock "
-                     "worker's, or one that holds back vacuum).")
-        if self.d.name == "postgres" and q.form == ADVISORY:
-            self.add("ADVISORY_LOCKS",
-                     "SELECT COUNT(*)\nFROM pg_locks\n"
-                     "WHERE locktype = 'advisory'\n"
-                     "  AND database = (SELECT oid FROM pg_database "
-                     "WHERE datname = current_database())",
-                     "Count the advisory locks held in the database (every table's).")
+        self.server_status()
         if pa is not None:
             self.prune(pa)
         self.requeue(g, ra, lu)
 
+    def server_status(self) -> None:
+        """What `inboxgen status` reads of the server beside the table, where it can."""
+
     def prune(self, pa: Field) -> None:
         """Delete processed rows in batches of `limit`, so a large backlog never takes a long
-        lock. MySQL takes no LIMIT in an IN subquery, but DELETE ... LIMIT is its own."""
+        lock."""
         old = f"{self.c(pa)} < {self.p('before')}"
-        doc = "Delete up to `limit` rows processed before `before` (inboxgen prune)."
-        if self.mysql:
-            self.add("PRUNE", f"DELETE FROM {self.t()}\nWHERE {old}\nLIMIT {self.p('limit')}",
-                     doc)
-        else:
-            idc = self.c(self.q.id)
-            batch = (f"    SELECT {idc}\n    FROM {self.t()}\n    WHERE {old}\n"
-                     f"    LIMIT {self.p('limit')}")
-            self.add("PRUNE", f"DELETE FROM {self.t()}\nWHERE {self.d.picked_by(idc, batch)}",
-                     doc)
+        self.add("PRUNE", self.prune_batch(old),
+                 "Delete up to `limit` rows processed before `before` (inboxgen prune).")
         self.add("PRUNABLE", f"SELECT COUNT(*)\nFROM {self.t()}\nWHERE {old}",
                  "Count the rows processed before `before`.")
 
+    def prune_batch(self, old: str) -> str:
+        idc = self.c(self.q.id)
+        batch = (f"    SELECT {idc}\n    FROM {self.t()}\n    WHERE {old}\n"
+                 f"    LIMIT {self.p('limit')}")
+        return f"DELETE FROM {self.t()}\nWHERE {self.d.picked_by(idc, batch)}"
+
     def ids_in(self, column: str) -> str:
-        """`column` is one of the ids in parameter `ids` (PostgreSQL: an array; SQLite: a JSON
-        array; MySQL: a list PyMySQL writes as (a, b, ...))."""
-        if self.d.name == "postgres":
-            return f"{column} = ANY({self.p('ids')}::{_pg_array_type(self.q.id)})"
-        if self.mysql:
-            return f"{column} IN {self.p('ids')}"
-        return f"{column} IN (SELECT picked.value FROM json_each({self.p('ids')}) AS picked)"
+        """`column` is one of the ids in parameter `ids`."""
+        raise NotImplementedError
 
     def requeue(self, g: Field | None, ra: Field | None, lu: Field | None) -> None:
         """Dead letters back to the queue, due now, all or those of `ids`; the attempt count
         reset to its start or kept (`reset_attempt`)."""
         q = self.q
         attempt = self.role("attempt")
-        fresh = _initial_attempt(attempt) if attempt is not None else ""
+        fresh = initial_attempt(attempt) if attempt is not None else ""
         reset = (f"CASE WHEN {self.p('reset_attempt')} THEN {fresh} ELSE {self.c(attempt)} END"
                  if attempt is not None else "")
         doc = ("Put dead letters back into group `to_group`, due at `now`{which}; "
@@ -613,50 +483,37 @@ class _Builder:
                     values.append("NULL")
                 else:
                     values.append(self.c(f))
-            dead_t = self.t(q.dead_letter_table)
-            if self.d.name == "postgres":
-                # One statement: the rows deleted are the rows inserted. An id the database
-                # always generates is generated anew.
-                keep = [(f, v) for f, v in zip(q.fields, values, strict=True)
-                        if not (f is q.id and f.column.db_only)]
-                cols = ", ".join(self.c(f) for f, _ in keep)
-                returned = ", ".join(self.c(f) for f in q.fields)
-                doc = ("Move dead letters{which} from the dead-letter table back into the queue, "
-                       "due at `now`; `reset_attempt` starts their attempt count again.")
-                for name, where in (("REQUEUE_MOVE", ""),
-                                    ("REQUEUE_MOVE_IDS",
-                                     f"\n    WHERE {self.ids_in(self.c(q.id))}")):
-                    self.add(name, f"WITH moved AS (\n    DELETE FROM {dead_t}{where}\n"
-                                   f"    RETURNING {returned}\n)\n"
-                                   f"INSERT INTO {self.t()} ({cols})\n"
-                                   f"SELECT {', '.join(v for _, v in keep)}\nFROM moved",
-                             doc.format(which="" if not where else " of `ids`"))
-                return
-            cols = ", ".join(self.c(f) for f in q.fields)
-            doc = ("Copy dead letters{which} back into the queue table, due at `now`; "
-                   "`reset_attempt` starts their attempt count again.")
-            copy = f"INSERT INTO {self.t()} ({cols})\nSELECT {', '.join(values)}\nFROM {dead_t}"
-            self.add("REQUEUE_COPY", copy, doc.format(which=""))
-            self.add("REQUEUE_COPY_IDS", f"{copy}\nWHERE {self.ids_in(self.c(q.id))}",
-                     doc.format(which=" of `ids`"))
-            back = f"{self.c(q.id)} IN (SELECT {self.c(q.id)} FROM {self.t()})"
-            self.add("REQUEUE_DELETE", f"DELETE FROM {dead_t}\nWHERE {back}",
-                     "Remove the dead letters copied back into the queue table.")
+            self.requeue_from_table(values, reset)
+
+    def requeue_from_table(self, values: list[str], reset: str) -> None:
+        """Dead letters back from the dead-letter table: `values` are the queue row's, column
+        by column. Copied, then deleted (two statements, in one transaction)."""
+        q = self.q
+        assert q.dead_letter_table is not None
+        dead_t = self.t(q.dead_letter_table)
+        cols = ", ".join(self.c(f) for f in q.fields)
+        doc = ("Copy dead letters{which} back into the queue table, due at `now`; "
+               "`reset_attempt` starts their attempt count again.")
+        copy = f"INSERT INTO {self.t()} ({cols})\nSELECT {', '.join(values)}\nFROM {dead_t}"
+        self.add("REQUEUE_COPY", copy, doc.format(which=""))
+        self.add("REQUEUE_COPY_IDS", f"{copy}\nWHERE {self.ids_in(self.c(q.id))}",
+                 doc.format(which=" of `ids`"))
+        back = f"{self.c(q.id)} IN (SELECT {self.c(q.id)} FROM {self.t()})"
+        self.add("REQUEUE_DELETE", f"DELETE FROM {dead_t}\nWHERE {back}",
+                 "Remove the dead letters copied back into the queue table.")
 
     def or_default(self, f: Field, value: str) -> str:
         """`value` for column `f` in an insert: where the column has a DDL default, the default
         stands in when the value is NULL (fixed text either way)."""
         if not f.optional:
             return value
-        default = f.column.default_sql or "NULL"
-        if self.d.name == "postgres" and default.startswith("'"):
-            # An untyped literal would make COALESCE text; the column's type keeps it typed.
-            default = f"CAST({default} AS {f.column.type_sql})"
-        return f"COALESCE({value}, {default})"
+        return f"COALESCE({value}, {self.column_default(f)})"
+
+    def column_default(self, f: Field) -> str:
+        return f.column.default_sql or "NULL"
 
     def returning_id(self) -> str:
-        """MySQL has no INSERT ... RETURNING: its insert reads the cursor's lastrowid."""
-        return "" if self.mysql else f"\nRETURNING {self.c(self.q.id)}"
+        return f"\nRETURNING {self.c(self.q.id)}"
 
     def inserts(self) -> None:
         fields = self.q.insert_fields
@@ -672,33 +529,15 @@ class _Builder:
             doc += " A column left at None takes its DDL default."
         self.add("INSERT", insert + self.returning_id(), doc)
         if self.q.unique:
-            keys = ", ".join(self.c(f) for f in self.q.unique)
-            if self.d.name == "mysql":
-                pass  # insert_unique runs INSERT and takes a duplicate-key error as "queued"
-            else:
-                self.add("INSERT_UNIQUE", f"{insert}\nON CONFLICT ({keys}) DO NOTHING",
-                         "Enqueue one row unless its unique key is already queued.")
-        if self.d.name == "sqlite":
-            # executemany() refuses a statement that returns rows (Python 3.12 and later).
-            self.add("INSERT_MANY", insert, "Enqueue many rows: this INSERT, run once per row "
-                                            "by executemany() in one call.")
-        if self.d.name == "postgres" and not any(_is_array(f) for f in fields):
-            # unnest() flattens arrays of arrays, so a table with an array column is
-            # enqueued in bulk with executemany instead.
-            arrays = ",\n    ".join(
-                f"{self.p(f.attr)}::{_pg_array_type(f)}" for f in fields)
-            if any(f.optional for f in fields):
-                # Name unnest's columns after the table's, to give each its default.
-                picked = ", ".join(self.or_default(f, self.c(f)) for f in fields)
-                self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
-                                        f"SELECT {picked}\nFROM unnest(\n    {arrays}\n) AS "
-                                        f"u({cols})",
-                         "Enqueue many rows in one statement: one array per column; a None "
-                         "takes the column's DDL default.")
-                return
-            self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
-                                    f"SELECT * FROM unnest(\n    {arrays}\n)",
-                     "Enqueue many rows in one statement: one array per column.")
+            self.insert_unique(insert, ", ".join(self.c(f) for f in self.q.unique))
+        self.insert_many(fields, cols, insert)
+
+    def insert_unique(self, insert: str, keys: str) -> None:
+        self.add("INSERT_UNIQUE", f"{insert}\nON CONFLICT ({keys}) DO NOTHING",
+                 "Enqueue one row unless its unique key is already queued.")
+
+    def insert_many(self, fields: Sequence[Field], cols: str, insert: str) -> None:
+        """The statement that enqueues many rows in one call, where the dialect has one."""
 
 
 # A run of SQL that a line break may not split: a quoted name or string, or unquoted text.
@@ -755,23 +594,9 @@ def _wrap_list(line: str, width: int) -> str:
     return "\n".join(out)
 
 
-def _is_array(f: Field) -> bool:
-    return f.column.type_sql.rstrip().endswith("]") or f.column.type_sql.upper().startswith(
-        "ARRAY")
-
-
-def _pg_array_type(f: Field) -> str:
-    base = f.column.type_sql
-    base = _PG_SERIAL_ARRAY.get(base.upper(), base)
-    return f"{base}[]"
-
-
-def _initial_attempt(f: Field) -> str:
+def initial_attempt(f: Field) -> str:
     """The attempt count a new row starts with: the column's DDL default where it is a number,
     else 0."""
     default = (f.column.default_sql or "").strip().strip("()")
     return default if default.isdigit() else "0"
 
-
-def build_statements(queue: Queue) -> list[Statement]:
-    return _Builder(queue).build()

@@ -1,0 +1,144 @@
+"""PostgreSQL's statement shapes: arrays for batches (`= ANY`, `unnest`), session and
+transaction advisory locks, NOTIFY, and status read from the server's own views."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from inboxgen.generate.dialects import ADVISORY
+from inboxgen.generate.model import Field
+from inboxgen.generate.statements.base import Statements
+
+_PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BIGINT"}
+
+
+class PostgresStatements(Statements):
+    lease_pick_lock = "    FOR UPDATE SKIP LOCKED"
+
+    def held_batch(self) -> str:
+        """One array per guard parameter, one entry per row (a row lock's rows are the
+        transaction's: their ids are enough)."""
+        idc = self.c(self.q.id)
+        if not self.q.lease:
+            return f"{idc} = ANY({self.p('id')}::{pg_array_type(self.q.id)})"
+        held = self.held_columns(self.q)
+        plus = {"attempt": " + 1"}  # the claim counted the attempt the worker holds
+        cols = ", ".join(self.c(f) for _, f in held)
+        picked = ", ".join(f"held.{p}{plus.get(p, '')}" for p, _ in held)
+        arrays = ", ".join(f"{self.p(p)}::{pg_array_type(f)}" for p, f in held)
+        source = (f"    FROM unnest({arrays})\n"
+                  f"        AS held({', '.join(p for p, _ in held)})")
+        return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
+
+    def claim_guard(self) -> None:
+        self.add("CLAIM_GUARD", "SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NOT NULL",
+                 "Take the table's claim turn (a session lock), waiting for it.")
+        self.add("CLAIM_UNGUARD", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
+                 "Give the table's claim turn back.")
+
+    def advisory_locks(self) -> None:
+        self.add("LOCK", "SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0))",
+                 "Take the session-level lock on a job's key, without waiting.")
+        self.add("UNLOCK", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
+                 "Release the session-level lock on a job's key.")
+
+    def fifo_guard(self) -> None:
+        self.add("FIFO_GUARD",
+                 "SELECT pg_try_advisory_xact_lock(hashtextextended(%(fifo_key)s, 0))",
+                 "Serialise claims of one FIFO group for the rest of the transaction.")
+
+    def server_status(self) -> None:
+        self.add("OLDEST_TRANSACTION",
+                 "SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start))\n"
+                 "FROM pg_stat_activity\n"
+                 "WHERE xact_start IS NOT NULL\n"
+                 "  AND pid <> pg_backend_pid()\n"
+                 "  AND datname = current_database()",
+                 "The age in seconds of the database's oldest open transaction (a row-lock "
+                 "worker's, or one that holds back vacuum).")
+        if self.q.form == ADVISORY:
+            self.add("ADVISORY_LOCKS",
+                     "SELECT COUNT(*)\nFROM pg_locks\n"
+                     "WHERE locktype = 'advisory'\n"
+                     "  AND database = (SELECT oid FROM pg_database "
+                     "WHERE datname = current_database())",
+                     "Count the advisory locks held in the database (every table's).")
+
+    def ids_in(self, column: str) -> str:
+        return f"{column} = ANY({self.p('ids')}::{pg_array_type(self.q.id)})"
+
+    def requeue_from_table(self, values: list[str], reset: str) -> None:
+        # One statement: the rows deleted are the rows inserted. An id the database always
+        # generates is generated anew.
+        q = self.q
+        assert q.dead_letter_table is not None
+        dead_t = self.t(q.dead_letter_table)
+        keep = [(f, v) for f, v in zip(q.fields, values, strict=True)
+                if not (f is q.id and f.column.db_only)]
+        cols = ", ".join(self.c(f) for f, _ in keep)
+        returned = ", ".join(self.c(f) for f in q.fields)
+        doc = ("Move dead letters{which} from the dead-letter table back into the queue, "
+               "due at `now`; `reset_attempt` starts their attempt count again.")
+        for name, where in (("REQUEUE_MOVE", ""),
+                            ("REQUEUE_MOVE_IDS", f"\n    WHERE {self.ids_in(self.c(q.id))}")):
+            self.add(name, f"WITH moved AS (\n    DELETE FROM {dead_t}{where}\n"
+                           f"    RETURNING {returned}\n)\n"
+                           f"INSERT INTO {self.t()} ({cols})\n"
+                           f"SELECT {', '.join(v for _, v in keep)}\nFROM moved",
+                     doc.format(which="" if not where else " of `ids`"))
+
+    def column_default(self, f: Field) -> str:
+        default = super().column_default(f)
+        if default.startswith("'"):
+            # An untyped literal would make COALESCE text; the column's type keeps it typed.
+            default = f"CAST({default} AS {f.column.type_sql})"
+        return default
+
+    def insert_many(self, fields: Sequence[Field], cols: str, insert: str) -> None:
+        if any(_is_array(f) for f in fields):
+            # unnest() flattens arrays of arrays, so a table with an array column is
+            # enqueued in bulk with executemany instead.
+            return
+        arrays = ",\n    ".join(f"{self.p(f.attr)}::{pg_array_type(f)}" for f in fields)
+        if any(f.optional for f in fields):
+            # Name unnest's columns after the table's, to give each its default.
+            picked = ", ".join(self.or_default(f, self.c(f)) for f in fields)
+            self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
+                                    f"SELECT {picked}\nFROM unnest(\n    {arrays}\n) AS "
+                                    f"u({cols})",
+                     "Enqueue many rows in one statement: one array per column; a None "
+                     "takes the column's DDL default.")
+            return
+        self.add("INSERT_MANY", f"INSERT INTO {self.t()} ({cols})\n"
+                                f"SELECT * FROM unnest(\n    {arrays}\n)",
+                 "Enqueue many rows in one statement: one array per column.")
+
+    def notifications(self) -> None:
+        self.add("NOTIFY", "SELECT pg_notify(%(channel)s, %(payload)s)",
+                 "Wake workers listening on the table's channel; the payload is the group.")
+        self.insert_notify()
+
+    def insert_notify(self) -> None:
+        """INSERT and its notification as one statement: one round trip less per enqueue."""
+        insert = next(st for st in self.out if st.name == "INSERT")
+        if {"notify_channel", "notify_group"} & set(insert.params):
+            return  # a column's attribute has one of the names: insert() sends NOTIFY after
+        idc = self.c(self.q.id)
+        body = "\n".join("    " + line for line in insert.sql.splitlines())
+        self.add("INSERT_NOTIFY", f"WITH new AS (\n{body}\n)\n"
+                                  f"SELECT {idc}, pg_notify(%(notify_channel)s, %(notify_group)s)"
+                                  f"\nFROM new",
+                 "Enqueue one row and wake the workers listening on the table's channel when "
+                 "the transaction commits; returns its id.")
+
+
+def _is_array(f: Field) -> bool:
+    return f.column.type_sql.rstrip().endswith("]") or f.column.type_sql.upper().startswith(
+        "ARRAY")
+
+
+def pg_array_type(f: Field) -> str:
+    """The array type of column `f` (a serial's is its integer type's)."""
+    base = f.column.type_sql
+    base = _PG_SERIAL_ARRAY.get(base.upper(), base)
+    return f"{base}[]"
