@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.batching import Calls, by_op
+
+log = logging.getLogger("inboxgen.worker")
 
 if TYPE_CHECKING:
     from inboxgen.runtime.backends import Backend
@@ -92,8 +95,12 @@ class LeaseSettler:
             settled: list[bool | Exception] = list(await self._flush(batch))
         except Exception as err:
             settled = [err] * len(batch)
-        for (_, _, written), result in zip(batch, settled, strict=True):
-            written(result)
+        for (op, values, written), result in zip(batch, settled, strict=True):
+            try:
+                written(result)
+            except Exception:  # one owner's failure must not stop the flushes of the others
+                log.exception("%s: reporting the %s of row %s failed",
+                              self.calls.descriptor.table, op, values.get("id"))
 
     async def _flush(self, batch: Pending) -> list[bool]:
         settled = [False] * len(batch)
