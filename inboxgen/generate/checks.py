@@ -10,6 +10,7 @@ import contextlib
 import re
 import sqlite3
 
+from inboxgen import floors
 from inboxgen.errors import Diagnostic
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.catalog import Catalog, Column, Table
@@ -372,21 +373,26 @@ class _Checker:
         line = self.spec.line("server_version")
         shown = ".".join(map(str, v))
         if self.d.name == "postgres":
-            if v < (9, 5):
-                self.err(line, f"PostgreSQL {shown} has no SKIP LOCKED: inboxgen needs 9.5 "
-                               f"or newer")
-            elif v < (11,) and (form == ADVISORY or self.spec.fifo):
+            pg, key_hash = floors.POSTGRES, floors.POSTGRES_KEY_HASH
+            if v < pg.version:
+                self.err(line, f"{pg.server} {shown} has no {pg.needs}: inboxgen needs "
+                               f"{pg.shown} or newer")
+            elif v < key_hash.version and (form == ADVISORY or self.spec.fifo):
                 what = "the advisory claim form needs" if form == ADVISORY else \
                     "FIFO groups need"
-                self.err(line, f"{what} hashtextextended(), PostgreSQL 11 or newer "
-                               f"(server_version is {shown})")
+                self.err(line, f"{what} {key_hash.needs}, {key_hash.server} {key_hash.shown} "
+                               f"or newer (server_version is {shown})")
         elif self.d.name == "mysql":
+            my, maria = floors.MYSQL, floors.MARIADB
             # Compare only the parts given: "8" means some 8.x, which may be 8.0.1 or later.
-            if v < (8, 0, 1)[:len(v)] or (v[0] == 10 and v < (10, 6)[:len(v)]) or v[0] == 5:
-                self.err(line, f"MySQL/MariaDB {shown} has no SKIP LOCKED: inboxgen needs "
-                               f"MySQL 8.0.1+ or MariaDB 10.6+")
-        elif self.d.name == "sqlite" and v < (3, 35):
-            self.err(line, f"SQLite {shown} has no RETURNING: inboxgen needs 3.35 or newer")
+            if (v < my.version[:len(v)] or (v[0] == maria.version[0]
+                                            and v < maria.version[:len(v)]) or v[0] == 5):
+                self.err(line, f"MySQL/MariaDB {shown} has no {my.needs}: inboxgen needs "
+                               f"MySQL {my.shown}+ or MariaDB {maria.shown}+")
+        elif self.d.name == "sqlite" and v < floors.SQLITE.version:
+            lite = floors.SQLITE
+            self.err(line, f"{lite.server} {shown} has no {lite.needs}: inboxgen needs "
+                           f"{lite.shown} or newer")
 
     def fields(self, table: Table,
                roles: dict[str, tuple[RoleBinding, Column]]) -> list[Field]:

@@ -1,5 +1,4 @@
-"""Which MySQL and MariaDB servers inboxgen runs on: SKIP LOCKED needs MySQL 8.0.1 or MariaDB 10.6.
-"""
+"""Whether a MySQL or MariaDB server is one inboxgen runs on (the floors are in floors.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +6,9 @@ import re
 
 import attrs
 
+from inboxgen import floors
 from inboxgen.errors import ServerTooOld
 
-MYSQL_FLOOR = (8, 0, 1)
-MARIADB_FLOOR = (10, 6, 0)
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:[-.+~].*)?$")
 
 
@@ -21,7 +19,9 @@ class ServerVersion:
 
     @property
     def floor(self) -> tuple[int, int, int]:
-        return MARIADB_FLOOR if self.flavor == "MariaDB" else MYSQL_FLOOR
+        major, minor, patch = (*(floors.MARIADB if self.flavor == "MariaDB"
+                                 else floors.MYSQL).version, 0, 0)[:3]
+        return major, minor, patch
 
     @property
     def supported(self) -> bool:
@@ -50,6 +50,8 @@ def require_supported(text: str, *, worker: str = "", table: str = "") -> Server
     version = parse_server_version(text)
     if version is None or not version.supported:
         shown = str(version) if version else repr(text)
-        raise ServerTooOld(f"the server is {shown}; inboxgen needs MySQL 8.0.1 or MariaDB 10.6 "
-                           f"or newer (SKIP LOCKED)", worker=worker, table=table)
+        my, maria = floors.MYSQL, floors.MARIADB
+        raise ServerTooOld(f"the server is {shown}; inboxgen needs {my.server} {my.shown} or "
+                           f"{maria.server} {maria.shown} or newer ({my.needs})", worker=worker,
+                           table=table)
     return version
