@@ -167,7 +167,7 @@ class Catalog:
 
 
 def _same_schema(d: Dialect, a: str | None, b: str | None) -> bool:
-    default = "public" if d.name == "postgres" else None
+    default = d.default_schema
     return (a or default) == (b or default) if not d.case_insensitive else (
         (a or "").lower() == (b or "").lower()
     )
@@ -572,7 +572,7 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
             cols = [_ident(e, d) for e in item.this.expressions]
             catalog.indexes.append(Index(None, schema, name, cols, True, False, st.path,
                                          st.line))
-    if d.name == "sqlite" and len(table.primary_key) == 1:
+    if d.integer_key_is_rowid and len(table.primary_key) == 1:
         pk = table.column(table.primary_key[0], d)
         if pk is not None and _declared_integer(pk.name, st.text):
             pk.auto = pk.has_default = True
@@ -624,8 +624,8 @@ def _index_column(node: exp.Expression, d: Dialect) -> str:
     prefix = getattr(exp, "ColumnPrefix", None)
     if prefix is not None and isinstance(node, prefix):
         return _ident(node.this, d)
-    if (d.name == "mysql" and isinstance(node, exp.Anonymous) and len(node.expressions) == 1
-            and isinstance(node.expressions[0], exp.Literal)):
+    if (d.prefix_parts_parse_as_calls and isinstance(node, exp.Anonymous)
+            and len(node.expressions) == 1 and isinstance(node.expressions[0], exp.Literal)):
         return str(node.this)
     return node.sql(dialect=d.sqlglot_name)
 

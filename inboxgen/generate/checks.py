@@ -10,7 +10,6 @@ import contextlib
 import re
 import sqlite3
 
-from inboxgen import floors
 from inboxgen.errors import Diagnostic
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.catalog import Catalog, Column, Table
@@ -244,7 +243,7 @@ class _Checker:
         `Z`, epoch numbers) sorts wrong against the worker's `now`, and rows stay unclaimable.
         The default is evaluated on an empty in-memory database to see what it gives, at a fixed
         'now' so that the message is the same at every build."""
-        if self.d.name != "sqlite" or b.role not in _SQLITE_TIME_ROLES or not col.default_sql:
+        if not self.d.times_as_text or b.role not in _SQLITE_TIME_ROLES or not col.default_sql:
             return
         where = f"column \"{table.name}.{col.name}\" (role {b.role}, {col.path}:{col.line})"
         try:
@@ -266,7 +265,7 @@ class _Checker:
     def check_type(self, table: Table, b: RoleBinding, col: Column) -> None:
         allowed = _ROLE_KINDS[b.role]
         wants = _ROLE_WANTS[b.role]
-        if self.d.name == "sqlite" and b.role in _SQLITE_TIME_ROLES:
+        if self.d.times_as_text and b.role in _SQLITE_TIME_ROLES:
             allowed, wants = (cat.TEXT,), "TEXT (SQLite keeps times as fixed-format UTC text)"
         if col.kind not in allowed:
             self.err(b.line, f"column \"{table.name}.{col.name}\" is {col.type_sql} "
@@ -285,7 +284,7 @@ class _Checker:
                          ) -> None:
         """`now` is bound once per statement, so the time roles must share one type: a
         TIMESTAMPTZ compared with a TIMESTAMP is read in the session's time zone."""
-        if self.d.name != "postgres":
+        if not self.d.time_types_must_match:
             return
         timed = [(b, c) for r, (b, c) in roles.items()
                  if r in ("retry_after", "processed_at", "locked_until")
@@ -371,28 +370,11 @@ class _Checker:
         if v is None:
             return
         line = self.spec.line("server_version")
-        shown = ".".join(map(str, v))
-        if self.d.name == "postgres":
-            pg, key_hash = floors.POSTGRES, floors.POSTGRES_KEY_HASH
-            if v < pg.version:
-                self.err(line, f"{pg.server} {shown} has no {pg.needs}: inboxgen needs "
-                               f"{pg.shown} or newer")
-            elif v < key_hash.version and (form == ADVISORY or self.spec.fifo):
-                what = "the advisory claim form needs" if form == ADVISORY else \
-                    "FIFO groups need"
-                self.err(line, f"{what} {key_hash.needs}, {key_hash.server} {key_hash.shown} "
-                               f"or newer (server_version is {shown})")
-        elif self.d.name == "mysql":
-            my, maria = floors.MYSQL, floors.MARIADB
-            # Compare only the parts given: "8" means some 8.x, which may be 8.0.1 or later.
-            if (v < my.version[:len(v)] or (v[0] == maria.version[0]
-                                            and v < maria.version[:len(v)]) or v[0] == 5):
-                self.err(line, f"MySQL/MariaDB {shown} has no {my.needs}: inboxgen needs "
-                               f"MySQL {my.shown}+ or MariaDB {maria.shown}+")
-        elif self.d.name == "sqlite" and v < floors.SQLITE.version:
-            lite = floors.SQLITE
-            self.err(line, f"{lite.server} {shown} has no {lite.needs}: inboxgen needs "
-                           f"{lite.shown} or newer")
+        hashing = ("the advisory claim form needs" if form == ADVISORY else
+                   "FIFO groups need" if self.spec.fifo else "")
+        problem = self.d.too_old(v, hashing)
+        if problem is not None:
+            self.err(line, problem)
 
     def fields(self, table: Table,
                roles: dict[str, tuple[RoleBinding, Column]]) -> list[Field]:
@@ -544,7 +526,7 @@ class _Checker:
                       f"\"{table.name}\"; claims will scan: CREATE INDEX {table.name}_claim ON "
                       f"{table.name} ({', '.join(order)})")
         lease = roles.get("locked_until")
-        if lease is not None and self.d.name == "postgres":
+        if lease is not None and self.d.indexed_updates_cost:
             for i in indexes:
                 if any(lease[1].name.lower() in c.lower() for c in i.columns):
                     self.warn(i.line, f"index {i.name or '(unnamed)'} on \"{table.name}\" "

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import attrs
 
+from inboxgen import floors
 from inboxgen.descriptor import PLACEHOLDERS
 
 ROW_LOCK = "row_lock"
@@ -29,12 +30,32 @@ class Dialect:
     folds_to_lower: bool
     case_insensitive: bool
     driver: str
+    # Why a spec's server_version is too old for inboxgen, or None: given the version and what
+    # needs a text hash of the server's, if anything ("FIFO groups need").
+    too_old: Callable[[tuple[int, ...], str], str | None]
+    # Placeholders as %(name)s, and the driver formats the whole text with `%` (psycopg,
+    # PyMySQL); else as :name (sqlite3).
+    pyformat: bool = True
     # How a statement names the rows a subquery picked (a claim's `LIMIT n ... SKIP LOCKED`,
     # a prune batch): `id IN (subquery)`, or on PostgreSQL `id = ANY(ARRAY(subquery))`. There
     # the array runs the subquery once, before the outer statement finds its rows by index;
     # as a semi-join the planner scans the whole table once the LIMIT is large against it.
     picked_open: str = "IN ("
     picked_close: str = ")"
+    # The schema a table without one is in (PostgreSQL's search_path default).
+    default_schema: str | None = None
+    # SQLite keeps the time roles as text, compared as text against the worker's `now`.
+    times_as_text: bool = False
+    # PostgreSQL reads a TIMESTAMPTZ compared with a TIMESTAMP in the session's time zone, so
+    # the time roles must share one type.
+    time_types_must_match: bool = False
+    # PostgreSQL: an index on a column an UPDATE changes makes that UPDATE non-HOT (every
+    # lease renewal writes locked_until).
+    indexed_updates_cost: bool = False
+    # SQLite: an INTEGER PRIMARY KEY is the rowid, which the database fills in.
+    integer_key_is_rowid: bool = False
+    # MySQL: sqlglot reads an index's prefix part `col(191)` as a function call.
+    prefix_parts_parse_as_calls: bool = False
 
     def quote(self, name: str) -> str:
         q = self.quote_char
@@ -44,7 +65,7 @@ class Dialect:
         return f"{self.quote(schema)}.{self.quote(table)}" if schema else self.quote(table)
 
     def param(self, name: str) -> str:
-        return f":{name}" if self.name == "sqlite" else f"%({name})s"
+        return f"%({name})s" if self.pyformat else f":{name}"
 
     def sub_params(self, sql: str, replace: Callable[[str], str]) -> str:
         """`sql` with each placeholder replaced by `replace(name)`; quoted names and strings are
@@ -52,7 +73,7 @@ class Dialect:
         def one(m: re.Match[str]) -> str:
             name = m.group("name")
             return m.group(0) if name is None else replace(name)
-        return PLACEHOLDERS[self.name == "sqlite"].sub(one, sql)
+        return PLACEHOLDERS[not self.pyformat].sub(one, sql)
 
     def params_in(self, sql: str) -> list[str]:
         """The placeholder names of `sql`, each once, in order of appearance."""
@@ -69,7 +90,7 @@ class Dialect:
     def placeholder_chars(self, name: str) -> str:
         """Characters of an identifier the driver takes for a placeholder, quoted or not:
         psycopg and PyMySQL format the whole text with `%`; sqlite3 leaves quoted names be."""
-        return "%" if "%" in name and self.name != "sqlite" else ""
+        return "%" if "%" in name and self.pyformat else ""
 
     def picked_by(self, column: str, subquery: str) -> str:
         """`column` is among the values `subquery` (indented lines) selects."""
@@ -77,6 +98,36 @@ class Dialect:
 
     def same_name(self, a: str, b: str) -> bool:
         return a.lower() == b.lower() if self.case_insensitive else a == b
+
+
+def _postgres_too_old(v: tuple[int, ...], hashing: str) -> str | None:
+    shown = ".".join(map(str, v))
+    pg, key_hash = floors.POSTGRES, floors.POSTGRES_KEY_HASH
+    if v < pg.version:
+        return f"{pg.server} {shown} has no {pg.needs}: inboxgen needs {pg.shown} or newer"
+    if v < key_hash.version and hashing:
+        return (f"{hashing} {key_hash.needs}, {key_hash.server} {key_hash.shown} or newer "
+                f"(server_version is {shown})")
+    return None
+
+
+def _mysql_too_old(v: tuple[int, ...], hashing: str) -> str | None:
+    shown = ".".join(map(str, v))
+    my, maria = floors.MYSQL, floors.MARIADB
+    # Compare only the parts given: "8" means some 8.x, which may be 8.0.1 or later.
+    if (v < my.version[:len(v)] or (v[0] == maria.version[0] and v < maria.version[:len(v)])
+            or v[0] == 5):
+        return (f"MySQL/MariaDB {shown} has no {my.needs}: inboxgen needs MySQL {my.shown}+ "
+                f"or MariaDB {maria.shown}+")
+    return None
+
+
+def _sqlite_too_old(v: tuple[int, ...], hashing: str) -> str | None:
+    lite = floors.SQLITE
+    if v < lite.version:
+        return (f"{lite.server} {'.'.join(map(str, v))} has no {lite.needs}: inboxgen needs "
+                f"{lite.shown} or newer")
+    return None
 
 
 POSTGRES = Dialect(
@@ -89,8 +140,12 @@ POSTGRES = Dialect(
     folds_to_lower=True,
     case_insensitive=False,
     driver="psycopg",
+    too_old=_postgres_too_old,
     picked_open="= ANY(ARRAY(",
     picked_close="))",
+    default_schema="public",
+    time_types_must_match=True,
+    indexed_updates_cost=True,
 )
 MYSQL = Dialect(
     name="mysql",
@@ -102,6 +157,8 @@ MYSQL = Dialect(
     folds_to_lower=False,
     case_insensitive=True,
     driver="pymysql",
+    too_old=_mysql_too_old,
+    prefix_parts_parse_as_calls=True,
 )
 SQLITE = Dialect(
     name="sqlite",
@@ -113,6 +170,10 @@ SQLITE = Dialect(
     folds_to_lower=False,
     case_insensitive=True,
     driver="sqlite3",
+    too_old=_sqlite_too_old,
+    pyformat=False,
+    times_as_text=True,
+    integer_key_is_rowid=True,
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (POSTGRES, MYSQL, SQLITE)}
