@@ -506,7 +506,8 @@ def test_row_lock_spent_job_moves_to_dead_letter_group(db: Db, tmp_path: Path) -
     assert kept == [(3, b"to: ada")]
 
 
-def test_lease_spent_job_moves_to_dead_letter_table(lease_db: Db, tmp_path: Path) -> None:
+def test_lease_spent_job_moves_to_dead_letter_table(lease_db: Db, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
     db = lease_db
     emails = queue_on(db, "emails", tmp_path).module
     clock = fake_clock()
@@ -529,8 +530,11 @@ def test_lease_spent_job_moves_to_dead_letter_table(lease_db: Db, tmp_path: Path
         finally:
             await worker.shutdown()
 
-    asyncio.run(main())
+    with caplog.at_level(logging.ERROR, logger="inboxgen"):
+        asyncio.run(main())
     assert [a for a, _ in attempts] == [1, 2, 3]
+    # One line for the move, not one per step of it.
+    assert sum("moved to the dead letters" in r.getMessage() for r in caplog.records) == 1
     # The default backoff (1 s, then 2 s) is honoured: no delivery before its row is due.
     gaps = [(b - a).total_seconds() for (_, a), (_, b) in itertools.pairwise(attempts)]
     assert gaps == [1.0, 2.0]

@@ -20,7 +20,6 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 import attrs
@@ -114,7 +113,7 @@ class Worker:
         descriptor: TableDescriptor,
         handler: Handler,
         *,
-        database: str | Path | Mapping[str, Any] | None = None,
+        database: Database = None,
         pool: Any = None,
         group: str | None = None,
         name: str | None = None,
@@ -154,7 +153,11 @@ class Worker:
         self.connect_timeout = connect_timeout  # how long start() waits for the database
         self.stats = Stats()
         self._check_settings()
-        if pool is not None and not getattr(BACKENDS.get(d.dialect), "takes_pool", False):
+        kind = BACKENDS.get(d.dialect)
+        if kind is None:
+            raise WorkerConfigError(f"no runtime for dialect {d.dialect}",
+                                    worker=self.name, table=d.qualified_name)
+        if pool is not None and not kind.takes_pool:
             raise WorkerConfigError("pool= is for PostgreSQL (psycopg_pool); a SQLite or "
                                     "MySQL worker keeps connections of its own",
                                     worker=self.name, table=d.qualified_name)
@@ -171,9 +174,10 @@ class Worker:
                             self.name, max_size, max(max_size - 1, 1), self.workers)
                 self.workers = max(max_size - 1, 1)
         try:
-            self.backend = self._backend(database, pool, listen)
+            self.backend: Backend = kind.for_worker(d, database, pool, self.workers)
         except ValueError as err:  # NoDatabase, or a malformed address (never quoted)
             raise WorkerConfigError(str(err), worker=self.name, table=d.qualified_name) from None
+        self.listen = kind.listens_by_default if listen is None else listen and kind.can_listen
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second signal: stop without waiting for jobs
         self._wake = asyncio.Event()
@@ -197,16 +201,6 @@ class Worker:
         self.started = False
 
     # -- settings -------------------------------------------------------------------------
-
-    def _backend(self, database: Database, pool: Any, listen: bool | None) -> Backend:
-        d = self.descriptor
-        kind = BACKENDS.get(d.dialect)
-        if kind is None:
-            raise WorkerConfigError(f"no runtime for dialect {d.dialect}",
-                                    worker=self.name, table=d.qualified_name)
-        backend = kind.for_worker(d, database, pool, self.workers)
-        self.listen = kind.listens_by_default if listen is None else listen and kind.can_listen
-        return backend
 
     def _check_settings(self) -> None:
         d = self.descriptor
@@ -695,9 +689,12 @@ class Worker:
         """Run the settlement on `conn`, or (a lease, `conn` None) through the settler or in a
         transaction of its own."""
         call = self._settlement_call(h, s)
-        if call is None:
-            return
-        op, values = call
+        if call is not None:
+            await self._run_settlement(conn, h, *call)
+
+    async def _run_settlement(self, conn: Any | None, h: _Held, op: str,
+                              values: dict[str, Any]) -> None:
+        """Run settlement `op` of row `h` with `values` (see `_execute_settlement`)."""
         if h.deferred is not None and one_statement(self.descriptor, op):
             h.deferred.append((op, values))  # run with the batch's others (_settle_together)
             return

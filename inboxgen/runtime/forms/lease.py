@@ -232,10 +232,12 @@ class Lease(Form):
         self._handled(h)  # the claimer may claim for this slot while the write is on its way
         await self.renewer.settling(h)
         call = w._settlement_call(h, s)
-        if call is None or not one_statement(w.descriptor, call[0]):
-            await w._execute_settlement(None, h, s)  # the rarer kinds: written here and now
+        if call is None:
             return
         op, values = call
+        if not one_statement(w.descriptor, op):
+            await w._run_settlement(None, h, op, values)  # the rarer kinds: written here, now
+            return
         w._check_held(h, op)
         # With the other slots' settlements; the slot goes on, and the flush reports this one.
         h.flushing = True
@@ -250,7 +252,9 @@ class Lease(Form):
         elif not result:
             err = self._lease_lost(h, op)
         elif op == "retry":
-            w.wake_one()  # see write()
+            # The row is due again now, and the claim its handler made room for may have come
+            # before this write: claim once more rather than wait for the poll.
+            w.wake_one()
         w._settled_later(h, s, err)
 
     async def _settle(self, h: _Held, s: Settlement, tx: Any | None) -> None:
@@ -259,20 +263,15 @@ class Lease(Form):
         await self.w._execute_settlement(tx, h, s)
 
     async def write(self, op: str, values: dict[str, Any]) -> bool:
-        """One statement goes with the other slots' settlements (the settler)."""
+        """One statement goes with the other slots' settlements (the settler) and waits for
+        it (FIFO); the rarer kinds run in a transaction of their own."""
         w = self.w
         try:
             if one_statement(w.descriptor, op):
-                ok = await self.settler.settle(op, values)
-            else:
-                ok = await super().write(op, values)
+                return await self.settler.settle(op, values)
+            return await super().write(op, values)
         except Exception as err:
             raise self._settlement_lost(op, values["id"], first_line(err)) from err
-        if ok and op == "retry" and self.shared_claims:
-            # The row is due again now, and the claim its handler made room for may have come
-            # before this write: claim once more rather than wait for the poll.
-            w.wake_one()
-        return ok
 
     def undecodable(self, h: _Held) -> Settlement:
         log.error("%s: row %s left leased: its payload does not decode, and the table has no "
