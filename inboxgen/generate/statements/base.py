@@ -227,17 +227,9 @@ class Statements:
         own, then lock the row again (guarded by the attempt) for the handler's transaction."""
         attempt = self.role("attempt")
         assert attempt is not None
-        inner = "\n".join(x for x in (
-            f"    SELECT {self.c(self.q.id)}",
-            f"    FROM {self.t()}",
-            self.where(self.filters(), "    "),
-            f"    ORDER BY {self.order()}",
-            f"    LIMIT {self.p('limit')}",
-            "    FOR UPDATE SKIP LOCKED",
-        ) if x)
         self.add("CLAIM", f"UPDATE {self.t()}\n"
                           f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
-                          f"WHERE {self.d.picked_by(self.c(self.q.id), inner)}\n"
+                          f"WHERE {self.picked('    FOR UPDATE SKIP LOCKED')}\n"
                           f"RETURNING {self.select_list(returning_claim=True)}",
                  "Count the next delivery of up to `limit` rows (commit it at once, so a crash "
                  "still spends the attempt).")
@@ -255,17 +247,22 @@ class Statements:
     # How a lease claim's subquery locks the rows it picks, so concurrent claims skip them.
     lease_pick_lock = ""
 
-    def claim_lease(self) -> None:
+    def picked(self, lock: str) -> str:
+        """The condition that a row is among the first `limit` due rows in claim order, picked
+        by a subquery that locks them as `lock` says (an UPDATE's claim)."""
         inner = "\n".join(x for x in (
             f"    SELECT {self.c(self.q.id)}",
             f"    FROM {self.t()}",
             self.where(self.filters(), "    "),
             f"    ORDER BY {self.order()}",
             f"    LIMIT {self.p('limit')}",
-            self.lease_pick_lock,
+            lock,
         ) if x)
+        return self.d.picked_by(self.c(self.q.id), inner)
+
+    def claim_lease(self) -> None:
         self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
-                 + f"\nWHERE {self.d.picked_by(self.c(self.q.id), inner)}\n"
+                 + f"\nWHERE {self.picked(self.lease_pick_lock)}\n"
                  + f"RETURNING {self.select_list(returning_claim=True)}",
                  "Claim up to `limit` rows under a lease ending at `locked_until`.")
 
