@@ -195,7 +195,14 @@ def candidates(
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = _v.mysql_execute(conn, CANDIDATES, {"now": _v.naive_utc(now), "limit": limit})
+    cur = _v.mysql_execute(
+        conn,
+        CANDIDATES,
+        {
+            "now": _v.naive_utc(now),
+            "limit": limit,
+        },
+    )
     return [_claimed(r) for r in cur.fetchall()]
 
 
@@ -270,7 +277,7 @@ def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> int:
 
 
 def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement (PyMySQL's executemany writes one multi-row INSERT);
+    """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
     _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in rows])
@@ -330,11 +337,168 @@ def requeue(
             {
                 "now": _v.naive_utc(now),
                 "reset_attempt": reset_attempt,
-                "ids": list(ids),
+                "ids": tuple(ids),
             },
         )
     moved = cur.rowcount
     _v.mysql_execute(conn, REQUEUE_DELETE, {})
+    return moved
+
+
+async def candidates_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    now: datetime.datetime,
+    limit: int = 1,
+) -> list[ClaimedRow]:
+    """Rows due for a claim, in claim order; each is then locked by its key."""
+    cur = await _v.mysql_execute_async(
+        conn,
+        CANDIDATES,
+        {
+            "now": _v.naive_utc(now),
+            "limit": limit,
+        },
+    )
+    return [_claimed(r) for r in await cur.fetchall()]
+
+
+async def take_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    id: int,
+    now: datetime.datetime,
+) -> ClaimedRow | None:
+    """Under its key's lock, confirm the row is still due. Counts the attempt."""
+    cur = await _v.mysql_execute_async(conn, TAKE, {"id": id, "now": _v.naive_utc(now)})
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    await _v.mysql_execute_async(conn, TAKE_COUNT, {"id": id})
+    return _claimed(row)
+
+
+async def lock_async(conn: _v.AsyncMySQLConnection, *, key: str) -> bool:
+    """Take the session-level lock on a job's key, without waiting."""
+    cur = await _v.mysql_execute_async(conn, LOCK, {"key": key})
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+async def unlock_async(conn: _v.AsyncMySQLConnection, *, key: str) -> bool:
+    """Release the session-level lock on a job's key."""
+    cur = await _v.mysql_execute_async(conn, UNLOCK, {"key": key})
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+async def finish_async(conn: _v.AsyncMySQLConnection, *, id: int) -> bool:
+    """Ack or drop: delete the row."""
+    cur = await _v.mysql_execute_async(conn, FINISH, {"id": id})
+    return cur.rowcount == 1
+
+
+async def retry_after_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    id: int,
+    retry_after: datetime.datetime,
+) -> bool:
+    """Return the row to the queue, due at `retry_after`."""
+    cur = await _v.mysql_execute_async(
+        conn,
+        RETRY_AFTER,
+        {
+            "retry_after": _v.naive_utc(retry_after),
+            "id": id,
+        },
+    )
+    return cur.rowcount == 1
+
+
+async def dead_letter_async(conn: _v.AsyncMySQLConnection, *, id: int, attempt: int) -> bool:
+    """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
+    roll back when it returns False.
+    """
+    cur = await _v.mysql_execute_async(conn, DEAD_LETTER_COPY, {"attempt": attempt, "id": id})
+    if cur.rowcount != 1:
+        return False
+    cur = await _v.mysql_execute_async(conn, DEAD_LETTER_DELETE, {"id": id})
+    return cur.rowcount == 1
+
+
+async def insert_async(conn: _v.AsyncMySQLConnection, row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = await _v.mysql_execute_async(conn, INSERT, _insert_params(row))
+    return cur.lastrowid
+
+
+async def insert_many_async(conn: _v.AsyncMySQLConnection, rows: Sequence[NewRow]) -> None:
+    """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
+    nothing is committed here.
+    """
+    await _v.mysql_executemany_async(conn, INSERT, [_insert_params(r) for r in rows])
+
+
+async def status_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = await _v.mysql_execute_async(conn, STATUS, {"now": _v.naive_utc(now)})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None if r[5] is None else _v.aware(r[5]),
+        )
+        for r in await cur.fetchall()
+    ]
+
+
+async def dead_count_async(conn: _v.AsyncMySQLConnection) -> int:
+    """Count the rows in the dead-letter table."""
+    cur = await _v.mysql_execute_async(conn, STATUS_DEAD, {})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def requeue_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
+    due at `now`; returns how many. Run it in one transaction. With `reset_attempt` their
+    attempt count starts again.
+    """
+    if ids is None:
+        cur = await _v.mysql_execute_async(
+            conn,
+            REQUEUE_COPY,
+            {
+                "now": _v.naive_utc(now),
+                "reset_attempt": reset_attempt,
+            },
+        )
+    else:
+        cur = await _v.mysql_execute_async(
+            conn,
+            REQUEUE_COPY_IDS,
+            {
+                "now": _v.naive_utc(now),
+                "reset_attempt": reset_attempt,
+                "ids": tuple(ids),
+            },
+        )
+    moved = cur.rowcount
+    await _v.mysql_execute_async(conn, REQUEUE_DELETE, {})
     return moved
 
 
@@ -348,6 +512,18 @@ OPS: Final = Operations(
     dead_letter=dead_letter,
     insert=insert,
     insert_many=insert_many,
+)
+
+ASYNC_OPS: Final = Operations(
+    candidates=candidates_async,
+    take=take_async,
+    lock=lock_async,
+    unlock=unlock_async,
+    finish=finish_async,
+    retry_after=retry_after_async,
+    dead_letter=dead_letter_async,
+    insert=insert_async,
+    insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
@@ -407,5 +583,5 @@ DESCRIPTOR: Final = TableDescriptor(
     ),
     source="specs/ledger_mariadb.toml",
     ops=OPS,
-    async_ops=None,
+    async_ops=ASYNC_OPS,
 )

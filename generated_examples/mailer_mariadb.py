@@ -171,7 +171,7 @@ def claim(
     cur = _v.mysql_execute(conn, CLAIM, {"group": group, "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     if rows:
-        _v.mysql_execute(conn, CLAIM_COUNT, {"ids": [r.job_id for r in rows]})
+        _v.mysql_execute(conn, CLAIM_COUNT, {"ids": tuple(r.job_id for r in rows)})
     return rows
 
 
@@ -228,7 +228,7 @@ def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> int:
 
 
 def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement (PyMySQL's executemany writes one multi-row INSERT);
+    """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
     _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in rows])
@@ -283,7 +283,137 @@ def requeue(
                 "to_group": to_group,
                 "reset_attempt": reset_attempt,
                 "dead_group": "emails.dead",
-                "ids": list(ids),
+                "ids": tuple(ids),
+            },
+        )
+    return cur.rowcount
+
+
+async def claim_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    group: str,
+    limit: int = 1,
+) -> list[ClaimedRow]:
+    """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
+    the attempt).
+    """
+    cur = await _v.mysql_execute_async(conn, CLAIM, {"group": group, "limit": limit})
+    rows = [_claimed(r) for r in await cur.fetchall()]
+    if rows:
+        await _v.mysql_execute_async(conn, CLAIM_COUNT, {"ids": tuple(r.job_id for r in rows)})
+    return rows
+
+
+async def claim_guard_async(conn: _v.AsyncMySQLConnection, *, key: str, wait: float) -> bool:
+    """Take the table's claim turn (a session lock), waiting up to `wait` s."""
+    cur = await _v.mysql_execute_async(conn, CLAIM_GUARD, {"wait": wait, "key": key})
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+async def claim_unguard_async(conn: _v.AsyncMySQLConnection, *, key: str) -> bool:
+    """Give the table's claim turn back."""
+    cur = await _v.mysql_execute_async(conn, CLAIM_UNGUARD, {"key": key})
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+async def relock_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    id: int,
+    attempt: int,
+) -> ClaimedRow | None:
+    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
+    cur = await _v.mysql_execute_async(conn, RELOCK, {"id": id, "attempt": attempt})
+    row = await cur.fetchone()
+    return None if row is None else _claimed(row)
+
+
+async def finish_async(conn: _v.AsyncMySQLConnection, *, id: int) -> bool:
+    """Ack or drop: delete the row."""
+    cur = await _v.mysql_execute_async(conn, FINISH, {"id": id})
+    return cur.rowcount == 1
+
+
+async def dead_letter_async(conn: _v.AsyncMySQLConnection, *, id: int, attempt: int) -> bool:
+    """Move a spent row to the dead-letter group, keeping its attempt count."""
+    cur = await _v.mysql_execute_async(
+        conn,
+        DEAD_LETTER,
+        {
+            "dead_group": "emails.dead",
+            "attempt": attempt,
+            "id": id,
+        },
+    )
+    return cur.rowcount == 1
+
+
+async def insert_async(conn: _v.AsyncMySQLConnection, row: NewRow) -> int:
+    """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    cur = await _v.mysql_execute_async(conn, INSERT, _insert_params(row))
+    return cur.lastrowid
+
+
+async def insert_many_async(conn: _v.AsyncMySQLConnection, rows: Sequence[NewRow]) -> None:
+    """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
+    nothing is committed here.
+    """
+    await _v.mysql_executemany_async(conn, INSERT, [_insert_params(r) for r in rows])
+
+
+async def status_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    now: datetime.datetime,
+) -> list[QueueStatus]:
+    """Count the rows of each group by state at `now` (inboxgen status)."""
+    cur = await _v.mysql_execute_async(conn, STATUS, {})
+    return [
+        QueueStatus(
+            group=r[0],
+            ready=int(r[1] or 0),
+            scheduled=int(r[2] or 0),
+            in_work=None if r[3] is None else int(r[3]),
+            finished=None if r[4] is None else int(r[4]),
+            oldest_ready=None,
+        )
+        for r in await cur.fetchall()
+    ]
+
+
+async def requeue_async(
+    conn: _v.AsyncMySQLConnection,
+    *,
+    to_group: str,
+    now: datetime.datetime,
+    reset_attempt: bool = False,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
+    how many. With `reset_attempt` their attempt count starts again.
+    """
+    if ids is None:
+        cur = await _v.mysql_execute_async(
+            conn,
+            REQUEUE,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+            },
+        )
+    else:
+        cur = await _v.mysql_execute_async(
+            conn,
+            REQUEUE_IDS,
+            {
+                "to_group": to_group,
+                "reset_attempt": reset_attempt,
+                "dead_group": "emails.dead",
+                "ids": tuple(ids),
             },
         )
     return cur.rowcount
@@ -298,6 +428,17 @@ OPS: Final = Operations(
     dead_letter=dead_letter,
     insert=insert,
     insert_many=insert_many,
+)
+
+ASYNC_OPS: Final = Operations(
+    claim=claim_async,
+    claim_guard=claim_guard_async,
+    claim_unguard=claim_unguard_async,
+    relock=relock_async,
+    finish=finish_async,
+    dead_letter=dead_letter_async,
+    insert=insert_async,
+    insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
@@ -350,5 +491,5 @@ DESCRIPTOR: Final = TableDescriptor(
     ),
     source="specs/mailer_mariadb.toml",
     ops=OPS,
-    async_ops=None,
+    async_ops=ASYNC_OPS,
 )

@@ -9,7 +9,8 @@ sorts correctly against it). Times handed to inboxgen must be timezone-aware.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import msgspec
 
@@ -18,6 +19,24 @@ if TYPE_CHECKING:
 
 UTC = _dt.UTC
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+# What the async twins of MySQL functions take: an asyncmy connection. Named here, not
+# imported, so that a module also loads where only PyMySQL is installed.
+AsyncMySQLConnection: TypeAlias = Any
+
+
+class AsyncMySQLCursor(Protocol):
+    """What the async twins read of an asyncmy cursor."""
+
+    rowcount: int
+    lastrowid: int
+
+    async def execute(self, query: str, args: Any = None) -> int: ...
+
+    def fetchone(self) -> Awaitable[tuple[Any, ...] | None]: ...
+
+    def fetchall(self) -> Awaitable[Sequence[tuple[Any, ...]]]: ...
+
 
 JSONValue = dict[str, "JSONValue"] | list["JSONValue"] | str | int | float | bool | None
 
@@ -78,12 +97,20 @@ def json_text_or_none(value: Any) -> str | None:
 _MYSQL_LOCKED = (1205, 3572)
 
 
+def _mysql_code(err: BaseException) -> int | None:
+    """The server's error number of a PyMySQL or asyncmy error (None for any other error)."""
+    if not type(err).__module__.startswith(("pymysql.", "asyncmy.")) or not err.args:
+        return None
+    code = err.args[0]
+    return code if isinstance(code, int) else None
+
+
 def mysql_lock_unavailable(err: BaseException) -> bool:
-    return bool(err.args) and err.args[0] in _MYSQL_LOCKED
+    return _mysql_code(err) in _MYSQL_LOCKED
 
 
 def mysql_duplicate_key(err: BaseException) -> bool:
-    return bool(err.args) and err.args[0] == 1062
+    return _mysql_code(err) == 1062
 
 
 def mysql_execute(conn: Any, sql: str, params: Any) -> Cursor:
@@ -98,3 +125,18 @@ def mysql_executemany(conn: Any, sql: str, rows: Any) -> None:
     with conn.cursor() as cur:
         cur.executemany(sql, rows)
 
+
+
+async def mysql_execute_async(conn: AsyncMySQLConnection, sql: str,
+                              params: Any) -> AsyncMySQLCursor:
+    """mysql_execute on an asyncmy connection; returns its (buffered) cursor, whose fetches
+    are awaited."""
+    cur: AsyncMySQLCursor = conn.cursor()
+    await cur.execute(sql, params)
+    return cur
+
+
+async def mysql_executemany_async(conn: AsyncMySQLConnection, sql: str, rows: Any) -> None:
+    """mysql_executemany on an asyncmy connection (which also writes one multi-row INSERT)."""
+    cur: Any = conn.cursor()
+    await cur.executemany(sql, rows)

@@ -287,15 +287,19 @@ def json_value(value: Any) -> Any:
 
 
 def make_db(request: pytest.FixtureRequest, dialect: str) -> Db:
-    """A fresh database of `dialect` from the session fixtures (sqlite_path, pg_dsn,
-    mysql_url)."""
+    """A fresh database of `dialect` (sqlite, postgres, mysql or mysql+pymysql) from the
+    session fixtures (sqlite_path, pg_dsn, mysql_url)."""
     if dialect == "sqlite":
         return Db("sqlite", str(request.getfixturevalue("sqlite_path")))
     if dialect == "postgres":
         return Db("postgres", request.getfixturevalue("pg_dsn"))
     url: str = request.getfixturevalue("mysql_url")
     server = request.getfixturevalue("mariadb_server")
-    return Db("mysql", url, server.connect_args(url.rsplit("/", 1)[1]))
+    # "mysql+pymysql": the same database with the worker's driver named in the URL (a plain
+    # mysql:// worker runs on asyncmy unless its handlers are transactional).
+    scheme = dialect if dialect.startswith("mysql+") else "mysql"
+    return Db("mysql", scheme + url.removeprefix("mysql"),
+              server.connect_args(url.rsplit("/", 1)[1]))
 
 
 def on_dialect(spec: str, dialect: str) -> str:

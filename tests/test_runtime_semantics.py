@@ -68,7 +68,8 @@ def _log_inboxgen(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="inboxgen")
 
 
-SERVERS = ["postgres", "mysql"]
+# MariaDB twice: on the worker's default driver (asyncmy), then on PyMySQL.
+SERVERS = ["postgres", "mysql", "mysql+pymysql"]
 
 
 @pytest.fixture(params=SERVERS)
@@ -77,7 +78,7 @@ def db(request: pytest.FixtureRequest) -> Db:
     return make_db(request, request.param)
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
+@pytest.fixture(params=["sqlite", "mysql", "mysql+pymysql"])
 def lease_db(request: pytest.FixtureRequest) -> Db:
     """A fresh SQLite file, then a fresh MariaDB database: the SQLite lease examples (reports,
     the shop's emails) and their MySQL twins."""

@@ -220,6 +220,10 @@ class _Renderer:
         if name == "payload":
             return "group"
         if name == "ids":
+            # `IN %(ids)s` on MySQL: both drivers write a tuple as a parenthesised list
+            # (asyncmy takes no list there).
+            if self.mysql:
+                return f"tuple(r.{self.q.id.attr} for r in rows)"
             return f"[r.{self.q.id.attr} for r in rows]"
         return name
 
@@ -227,15 +231,16 @@ class _Renderer:
         return [f"{py_str(p)}: {self.param_value(p)}" for p in st.params]
 
     def run(self, head: str, name: str, items: list[str] | str) -> list[str]:
-        """`head` + `conn.execute(NAME, {params})`, wrapped when the line gets long. PyMySQL
-        connections have no execute(): a cursor runs the statement there."""
-        call = "_v.mysql_execute(conn, " if self.mysql else "AWAIT conn.execute("
+        """`head` + `conn.execute(NAME, {params})`, wrapped when the line gets long (in the
+        async twin, the longer of the two). MySQL connections have no execute(): a cursor runs
+        the statement there."""
+        call = "AWAIT _v.mysql_execute(conn, " if self.mysql else "AWAIT conn.execute("
         params = items if isinstance(items, str) else f"{{{', '.join(items)}}}"
         one = f"{head}{call}{name}, {params})"
-        if len(one.replace("AWAIT ", "await ")) + 8 <= 100 or isinstance(items, str):
+        if len(async_line(one)) + 8 <= 100 or isinstance(items, str):
             return [one]
         if self.mysql:
-            return [f"{head}_v.mysql_execute(", "    conn,", f"    {name},", "    {",
+            return [f"{head}AWAIT _v.mysql_execute(", "    conn,", f"    {name},", "    {",
                     *[f"        {i}," for i in items], "    },", ")"]
         return [f"{head}AWAIT conn.execute(", f"    {name},", "    {",
                 *[f"        {i}," for i in items], "    },", ")"]
@@ -384,7 +389,7 @@ class _Renderer:
                             "statement is undone by a duplicate.",
                             ("try:", *("    " + line for line in
                                        self.run("", "INSERT", ins_params)),
-                             "except pymysql.err.IntegrityError as err:",
+                             "except Exception as err:  # either driver's error",
                              "    if _v.mysql_duplicate_key(err):",
                              "        return False",
                              "    raise",
@@ -415,10 +420,10 @@ class _Renderer:
                              "AWAIT cur.executemany(INSERT, [_insert_params(r) for r in rows])")))
         elif q.insert_fields and self.mysql:
             out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
-                            "Enqueue many rows in one statement (PyMySQL's executemany writes "
-                            "one multi-row INSERT); nothing is committed here.",
-                            ("_v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in "
-                             "rows])",)))
+                            "Enqueue many rows in one statement (the driver's executemany "
+                            "writes one multi-row INSERT); nothing is committed here.",
+                            ("AWAIT _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r "
+                             "in rows])",)))
         elif q.insert_fields:
             out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
                             "Enqueue many rows in one call (executemany); nothing is committed "
@@ -493,7 +498,8 @@ class _Renderer:
         """requeue(): statement `name` for every dead letter, `name`_IDS for those of `ids`;
         then, where given, statement `then` (the dead-letter table's delete)."""
         id_t = self.raw_type(self.q.id).removesuffix(" | None")
-        ids = "_v.json_text(list(ids))" if self.sqlite else "list(ids)"
+        ids = {"sqlite": "_v.json_text(list(ids))", "mysql": "tuple(ids)"}.get(self.d.name,
+                                                                             "list(ids)")
         items = self.params(self.st[name])
         body = ["if ids is None:",
                 *("    " + line for line in self.run("cur = ", name, items)),
@@ -600,7 +606,7 @@ class _Renderer:
         st = self.st
         claim = st["CLAIM"]
         body = [*self.run("cur = ", "CLAIM", self.params(claim)),
-                f"rows = [{self.claimed('r')} for r in cur.fetchall()]"]
+                f"rows = [{self.claimed('r')} for r in AWAIT cur.fetchall()]"]
         args = self.args(claim, skip=("limit",), extra="limit: int = 1")
         doc = claim.doc
         if "CLAIM_MARK" in st:
@@ -641,13 +647,13 @@ class _Renderer:
                                 self.run("", "FIFO_LOCK", self.params(st["FIFO_LOCK"]))),
                       *("    " + line for line in
                         self.run("cur = ", "FIFO_HEAD", self.params(head))),
-                      "except pymysql.err.OperationalError as err:",
+                      "except Exception as err:  # either driver's error",
                       "    if _v.mysql_lock_unavailable(err):",
                       "        return None  # another claim holds the group",
                       "    raise"]
         else:
             lines += self.run("cur = ", "FIFO_HEAD", self.params(head))
-        lines += ["row = cur.fetchone()", "if row is None:", "    return None",
+        lines += ["row = AWAIT cur.fetchone()", "if row is None:", "    return None",
                   f"head = {self.claimed('row')}"]
         if ra is not None:
             lines += [f"if head.{ra.attr} > now:", "    return None  # the head is not due"]
@@ -655,11 +661,11 @@ class _Renderer:
         if q.form == LEASE:
             held = st["FIFO_HELD"]
             lines += [*self.run("cur = ", "FIFO_HELD", self.params(held)),
-                      "held = cur.fetchone()", "if held is not None and held[0]:",
+                      "held = AWAIT cur.fetchone()", "if held is not None and held[0]:",
                       "    return None  # a row of the group is leased",
                       *self.run("", "CLAIM_MARK", [
                           f'"locked_until": {self.param_value("locked_until")}',
-                          f'"ids": [head.{q.id.attr}]']),
+                          f'"ids": (head.{q.id.attr},)']),
                       "return head"]
             extra = "now: datetime.datetime, locked_until: datetime.datetime"
         else:
@@ -700,7 +706,7 @@ class _Renderer:
         conn = {"postgres": "psycopg.Connection[Any]", "sqlite": "sqlite3.Connection",
                 "mysql": "pymysql.connections.Connection[Any]"}[self.d.name]
         funcs = self.functions()
-        twins = self.pg
+        twins = self.pg or self.mysql
         decode = self.decode_payload()
         key = self.advisory_key_expr()
         roles = {f.role: f.name for f in q.fields if f.role}
@@ -729,7 +735,10 @@ class _Renderer:
             "docstring": docstring,
             "comment": comment,
             "conn": conn,
-            "async_conn": "psycopg.AsyncConnection[Any]",
+            "async_conn": ("_v.AsyncMySQLConnection" if self.mysql else
+                           "psycopg.AsyncConnection[Any]"),
+            "sync_line": sync_line,
+            "async_line": async_line,
             "twins": twins,
             "decode_payload": decode,
             "advisory_key": key,
@@ -784,6 +793,17 @@ class _Renderer:
             if attr:
                 parts.append(f"str(row.{attr})")
         return " + ".join(parts)
+
+
+def sync_line(line: str) -> str:
+    """A body line as the plain function runs it."""
+    return line.replace("AWAIT ", "")
+
+
+def async_line(line: str) -> str:
+    """A body line as the async twin runs it: a helper of inboxgen.values that is awaited is
+    that helper's `_async` twin."""
+    return re.sub(r"AWAIT _v\.(\w+)\(", r"await _v.\1_async(", line).replace("AWAIT ", "await ")
 
 
 def signature(f: Func, conn: str, is_async: bool) -> str:

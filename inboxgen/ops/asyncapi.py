@@ -78,7 +78,7 @@ def document(modules: list[ModuleType], *, title: str, version: str,
 
 def _dialect_of(url: str) -> str:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("mysql", "mariadb", "mysql+pymysql"):
+    if scheme in ("mysql", "mariadb", "mysql+pymysql", "mysql+asyncmy"):
         return "mysql"
     if scheme in ("postgres", "postgresql") or (not scheme and "=" in url):
         return "postgres"  # a URL, or a conninfo string

@@ -27,7 +27,7 @@ def _postgres(url: str) -> tuple[Any, str]:
 
     from inboxgen.runtime.backends.postgres import pg_label
 
-    if url.startswith(("mysql:", "mariadb:", "sqlite:")):
+    if url.startswith(("mysql:", "mysql+", "mariadb:", "sqlite:")):
         raise ConfigError("the table is on PostgreSQL, but --database-url names another "
                           "database")
     try:
@@ -58,7 +58,7 @@ def _mysql(url: str) -> tuple[Any, str]:
 
 def _sqlite(url: str) -> tuple[Any, str]:
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    if url.startswith(("postgres", "mysql:", "mariadb:")):
+    if url.startswith(("postgres", "mysql:", "mysql+", "mariadb:")):
         raise ConfigError("the table is on SQLite: --database-url is the database file's path "
                           "(or sqlite:///path)")
     label = f"SQLite file {path}"

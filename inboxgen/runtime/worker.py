@@ -174,7 +174,8 @@ class Worker:
                             self.name, max_size, max(max_size - 1, 1), self.workers)
                 self.workers = max(max_size - 1, 1)
         try:
-            self.backend: Backend = kind.for_worker(d, database, pool, self.workers)
+            self.backend: Backend = kind.for_worker(
+                d, database, pool, self.workers, transactional=transactional)
         except ValueError as err:  # NoDatabase, or a malformed address (never quoted)
             raise WorkerConfigError(str(err), worker=self.name, table=d.qualified_name) from None
         self.listen = kind.listens_by_default if listen is None else listen and kind.can_listen
@@ -303,9 +304,10 @@ class Worker:
         self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
                        for i in range(self.workers)]
         self.started = True
-        log.info("%s: serving %s (%s%s), %d worker(s), batch %d", self.name,
+        log.info("%s: serving %s (%s%s) on %s, %d worker(s), batch %d", self.name,
                  self.descriptor.qualified_name, self.descriptor.form,
-                 ", FIFO" if self.descriptor.fifo else "", self.workers, self.batch)
+                 ", FIFO" if self.descriptor.fifo else "", self.backend.driver, self.workers,
+                 self.batch)
 
     def stop(self) -> None:
         """Stop claiming; `serve()` then lets jobs in work finish and returns."""

@@ -46,6 +46,7 @@ class Backend:
     """One database as the worker sees it."""
 
     dialect = ""
+    driver = ""  # the driver's name, as the worker's start-up line gives it
     # Whether a round of a row-lock slot (its settlements, COMMIT, BEGIN and the next claim) can
     # go to the database as one (`together` on a `session()` in `pipeline()` mode).
     rounds_together = False
@@ -65,10 +66,11 @@ class Backend:
 
     @classmethod
     def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
-                   size: int) -> Backend:
-        """The backend of a Worker built with `database=` (and `pool=`) and `size` slots.
-        Raises NoDatabase when what it needs is missing, ValueError when the address is
-        malformed (a message that never quotes it)."""
+                   size: int, *, transactional: bool = False) -> Backend:
+        """The backend of a Worker built with `database=` (and `pool=`) and `size` slots, whose
+        handlers write on the job's connection when `transactional`. Raises NoDatabase when
+        what it needs is missing, ValueError when the address is malformed or names a driver
+        that cannot serve the worker (a message that never quotes the address)."""
         raise NotImplementedError
 
     def listener(self, worker: Worker) -> Coroutine[Any, Any, None] | None:

@@ -1,8 +1,16 @@
-"""MySQL/MariaDB (PyMySQL): threaded calls of the generated functions."""
+"""MySQL/MariaDB: what both drivers share (addresses, session settings, the server's
+checks), and PyMySQL's threaded calls of the generated functions.
+
+A worker runs on asyncmy (on the event loop, no threads: about half the CPU per job) unless
+its handlers write on the job's connection (transactional=True), whose users expect a PyMySQL
+connection, or its address or its module leaves asyncmy out. `mysql+pymysql://` and
+`mysql+asyncmy://` choose the driver.
+"""
 
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +22,20 @@ from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, Thread
 if TYPE_CHECKING:
     from inboxgen.runtime.worker import Worker
 
+# The URL schemes of a MySQL/MariaDB address, and the driver each one names.
+_SCHEMES = {"mysql": None, "mariadb": None, "mysql+pymysql": "pymysql",
+            "mysql+asyncmy": "asyncmy"}
+
+
+def mysql_driver(database: str | Mapping[str, Any]) -> str | None:
+    """The driver a URL names (`mysql+pymysql://`, `mysql+asyncmy://`); None leaves the choice
+    to the worker."""
+    if not isinstance(database, str):
+        return None
+    from urllib.parse import urlsplit
+
+    return _SCHEMES.get(urlsplit(database).scheme)
+
 
 def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
     """PyMySQL connect() arguments from a URL (mysql://user:password@host:port/db) or a mapping
@@ -23,7 +45,7 @@ def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
     from urllib.parse import parse_qs, unquote, urlsplit
 
     url = urlsplit(database)
-    if url.scheme not in ("mysql", "mariadb", "mysql+pymysql"):
+    if url.scheme not in _SCHEMES:
         raise ValueError("a MySQL/MariaDB database is a URL like mysql://user@host:3306/name")
     args: dict[str, Any] = {"host": url.hostname or "localhost", "port": url.port or 3306,
                             "database": unquote(url.path.lstrip("/")) or None}
@@ -38,10 +60,10 @@ def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bind_lists(sql: str, bound: Mapping[str, Any]) -> dict[str, Any]:
-    """`bound` for planning `sql`: a list parameter (`IN %(ids)s`, which PyMySQL writes as a
-    parenthesised list) bound as a one-element list."""
+    """`bound` for planning `sql`: a list parameter (`IN %(ids)s`, which the drivers write
+    from a tuple as a parenthesised list) bound as a one-element tuple."""
     lists = set(re.findall(r"\bIN %\((\w+)\)s", sql))
-    return {k: ([None] if k in lists else v) for k, v in bound.items()}
+    return {k: ((None,) if k in lists else v) for k, v in bound.items()}
 
 
 def mysql_label(args: Mapping[str, Any]) -> str:
@@ -70,24 +92,43 @@ def open_session(connect_args: Mapping[str, Any]) -> Any:
     return conn
 
 
-class MySQLBackend(ThreadedBackend):
-    """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC."""
+class MySQLServer(Backend):
+    """What a MySQL/MariaDB backend is on either driver."""
 
     dialect = "mysql"
-    rounds_together = True  # one call on the connection's thread
+    # A round's statements run back to back on one connection: in one call on PyMySQL's
+    # thread, or one after another on the event loop (the protocol has no pipelining).
+    rounds_together = True
 
-    def __init__(self, descriptor: TableDescriptor, database: str | Mapping[str, Any]) -> None:
+    def __init__(self, descriptor: TableDescriptor, connect_args: Mapping[str, Any]) -> None:
         super().__init__(descriptor)
-        self.connect_args = mysql_connect_args(database)
+        self.connect_args = dict(connect_args)
         self.label = mysql_label(self.connect_args)
 
     @classmethod
     def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
-                   size: int) -> Backend:
+                   size: int, *, transactional: bool = False) -> Backend:
         if database is None:
             raise NoDatabase("a MySQL/MariaDB worker needs database=<URL like "
                              "mysql://user@host:3306/name, or connect() arguments>")
-        return cls(descriptor, str(database) if isinstance(database, Path) else database)
+        if isinstance(database, Path):
+            database = str(database)
+        args = mysql_connect_args(database)
+        driver = mysql_driver(database)
+        if driver == "pymysql":
+            return MySQLBackend(descriptor, args)
+        from inboxgen.runtime.backends import mysql_async
+
+        why_not = mysql_async.unsuitable(descriptor, args, transactional=transactional)
+        if why_not is None:
+            return mysql_async.AsyncMySQLBackend(descriptor, args)
+        if driver == "asyncmy":
+            raise ValueError(f"mysql+asyncmy:// cannot serve this worker: {why_not}")
+        return MySQLBackend(descriptor, args)
+
+    async def query(self, conn: Any, sql: str) -> Any:
+        """The first row of `sql`."""
+        raise NotImplementedError
 
     async def check_server(self, conn: Any, worker: Worker) -> None:
         """The version floor, and a binary log format that allows READ COMMITTED writes."""
@@ -105,16 +146,25 @@ class MySQLBackend(ThreadedBackend):
     def permanent(self, err: Exception) -> bool:
         # Access denied (to the server or the database), an unknown database or host.
         code = err.args[0] if err.args and isinstance(err.args[0], int) else None
-        return code in (1044, 1045, 1049, 2005)
+        if code in (1044, 1045, 1049, 2005):
+            return True
+        return isinstance(err.__cause__ or err.__context__, socket.gaierror)
+
+    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
+        pass  # autocommit is off: the first statement opens the transaction, no round trip
+
+
+class MySQLBackend(MySQLServer, ThreadedBackend):
+    """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC,
+    each with a thread of its own."""
+
+    driver = "PyMySQL"
 
     def _connect(self) -> Any:
         return open_session(self.connect_args)
 
     def _usable(self, conn: Any) -> bool:
         return bool(conn.open)
-
-    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
-        pass  # autocommit is off: the first statement opens the transaction, no round trip
 
     def _begin_now(self, conn: Any) -> None:
         pass  # as `begin`

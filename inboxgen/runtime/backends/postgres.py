@@ -21,6 +21,7 @@ class PostgresBackend(Backend):
     """psycopg async connections from a pool that always keeps one connection spare."""
 
     dialect = "postgres"
+    driver = "psycopg"
     rounds_together = True
     takes_pool = True
     listens_by_default = can_listen = True  # LISTEN/NOTIFY
@@ -44,7 +45,7 @@ class PostgresBackend(Backend):
 
     @classmethod
     def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
-                   size: int) -> Backend:
+                   size: int, *, transactional: bool = False) -> Backend:
         if database is None and pool is None:
             raise NoDatabase("a PostgreSQL worker needs database=<conninfo or URL> or "
                              "pool=<psycopg_pool.AsyncConnectionPool>")

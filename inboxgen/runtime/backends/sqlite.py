@@ -28,6 +28,7 @@ class SqliteBackend(ThreadedBackend):
     """
 
     dialect = "sqlite"
+    driver = "sqlite3"
     single_writer = True
     # Watching the file for commits is asked for: see docs/runtime.md, SQLite commits.
     can_listen = True
@@ -43,7 +44,7 @@ class SqliteBackend(ThreadedBackend):
 
     @classmethod
     def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
-                   size: int) -> Backend:
+                   size: int, *, transactional: bool = False) -> Backend:
         if database is None:
             raise NoDatabase("a SQLite worker needs database=<path of the file>")
         return cls(descriptor, str(database))
