@@ -1,9 +1,9 @@
-"""Drain N pre-enqueued no-op jobs on a private MariaDB: the inboxgen Worker (row lock, 10
-workers) against a bare PyMySQL loop running the same generated statements (10 threads, one
-connection each: claim, finish each row, COMMIT), at batch 1 and 16; prints jobs/s and the
-ratio. Where aiomysql is installed (it is not a dependency of inboxgen), also a bare aiomysql
-loop over the same statements: 10 connections on one event loop, no threads, which shows what
-the runtime's thread per PyMySQL connection costs. Not a test: numbers depend on the machine.
+"""Drain N pre-enqueued no-op jobs on a private MariaDB, row lock, 10 workers, at batch 1 and
+16: the inboxgen Worker on its default driver (asyncmy) and on PyMySQL (mysql+pymysql://),
+against bare loops running the same generated statements: PyMySQL in 10 threads, one
+connection each, and the async twins on asyncmy, 10 connections on one event loop (claim,
+finish each row, COMMIT). Prints jobs/s, the ratios, and this process's CPU time per job.
+Not a test: numbers depend on the machine.
 
     python bench/mariadb_drain.py [N]          # WORKERS=1 for one worker and one thread
 """
@@ -62,16 +62,34 @@ def fill(server: MariaDBServer, name: str, n: int) -> tuple[Any, str]:
     return module, url
 
 
-def runtime(server: MariaDBServer, batch: int, n: int) -> float:
-    module, url = fill(server, f"rt_{batch}", n)
-    worker = Worker(module.DESCRIPTOR, noop, database=url, workers=WORKERS, batch=batch,
-                    poll_interval=0.05)
-    started = time.perf_counter()
-    asyncio.run(run_until_idle(worker, timeout=600))
-    return n / (time.perf_counter() - started)
+class Run:
+    """jobs/s and this process's CPU µs per job of one drain."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> Run:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.rate = self.n / (time.perf_counter() - self.wall)
+        self.cpu_us = (time.process_time() - self.cpu) / self.n * 1e6
+
+    def __str__(self) -> str:
+        return f"{self.rate:7.0f} jobs/s ({self.cpu_us:4.0f} µs CPU/job)"
 
 
-def bare(server: MariaDBServer, batch: int, n: int) -> float:
+def runtime(server: MariaDBServer, batch: int, n: int, scheme: str) -> Run:
+    module, url = fill(server, f"rt_{scheme.replace('+', '_')}_{batch}", n)
+    worker = Worker(module.DESCRIPTOR, noop, database=scheme + url.removeprefix("mysql"),
+                    workers=WORKERS, batch=batch, poll_interval=0.05)
+    with Run(n) as run:
+        asyncio.run(run_until_idle(worker, timeout=600))
+    return run
+
+
+def bare(server: MariaDBServer, batch: int, n: int) -> Run:
     module, url = fill(server, f"bare_{batch}", n)
 
     def loop() -> None:
@@ -88,38 +106,32 @@ def bare(server: MariaDBServer, batch: int, n: int) -> float:
             conn.close()
 
     threads = [threading.Thread(target=loop) for _ in range(WORKERS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return n / (time.perf_counter() - started)
+    with Run(n) as run:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return run
 
 
-def bare_async(server: MariaDBServer, batch: int, n: int) -> float | None:
-    """The bare loop on aiomysql, WORKERS connections on one event loop; None without it."""
-    try:
-        import aiomysql  # type: ignore[import-untyped]
-    except ImportError:
-        return None
-    from pymysql.constants import CLIENT
+def bare_async(server: MariaDBServer, batch: int, n: int) -> Run:
+    """The bare loop on asyncmy: the generated async twins, WORKERS connections on one loop."""
+    import asyncmy
+    from asyncmy.constants import CLIENT
 
-    module, url = fill(server, f"aio_{batch}", n)
+    module, url = fill(server, f"async_{batch}", n)
     args = mysql_connect_args(url)
 
     async def loop() -> None:
-        conn = await aiomysql.connect(host=args["host"], port=args["port"], user=args.get("user"),
-                                      password=args.get("password", ""), db=args["database"],
-                                      autocommit=False, client_flag=CLIENT.FOUND_ROWS)
+        conn = await asyncmy.connect(**args, autocommit=False, client_flag=CLIENT.FOUND_ROWS)
         try:
-            cur = await conn.cursor()
+            cur = conn.cursor()
             await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             await cur.execute("SET SESSION time_zone = '+00:00'")
             while True:
-                await cur.execute(module.CLAIM, {"limit": batch})
-                rows = [module._claimed(r) for r in await cur.fetchall()]
+                rows = await module.claim_async(conn, limit=batch)
                 for row in rows:
-                    await cur.execute(module.FINISH, {"id": row.id})
+                    await module.finish_async(conn, id=row.id)
                 await conn.commit()
                 if not rows:
                     return
@@ -129,22 +141,25 @@ def bare_async(server: MariaDBServer, batch: int, n: int) -> float | None:
     async def loops() -> None:
         await asyncio.gather(*[loop() for _ in range(WORKERS)])
 
-    started = time.perf_counter()
-    asyncio.run(loops())
-    return n / (time.perf_counter() - started)
+    with Run(n) as run:
+        asyncio.run(loops())
+    return run
 
 
 def main(n: int) -> None:
     server = MariaDBServer()
     try:
         for batch in (1, 16):
-            rt, ceiling = runtime(server, batch, n), bare(server, batch, n)
-            line = (f"row lock batch {batch:2}: runtime {rt:7.0f} jobs/s, bare PyMySQL loop "
-                    f"{ceiling:7.0f} jobs/s ({rt / ceiling:.2f}x)")
-            on_loop = bare_async(server, batch, n)
-            if on_loop is not None:
-                line += f", bare aiomysql loop {on_loop:7.0f} jobs/s"
-            print(line, flush=True)
+            rt = runtime(server, batch, n, "mysql")
+            rt_threads = runtime(server, batch, n, "mysql+pymysql")
+            ceiling, on_loop = bare(server, batch, n), bare_async(server, batch, n)
+            print(f"row lock batch {batch:2}:\n"
+                  f"  runtime on asyncmy    {rt}  {rt.rate / ceiling.rate:.2f}x bare PyMySQL, "
+                  f"{rt.rate / on_loop.rate:.2f}x bare asyncmy\n"
+                  f"  runtime on PyMySQL    {rt_threads}  "
+                  f"{rt_threads.rate / ceiling.rate:.2f}x bare PyMySQL\n"
+                  f"  bare PyMySQL loop     {ceiling}\n"
+                  f"  bare asyncmy loop     {on_loop}", flush=True)
     finally:
         server.stop()
 

@@ -17,7 +17,7 @@ from typing import Any
 import asyncmy
 import attrs
 import pytest
-from semantics_util import Db, example, fake_clock, make_db, migration_sql
+from semantics_util import Db, example, fake_clock, make_db, migration_sql, queue_on
 
 from inboxgen import Worker, ack, drop, retry
 from inboxgen.errors import WorkerConfigError
@@ -29,10 +29,14 @@ SECRET = "s3cret-pw"
 
 
 @pytest.fixture
-def mailer_db(request: pytest.FixtureRequest) -> Db:
-    db = make_db(request, "mysql")
-    db.exec(migration_sql("mailer_mariadb"))
-    return db
+def mysql_db(request: pytest.FixtureRequest) -> Db:
+    return make_db(request, "mysql")
+
+
+@pytest.fixture
+def mailer_db(mysql_db: Db) -> Db:
+    mysql_db.exec(migration_sql("mailer_mariadb"))
+    return mysql_db
 
 
 def with_scheme(url: str, scheme: str) -> str:
@@ -135,6 +139,47 @@ def test_async_twins_claim_count_and_settle_on_asyncmy(mailer_db: Db) -> None:
     # The second claim's count was rolled back; the dead letter keeps the attempt it was given.
     assert mailer_db.rows("SELECT payload, name, attempt FROM email_jobs ORDER BY job_id") == [
         (b"2", "emails.dead", 1), (b"3", "emails", 1)]
+
+
+def test_async_twins_unique_insert_and_lease_on_asyncmy(mysql_db: Db, tmp_path: Path) -> None:
+    mailer_db = mysql_db
+    emails = queue_on(mysql_db, "emails", tmp_path).module
+    now = dt.datetime.now(UTC).replace(microsecond=0)
+    until = now + dt.timedelta(seconds=30)
+    mailer_db.exec("INSERT INTO orders (id, email) VALUES (7, 'a@example.com')")
+
+    def row(kind: str) -> Any:
+        return emails.NewRow(priority=1, retry_after=now, order_id=7, kind=kind,
+                             payload={"kind": kind})
+
+    async def run() -> tuple[list[bool], list[Any], list[int]]:
+        conn = await asyncmy.connect(**mailer_db.mysql_args, autocommit=False)
+        try:
+            cur = conn.cursor()
+            await cur.execute("SET SESSION time_zone = '+00:00'")
+            # A duplicate key means "already queued"; the transaction goes on.
+            added = [await emails.insert_unique_async(conn, row(k))
+                     for k in ("confirmation", "confirmation", "receipt")]
+            await conn.commit()
+            claimed = await emails.claim_async(conn, now=now, locked_until=until, limit=5)
+            await conn.commit()
+            again = await emails.claim_async(conn, now=now, locked_until=until, limit=5)
+            first = claimed[0]
+            done = await emails.finish_async(conn, id=first.id, now=now,
+                                             locked_until=first.locked_until,
+                                             attempt=first.attempt)
+            await conn.commit()
+            return added, [(emails.decode_payload(r.payload), r.locked_until)
+                           for r in claimed], [len(again), done]
+        finally:
+            conn.close()
+
+    added, claimed, after = asyncio.run(run())
+    assert added == [True, False, True]
+    assert claimed == [({"kind": "confirmation"}, until), ({"kind": "receipt"}, until)]
+    assert after == [0, True]  # both leased; the held lease settles
+    assert mailer_db.rows("SELECT kind, processed_at IS NULL FROM email_jobs ORDER BY id") == [
+        ("confirmation", 0), ("receipt", 1)]
 
 
 def test_a_cancelled_asyncmy_call_closes_its_session_and_the_next_borrower_gets_a_fresh_one(
