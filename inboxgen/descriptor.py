@@ -93,7 +93,7 @@ class TableDescriptor:
     defaults: RuntimeDefaults
     source: str  # the spec the module was generated from
     ops: Operations
-    async_ops: Operations | None  # the `_async` twins (psycopg, aiomysql); None on SQLite
+    async_ops: Operations | None  # the `_async` twins (psycopg, asyncmy); None on SQLite
     # Derived from the above when the module is imported, so the module says each thing once.
     role_attrs: Mapping[str, str] = attrs.field(init=False)  # role -> claimed row attribute
     statement_params: Mapping[str, tuple[str, ...]] = attrs.field(init=False)
