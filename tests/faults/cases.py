@@ -125,11 +125,16 @@ def _all() -> list[Case]:
         cases.append(_case(shape, "restart", server="pg-restart", tag="plain-batch8", batch=8,
                            plain=True))
     cases.append(_case("pg-plain", "restart", server="pg-restart"))
-    # The same on MySQL/MariaDB (a round's settlements, COMMIT and next claim in one call on
-    # the connection's thread; the lease's claimer and settler) and SQLite (the lease's claimer
-    # and settler, each one call in the process's write turn).
+    # The same on MySQL/MariaDB, whose workers then run on asyncmy (a round's settlements,
+    # COMMIT and next claim one after another on the event loop; the lease's claimer and
+    # settler), killed and cut off by a server restart, and SQLite (the lease's claimer and
+    # settler, each one call in the process's write turn). The transactional MySQL cases below
+    # run on PyMySQL.
     for shape in ("mysql-plain", "mysql-lease", "sqlite-lease"):
         cases.append(_case(shape, "sigkill", tag="plain-batch8", batch=8, plain=True))
+    for shape in ("mysql-plain", "mysql-lease"):
+        cases.append(_case(shape, "restart", server="mysql-restart", tag="plain-batch8",
+                           batch=8, plain=True))
     for shape in ("mysql-row_lock", "mysql-lease", "mysql-advisory"):
         cases.append(_case(shape, "sigkill"))
         cases.append(_case(shape, "restart", server="mysql-restart",

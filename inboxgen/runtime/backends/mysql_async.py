@@ -84,14 +84,18 @@ class AsyncMySQLBackend(MySQLServer):
         # READ COMMITTED, times travel as naive UTC.
         args = dict(self._args)
         flags = int(args.pop("client_flag", 0)) | CLIENT.FOUND_ROWS
-        conn = await asyncmy.connect(**args, client_flag=flags, autocommit=False)
+        self.busy += 1  # a test clock waits for it, as for any call
         try:
-            cur = conn.cursor()
-            await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            await cur.execute("SET SESSION time_zone = '+00:00'")
-        except BaseException:
-            conn.close()
-            raise
+            conn = await asyncmy.connect(**args, client_flag=flags, autocommit=False)
+            try:
+                cur = conn.cursor()
+                await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                await cur.execute("SET SESSION time_zone = '+00:00'")
+            except BaseException:
+                conn.close()
+                raise
+        finally:
+            self.busy -= 1
         self._open.add(conn)
         return conn
 
@@ -110,11 +114,12 @@ class AsyncMySQLBackend(MySQLServer):
         self._idle.append(await self._new())  # the others open as slots need them
 
     async def close(self) -> None:
-        self._idle.clear()
+        idle, self._idle = self._idle, []
         for conn in list(self._open):
             self._open.discard(conn)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.ensure_closed(), 5)
+            if conn in idle:  # a polite QUIT; one still in use may be mid-reply: cut off
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.ensure_closed(), 5)
             conn.close()
 
     @contextlib.asynccontextmanager
