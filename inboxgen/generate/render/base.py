@@ -1,28 +1,26 @@
-"""Render a resolved queue and its statements into the Python module the user commits.
-
-The module's layout lives in `inboxgen/templates/module.py.j2`; this file decides the pieces:
-Python types of each column, how values cross the driver boundary, and the bodies of the typed
-functions. The same function body is emitted twice on PostgreSQL, once plain and once with
-`await`.
-"""
+"""What a generated module holds, dialect by dialect's hooks: the Python types of each column,
+how values cross the driver boundary, and the bodies of the typed functions. Each dialect's
+module (postgres.py, mysql.py, sqlite.py) overrides what its driver does otherwise."""
 
 from __future__ import annotations
 
-import functools
-import io
-import json
-import re
 import textwrap
-import tokenize
-from pathlib import Path
 
 import attrs
-import jinja2
 
 from inboxgen.descriptor import Operations
 from inboxgen.generate import catalog as cat
-from inboxgen.generate.dialects import LEASE, ROW_LOCK
+from inboxgen.generate.dialects import LEASE
 from inboxgen.generate.model import Field, Queue
+from inboxgen.generate.render.text import (
+    LINE_LENGTH,
+    async_line,
+    comment,
+    docstring,
+    py_str,
+    sql_literal,
+    sync_line,
+)
 from inboxgen.generate.statements import Statement
 
 _PY_TYPES = {
@@ -38,40 +36,6 @@ _PY_TYPES = {
     cat.TIME: "datetime.time",
     cat.UUID: "uuid.UUID",
 }
-# What sqlite3 hands back without type detection.
-_SQLITE_TYPES = {cat.INT: "int", cat.BOOL: "int", cat.TEXT: "str", cat.BYTES: "bytes",
-                 cat.FLOAT: "float"}
-
-
-def docstring(text: str, indent: str = "    ") -> str:
-    """A docstring wrapped to the line length."""
-    one = f'{indent}"""{text}"""'
-    if len(one) <= 100:
-        return one
-    first, *rest = textwrap.wrap(text, width=96 - len(indent))
-    return "\n".join([f'{indent}"""{first}', *(f"{indent}{line}" for line in rest),
-                      f'{indent}"""'])
-
-
-def comment(text: str) -> str:
-    return "\n".join(textwrap.wrap(text, width=98, initial_indent="# ",
-                                   subsequent_indent="# "))
-
-
-def py_str(value: str) -> str:
-    """A double-quoted Python string literal (non-ASCII text as written)."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def sql_literal(sql: str) -> str:
-    """The SQL as a readable triple-quoted literal, or a plain one where that is not safe."""
-    if "\\" in sql:
-        return py_str(sql)
-    if '"""' in sql:
-        # A quoted name holding `"` doubles it: the other triple quote keeps it readable.
-        return py_str(sql) if "'''" in sql else f"'''\n{sql}\n'''"
-    return f'"""\n{sql}\n"""'
-
 
 OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
@@ -97,14 +61,25 @@ class RowField:
     new_default: str | None
 
 
-class _Renderer:
+class Renderer:
+    """The pieces of one queue's module. A dialect's renderer overrides the hooks (class
+    attributes and methods marked as such) where its driver differs."""
+
+    # Hook: what the plain functions' `conn` is, and the async twins' (None: no twins).
+    connection_type = ""
+    async_connection_type: str | None = None
+    # Hook: the column kinds whose values travel as naive UTC datetimes.
+    naive_utc_kinds: frozenset[str] = frozenset({cat.TIMESTAMP})
+    # Hook: whether JSON columns are bound as Jsonb and arrive decoded (psycopg).
+    binds_jsonb = False
+    # Hook: the function a statement is run with, and the arguments that precede the statement.
+    executor = "conn.execute"
+    executor_args: tuple[str, ...] = ()
+
     def __init__(self, q: Queue, statements: list[Statement]) -> None:
         self.q = q
         self.d = q.dialect
         self.st = {s.name: s for s in statements}
-        self.sqlite = self.d.name == "sqlite"
-        self.pg = self.d.name == "postgres"
-        self.mysql = self.d.name == "mysql"
 
     # -- types and conversions --------------------------------------------------------------
 
@@ -117,17 +92,14 @@ class _Renderer:
     def raw_type(self, f: Field) -> str:
         """The type of the value the driver hands back for this column."""
         kind = f.column.kind
-        if self.q.time_text(f):
-            base = "datetime.datetime"
-        elif self.sqlite:
-            base = _SQLITE_TYPES.get(kind, "object")
-        elif kind == cat.JSON:
-            base = "object" if self.pg else "str"
-        elif kind == cat.UUID and not self.pg:
-            base = "str"
-        else:
-            base = _PY_TYPES.get(kind, "object")
+        base = "datetime.datetime" if self.q.time_text(f) else self.driver_type(kind)
         return base if not f.column.nullable or base == "object" else f"{base} | None"
+
+    def driver_type(self, kind: str) -> str:
+        """Hook: the Python type the driver hands back for a column of `kind`."""
+        if kind in (cat.JSON, cat.UUID):
+            return "str"  # as text; psycopg decodes them
+        return _PY_TYPES.get(kind, "object")
 
     def new_type(self, f: Field) -> str:
         if f.role == "payload":
@@ -157,8 +129,7 @@ class _Renderer:
         none = "_or_none" if f.column.nullable and not self.held_lease(f) else ""
         if self.q.time_text(f):
             return f"_v.parse_sqlite_time{none}({expr})"
-        if f.column.kind == cat.TIMESTAMP and not self.sqlite or (
-                self.mysql and f.column.kind == cat.TIMESTAMPTZ):
+        if f.column.kind in self.naive_utc_kinds:
             return f"_v.aware{none}({expr})"
         return expr
 
@@ -167,9 +138,7 @@ class _Renderer:
             return expr
         if self.q.time_text(f):
             return f"_v.sqlite_time({expr})"
-        # MySQL's DATETIME and TIMESTAMP both travel as naive UTC (the worker's sessions run
-        # with time_zone '+00:00').
-        if f.column.kind == cat.TIMESTAMP or (self.mysql and f.column.kind == cat.TIMESTAMPTZ):
+        if f.column.kind in self.naive_utc_kinds:
             return f"_v.naive_utc({expr})"
         return expr
 
@@ -178,7 +147,7 @@ class _Renderer:
         kind = f.column.kind
         nullable = self.may_be_none(f)
         if f.role == "payload" and self.q.codec == "json":
-            if kind == cat.JSON and self.pg:
+            if kind == cat.JSON and self.binds_jsonb:
                 enc = f"Jsonb({expr}, dumps=_v.json_text)"
             elif kind == cat.BYTES:
                 enc = f"_v.json_bytes({expr})"
@@ -186,17 +155,17 @@ class _Renderer:
                 enc = f"_v.json_text({expr})"
             return f"None if {expr} is None else {enc}" if nullable else enc
         if f.role == "headers":
-            if kind == cat.JSON and self.pg:
+            if kind == cat.JSON and self.binds_jsonb:
                 enc = f"Jsonb(dict({expr}))"
             else:
                 enc = f"_v.json_text(dict({expr}))"
             return f"None if {expr} is None else {enc}" if nullable else enc
-        if kind == cat.JSON and self.pg:
+        if kind == cat.JSON and self.binds_jsonb:
             # Jsonb(None) would be JSON null, not SQL NULL.
             return f"None if {expr} is None else Jsonb({expr})" if nullable else f"Jsonb({expr})"
         if self.q.time_text(f):
             return f"_v.sqlite_time{'_or_none' if nullable else ''}({expr})"
-        if kind == cat.TIMESTAMP and not self.sqlite or (self.mysql and kind == cat.TIMESTAMPTZ):
+        if kind in self.naive_utc_kinds:
             return f"_v.naive_utc{'_or_none' if nullable else ''}({expr})"
         return expr
 
@@ -220,30 +189,35 @@ class _Renderer:
         if name == "payload":
             return "group"
         if name == "ids":
-            # `IN %(ids)s` on MySQL: both drivers write a tuple as a parenthesised list
-            # (asyncmy takes no list there).
-            if self.mysql:
-                return f"tuple(r.{self.q.id.attr} for r in rows)"
-            return f"[r.{self.q.id.attr} for r in rows]"
+            return self.ids_of(f"r.{self.q.id.attr} for r in rows")
         return name
+
+    def ids_of(self, generator: str) -> str:
+        """Hook: the `ids` parameter of a claim from a generator expression of the claimed
+        rows' ids."""
+        return f"[{generator}]"
+
+    def ids_from(self, name: str) -> str:
+        """Hook: the `ids` parameter from the sequence argument `name`."""
+        return self.array(f"list({name})")
+
+    def array(self, value: str) -> str:
+        """Hook: a list value bound as one array parameter."""
+        return value
 
     def params(self, st: Statement) -> list[str]:
         return [f"{py_str(p)}: {self.param_value(p)}" for p in st.params]
 
     def run(self, head: str, name: str, items: list[str] | str) -> list[str]:
-        """`head` + `conn.execute(NAME, {params})`, wrapped when the line gets long (in the
-        async twin, the longer of the two). MySQL connections have no execute(): a cursor runs
-        the statement there."""
-        call = "AWAIT _v.mysql_execute(conn, " if self.mysql else "AWAIT conn.execute("
+        """`head` + `conn.execute(NAME, {params})` (the dialect's `executor`), wrapped when the
+        line gets long (in the async twin, the longer of the two)."""
+        first = "".join(f"{a}, " for a in self.executor_args)
         params = items if isinstance(items, str) else f"{{{', '.join(items)}}}"
-        one = f"{head}{call}{name}, {params})"
+        one = f"{head}AWAIT {self.executor}({first}{name}, {params})"
         if len(async_line(one)) + 8 <= 100 or isinstance(items, str):
             return [one]
-        if self.mysql:
-            return [f"{head}AWAIT _v.mysql_execute(", "    conn,", f"    {name},", "    {",
-                    *[f"        {i}," for i in items], "    },", ")"]
-        return [f"{head}AWAIT conn.execute(", f"    {name},", "    {",
-                *[f"        {i}," for i in items], "    },", ")"]
+        return [f"{head}AWAIT {self.executor}(", *[f"    {a}," for a in self.executor_args],
+                f"    {name},", "    {", *[f"        {i}," for i in items], "    },", ")"]
 
     def arg_types(self) -> dict[str, str]:
         types = {
@@ -272,17 +246,8 @@ class _Renderer:
         st = self.st
         lease_doc = (" Returns False when the lease is no longer held (the row is untouched)."
                      if q.lease else "")
-        if "CLAIM" in st and self.mysql:
-            out.append(self.mysql_claim())
-        elif "CLAIM" in st:
-            claim = st["CLAIM"]
-            body = [*self.run("cur = ", "CLAIM", self.params(claim)),
-                    "rows = [_claimed(r) for r in AWAIT cur.fetchall()]"]
-            if q.form == LEASE or q.count_crashes:
-                body.append("rows.sort(key=_claim_order)  # RETURNING keeps no order")
-            body.append("return rows")
-            out.append(Func("claim", self.args(claim, skip=("limit",), extra="limit: int = 1"),
-                            "list[ClaimedRow]", claim.doc, tuple(body)))
+        if "CLAIM" in st:
+            out.append(self.claim())
         if "CLAIM_GUARD" in st:
             for name in ("CLAIM_GUARD", "CLAIM_UNGUARD"):
                 turn = st[name]
@@ -323,7 +288,7 @@ class _Renderer:
                     "row = AWAIT cur.fetchone()",
                     "return row is not None and bool(row[0])")))
         if "FIFO_HEAD" in st:
-            out.append(self.mysql_fifo_claim())
+            out.append(self.fifo_head_claim())
         if "FIFO_CLAIM" in st:
             fc = st["FIFO_CLAIM"]
             body = []
@@ -380,55 +345,18 @@ class _Renderer:
                              *give_id)))
         else:
             out.append(Func("insert", "row: NewRow", returns, doc, (*run_insert, *give_id)))
-        if self.mysql and q.unique:
-            # INSERT IGNORE would also swallow truncations and foreign-key errors: only a
-            # duplicate key (error 1062) means the job is already queued.
-            out.append(Func("insert_unique", "row: NewRow", "bool",
-                            "Enqueue one row unless its unique key is already queued; returns "
-                            "whether it was inserted. Run it inside a transaction: only the "
-                            "statement is undone by a duplicate.",
-                            ("try:", *("    " + line for line in
-                                       self.run("", "INSERT", ins_params)),
-                             "except Exception as err:  # either driver's error",
-                             "    if _v.mysql_duplicate_key(err):",
-                             "        return False",
-                             "    raise",
-                             "return True")))
+        if q.unique and "INSERT_UNIQUE" not in st:
+            out += self.insert_unique_by_error(ins_params)
         if "INSERT_UNIQUE" in st:
             out.append(Func("insert_unique", "row: NewRow", "bool",
                             "Enqueue one row unless its unique key is already queued; "
                             "returns whether it was inserted.",
                             (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
                              "return cur.rowcount == 1")))
-        if "INSERT_MANY" in st and self.sqlite:
-            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
-                            "Enqueue many rows in one call (executemany); nothing is committed "
-                            "here.",
-                            ("conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])",)))
-        elif "INSERT_MANY" in st:
-            many = st["INSERT_MANY"]
-            cols = [f"{py_str(f.attr)}: [{self.to_db(f, 'r.' + f.attr)} for r in rows]"
-                    for f in q.insert_fields]
-            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None", many.doc
-                            + " Nothing is committed here.",
-                            tuple(self.run("", "INSERT_MANY", cols))))
-        elif q.insert_fields and self.pg:
-            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
-                            "Enqueue many rows (executemany, pipelined by psycopg); nothing is "
-                            "committed here.",
-                            ("cur = conn.cursor()",
-                             "AWAIT cur.executemany(INSERT, [_insert_params(r) for r in rows])")))
-        elif q.insert_fields and self.mysql:
-            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
-                            "Enqueue many rows in one statement (the driver's executemany "
-                            "writes one multi-row INSERT); nothing is committed here.",
-                            ("AWAIT _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r "
-                             "in rows])",)))
+        if "INSERT_MANY" in st:
+            out.append(self.insert_many())
         elif q.insert_fields:
-            out.append(Func("insert_many", "rows: Sequence[NewRow]", "None",
-                            "Enqueue many rows in one call (executemany); nothing is committed "
-                            "here.",
-                            ("conn.executemany(INSERT, [_insert_params(r) for r in rows])",)))
+            out.append(self.insert_many_by_executemany())
         if "NOTIFY" in st:
             out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc,
                             tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
@@ -498,8 +426,7 @@ class _Renderer:
         """requeue(): statement `name` for every dead letter, `name`_IDS for those of `ids`;
         then, where given, statement `then` (the dead-letter table's delete)."""
         id_t = self.raw_type(self.q.id).removesuffix(" | None")
-        ids = {"sqlite": "_v.json_text(list(ids))", "mysql": "tuple(ids)"}.get(self.d.name,
-                                                                             "list(ids)")
+        ids = self.ids_from("ids")
         items = self.params(self.st[name])
         body = ["if ids is None:",
                 *("    " + line for line in self.run("cur = ", name, items)),
@@ -547,8 +474,7 @@ class _Renderer:
             value = f"[{self.time_encoder(self.q.role('locked_until'), 't')} for t in {name}]"
         else:
             value = f"list({name})"
-        # sqlite3 binds no arrays: the statement reads a JSON array with json_each.
-        return f"_v.json_text({value})" if self.sqlite else value
+        return self.array(value)
 
     def held_rows(self, held: list[str]) -> list[str]:
         """SQLite: the lines that gather the rows' guard values into `held`, one
@@ -573,108 +499,62 @@ class _Renderer:
                 f"    return {self.id_cast(returns).replace('new_id', 'new[0]')}"]
 
     def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
-        """insert()'s return type, the lines that run INSERT, and those that return the id.
-
-        PostgreSQL and SQLite read it from INSERT ... RETURNING; MySQL from the cursor's
-        lastrowid where the id is AUTO_INCREMENT, or from the row where the caller gave it.
-        A MySQL id filled by another default cannot be read back: insert returns None then.
-        """
-        idf = self.q.id
-        t = self.raw_type(idf).removesuffix(" | None")
-        if self.mysql and idf.column.auto and idf.generated:
-            return "int", self.run("cur = ", "INSERT", params), ["return cur.lastrowid"]
-        if self.mysql and not idf.generated and not idf.optional:
-            return t, self.run("", "INSERT", params), [f"return row.{idf.attr}"]
-        if self.mysql:
-            return "None", self.run("", "INSERT", params), []
-        if self.sqlite:
-            # fetchall() finishes the statement: an unfinished one would block a COMMIT.
-            return t, [*self.run("cur = ", "INSERT", params),
-                       "((new_id,),) = cur.fetchall()"], [f"return {self.id_cast(t)}"]
+        """Hook: insert()'s return type, the lines that run INSERT, and those that return the
+        id: here from INSERT ... RETURNING."""
+        t = self.raw_type(self.q.id).removesuffix(" | None")
         return t, [*self.run("cur = ", "INSERT", params),
                    "new = AWAIT cur.fetchone()",
                    "assert new is not None  # RETURNING gives the inserted row",
                    "new_id = new[0]"], [f"return {self.id_cast(t)}"]
+
+    def insert_unique_by_error(self, params: str) -> list[Func]:
+        """Hook: insert_unique() where the dialect has no INSERT_UNIQUE statement."""
+        return []
+
+    def insert_many(self) -> Func:
+        """insert_many() on the dialect's INSERT_MANY statement (hook)."""
+        cols = [f"{py_str(f.attr)}: [{self.to_db(f, 'r.' + f.attr)} for r in rows]"
+                for f in self.q.insert_fields]
+        return Func("insert_many", "rows: Sequence[NewRow]", "None",
+                    self.st["INSERT_MANY"].doc + " Nothing is committed here.",
+                    tuple(self.run("", "INSERT_MANY", cols)))
+
+    def insert_many_by_executemany(self) -> Func:
+        """Hook: insert_many() as INSERT run by the driver's executemany."""
+        return Func("insert_many", "rows: Sequence[NewRow]", "None",
+                    "Enqueue many rows in one call (executemany); nothing is committed here.",
+                    ("conn.executemany(INSERT, [_insert_params(r) for r in rows])",))
+
+    def claim(self) -> Func:
+        """Hook: claim(), on a CLAIM that writes and returns the rows it claims."""
+        q, claim = self.q, self.st["CLAIM"]
+        body = [*self.run("cur = ", "CLAIM", self.params(claim)),
+                "rows = [_claimed(r) for r in AWAIT cur.fetchall()]"]
+        if q.form == LEASE or q.count_crashes:
+            body.append("rows.sort(key=_claim_order)  # RETURNING keeps no order")
+        body.append("return rows")
+        return Func("claim", self.args(claim, skip=("limit",), extra="limit: int = 1"),
+                    "list[ClaimedRow]", claim.doc, tuple(body))
+
+    def fifo_head_claim(self) -> Func:
+        """Hook: fifo_claim() on FIFO_HEAD, for dialects whose statements have it."""
+        raise NotImplementedError
+
+    # Hook: whether a lease claim reads its rows before it writes the lease, so that
+    # `_claimed` takes the new expiry instead of the column's old value.
+    reads_before_leasing = False
+
+    @property
+    def lease_after_read(self) -> bool:
+        return self.reads_before_leasing and self.q.lease
 
     @staticmethod
     def id_cast(t: str) -> str:
         """The id as its type (the driver hands back Any)."""
         return f"cast({t}, new_id)"
 
-    def mysql_claim(self) -> Func:
-        """MySQL has no UPDATE ... RETURNING: select and lock, then mark, in one transaction."""
-        st = self.st
-        claim = st["CLAIM"]
-        body = [*self.run("cur = ", "CLAIM", self.params(claim)),
-                f"rows = [{self.claimed('r')} for r in AWAIT cur.fetchall()]"]
-        args = self.args(claim, skip=("limit",), extra="limit: int = 1")
-        doc = claim.doc
-        if "CLAIM_MARK" in st:
-            mark = st["CLAIM_MARK"]
-            body += ["if rows:", *("    " + line for line in
-                                   self.run("", "CLAIM_MARK", self.params(mark))),
-                     "return rows"]
-            args = self.args(claim, skip=("limit",),
-                             extra="locked_until: datetime.datetime, limit: int = 1")
-            doc = "Claim up to `limit` rows under a lease ending at `locked_until`; run it in " \
-                  "a transaction and commit."
-        elif "CLAIM_COUNT" in st:
-            count = st["CLAIM_COUNT"]
-            body += ["if rows:", *("    " + line for line in
-                                   self.run("", "CLAIM_COUNT", self.params(count))),
-                     "return rows"]
-            doc = st["CLAIM_COUNT"].doc.replace("the claimed rows", "up to `limit` rows")
-        else:
-            body.append("return rows")
-        return Func("claim", args, "list[ClaimedRow]", doc, tuple(body))
-
-    @property
-    def lease_after_read(self) -> bool:
-        """MySQL reads a lease claim's rows before CLAIM_MARK writes the lease: `_claimed`
-        takes the new expiry then, instead of the column's old value."""
-        return self.mysql and self.q.lease
-
     def claimed(self, row: str) -> str:
         return f"_claimed({row}, locked_until)" if self.lease_after_read else f"_claimed({row})"
-
-    def mysql_fifo_claim(self) -> Func:
-        q, st = self.q, self.st
-        head = st["FIFO_HEAD"]
-        ra = q.role("retry_after")
-        lines: list[str] = []
-        if q.form == ROW_LOCK:
-            lines += ["try:", *("    " + line for line in
-                                self.run("", "FIFO_LOCK", self.params(st["FIFO_LOCK"]))),
-                      *("    " + line for line in
-                        self.run("cur = ", "FIFO_HEAD", self.params(head))),
-                      "except Exception as err:  # either driver's error",
-                      "    if _v.mysql_lock_unavailable(err):",
-                      "        return None  # another claim holds the group",
-                      "    raise"]
-        else:
-            lines += self.run("cur = ", "FIFO_HEAD", self.params(head))
-        lines += ["row = AWAIT cur.fetchone()", "if row is None:", "    return None",
-                  f"head = {self.claimed('row')}"]
-        if ra is not None:
-            lines += [f"if head.{ra.attr} > now:", "    return None  # the head is not due"]
-        extra = "now: datetime.datetime" if ra is not None else ""
-        if q.form == LEASE:
-            held = st["FIFO_HELD"]
-            lines += [*self.run("cur = ", "FIFO_HELD", self.params(held)),
-                      "held = AWAIT cur.fetchone()", "if held is not None and held[0]:",
-                      "    return None  # a row of the group is leased",
-                      *self.run("", "CLAIM_MARK", [
-                          f'"locked_until": {self.param_value("locked_until")}',
-                          f'"ids": (head.{q.id.attr},)']),
-                      "return head"]
-            extra = "now: datetime.datetime, locked_until: datetime.datetime"
-        else:
-            lines.append("return head")
-        args = "*, group: str" + (f", {extra}" if extra else "")
-        return Func("fifo_claim", args, "ClaimedRow | None",
-                    "Claim the group's head, or nothing while it (or, under a lease, any row of "
-                    "the group) is held or the head is not yet due; run it in a transaction.",
-                    tuple(lines))
 
     # -- module -------------------------------------------------------------------------------
 
@@ -703,10 +583,7 @@ class _Renderer:
         # Required attributes first: attrs needs defaults last.
         new_rows.sort(key=lambda r: r.new_default is not None)
         order = [f for f in (q.role(r) for r in ("priority", "retry_after", "id")) if f]
-        conn = {"postgres": "psycopg.Connection[Any]", "sqlite": "sqlite3.Connection",
-                "mysql": "pymysql.connections.Connection[Any]"}[self.d.name]
         funcs = self.functions()
-        twins = self.pg or self.mysql
         decode = self.decode_payload()
         key = self.advisory_key_expr()
         roles = {f.role: f.name for f in q.fields if f.role}
@@ -734,12 +611,11 @@ class _Renderer:
             "op_names": OPERATION_NAMES,
             "docstring": docstring,
             "comment": comment,
-            "conn": conn,
-            "async_conn": ("_v.AsyncMySQLConnection" if self.mysql else
-                           "psycopg.AsyncConnection[Any]"),
+            "conn": self.connection_type,
+            "async_conn": self.async_connection_type,
             "sync_line": sync_line,
             "async_line": async_line,
-            "twins": twins,
+            "twins": self.async_connection_type is not None,
             "decode_payload": decode,
             "advisory_key": key,
             "py_str": py_str,
@@ -772,7 +648,7 @@ class _Renderer:
             lines.append("if raw is None:")
             lines.append("    return None")
             raw = f"{raw_nn} | None"
-        if payload.column.kind == cat.JSON and self.pg:
+        if payload.column.kind == cat.JSON and self.binds_jsonb:
             call = f"msgspec.convert(raw, type={target})"
         else:
             call = f"msgspec.json.decode(raw, type={target})"
@@ -793,17 +669,6 @@ class _Renderer:
             if attr:
                 parts.append(f"str(row.{attr})")
         return " + ".join(parts)
-
-
-def sync_line(line: str) -> str:
-    """A body line as the plain function runs it."""
-    return line.replace("AWAIT ", "")
-
-
-def async_line(line: str) -> str:
-    """A body line as the async twin runs it: a helper of inboxgen.values that is awaited is
-    that helper's `_async` twin."""
-    return re.sub(r"AWAIT _v\.(\w+)\(", r"await _v.\1_async(", line).replace("AWAIT ", "await ")
 
 
 def signature(f: Func, conn: str, is_async: bool) -> str:
@@ -834,130 +699,3 @@ def _split_args(args: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-@functools.cache
-def _template() -> jinja2.Template:
-    """The module template, compiled once per process: compiling it costs more than rendering
-    a module, and a build renders one module per spec."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent.parent / "templates"),
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-    ).get_template("module.py.j2")
-
-
-def render_module(queue: Queue, statements: list[Statement]) -> str:
-    r = _Renderer(queue, statements)
-    body = _template().render(**r.context())
-    body = re.sub(r"\n{4,}", "\n\n\n", body)
-    return _wrap_long_lines(_with_imports(body, queue))
-
-
-LINE_LENGTH = 100
-
-
-def _wrap_long_lines(text: str) -> str:
-    """Break the Python lines that names near the servers' limits (63 or 64 bytes) make too long.
-
-    A line breaks between two tokens inside brackets (implicit line joining), preferably where
-    there is a space; a string "a.b" breaks into "a." "b" (implicit concatenation). Lines of
-    the SQL constants are wrapped when the statements are rendered.
-    """
-    lines = text.splitlines(keepends=True)
-    if all(len(line.rstrip("\n")) <= LINE_LENGTH for line in lines):
-        return text
-    # Per line: (column, depth, token) of every token that starts on it.
-    starts: dict[int, list[tuple[int, int, tokenize.TokenInfo]]] = {}
-    depth = 0
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.OP and tok.string in ")]}":
-            depth -= 1
-        starts.setdefault(tok.start[0], []).append((tok.start[1], depth, tok))
-        if tok.type == tokenize.OP and tok.string in "([{":
-            depth += 1
-    out: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        body = line.rstrip("\n")
-        if len(body) <= LINE_LENGTH or number not in starts:
-            out.append(line)
-            continue
-        out.append("\n".join(_break_line(body, starts[number])) + "\n")
-    return "".join(out)
-
-
-def _break_line(line: str, toks: list[tuple[int, int, tokenize.TokenInfo]]) -> list[str]:
-    indent = line[:len(line) - len(line.lstrip())] + "    "
-    # Places to break: before a token inside brackets (not the line's first), best after a space.
-    cuts = [(col, line[col - 1] == " ") for col, depth, _ in toks[1:] if depth > 0]
-    for col, depth, tok in toks:
-        if (depth > 0 and tok.type == tokenize.STRING and "." in tok.string
-                and tok.string[0] == '"' and "\\" not in tok.string):
-            dot = tok.string.index(".") + 1
-            cuts.append((col + dot, False))
-    cuts.sort()
-    pieces: list[str] = []
-    start = 0
-    while len(line) - start + (len(indent) if pieces else 0) > LINE_LENGTH:
-        room = LINE_LENGTH - (len(indent) if pieces else 0)
-        fits = [(col, spaced) for col, spaced in cuts if start < col <= start + room]
-        if not fits:
-            break
-        spaced = [col for col, is_spaced in fits if is_spaced]
-        cut = spaced[-1] if spaced else fits[-1][0]
-        piece = line[start:cut].rstrip()
-        if _inside_string(line, cut):
-            piece += '"'
-            line = line[:cut] + '"' + line[cut:]
-        pieces.append(piece)
-        start = cut
-        while start < len(line) and line[start] == " ":
-            start += 1
-    pieces.append(line[start:])
-    return [pieces[0]] + [indent + p.strip() for p in pieces[1:]]
-
-
-def _inside_string(line: str, col: int) -> bool:
-    """Whether `col` falls inside a double-quoted string (a cut at a dot of "a.b")."""
-    return line[:col].count('"') % 2 == 1
-
-
-def _with_imports(body: str, q: Queue) -> str:
-    """Insert exactly the imports the body uses (ruff rejects unused ones)."""
-    head, marker, rest = body.partition("# -- imports --\n")
-    std: list[str] = ["from __future__ import annotations", ""]
-    uses = rest
-    mods = []
-    for mod in ("datetime", "decimal", "sqlite3", "uuid"):
-        if re.search(rf"\b{mod}\.", uses):
-            mods.append(f"import {mod}")
-    std += mods
-    abc = [n for n in ("Mapping", "Sequence") if re.search(rf"\b{n}\[", uses)]
-    if abc:
-        std.append(f"from collections.abc import {', '.join(abc)}")
-    typing_names = [n for n in ("Any", "Final", "LiteralString", "cast")
-                    if re.search(rf"\b{n}\b", uses)]
-    if typing_names:
-        std.append(f"from typing import {', '.join(typing_names)}")
-    third = ["import attrs"]
-    if re.search(r"\bmsgspec\.", uses):
-        third.append("import msgspec")
-    if re.search(r"\bpsycopg\.", uses):
-        third.append("import psycopg")
-    if re.search(r"\bpymysql\.", uses):
-        third.append("import pymysql")
-    third_from = []
-    if "_v." in uses:
-        third_from.append("from inboxgen import values as _v")
-    # Wrapped as isort wraps a line past 88 characters (ruff's default line length).
-    third_from.append("from inboxgen.descriptor import (\n    Operations,\n    QueueStatus,\n"
-                      "    RuntimeDefaults,\n    TableDescriptor,\n)")
-    if "Jsonb(" in uses:
-        third_from.append("from psycopg.types.json import Jsonb")
-    # isort's order: plain imports first, then from-imports, each sorted by module.
-    lines = std + [""] + sorted(third) + third_from
-    if q.payload_type:
-        module, _, name = q.payload_type.partition(":")
-        lines += ["", f"from {module} import {name}"]
-    return head + "\n".join(lines) + "\n" + rest

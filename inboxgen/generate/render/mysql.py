@@ -1,0 +1,128 @@
+"""MySQL/MariaDB (PyMySQL, and asyncmy for the async twins): statements run on a cursor (the
+connections have no execute()), DATETIME and TIMESTAMP both as naive UTC, id lists as tuples,
+claims as a locking SELECT then an UPDATE, and errors recognised by their numbers."""
+
+from __future__ import annotations
+
+from inboxgen.generate import catalog as cat
+from inboxgen.generate.dialects import LEASE, ROW_LOCK
+from inboxgen.generate.render.base import Func, Renderer
+
+
+class MySQLRenderer(Renderer):
+    connection_type = "pymysql.connections.Connection[Any]"
+    # Named in inboxgen.values, not imported: a module loads where asyncmy is not installed.
+    async_connection_type = "_v.AsyncMySQLConnection"
+    # DATETIME and TIMESTAMP both travel as naive UTC (the worker's sessions run with
+    # time_zone '+00:00').
+    naive_utc_kinds = frozenset({cat.TIMESTAMP, cat.TIMESTAMPTZ})
+    executor = "_v.mysql_execute"
+    executor_args = ("conn",)
+    reads_before_leasing = True  # CLAIM_MARK writes the lease after CLAIM read the rows
+
+    def ids_of(self, generator: str) -> str:
+        # `IN %(ids)s`: both drivers write a tuple as a parenthesised list (asyncmy takes no
+        # list there).
+        return f"tuple({generator})"
+
+    def ids_from(self, name: str) -> str:
+        return f"tuple({name})"
+
+    def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
+        """From the cursor's lastrowid where the id is AUTO_INCREMENT, or from the row where
+        the caller gave it. An id filled by another default cannot be read back: insert
+        returns None then."""
+        idf = self.q.id
+        t = self.raw_type(idf).removesuffix(" | None")
+        if idf.column.auto and idf.generated:
+            return "int", self.run("cur = ", "INSERT", params), ["return cur.lastrowid"]
+        if not idf.generated and not idf.optional:
+            return t, self.run("", "INSERT", params), [f"return row.{idf.attr}"]
+        return "None", self.run("", "INSERT", params), []
+
+    def insert_unique_by_error(self, params: str) -> list[Func]:
+        # INSERT IGNORE would also swallow truncations and foreign-key errors: only a
+        # duplicate key (error 1062) means the job is already queued.
+        return [Func("insert_unique", "row: NewRow", "bool",
+                     "Enqueue one row unless its unique key is already queued; returns whether "
+                     "it was inserted. Run it inside a transaction: only the statement is "
+                     "undone by a duplicate.",
+                     ("try:", *("    " + line for line in self.run("", "INSERT", params)),
+                      "except Exception as err:  # either driver's error",
+                      "    if _v.mysql_duplicate_key(err):",
+                      "        return False",
+                      "    raise",
+                      "return True"))]
+
+    def insert_many_by_executemany(self) -> Func:
+        return Func("insert_many", "rows: Sequence[NewRow]", "None",
+                    "Enqueue many rows in one statement (the driver's executemany writes one "
+                    "multi-row INSERT); nothing is committed here.",
+                    ("AWAIT _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in "
+                     "rows])",))
+
+    def claim(self) -> Func:
+        """MySQL has no UPDATE ... RETURNING: select and lock, then mark, in one transaction."""
+        st = self.st
+        claim = st["CLAIM"]
+        body = [*self.run("cur = ", "CLAIM", self.params(claim)),
+                f"rows = [{self.claimed('r')} for r in AWAIT cur.fetchall()]"]
+        args = self.args(claim, skip=("limit",), extra="limit: int = 1")
+        doc = claim.doc
+        if "CLAIM_MARK" in st:
+            mark = st["CLAIM_MARK"]
+            body += ["if rows:", *("    " + line for line in
+                                   self.run("", "CLAIM_MARK", self.params(mark))),
+                     "return rows"]
+            args = self.args(claim, skip=("limit",),
+                             extra="locked_until: datetime.datetime, limit: int = 1")
+            doc = "Claim up to `limit` rows under a lease ending at `locked_until`; run it in " \
+                  "a transaction and commit."
+        elif "CLAIM_COUNT" in st:
+            count = st["CLAIM_COUNT"]
+            body += ["if rows:", *("    " + line for line in
+                                   self.run("", "CLAIM_COUNT", self.params(count))),
+                     "return rows"]
+            doc = st["CLAIM_COUNT"].doc.replace("the claimed rows", "up to `limit` rows")
+        else:
+            body.append("return rows")
+        return Func("claim", args, "list[ClaimedRow]", doc, tuple(body))
+
+    def fifo_head_claim(self) -> Func:
+        q, st = self.q, self.st
+        head = st["FIFO_HEAD"]
+        ra = q.role("retry_after")
+        lines: list[str] = []
+        if q.form == ROW_LOCK:
+            lines += ["try:", *("    " + line for line in
+                                self.run("", "FIFO_LOCK", self.params(st["FIFO_LOCK"]))),
+                      *("    " + line for line in
+                        self.run("cur = ", "FIFO_HEAD", self.params(head))),
+                      "except Exception as err:  # either driver's error",
+                      "    if _v.mysql_lock_unavailable(err):",
+                      "        return None  # another claim holds the group",
+                      "    raise"]
+        else:
+            lines += self.run("cur = ", "FIFO_HEAD", self.params(head))
+        lines += ["row = AWAIT cur.fetchone()", "if row is None:", "    return None",
+                  f"head = {self.claimed('row')}"]
+        if ra is not None:
+            lines += [f"if head.{ra.attr} > now:", "    return None  # the head is not due"]
+        extra = "now: datetime.datetime" if ra is not None else ""
+        if q.form == LEASE:
+            held = st["FIFO_HELD"]
+            lines += [*self.run("cur = ", "FIFO_HELD", self.params(held)),
+                      "held = AWAIT cur.fetchone()", "if held is not None and held[0]:",
+                      "    return None  # a row of the group is leased",
+                      *self.run("", "CLAIM_MARK", [
+                          f'"locked_until": {self.param_value("locked_until")}',
+                          f'"ids": (head.{q.id.attr},)']),
+                      "return head"]
+            extra = "now: datetime.datetime, locked_until: datetime.datetime"
+        else:
+            lines.append("return head")
+        args = "*, group: str" + (f", {extra}" if extra else "")
+        return Func("fifo_claim", args, "ClaimedRow | None",
+                    "Claim the group's head, or nothing while it (or, under a lease, any row of "
+                    "the group) is held or the head is not yet due; run it in a transaction.",
+                    tuple(lines))

@@ -1,0 +1,34 @@
+"""SQLite (sqlite3): the values sqlite3 hands back without type detection, times as text (see
+inboxgen.values), arrays as JSON text, and no async twins."""
+
+from __future__ import annotations
+
+from inboxgen.generate import catalog as cat
+from inboxgen.generate.render.base import Func, Renderer
+
+# What sqlite3 hands back without type detection.
+_SQLITE_TYPES = {cat.INT: "int", cat.BOOL: "int", cat.TEXT: "str", cat.BYTES: "bytes",
+                 cat.FLOAT: "float"}
+
+
+class SqliteRenderer(Renderer):
+    connection_type = "sqlite3.Connection"
+    naive_utc_kinds: frozenset[str] = frozenset()  # the time roles are text here
+
+    def driver_type(self, kind: str) -> str:
+        return _SQLITE_TYPES.get(kind, "object")
+
+    def array(self, value: str) -> str:
+        # sqlite3 binds no arrays: the statement reads a JSON array with json_each.
+        return f"_v.json_text({value})"
+
+    def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
+        t = self.raw_type(self.q.id).removesuffix(" | None")
+        # fetchall() finishes the statement: an unfinished one would block a COMMIT.
+        return t, [*self.run("cur = ", "INSERT", params),
+                   "((new_id,),) = cur.fetchall()"], [f"return {self.id_cast(t)}"]
+
+    def insert_many(self) -> Func:
+        return Func("insert_many", "rows: Sequence[NewRow]", "None",
+                    "Enqueue many rows in one call (executemany); nothing is committed here.",
+                    ("conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])",))

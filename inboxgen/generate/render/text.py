@@ -1,0 +1,180 @@
+"""The text of a generated module that is the same on every dialect: docstrings, comments and
+literals, the plain and async renderings of a function body, the template, the imports the body
+uses, and the wrapping of lines that names near the servers' limits make too long."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import re
+import textwrap
+import tokenize
+from pathlib import Path
+
+import jinja2
+
+from inboxgen.generate.model import Queue
+
+
+def docstring(text: str, indent: str = "    ") -> str:
+    """A docstring wrapped to the line length."""
+    one = f'{indent}"""{text}"""'
+    if len(one) <= 100:
+        return one
+    first, *rest = textwrap.wrap(text, width=96 - len(indent))
+    return "\n".join([f'{indent}"""{first}', *(f"{indent}{line}" for line in rest),
+                      f'{indent}"""'])
+
+
+def comment(text: str) -> str:
+    return "\n".join(textwrap.wrap(text, width=98, initial_indent="# ",
+                                   subsequent_indent="# "))
+
+
+def py_str(value: str) -> str:
+    """A double-quoted Python string literal (non-ASCII text as written)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def sql_literal(sql: str) -> str:
+    """The SQL as a readable triple-quoted literal, or a plain one where that is not safe."""
+    if "\\" in sql:
+        return py_str(sql)
+    if '"""' in sql:
+        # A quoted name holding `"` doubles it: the other triple quote keeps it readable.
+        return py_str(sql) if "'''" in sql else f"'''\n{sql}\n'''"
+    return f'"""\n{sql}\n"""'
+
+
+def sync_line(line: str) -> str:
+    """A body line as the plain function runs it."""
+    return line.replace("AWAIT ", "")
+
+
+def async_line(line: str) -> str:
+    """A body line as the async twin runs it: a helper of inboxgen.values that is awaited is
+    that helper's `_async` twin."""
+    return re.sub(r"AWAIT _v\.(\w+)\(", r"await _v.\1_async(", line).replace("AWAIT ", "await ")
+
+
+@functools.cache
+def template() -> jinja2.Template:
+    """The module template, compiled once per process: compiling it costs more than rendering
+    a module, and a build renders one module per spec."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).resolve().parents[2] / "templates"),
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    ).get_template("module.py.j2")
+
+
+LINE_LENGTH = 100
+
+
+def wrap_long_lines(text: str) -> str:
+    """Break the Python lines that names near the servers' limits (63 or 64 bytes) make too long.
+
+    A line breaks between two tokens inside brackets (implicit line joining), preferably where
+    there is a space; a string "a.b" breaks into "a." "b" (implicit concatenation). Lines of
+    the SQL constants are wrapped when the statements are rendered.
+    """
+    lines = text.splitlines(keepends=True)
+    if all(len(line.rstrip("\n")) <= LINE_LENGTH for line in lines):
+        return text
+    # Per line: (column, depth, token) of every token that starts on it.
+    starts: dict[int, list[tuple[int, int, tokenize.TokenInfo]]] = {}
+    depth = 0
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        starts.setdefault(tok.start[0], []).append((tok.start[1], depth, tok))
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+    out: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        body = line.rstrip("\n")
+        if len(body) <= LINE_LENGTH or number not in starts:
+            out.append(line)
+            continue
+        out.append("\n".join(_break_line(body, starts[number])) + "\n")
+    return "".join(out)
+
+
+def _break_line(line: str, toks: list[tuple[int, int, tokenize.TokenInfo]]) -> list[str]:
+    indent = line[:len(line) - len(line.lstrip())] + "    "
+    # Places to break: before a token inside brackets (not the line's first), best after a space.
+    cuts = [(col, line[col - 1] == " ") for col, depth, _ in toks[1:] if depth > 0]
+    for col, depth, tok in toks:
+        if (depth > 0 and tok.type == tokenize.STRING and "." in tok.string
+                and tok.string[0] == '"' and "\\" not in tok.string):
+            dot = tok.string.index(".") + 1
+            cuts.append((col + dot, False))
+    cuts.sort()
+    pieces: list[str] = []
+    start = 0
+    while len(line) - start + (len(indent) if pieces else 0) > LINE_LENGTH:
+        room = LINE_LENGTH - (len(indent) if pieces else 0)
+        fits = [(col, spaced) for col, spaced in cuts if start < col <= start + room]
+        if not fits:
+            break
+        spaced = [col for col, is_spaced in fits if is_spaced]
+        cut = spaced[-1] if spaced else fits[-1][0]
+        piece = line[start:cut].rstrip()
+        if _inside_string(line, cut):
+            piece += '"'
+            line = line[:cut] + '"' + line[cut:]
+        pieces.append(piece)
+        start = cut
+        while start < len(line) and line[start] == " ":
+            start += 1
+    pieces.append(line[start:])
+    return [pieces[0]] + [indent + p.strip() for p in pieces[1:]]
+
+
+def _inside_string(line: str, col: int) -> bool:
+    """Whether `col` falls inside a double-quoted string (a cut at a dot of "a.b")."""
+    return line[:col].count('"') % 2 == 1
+
+
+def with_imports(body: str, q: Queue) -> str:
+    """Insert exactly the imports the body uses (ruff rejects unused ones)."""
+    head, marker, rest = body.partition("# -- imports --\n")
+    std: list[str] = ["from __future__ import annotations", ""]
+    uses = rest
+    mods = []
+    for mod in ("datetime", "decimal", "sqlite3", "uuid"):
+        if re.search(rf"\b{mod}\.", uses):
+            mods.append(f"import {mod}")
+    std += mods
+    abc = [n for n in ("Mapping", "Sequence") if re.search(rf"\b{n}\[", uses)]
+    if abc:
+        std.append(f"from collections.abc import {', '.join(abc)}")
+    typing_names = [n for n in ("Any", "Final", "LiteralString", "cast")
+                    if re.search(rf"\b{n}\b", uses)]
+    if typing_names:
+        std.append(f"from typing import {', '.join(typing_names)}")
+    third = ["import attrs"]
+    if re.search(r"\bmsgspec\.", uses):
+        third.append("import msgspec")
+    if re.search(r"\bpsycopg\.", uses):
+        third.append("import psycopg")
+    if re.search(r"\bpymysql\.", uses):
+        third.append("import pymysql")
+    third_from = []
+    if "_v." in uses:
+        third_from.append("from inboxgen import values as _v")
+    # Wrapped as isort wraps a line past 88 characters (ruff's default line length).
+    third_from.append("from inboxgen.descriptor import (\n    Operations,\n    QueueStatus,\n"
+                      "    RuntimeDefaults,\n    TableDescriptor,\n)")
+    if "Jsonb(" in uses:
+        third_from.append("from psycopg.types.json import Jsonb")
+    # isort's order: plain imports first, then from-imports, each sorted by module.
+    lines = std + [""] + sorted(third) + third_from
+    if q.payload_type:
+        module, _, name = q.payload_type.partition(":")
+        lines += ["", f"from {module} import {name}"]
+    return head + "\n".join(lines) + "\n" + rest
