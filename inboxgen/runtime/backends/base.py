@@ -186,7 +186,39 @@ class Backend:
         connection to it, and close it once that thread is done."""
 
 
-class ThreadedBackend(Backend):
+class KeptConnections(Backend):
+    """Connections the worker keeps itself, without a pool library: opened as tasks need them,
+    each used by one task at a time, the idle ones kept until shutdown."""
+
+    def __init__(self, descriptor: TableDescriptor) -> None:
+        super().__init__(descriptor)
+        self._idle: list[Any] = []
+
+    async def _new(self) -> Any:
+        """Open one connection."""
+        raise NotImplementedError
+
+    async def _give_back(self, conn: Any) -> None:
+        """End what `conn` left open and keep it idle, or close it when it broke."""
+        raise NotImplementedError
+
+    async def open(self, keep: int = 1) -> None:
+        self._idle.append(await self._new())  # the others open as slots need them
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        conn = self._idle.pop() if self._idle else await self._new()
+        try:
+            yield conn
+        finally:
+            # Shielded: what was not committed must not leak into the next borrower.
+            try:
+                await asyncio.shield(self._give_back(conn))
+            except asyncio.CancelledError:
+                pass
+
+
+class ThreadedBackend(KeptConnections):
     """A driver without async support (sqlite3, PyMySQL): connections kept by the worker, each
     used by one task at a time and each with a thread of its own that runs every call on it.
 
@@ -198,7 +230,6 @@ class ThreadedBackend(Backend):
 
     def __init__(self, descriptor: TableDescriptor) -> None:
         super().__init__(descriptor)
-        self._idle: list[Any] = []
         self._threads: dict[int, ThreadPoolExecutor] = {}  # id(connection) -> its thread
         self._conns: dict[int, Any] = {}
         self._abandoned: set[int] = set()  # left to a handler thread still using them
@@ -287,25 +318,10 @@ class ThreadedBackend(Backend):
     async def probe(self) -> None:
         await self._discard(await self._new())
 
-    async def open(self, keep: int = 1) -> None:
-        self._idle.append(await self._new())  # the others open as slots need them
-
     async def close(self) -> None:
         self._idle.clear()
         for conn in list(self._conns.values()):
             await self._discard(conn)
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        conn = self._idle.pop() if self._idle else await self._new()
-        try:
-            yield conn
-        finally:
-            # Shielded: what was not committed must not leak into the next borrower.
-            try:
-                await asyncio.shield(self._give_back(conn))
-            except asyncio.CancelledError:
-                pass
 
     async def _give_back(self, conn: Any) -> None:
         if id(conn) not in self._conns:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from inboxgen.descriptor import Operations, TableDescriptor
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, Step, StepFailed
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, KeptConnections, Step, StepFailed
 from inboxgen.runtime.backends.mysql import MySQLServer, bind_lists
 
 # PyMySQL's connect() arguments that asyncmy's connect() takes as they are.
@@ -62,7 +62,7 @@ def unsuitable(descriptor: TableDescriptor, args: Mapping[str, Any], *,
     return None
 
 
-class AsyncMySQLBackend(MySQLServer):
+class AsyncMySQLBackend(MySQLServer, KeptConnections):
     """asyncmy connections (a small pool of the worker's own), at READ COMMITTED and in UTC."""
 
     driver = "asyncmy"
@@ -73,7 +73,6 @@ class AsyncMySQLBackend(MySQLServer):
         assert args is not None and descriptor.async_ops is not None  # see unsuitable()
         self._args = args
         self.ops: Operations = descriptor.async_ops
-        self._idle: list[Any] = []
         self._open: set[Any] = set()
 
     async def _new(self) -> Any:
@@ -110,9 +109,6 @@ class AsyncMySQLBackend(MySQLServer):
         with contextlib.suppress(Exception):
             await conn.ensure_closed()
 
-    async def open(self, keep: int = 1) -> None:
-        self._idle.append(await self._new())  # the others open as slots need them
-
     async def close(self) -> None:
         idle, self._idle = self._idle, []
         for conn in list(self._open):
@@ -121,18 +117,6 @@ class AsyncMySQLBackend(MySQLServer):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(conn.ensure_closed(), 5)
             conn.close()
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        conn = self._idle.pop() if self._idle else await self._new()
-        try:
-            yield conn
-        finally:
-            # Shielded: what was not committed must not leak into the next borrower.
-            try:
-                await asyncio.shield(self._give_back(conn))
-            except asyncio.CancelledError:
-                pass
 
     async def _give_back(self, conn: Any) -> None:
         if conn not in self._open or not conn.connected:
