@@ -211,3 +211,14 @@ def test_a_password_never_shows_and_a_refusal_is_one_line(project: Callable[...,
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "hunter2" not in result.stderr + result.stdout
     assert f"127.0.0.1:{pg_server.port}" in result.stderr and "no_such_db" in result.stderr
+
+
+def test_a_url_of_another_database_is_refused_in_one_line(
+        project: Callable[..., Project]) -> None:
+    root, _, _ = project("sqlite", Layout(form="lease"))
+    for url in ("postgresql://app@db/app", "mysql://app:s3cret@db/app",
+                "mysql+asyncmy://app:s3cret@db/app", "mariadb://app@db/app"):
+        result = run(root, "status", "--database-url", url)
+        assert result.returncode != 0, url
+        assert "the table is on SQLite" in result.stderr, (url, result.stderr)
+        assert result.stderr.count("\n") == 1 and "s3cret" not in result.stderr

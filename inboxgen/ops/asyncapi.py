@@ -10,6 +10,9 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
+from inboxgen.ops.connect import url_scheme
+from inboxgen.runtime.backends.mysql import MYSQL_SCHEMES
+
 _CONTENT = {"json": "application/json", "text": "text/plain",
             "bytes": "application/octet-stream"}
 _PROTOCOL = {"postgres": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}
@@ -77,8 +80,8 @@ def document(modules: list[ModuleType], *, title: str, version: str,
 
 
 def _dialect_of(url: str) -> str:
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("mysql", "mariadb", "mysql+pymysql", "mysql+asyncmy"):
+    scheme = url_scheme(url)
+    if scheme in MYSQL_SCHEMES:
         return "mysql"
     if scheme in ("postgres", "postgresql") or (not scheme and "=" in url):
         return "postgres"  # a URL, or a conninfo string

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from inboxgen.errors import ConfigError, ConnectFailed
+from inboxgen.runtime.backends.mysql import MYSQL_SCHEMES
 from inboxgen.runtime.connecting import first_line
+
+
+def url_scheme(url: str) -> str:
+    """A URL's scheme, lower-cased ("" for a conninfo string or a file path)."""
+    return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
 def connect(dialect: str, url: str) -> tuple[Any, str]:
@@ -27,7 +33,7 @@ def _postgres(url: str) -> tuple[Any, str]:
 
     from inboxgen.runtime.backends.postgres import pg_label
 
-    if url.startswith(("mysql:", "mysql+", "mariadb:", "sqlite:")):
+    if url_scheme(url) in MYSQL_SCHEMES or url.startswith("sqlite:"):
         raise ConfigError("the table is on PostgreSQL, but --database-url names another "
                           "database")
     try:
@@ -58,7 +64,7 @@ def _mysql(url: str) -> tuple[Any, str]:
 
 def _sqlite(url: str) -> tuple[Any, str]:
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    if url.startswith(("postgres", "mysql:", "mysql+", "mariadb:")):
+    if url.startswith("postgres") or url_scheme(url) in MYSQL_SCHEMES:
         raise ConfigError("the table is on SQLite: --database-url is the database file's path "
                           "(or sqlite:///path)")
     label = f"SQLite file {path}"

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from inboxgen.runtime.worker import Worker
 
 # The URL schemes of a MySQL/MariaDB address, and the driver each one names.
-_SCHEMES = {"mysql": None, "mariadb": None, "mysql+pymysql": "pymysql",
-            "mysql+asyncmy": "asyncmy"}
+MYSQL_SCHEMES: dict[str, str | None] = {"mysql": None, "mariadb": None, "mysql+pymysql": "pymysql",
+                                        "mysql+asyncmy": "asyncmy"}
 
 
 def mysql_driver(database: str | Mapping[str, Any]) -> str | None:
@@ -34,7 +34,7 @@ def mysql_driver(database: str | Mapping[str, Any]) -> str | None:
         return None
     from urllib.parse import urlsplit
 
-    return _SCHEMES.get(urlsplit(database).scheme)
+    return MYSQL_SCHEMES.get(urlsplit(database).scheme)
 
 
 def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
     from urllib.parse import parse_qs, unquote, urlsplit
 
     url = urlsplit(database)
-    if url.scheme not in _SCHEMES:
+    if url.scheme not in MYSQL_SCHEMES:
         raise ValueError("a MySQL/MariaDB database is a URL like mysql://user@host:3306/name")
     args: dict[str, Any] = {"host": url.hostname or "localhost", "port": url.port or 3306,
                             "database": unquote(url.path.lstrip("/")) or None}
