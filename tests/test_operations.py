@@ -217,7 +217,8 @@ def test_a_url_of_another_database_is_refused_in_one_line(
         project: Callable[..., Project]) -> None:
     root, _, _ = project("sqlite", Layout(form="lease"))
     for url in ("postgresql://app@db/app", "mysql://app:s3cret@db/app",
-                "mysql+asyncmy://app:s3cret@db/app", "mariadb://app@db/app"):
+                "mysql+asyncmy://app:s3cret@db/app", "mariadb://app@db/app",
+                "redis://app:s3cret@cache/0"):
         result = run(root, "status", "--database-url", url)
         assert result.returncode != 0, url
         assert "the table is on SQLite" in result.stderr, (url, result.stderr)

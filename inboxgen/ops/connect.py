@@ -64,7 +64,7 @@ def _mysql(url: str) -> tuple[Any, str]:
 
 def _sqlite(url: str) -> tuple[Any, str]:
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    if url.startswith("postgres") or url_scheme(url) in MYSQL_SCHEMES:
+    if url_scheme(url) not in ("", "sqlite"):  # a URL of another database (never quoted)
         raise ConfigError("the table is on SQLite: --database-url is the database file's path "
                           "(or sqlite:///path)")
     label = f"SQLite file {path}"
