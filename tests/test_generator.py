@@ -112,3 +112,32 @@ def test_installed_wheel_ships_its_templates(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert (project / "gen" / "reports.py").read_text(encoding="utf-8") == (
         REPO / "generated_examples" / "reports.py").read_text(encoding="utf-8")
+
+
+def test_a_parse_past_its_budget_stops_even_where_the_parser_swallows_the_alarm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build's time budget per statement interrupts sqlglot with a signal, which lands
+    wherever the parse is: inside an `except Exception: pass` of sqlglot's (Literal.number has
+    one), the build used to hang on an exponential parse instead of reporting the statement."""
+    import time
+
+    import sqlglot
+
+    from inboxgen.generate import catalog
+    from inboxgen.generate.dialects import DIALECTS
+
+    def swallowing_parse(*args: object, **kwargs: object) -> object:
+        until = time.monotonic() + 10
+        while time.monotonic() < until:  # a parse that never ends, and eats Exceptions
+            try:
+                time.sleep(0.01)
+            except Exception:
+                pass
+        return "still parsing"
+
+    monkeypatch.setattr(catalog, "_PARSE_SECONDS", 0.3)
+    monkeypatch.setattr(sqlglot, "parse_one", swallowing_parse)
+    began = time.monotonic()
+    with pytest.raises(catalog._TooSlow):
+        catalog._parse("SELECT 1", DIALECTS["postgres"])
+    assert time.monotonic() - began < 2

@@ -373,8 +373,12 @@ _PARSE_SECONDS = 3.0
 _PARSE_BYTES_PER_SECOND = 10_000
 
 
-class _TooSlow(Exception):
-    """The parse of one statement ran out of its time budget (the message: the budget)."""
+class _TooSlow(BaseException):
+    """The parse of one statement ran out of its time budget (the message: the budget).
+
+    A BaseException: the alarm lands wherever the parse happens to be, and sqlglot has
+    `except Exception` blocks (Literal.number) that would swallow an Exception, after which the
+    parse went on for good."""
 
 
 def _parse(text: str, d: Dialect) -> exp.Expr:
@@ -391,7 +395,8 @@ def _parse(text: str, d: Dialect) -> exp.Expr:
         raise _TooSlow(f"{budget:.0f}")
 
     previous = signal.signal(signal.SIGALRM, expired)
-    outer, _ = signal.setitimer(signal.ITIMER_REAL, budget)
+    # Again every 0.2 s once the budget is spent, should one alarm still be swallowed.
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, budget, 0.2)
     started = time.monotonic()
     try:
         return parse()
