@@ -97,7 +97,7 @@ def _all() -> list[Case]:
     recovery = {"pg-row_lock-sigkill": 1500, "pg-lease-sigstop": 2000,
                 "pg-advisory-terminate": 1500, "pg-lease-restart": 1500,
                 "pg-counted-sigterm": 1500, "sqlite-lease-sigkill": 2000,
-                "mysql-row_lock-restart": 1000}
+                "mysql-row_lock-restart": 3000}
     for shape in pg:
         for fault in ("sigkill", "terminate", "sigterm"):
             cases.append(_case(shape, fault, recovery_jobs=recovery.get(f"{shape}-{fault}")))
