@@ -119,9 +119,11 @@ def _all() -> list[Case]:
     cases.append(_case("pg-plain", "terminate"))
     # Handlers that are not transactional (at least once: checker.py), in batches of 8: the
     # pipelined row-lock rounds and the lease settler, killed, cut off and restarted mid-batch.
+    # A kill storm gets 600 jobs: in batches of 8, 300 could drain before its third kill.
     for shape in ("pg-plain", "pg-lease"):
         for fault in ("sigkill", "terminate"):
-            cases.append(_case(shape, fault, tag="plain-batch8", batch=8, plain=True))
+            cases.append(_case(shape, fault, tag="plain-batch8", batch=8, plain=True,
+                               jobs=600 if fault == "sigkill" else 300))
         cases.append(_case(shape, "restart", server="pg-restart", tag="plain-batch8", batch=8,
                            plain=True))
     cases.append(_case("pg-plain", "restart", server="pg-restart"))
@@ -131,7 +133,7 @@ def _all() -> list[Case]:
     # settler, each one call in the process's write turn). The transactional MySQL cases below
     # run on PyMySQL.
     for shape in ("mysql-plain", "mysql-lease", "sqlite-lease"):
-        cases.append(_case(shape, "sigkill", tag="plain-batch8", batch=8, plain=True))
+        cases.append(_case(shape, "sigkill", tag="plain-batch8", batch=8, plain=True, jobs=600))
     for shape in ("mysql-plain", "mysql-lease"):
         cases.append(_case(shape, "restart", server="mysql-restart", tag="plain-batch8",
                            batch=8, plain=True))
