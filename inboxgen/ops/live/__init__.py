@@ -1,0 +1,96 @@
+"""`inboxgen verify --database-url`: the committed modules against the live database. Every
+generated statement is planned there (EXPLAIN, so nothing runs), each claim is checked for an
+index that serves its order, and the live table is compared with the one the migrations build
+(a column missing, its type or its nullability changed). Each finding names the table and the
+statement or column."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from inboxgen.generate.catalog import load_catalog
+from inboxgen.generate.model import Queue
+from inboxgen.ops.live.base import LiveDatabase
+from inboxgen.ops.live.mysql import MySQLLive
+from inboxgen.ops.live.postgres import PostgresLive
+from inboxgen.ops.live.sqlite import SqliteLive
+from inboxgen.runtime.connecting import first_line
+
+_BY_DIALECT: dict[str, type[LiveDatabase]] = {
+    "postgres": PostgresLive, "mysql": MySQLLive, "sqlite": SqliteLive}
+
+# The statements that read due rows in claim order: each should have an index serving it.
+_CLAIMS = ("CLAIM", "CANDIDATES", "FIFO_HEAD")
+
+
+def check(module: ModuleType, queue: Queue, conn: Any) -> list[str]:
+    d = module.DESCRIPTOR
+    db = _BY_DIALECT[d.dialect](conn)
+    found: list[str] = []
+    table = d.qualified_name
+    live = db.columns(d.schema, d.table)
+    if not live:
+        return [f"table {table}: not in the database"]
+    found += _drift(queue, live, table)
+    if found:
+        return found  # statements naming a missing column would only repeat it
+    for name, sql in d.statements.items():
+        params = d.statement_params[name]
+        # A claim is planned with a group and a time, so its plan is the real one; the rest
+        # only prepare, with every value NULL.
+        bound = (_sample(params, db.sample_time()) if name in _CLAIMS
+                 else _sample(params, None))
+        try:
+            plan = db.explain(sql, bound)
+        except Exception as err:
+            found.append(f"table {table}, statement {name}: does not prepare: {first_line(err)}")
+            continue
+        if name in _CLAIMS and not db.ordered_by_index(plan, d.table):
+            found.append(f"table {table}, statement {name}: no index serves the claim order "
+                         f"(the plan sorts or scans the table): every claim reads all due rows")
+    return found
+
+
+def _drift(queue: Queue, live: list[tuple[str, str, bool]], table: str) -> list[str]:
+    """Compare the columns the module uses with the live ones: names, broad types (through
+    the same reading of DDL the build uses) and nullability."""
+    d = queue.dialect
+    q = d.quote
+    ddl = "CREATE TABLE live_table (\n" + ",\n".join(
+        f"{q(name)} {type_} {'NULL' if nullable else 'NOT NULL'}" for name, type_, nullable in live
+    ) + "\n);"
+    catalog = load_catalog([("(the live database)", ddl)], d)
+    live_table = catalog.table(None, "live_table")
+    out: list[str] = []
+    for f in queue.fields:
+        col = live_table.column(f.name, d) if live_table is not None else None
+        if col is None:
+            out.append(f"table {table}, column {f.name}: missing in the database")
+            continue
+        if col.kind != f.column.kind:
+            out.append(f"table {table}, column {f.name}: is {col.type_sql} in the database, "
+                       f"{f.column.type_sql} in the migrations")
+        if col.nullable != f.column.nullable:
+            now = "nullable" if col.nullable else "NOT NULL"
+            was = "nullable" if f.column.nullable else "NOT NULL"
+            out.append(f"table {table}, column {f.name}: is {now} in the database, {was} in "
+                       f"the migrations")
+    return out
+
+
+_TIMES = ("now", "locked_until", "new_locked_until", "retry_after", "before")
+
+
+def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
+    """Values for EXPLAIN: NULL, except what a plan depends on (a NULL group or time makes the
+    planner see that no row can match, and it plans nothing)."""
+    bound: dict[str, Any] = dict.fromkeys(params)
+    for name in params:
+        if name == "limit":
+            bound[name] = 1  # MySQL takes no NULL in LIMIT
+        elif name == "group":
+            bound[name] = "a group"
+        elif name in _TIMES:
+            bound[name] = time
+    return bound

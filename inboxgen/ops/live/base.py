@@ -1,0 +1,27 @@
+"""What `verify --database-url` asks of a live database, on each dialect's connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LiveDatabase:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def columns(self, schema: str | None, table: str) -> list[tuple[str, str, bool]]:
+        """(name, type as the server spells it, nullable) of each column; [] when the table is
+        not there."""
+        raise NotImplementedError
+
+    def sample_time(self) -> Any:
+        """A time as the driver takes it, for planning a claim."""
+        raise NotImplementedError
+
+    def explain(self, sql: str, bound: dict[str, Any]) -> Any:
+        """The plan of `sql` (nothing runs); raises the driver's error when it fails."""
+        raise NotImplementedError
+
+    def ordered_by_index(self, plan: Any, table: str) -> bool:
+        """Whether `plan` reads `table` through an index in the claim's order."""
+        raise NotImplementedError

@@ -1,0 +1,40 @@
+"""MySQL/MariaDB: information_schema for the columns, EXPLAIN rows for the plan."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from inboxgen.ops.live.base import LiveDatabase
+
+
+class MySQLLive(LiveDatabase):
+    def columns(self, schema: str | None, table: str) -> list[tuple[str, str, bool]]:
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE = 'YES' FROM "
+                        "information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                        "COALESCE(%s, DATABASE()) AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+                        (schema, table))
+            rows = cur.fetchall()
+        self.conn.rollback()
+        return [(r[0], r[1], bool(r[2])) for r in rows]
+
+    def sample_time(self) -> Any:
+        return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)  # naive UTC
+
+    def explain(self, sql: str, bound: dict[str, Any]) -> Any:
+        from inboxgen.runtime.backends.mysql import bind_lists
+
+        bound = bind_lists(sql, bound)
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("EXPLAIN " + sql, bound)
+                cols = [c[0] for c in cur.description]
+                return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        finally:
+            self.conn.rollback()
+
+    def ordered_by_index(self, plan: Any, table: str) -> bool:
+        mine = [r for r in plan if r.get("table") == table]
+        return bool(mine) and all(r.get("key") and "filesort" not in str(r.get("Extra") or "")
+                                  for r in mine)

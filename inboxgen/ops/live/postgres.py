@@ -1,0 +1,38 @@
+"""PostgreSQL: pg_attribute for the columns, EXPLAIN with scans and sorts priced out."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from inboxgen.ops.live.base import LiveDatabase
+
+
+class PostgresLive(LiveDatabase):
+    def columns(self, schema: str | None, table: str) -> list[tuple[str, str, bool]]:
+        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
+        rows = self.conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull "
+            "FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY a.attnum", (name,)).fetchall()
+        self.conn.rollback()
+        return [(r[0], r[1], bool(r[2])) for r in rows]
+
+    def sample_time(self) -> Any:
+        return _dt.datetime.now(_dt.UTC)
+
+    def explain(self, sql: str, bound: dict[str, Any]) -> Any:
+        try:
+            # Off, so that the plan shows whether an index can serve the order at all (on a
+            # small table a sequential scan and a sort would win on cost alone).
+            self.conn.execute("SET LOCAL enable_seqscan = off")
+            self.conn.execute("SET LOCAL enable_sort = off")
+            rows = self.conn.execute("EXPLAIN " + sql, bound).fetchall()
+            return "\n".join(str(r[0]) for r in rows)
+        finally:
+            self.conn.rollback()
+
+    def ordered_by_index(self, plan: Any, table: str) -> bool:
+        # With sequential scans and sorts priced out, a plan that still has one has no index
+        # that serves the claim order (a claim reads only its own table).
+        return "Sort" not in plan and "Seq Scan" not in plan
