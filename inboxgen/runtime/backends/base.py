@@ -217,6 +217,26 @@ class KeptConnections(Backend):
             except asyncio.CancelledError:
                 pass
 
+    # No pipeline mode: `together` runs a round's statements in turn (on a threaded driver in
+    # one call on the connection's thread) and has run them all by the time it returns.
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self.connection()
+
+    def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        return contextlib.nullcontext()
+
+    async def sync(self, pipeline: Any) -> None:
+        pass
+
+    async def alone(self, steps: list[Step]) -> list[Any]:
+        # One transaction (one write turn on SQLite, one commit on MySQL).
+        async with self.connection() as conn:
+            try:
+                return await self.together(conn, [BEGIN, *steps, COMMIT])
+            except StepFailed as err:
+                raise err.cause from None
+
 
 class ThreadedBackend(KeptConnections):
     """A driver without async support (sqlite3, PyMySQL): connections kept by the worker, each
@@ -371,22 +391,4 @@ class ThreadedBackend(KeptConnections):
     def _commit_now(self, conn: Any) -> None:
         """COMMIT, on the connection's thread."""
         conn.commit()
-
-    def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-        return contextlib.nullcontext()  # `together` sends a round's statements in one call
-
-    def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self.connection()
-
-    async def sync(self, pipeline: Any) -> None:
-        pass  # `together` has run everything by the time it returns
-
-    async def alone(self, steps: list[Step]) -> list[Any]:
-        # One transaction (one write turn on SQLite, one commit on MySQL), sent in one call on
-        # the connection's thread.
-        async with self.connection() as conn:
-            try:
-                return await self.together(conn, [BEGIN, *steps, COMMIT])
-            except StepFailed as err:
-                raise err.cause from None
 

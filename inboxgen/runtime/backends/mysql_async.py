@@ -130,15 +130,6 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
                 return
         self._idle.append(conn)
 
-    def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self.connection()
-
-    def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-        return contextlib.nullcontext()  # MySQL has no pipelining: `together` runs in turn
-
-    async def sync(self, pipeline: Any) -> None:
-        pass  # `together` has run everything by the time it returns
-
     async def _run(self, conn: Any, call: Any) -> Any:
         """Await `call` on `conn`; a cancellation closes the connection, which it left in the
         middle of a reply."""
@@ -157,10 +148,10 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
     async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
         results = []
         for done, step in enumerate(steps):
-            if step == BEGIN:
-                continue  # autocommit is off: the first statement opens the transaction
             try:
-                if step == COMMIT:
+                if step == BEGIN:
+                    await self.begin(conn)
+                elif step == COMMIT:
                     await self._run(conn, conn.commit())
                 elif not isinstance(step, str):
                     op, args = step
@@ -168,14 +159,6 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
             except Exception as err:
                 raise StepFailed(done, err) from err
         return results
-
-    async def alone(self, steps: list[Step]) -> list[Any]:
-        # One transaction, one commit.
-        async with self.connection() as conn:
-            try:
-                return await self.together(conn, [*steps, COMMIT])
-            except StepFailed as err:
-                raise err.cause from None
 
     async def commit(self, conn: Any) -> None:
         await self._run(conn, conn.commit())
