@@ -39,7 +39,7 @@ class Incarnation:
     returncode: int | None = None
     stopped: bool = False  # SIGSTOPped right now
     reader: EventReader = field(init=False)
-    _open: set[int] = field(default_factory=set)
+    _open: dict[int, float] = field(default_factory=dict)  # job -> when it started
     _seen: int = 0
 
     def __post_init__(self) -> None:
@@ -53,16 +53,20 @@ class Incarnation:
         """The events so far (the list grows as the log does: do not keep it)."""
         return list(self.reader.events())
 
-    def open_deliveries(self) -> set[int]:
-        """Jobs this process started and has not settled (or discarded) yet."""
+    def open_deliveries(self, *, started_within: float | None = None) -> set[int]:
+        """Jobs this process started and has not settled (or discarded) yet; with
+        `started_within`, only those started that many seconds ago or less."""
         events = self.reader.events()
         for e in events[self._seen:]:
             if e.kind == "started":
-                self._open.add(e.job)
+                self._open[e.job] = e.at
             elif e.kind in ("settled", "discarded"):
-                self._open.discard(e.job)
+                self._open.pop(e.job, None)
         self._seen = len(events)
-        return set(self._open)
+        if started_within is None:
+            return set(self._open)
+        since = time.time() - started_within
+        return {job for job, at in self._open.items() if at >= since}
 
     def selfkill(self) -> Event | None:
         """The job's event, when this process was killed by a job of its own: SIGKILLed, not by
