@@ -239,7 +239,11 @@ def _connected(module: Any, url: str | None) -> tuple[Any, str]:
 
     if not url:
         raise ConfigError("give --database-url (or set INBOXGEN_DATABASE_URL)")
-    return connect(module.DESCRIPTOR.dialect, url)
+    d = module.DESCRIPTOR
+    try:
+        return connect(d.dialect, url)
+    except ConfigError as err:  # a URL of another database: say which table it was given for
+        raise ConfigError(f"{err} (table {d.qualified_name})") from None
 
 
 @contextlib.contextmanager

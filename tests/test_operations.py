@@ -222,4 +222,5 @@ def test_a_url_of_another_database_is_refused_in_one_line(
         result = run(root, "status", "--database-url", url)
         assert result.returncode != 0, url
         assert "the table is on SQLite" in result.stderr, (url, result.stderr)
+        assert "(table jobs)" in result.stderr, result.stderr
         assert result.stderr.count("\n") == 1 and "s3cret" not in result.stderr
