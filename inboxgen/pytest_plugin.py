@@ -1,6 +1,6 @@
 """pytest fixtures for testing code that uses inboxgen, registered through the `pytest11` entry
-point (installing inboxgen is enough): `inboxgen_clock`, a new FakeClock (a minute ahead of the real time), and
-`inboxgen_drain`, which runs a worker until nothing due is left."""
+point (installing inboxgen is enough): `inboxgen_clock`, a new FakeClock (a minute ahead of
+the real time), and `inboxgen_drain`, which runs a worker until nothing due is left."""
 
 from __future__ import annotations
 
