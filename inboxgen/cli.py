@@ -110,12 +110,13 @@ def _version() -> str:
 def _load_worker(target: str) -> Any:
     import importlib
 
+    from inboxgen.ops.user_code import on_path
     from inboxgen.runtime.worker import Worker
 
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"worker target must look like package.module:name, not {target!r}")
-    sys.path.insert(0, str(Path.cwd()))
+    on_path(Path.cwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
@@ -222,7 +223,7 @@ def _verify_live(project: Project, generated: Generated, url: str) -> int:
     labels = set()
     with _connections(url) as connected:
         for path in sorted(generated.outputs):
-            module = load_one(project, path)
+            module = load_one(project, path, generated.queues[path])
             conn, label = connected(module)
             labels.add(label)
             for finding in live.check(module, generated.queues[path], conn):

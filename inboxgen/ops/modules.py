@@ -1,5 +1,7 @@
 """The committed generated modules of a project's specs, imported from their files (what the
-workers run), for the operations commands."""
+workers run), for the operations commands. The project's folder is on sys.path while they are
+imported, as `inboxgen worker` has the working folder: a typed payload's class is the
+project's own."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from types import ModuleType
 from inboxgen.errors import ConfigError
 from inboxgen.generate.build import generate, shown_path, spec_files
 from inboxgen.generate.config import Project
+from inboxgen.generate.model import Queue
+from inboxgen.ops.user_code import check_payload_type, on_path
 
 
 def load(project: Project, targets: Sequence[str]) -> list[ModuleType]:
@@ -19,13 +23,18 @@ def load(project: Project, targets: Sequence[str]) -> list[ModuleType]:
     if not generated.ok:
         first = next(d for d in generated.diagnostics if d.severity == "error")
         raise ConfigError(f"{first.format()} (run inboxgen verify)")
-    return [load_one(project, path) for path in sorted(generated.outputs)]
+    return [load_one(project, path, generated.queues[path]) for path in sorted(generated.outputs)]
 
 
-def load_one(project: Project, path: Path) -> ModuleType:
-    """The committed module at `path`."""
+def load_one(project: Project, path: Path, queue: Queue) -> ModuleType:
+    """The committed module at `path`, generated from `queue`'s spec."""
     if not path.is_file():
         raise ConfigError(f"{shown_path(project, path)} is missing: run inboxgen build")
+    on_path(project.root)
+    if queue.payload_type:
+        # Its own line first: a class that cannot be imported is not cured by a build.
+        line = next(b.line for b in queue.spec.bindings if b.role == "payload")
+        check_payload_type(queue.payload_type, f"{queue.spec.display}:{line}", project.root)
     name = f"_inboxgen_ops_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None

@@ -1,0 +1,129 @@
+"""The service's own code, imported by the commands as a user runs them: the installed `inboxgen`
+script (whose sys.path starts with its own bin folder, not the working folder) in the project's
+folder. A typed payload's class is found in the project for `status`, `asyncapi` and `verify
+--database-url`; a class that cannot be imported is one line naming what is wrong."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+SCRIPT = Path(sysconfig.get_path("scripts")) / "inboxgen"
+
+SPECS = {
+    "sqlite": ("""
+        table = "mail"
+        dialect = "sqlite"
+
+        [columns]
+        id = { role = "id", generated = true }
+        retry_after = "retry_after"
+        locked_until = "locked_until"
+        payload = { role = "payload", codec = "json", type = "TYPE" }
+        """, """
+        CREATE TABLE mail (id INTEGER PRIMARY KEY, retry_after TEXT NOT NULL,
+                           locked_until TEXT, payload TEXT NOT NULL);
+        CREATE INDEX mail_claim ON mail (retry_after, id);
+        """),
+    "postgres": ("""
+        table = "mail"
+        dialect = "postgres"
+
+        [columns]
+        id = { role = "id", generated = true }
+        retry_after = "retry_after"
+        payload = { role = "payload", codec = "json", type = "TYPE" }
+        """, """
+        CREATE TABLE mail (id BIGSERIAL PRIMARY KEY, retry_after TIMESTAMPTZ NOT NULL,
+                           payload JSONB NOT NULL);
+        CREATE INDEX mail_claim ON mail (retry_after, id);
+        """),
+}
+
+
+def inboxgen(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script, run in `cwd` with nothing of the project on sys.path."""
+    assert SCRIPT.is_file(), f"{SCRIPT}: the inboxgen script is not installed"
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+def typed_project(root: Path, dialect: str, url: str, type_: str = "myapp.jobs:Email") -> int:
+    """A project whose spec's payload is typed with a class of its own package `myapp`, built,
+    with its table created at `url`; the spec's line that names the type."""
+    (root / "myapp").mkdir(parents=True)
+    (root / "myapp" / "__init__.py").write_text("")
+    (root / "myapp" / "jobs.py").write_text(
+        "import msgspec\n\n\nclass Email(msgspec.Struct):\n    to: str\n    subject: str\n")
+    (root / "specs").mkdir()
+    spec, ddl = (textwrap.dedent(text).lstrip() for text in SPECS[dialect])
+    text = 'ddl = "mail.sql"\n' + spec.replace("TYPE", type_)
+    (root / "specs" / "mail.toml").write_text(text)
+    (root / "specs" / "mail.sql").write_text(ddl)
+    (root / "pyproject.toml").write_text('[project]\nname = "mailer"\nversion = "1.0.0"\n'
+                                         '[tool.inboxgen]\nspecs = "specs"\nout = "generated"\n')
+    built = inboxgen(root, "build")
+    assert built.returncode == 0, built.stderr
+    if dialect == "postgres":
+        with psycopg.connect(url) as conn:
+            conn.execute(ddl)
+    else:
+        with sqlite3.connect(url) as db:
+            db.executescript(ddl)
+    return next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("payload"))
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def dialect_url(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    if request.param == "postgres":
+        return "postgres", request.getfixturevalue("pg_dsn")
+    return "sqlite", str(tmp_path / "queue.sqlite3")
+
+
+def test_a_typed_payload_of_the_project_is_found_by_the_operations_commands(
+        tmp_path: Path, dialect_url: tuple[str, str]) -> None:
+    dialect, url = dialect_url
+    root = tmp_path / "app"
+    typed_project(root, dialect, url)
+    status = inboxgen(root, "status", "--database-url", url)
+    assert status.returncode == 0, status.stderr
+    assert "mail" in status.stdout
+    asyncapi = inboxgen(root, "asyncapi")
+    assert asyncapi.returncode == 0, asyncapi.stderr
+    assert '"Email"' in asyncapi.stdout
+    verify = inboxgen(root, "verify", "--database-url", url)
+    assert verify.returncode == 0, verify.stderr
+    assert "against" in verify.stdout
+    # From a folder below the project too: the project's folder is where its packages are.
+    (root / "deploy").mkdir()
+    assert inboxgen(root / "deploy", "status", "--database-url", url).returncode == 0
+
+
+@pytest.mark.parametrize(("type_", "error"), [
+    ("myapp.jobs:Letter", "module myapp.jobs has no attribute 'Letter'"),
+    ("nosuchpkg.jobs:Email", "No module named 'nosuchpkg'"),
+    ("myapp.broken:Email", "RuntimeError: EMAIL_FROM is not set (myapp/broken.py:1)"),
+])
+def test_a_payload_type_that_cannot_be_imported_is_one_line_naming_spec_and_type(
+        tmp_path: Path, type_: str, error: str) -> None:
+    url = str(tmp_path / "queue.sqlite3")
+    root = tmp_path / "app"
+    line = typed_project(root, "sqlite", url, type_)
+    (root / "myapp" / "broken.py").write_text("raise RuntimeError('EMAIL_FROM is not set')\n")
+    expected = (f"inboxgen: specs/mail.toml:{line}: payload type {type_} cannot be "
+                f"imported: {error}")
+    for args in (("status", "--database-url", url), ("asyncapi",),
+                 ("verify", "--database-url", url)):
+        result = inboxgen(root, *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert result.stderr.splitlines()[-1:] == [expected], args
+        assert "run inboxgen build" not in result.stderr and "Traceback" not in result.stderr
