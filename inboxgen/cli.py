@@ -107,37 +107,13 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _load_worker(target: str) -> Any:
-    import importlib
-
-    from inboxgen.ops.user_code import on_path
-    from inboxgen.runtime.worker import Worker
-
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"worker target must look like package.module:name, not {target!r}")
-    on_path(Path.cwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f"cannot import {module_name}: {err}") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise ConfigError(f"{module_name} has no attribute {attr!r}") from None
-    if not isinstance(obj, Worker) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, Worker):
-        raise ConfigError(f"{target} is not an inboxgen Worker (nor a function returning one)")
-    return obj
-
-
 def _run_worker(target: str, level: str) -> int:
     from inboxgen.errors import WorkerError
+    from inboxgen.ops.user_code import load_worker
 
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        worker = _load_worker(target)
+        worker = load_worker(target, Path.cwd())
         worker.run()
     except WorkerError as err:
         print(f"inboxgen: {type(err).__name__}: {err}", file=sys.stderr)

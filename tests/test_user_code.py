@@ -1,7 +1,8 @@
 """The service's own code, imported by the commands as a user runs them: the installed `inboxgen`
 script (whose sys.path starts with its own bin folder, not the working folder) in the project's
 folder. A typed payload's class is found in the project for `status`, `asyncapi` and `verify
---database-url`; a class that cannot be imported is one line naming what is wrong."""
+--database-url`; a class that cannot be imported, and a `worker` target that is not a Worker,
+are one line naming what is wrong."""
 
 from __future__ import annotations
 
@@ -127,3 +128,62 @@ def test_a_payload_type_that_cannot_be_imported_is_one_line_naming_spec_and_type
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert result.stderr.splitlines()[-1:] == [expected], args
         assert "run inboxgen build" not in result.stderr and "Traceback" not in result.stderr
+
+
+WORKER_APP = """
+from inboxgen import Worker
+import os as a_module
+
+NAME = "mailer"
+NOTHING = None
+
+
+def handle(job):
+    raise SystemExit("the handler was called")
+
+
+def make_text():
+    return "not a worker"
+
+
+async def make_later():
+    return None
+
+
+class Mailer:
+    pass
+"""
+
+REFUSED = "the target must be a Worker or a function returning one"
+
+
+@pytest.mark.parametrize(("target", "line"), [
+    ("app:handle", "app:handle is not an inboxgen Worker but a function that takes arguments "
+                   f"(job): {REFUSED}"),
+    ("app:make_text", f"app:make_text is not an inboxgen Worker but a function that returned a "
+                      f"str: {REFUSED}"),
+    ("app:make_later", f"app:make_later is not an inboxgen Worker but a function that returned a "
+                       f"coroutine: {REFUSED}"),
+    ("app:NAME", f"app:NAME is not an inboxgen Worker but a str: {REFUSED}"),
+    ("app:NOTHING", f"app:NOTHING is not an inboxgen Worker but None: {REFUSED}"),
+    ("app:a_module", f"app:a_module is not an inboxgen Worker but a module: {REFUSED}"),
+    ("app:Mailer", f"app:Mailer is not an inboxgen Worker but the class Mailer: {REFUSED}"),
+    ("app:mailer", "app:mailer: module app has no attribute 'mailer'"),
+    ("nosuch:worker", "nosuch:worker: cannot import nosuch: No module named 'nosuch'"),
+    ("needs:worker", "needs:worker: cannot import needs: No module named 'nosuchdep' "
+                     "(needs.py:1)"),
+    ("broken:worker", "broken:worker: cannot import broken: RuntimeError: DATABASE_URL is not "
+                      "set (broken.py:2)"),
+    ("typo:worker", "typo:worker: cannot import typo: SyntaxError: invalid syntax (typo.py:1)"),
+    ("app", "worker target must look like package.module:name, not 'app'"),
+])
+def test_a_worker_target_that_is_not_a_worker_is_one_line(tmp_path: Path, target: str,
+                                                         line: str) -> None:
+    (tmp_path / "app.py").write_text(textwrap.dedent(WORKER_APP))
+    (tmp_path / "needs.py").write_text("import nosuchdep\n")
+    (tmp_path / "broken.py").write_text("import os\n"
+                                        "raise RuntimeError('DATABASE_URL is not set')\n")
+    (tmp_path / "typo.py").write_text("worker = = 1\n")
+    result = inboxgen(tmp_path, "worker", target)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.splitlines() == [f"inboxgen: {line}"]

@@ -6,13 +6,17 @@ was imported and why it failed, never a traceback."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import traceback
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from inboxgen.errors import ConfigError
+
+MUST = "the target must be a Worker or a function returning one"
 
 
 def on_path(folder: Path) -> None:
@@ -58,3 +62,51 @@ def check_payload_type(type_: str, where: str, folder: Path) -> None:
         failed = f"module {module_name} has no attribute {name!r}"
     if failed:
         raise ConfigError(f"{where}: payload type {type_} cannot be imported: {failed}")
+
+
+def load_worker(target: str, folder: Path) -> Any:
+    """The Worker `target` ("package.module:name") names: a Worker, or a function taking no
+    arguments that returns one. Anything else is a ConfigError saying what it is instead."""
+    from inboxgen.runtime.worker import Worker
+
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"worker target must look like package.module:name, not {target!r}")
+    module, failed = _import(module_name, folder)
+    if module is None:
+        raise ConfigError(f"{target}: cannot import {module_name}: {failed}")
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"{target}: module {module_name} has no attribute {attr!r}") from None
+    if isinstance(obj, Worker):
+        return obj
+    if callable(obj) and not isinstance(obj, type):
+        try:
+            inspect.signature(obj).bind()
+        except TypeError:  # a handler, most likely: it takes the job
+            params = ", ".join(inspect.signature(obj).parameters)
+            raise ConfigError(f"{target} is not an inboxgen Worker but a function that takes "
+                              f"arguments ({params}): {MUST}") from None
+        except ValueError:  # no signature to read: calling it is the only way to know
+            pass
+        made = obj()
+        if isinstance(made, Worker):
+            return made
+        if inspect.iscoroutine(made):
+            made.close()  # never awaited, and saying so would only add a warning
+        raise ConfigError(f"{target} is not an inboxgen Worker but a function that returned "
+                          f"{_what(made)}: {MUST}")
+    raise ConfigError(f"{target} is not an inboxgen Worker but {_what(obj)}: {MUST}")
+
+
+def _what(obj: object) -> str:
+    """What `obj` is, in a few words (never its value, which may hold a secret)."""
+    if obj is None:
+        return "None"
+    if isinstance(obj, type):
+        return f"the class {obj.__name__}"
+    if isinstance(obj, ModuleType):
+        return "a module"
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
