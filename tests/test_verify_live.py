@@ -111,3 +111,33 @@ def test_the_password_never_shows(project: Callable[[str], tuple[Path, str]],
     result = run(root, "verify", "--database-url", bad)
     assert result.returncode == 2  # a SQLite table checked against PostgreSQL: a usage error
     assert "hunter2" not in result.stdout + result.stderr
+
+
+RETYPED_AND_UNINDEXED = {
+    "postgres": "ALTER TABLE jobs ALTER COLUMN payload TYPE BYTEA USING convert_to(payload, "
+                "'UTF8'); DROP INDEX jobs_claim;",
+    "mysql": "ALTER TABLE jobs MODIFY payload LONGBLOB NOT NULL, DROP INDEX jobs_claim",
+    # SQLite retypes by building the table again: the claim index is not built with it.
+    "sqlite": Layout(form="lease", group=True).ddl("sqlite").split(";")[0].replace(
+        "CREATE TABLE jobs", "CREATE TABLE jobs_new").replace(
+        "payload TEXT NOT NULL", "payload BLOB NOT NULL")
+    + "; INSERT INTO jobs_new SELECT * FROM jobs; DROP TABLE jobs; "
+      "ALTER TABLE jobs_new RENAME TO jobs;",
+}
+
+
+@pytest.mark.parametrize("dialect", [*SERVERS, "sqlite"])
+def test_every_finding_of_a_table_is_reported(project: Callable[[str], tuple[Path, str]],
+                                              dialect: str) -> None:
+    """A retyped column does not hide a dropped claim index: each finding is its own line."""
+    root, url = project(dialect)
+    alter(dialect, url, RETYPED_AND_UNINDEXED[dialect])
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert any("table jobs, column payload: is " in line for line in lines), result.stderr
+    # MariaDB's claim names its index (FORCE INDEX), so without it the claim does not prepare.
+    gone = ("does not prepare: (1176, \"Key 'jobs_claim' doesn't exist" if dialect == "mysql"
+            else "no index serves the claim order")
+    assert sum(f"table jobs, statement CLAIM: {gone}" in line for line in lines) == 1, lines
+    assert all(line.startswith("generated/jobs.py: table jobs, ") for line in lines), lines
