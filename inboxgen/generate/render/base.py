@@ -97,8 +97,6 @@ class Renderer:
 
     def driver_type(self, kind: str) -> str:
         """Hook: the Python type the driver hands back for a column of `kind`."""
-        if kind in (cat.JSON, cat.UUID):
-            return "str"  # as text; psycopg decodes them
         return _PY_TYPES.get(kind, "object")
 
     def new_type(self, f: Field) -> str:
@@ -648,14 +646,21 @@ class Renderer:
             lines.append("if raw is None:")
             lines.append("    return None")
             raw = f"{raw_nn} | None"
-        if payload.column.kind == cat.JSON and self.binds_jsonb:
+        text = "raw"
+        decoded = payload.column.kind == cat.JSON and self.binds_jsonb  # by the driver
+        if raw.removesuffix(" | None") == "object" and not decoded:
+            # A column the driver hands back as stored (SQLite's JSON has NUMERIC affinity, so
+            # the text of a bare number comes back as that number).
+            lines.append("text = raw if isinstance(raw, str | bytes) else str(raw)")
+            text = "text"
+        if decoded:
             call = f"msgspec.convert(raw, type={target})"
         else:
-            call = f"msgspec.json.decode(raw, type={target})"
+            call = f"msgspec.json.decode({text}, type={target})"
         if not self.q.payload_type:
             # msgspec decodes any JSON without a target type; the alias documents the result.
             call = ("cast(\"_v.JSONValue\", raw)" if "convert" in call else
-                    "cast(\"_v.JSONValue\", msgspec.json.decode(raw))")
+                    f"cast(\"_v.JSONValue\", msgspec.json.decode({text}))")
         lines.append(f"return {call}")
         return raw, ret, lines
 

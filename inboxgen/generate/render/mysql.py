@@ -20,6 +20,15 @@ class MySQLRenderer(Renderer):
     executor_args = ("conn",)
     reads_before_leasing = True  # CLAIM_MARK writes the lease after CLAIM read the rows
 
+    # What PyMySQL and asyncmy hand back where it is not the DB-API type of the kind: JSON and
+    # MariaDB's UUID as text, BOOLEAN (TINYINT(1)) as int, TIME as a timedelta (a TIME may
+    # exceed a day, or be negative).
+    _DRIVER_TYPES = {cat.JSON: "str", cat.UUID: "str", cat.BOOL: "int",
+                     cat.TIME: "datetime.timedelta"}
+
+    def driver_type(self, kind: str) -> str:
+        return self._DRIVER_TYPES.get(kind) or super().driver_type(kind)
+
     def ids_of(self, generator: str) -> str:
         # `IN %(ids)s`: both drivers write a tuple as a parenthesised list (asyncmy takes no
         # list there).

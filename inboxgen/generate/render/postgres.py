@@ -15,7 +15,7 @@ class PostgresRenderer(Renderer):
     def driver_type(self, kind: str) -> str:
         if kind == cat.JSON:
             return "object"  # decoded by psycopg
-        return super().driver_type(kind)
+        return super().driver_type(kind)  # UUID as uuid.UUID, as psycopg loads it
 
     def insert_many_by_executemany(self) -> Func:
         return Func("insert_many", "rows: Sequence[NewRow]", "None",
