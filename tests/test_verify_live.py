@@ -14,11 +14,12 @@ import pytest
 from dbcases import Layout, cli_project, mysql_connect
 
 SERVERS = ["postgres", "mysql"]
+GROUPS = Layout(form="lease", group=True)
 
 
 @pytest.fixture
-def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], tuple[Path, str]]:
-    def make(dialect: str) -> tuple[Path, str]:
+def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., tuple[Path, str]]:
+    def make(dialect: str, layout: Layout = GROUPS) -> tuple[Path, str]:
         if dialect == "postgres":
             url: str = request.getfixturevalue("pg_dsn")
         elif dialect == "mysql":
@@ -26,7 +27,7 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], t
         else:
             url = str(tmp_path / "queue.sqlite3")
         root = tmp_path / "app"
-        cli_project(root, dialect, Layout(form="lease", group=True), url)
+        cli_project(root, dialect, layout, url)
         return root, url
 
     return make
@@ -118,7 +119,7 @@ RETYPED_AND_UNINDEXED = {
                 "'UTF8'); DROP INDEX jobs_claim;",
     "mysql": "ALTER TABLE jobs MODIFY payload LONGBLOB NOT NULL, DROP INDEX jobs_claim",
     # SQLite retypes by building the table again: the claim index is not built with it.
-    "sqlite": Layout(form="lease", group=True).ddl("sqlite").split(";")[0].replace(
+    "sqlite": GROUPS.ddl("sqlite").split(";")[0].replace(
         "CREATE TABLE jobs", "CREATE TABLE jobs_new").replace(
         "payload TEXT NOT NULL", "payload BLOB NOT NULL")
     + "; INSERT INTO jobs_new SELECT * FROM jobs; DROP TABLE jobs; "
@@ -141,3 +142,19 @@ def test_every_finding_of_a_table_is_reported(project: Callable[[str], tuple[Pat
             else "no index serves the claim order")
     assert sum(f"table jobs, statement CLAIM: {gone}" in line for line in lines) == 1, lines
     assert all(line.startswith("generated/jobs.py: table jobs, ") for line in lines), lines
+
+
+@pytest.mark.parametrize("dialect", [*SERVERS, "sqlite"])
+def test_a_dropped_unique_index_is_named(project: Callable[..., tuple[Path, str]],
+                                         dialect: str) -> None:
+    """Without it, enqueue's duplicate check fails (PostgreSQL, SQLite) or lets duplicates in
+    (MariaDB, whose insert waits for a duplicate-key error that never comes)."""
+    root, url = project(dialect, Layout(form="lease", group=True, unique=True))
+    assert run(root, "verify", "--database-url", url).returncode == 0
+    alter(dialect, url, "DROP INDEX jobs_once ON jobs" if dialect == "mysql"
+          else "DROP INDEX jobs_once")
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    assert ("generated/jobs.py: table jobs, unique key (account, grp): no unique index on these "
+            "columns in the database, which enqueue's duplicate check needs") \
+        in result.stderr.splitlines(), result.stderr

@@ -1,8 +1,8 @@
 """`inboxgen verify --database-url`: the committed modules against the live database. Every
 generated statement is planned there (EXPLAIN, so nothing runs), each claim is checked for an
 index that serves its order, and the live table is compared with the one the migrations build
-(a column missing, its type or its nullability changed). Each finding names the table and the
-statement or column."""
+(a column missing, its type or its nullability changed, the unique key's index gone). Every
+finding is reported, each naming the table and the statement, column or key."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def check(module: ModuleType, queue: Queue, conn: Any) -> list[str]:
     # Every finding, each on its own line: a column that changed must not hide an index that
     # went (a statement naming a missing column is reported too: it fails when it runs).
     found += _drift(queue, live, table)
+    found += _unique(queue, db.unique_keys(d.schema, d.table), table)
     for name, sql in d.statements.items():
         params = d.statement_params[name]
         # A claim is planned with a group and a time, so its plan is the real one; the rest
@@ -77,6 +78,21 @@ def _drift(queue: Queue, live: list[tuple[str, str, bool]], table: str) -> list[
             out.append(f"table {table}, column {f.name}: is {now} in the database, {was} in "
                        f"the migrations")
     return out
+
+
+def _unique(queue: Queue, live: list[tuple[str, ...]], table: str) -> list[str]:
+    """The spec's unique key needs a unique index on exactly its columns: PostgreSQL's and
+    SQLite's ON CONFLICT name them, and on MySQL without one no duplicate-key error ever comes,
+    so duplicates get in."""
+    if not queue.unique:
+        return []
+    same = queue.dialect.same_name
+    key = [f.name for f in queue.unique]
+    if any(len(cols) == len(key) and all(any(same(k, c) for c in cols) for k in key)
+           for cols in live):
+        return []
+    return [f"table {table}, unique key ({', '.join(key)}): no unique index on these columns "
+            f"in the database, which enqueue's duplicate check needs"]
 
 
 _TIMES = ("now", "locked_until", "new_locked_until", "retry_after", "before")

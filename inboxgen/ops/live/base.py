@@ -14,6 +14,11 @@ class LiveDatabase:
         not there."""
         raise NotImplementedError
 
+    def unique_keys(self, schema: str | None, table: str) -> list[tuple[str, ...]]:
+        """The columns of each unique index or constraint over plain columns, without a WHERE
+        (the primary key included)."""
+        raise NotImplementedError
+
     def sample_time(self) -> Any:
         """A time as the driver takes it, for planning a claim."""
         raise NotImplementedError

@@ -1,4 +1,5 @@
-"""MySQL/MariaDB: information_schema for the columns, EXPLAIN rows for the plan."""
+"""MySQL/MariaDB: information_schema for the columns and unique keys, EXPLAIN rows for the
+plan."""
 
 from __future__ import annotations
 
@@ -18,6 +19,19 @@ class MySQLLive(LiveDatabase):
             rows = cur.fetchall()
         self.conn.rollback()
         return [(r[0], r[1], bool(r[2])) for r in rows]
+
+    def unique_keys(self, schema: str | None, table: str) -> list[tuple[str, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+                        "WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s "
+                        "AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX", (schema, table))
+            rows = cur.fetchall()
+        self.conn.rollback()
+        keys: dict[str, list[str | None]] = {}
+        for index, column in rows:
+            keys.setdefault(index, []).append(column)
+        # A functional key part (MySQL 8.0.13) has no column name: that index is none.
+        return [tuple(c for c in cols if c) for cols in keys.values() if all(cols)]
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)  # naive UTC

@@ -1,4 +1,5 @@
-"""PostgreSQL: pg_attribute for the columns, EXPLAIN with scans and sorts priced out."""
+"""PostgreSQL: pg_attribute for the columns, pg_index for the unique keys, EXPLAIN with scans
+and sorts priced out."""
 
 from __future__ import annotations
 
@@ -17,6 +18,19 @@ class PostgresLive(LiveDatabase):
             "AND NOT a.attisdropped ORDER BY a.attnum", (name,)).fetchall()
         self.conn.rollback()
         return [(r[0], r[1], bool(r[2])) for r in rows]
+
+    def unique_keys(self, schema: str | None, table: str) -> list[tuple[str, ...]]:
+        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
+        # Key columns only (not INCLUDE ones); an index over an expression (attnum 0) is none.
+        rows = self.conn.execute(
+            "SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i "
+            "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND i.indisvalid "
+            "AND i.indpred IS NULL AND NOT 0 = ANY (i.indkey) AND k.n <= i.indnkeyatts "
+            "GROUP BY i.indexrelid", (name,)).fetchall()
+        self.conn.rollback()
+        return [tuple(r[0]) for r in rows]
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC)

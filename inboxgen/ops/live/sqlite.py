@@ -1,4 +1,5 @@
-"""SQLite: PRAGMA table_info for the columns, EXPLAIN QUERY PLAN for the plan."""
+"""SQLite: PRAGMA table_info for the columns, index_list and index_info for the unique keys,
+EXPLAIN QUERY PLAN for the plan."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ class SqliteLive(LiveDatabase):
     def columns(self, schema: str | None, table: str) -> list[tuple[str, str, bool]]:
         rows = self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
         return [(r[1], r[2] or "BLOB", not r[3] and not r[5]) for r in rows]
+
+    def unique_keys(self, schema: str | None, table: str) -> list[tuple[str, ...]]:
+        # An INTEGER PRIMARY KEY is the rowid, which index_list leaves out.
+        quoted = table.replace('"', '""')
+        pk = sorted((r[5], r[1]) for r in self.conn.execute(f'PRAGMA table_info("{quoted}")')
+                    if r[5])
+        keys = [tuple(name for _, name in pk)] if pk else []
+        for _, index, unique, _, partial in self.conn.execute(f'PRAGMA index_list("{quoted}")'):
+            if unique and not partial:
+                name = index.replace('"', '""')
+                cols = [r[2] for r in self.conn.execute(f'PRAGMA index_info("{name}")')]
+                if all(cols):  # an index over an expression has no column name
+                    keys.append(tuple(cols))
+        return keys
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")  # as the roles store it
