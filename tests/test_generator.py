@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
+from genutil import build_module
 
 from inboxgen.generate.build import generate, spec_files
 from inboxgen.generate.config import Project, find_project
@@ -141,3 +145,33 @@ def test_a_parse_past_its_budget_stops_even_where_the_parser_swallows_the_alarm(
     with pytest.raises(catalog._TooSlow):
         catalog._parse("SELECT 1", DIALECTS["postgres"])
     assert time.monotonic() - began < 2
+
+
+# ---------------------------------------------------------------------------------------------
+# SQLite fills an INTEGER PRIMARY KEY only in a rowid table.
+
+
+@pytest.mark.parametrize("ddl", [
+    # The id itself: the caller gives it.
+    "CREATE TABLE jobs (\n    id INTEGER PRIMARY KEY,\n    locked_until TEXT,\n"
+    "    payload BLOB NOT NULL\n) WITHOUT ROWID;\n",
+    # A data column: NewRow takes it.
+    "CREATE TABLE jobs (\n    seq INTEGER PRIMARY KEY,\n    id TEXT NOT NULL UNIQUE,\n"
+    "    locked_until TEXT,\n    payload BLOB NOT NULL\n) STRICT, WITHOUT ROWID;\n",
+], ids=["id", "data_column"])
+def test_without_rowid_integer_key_is_written_by_the_insert(ddl: str, tmp_path: Path,
+                                                            sqlite_path: Path) -> None:
+    spec = ('table = "jobs"\ndialect = "sqlite"\n\n[columns]\nid = "id"\n'
+            'locked_until = "locked_until"\npayload = "payload"\n')
+    module = build_module(tmp_path, spec, ddl)
+    given = {"id": 7} if "seq" not in ddl else {"id": "job-7", "seq": 70}
+    with contextlib.closing(sqlite3.connect(sqlite_path)) as conn:
+        conn.executescript(ddl)
+        new_id = module.insert(conn, module.NewRow(payload=b"x", **given))
+        conn.commit()
+        assert new_id == given["id"]
+        now = datetime.datetime.now(datetime.UTC)
+        (row,) = module.claim(conn, now=now, locked_until=now + datetime.timedelta(seconds=30))
+    assert (row.id, row.payload) == (given["id"], b"x")
+    if "seq" in ddl:
+        assert row.seq == 70

@@ -106,6 +106,8 @@ class Table:
     line: int
     # Columns a migration renamed away or dropped: name -> (path, line, what happened).
     gone: dict[str, tuple[str, int, str]] = attrs.field(factory=dict)
+    # SQLite's WITHOUT ROWID: no rowid, so no INTEGER PRIMARY KEY that SQLite fills.
+    without_rowid: bool = False
 
     def column(self, name: str, dialect: Dialect) -> Column | None:
         for col in self.columns:
@@ -553,6 +555,11 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
             return
         catalog.tables.remove(existing)
     table = Table(schema, name, [], [], st.path, st.line)
+    # Older sqlglot versions read WITHOUT ROWID only as an opaque command: such a table never
+    # gets here.
+    without_rowid = getattr(exp, "WithoutRowidProperty", None)
+    table.without_rowid = (without_rowid is not None and isinstance(props, exp.Expression)
+                           and props.find(without_rowid) is not None)
     for item in _table_items(schema_node):
         if isinstance(item, exp.LikeProperty):
             _copy_like(catalog, table, item, st)
@@ -577,7 +584,7 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
             cols = [_ident(e, d) for e in item.this.expressions]
             catalog.indexes.append(Index(None, schema, name, cols, True, False, st.path,
                                          st.line))
-    if d.integer_key_is_rowid and len(table.primary_key) == 1:
+    if d.integer_key_is_rowid and len(table.primary_key) == 1 and not table.without_rowid:
         pk = table.column(table.primary_key[0], d)
         if pk is not None and _declared_integer(pk.name, st.text):
             pk.auto = pk.has_default = True

@@ -222,11 +222,24 @@ class _Checker:
             self.check_sqlite_time_default(table, b, col)
             self.check_nullability(table, b, col)
             if b.generated and not (col.has_default or col.auto):
-                self.err(b.line, f"column \"{table.name}.{col.name}\" (role {role}) is marked "
-                                 f"generated, but the DDL ({col.path}:{col.line}) gives it no "
-                                 f"default, identity or autoincrement")
+                if self.integer_key_without_rowid(table, col):
+                    self.err(b.line, f"column \"{table.name}.{col.name}\" (role {role}) is "
+                                     f"marked generated, but table {table.name} is WITHOUT ROWID "
+                                     f"({table.path}:{table.line}), and there SQLite does not "
+                                     f"fill an INTEGER PRIMARY KEY: drop generated and give the "
+                                     f"{role} in NewRow, or drop WITHOUT ROWID")
+                else:
+                    self.err(b.line, f"column \"{table.name}.{col.name}\" (role {role}) is "
+                                     f"marked generated, but the DDL ({col.path}:{col.line}) "
+                                     f"gives it no default, identity or autoincrement")
             out[role] = (b, col)
         return out
+
+    def integer_key_without_rowid(self, table: Table, col: Column) -> bool:
+        """The one-column integer primary key of a SQLite WITHOUT ROWID table: an ordinary
+        column there, where a rowid table's would alias the rowid."""
+        return (table.without_rowid and col.kind == cat.INT and len(table.primary_key) == 1
+                and self.d.same_name(table.primary_key[0], col.name))
 
     def check_writable(self, table: Table, b: RoleBinding, col: Column) -> bool:
         """Only the database writes a computed or GENERATED ALWAYS identity column: the id may
