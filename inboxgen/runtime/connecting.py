@@ -7,9 +7,11 @@ how it names the database in messages (`label`, never with the password)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import ConnectFailed
 
@@ -29,7 +31,8 @@ async def reach(worker: Worker) -> bool:
     where = {"worker": worker.name, "table": worker.descriptor.qualified_name}
     while True:
         try:
-            await backend.probe()
+            if not await unless_stopped(worker, backend.probe()):
+                return False
         except Exception as err:
             reason = first_line(err)
             if backend.permanent(err):
@@ -52,6 +55,38 @@ async def reach(worker: Worker) -> bool:
             log.warning("%s: connected to %s after %d failed attempt(s)", worker.name,
                         backend.label, failures)
         return not worker._stopping.is_set()
+
+
+async def open_connections(worker: Worker) -> bool:
+    """Open the worker's connections (the database answered a moment ago). False when the
+    worker was stopped meanwhile; raises ConnectFailed when they cannot be opened."""
+    backend = worker.backend
+    try:
+        return await unless_stopped(worker, backend.open(keep=worker.form.connections))
+    except Exception as err:
+        with contextlib.suppress(Exception):
+            await backend.close()  # what was opened of them
+        raise ConnectFailed(f"cannot open the connections to {backend.label}: "
+                            f"{first_line(err)}", worker=worker.name,
+                            table=worker.descriptor.qualified_name) from None
+
+
+async def unless_stopped(worker: Worker, step: Coroutine[Any, Any, Any]) -> bool:
+    """Run `step` until it ends or the worker is told to stop (a signal must not wait for a
+    connection attempt, which may hang until its timeout): True when it ended."""
+    task = asyncio.ensure_future(step)
+    stopping = asyncio.ensure_future(worker._stopping.wait())
+    try:
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # raises what the step raised
+    return True
 
 
 def first_line(err: BaseException) -> str:

@@ -30,7 +30,7 @@ from inboxgen.runtime.backends import BACKENDS, Backend
 from inboxgen.runtime.backends.base import Database
 from inboxgen.runtime.batching import Calls, by_op, one_statement
 from inboxgen.runtime.clock import Clock, SystemClock
-from inboxgen.runtime.connecting import reach, retry_delay
+from inboxgen.runtime.connecting import open_connections, reach, retry_delay
 from inboxgen.runtime.forms import form_for
 from inboxgen.runtime.outcomes import (
     ACKED_OUTCOME,
@@ -284,7 +284,10 @@ class Worker:
             if not await reach(self):
                 self.form.release_resources()
                 return
-            await self.backend.open(keep=self.form.connections)
+            if not await open_connections(self):
+                await self.backend.close()
+                self.form.release_resources()
+                return
         except BaseException:
             self.form.release_resources()
             raise

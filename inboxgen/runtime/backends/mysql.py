@@ -47,16 +47,60 @@ def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
     url = urlsplit(database)
     if url.scheme not in MYSQL_SCHEMES:
         raise ValueError("a MySQL/MariaDB database is a URL like mysql://user@host:3306/name")
-    args: dict[str, Any] = {"host": url.hostname or "localhost", "port": url.port or 3306,
+    try:
+        port = url.port
+    except ValueError:  # its text names the port alone
+        raise ValueError("the MySQL/MariaDB URL has a port that is not a number from 1 to "
+                         "65535") from None
+    args: dict[str, Any] = {"host": url.hostname or "localhost", "port": port or 3306,
                             "database": unquote(url.path.lstrip("/")) or None}
     if url.username:
         args["user"] = unquote(url.username)
     if url.password:
         args["password"] = unquote(url.password)
-    for key, values in parse_qs(url.query).items():
-        if key in ("unix_socket", "charset", "ssl_ca"):
-            args[key] = values[-1]
+    for key, values in parse_qs(url.query, keep_blank_values=True).items():
+        if key not in URL_PARAMETERS:
+            # Left out, it would be ignored: a worker meant to use TLS would connect without.
+            raise ValueError(f"the MySQL/MariaDB URL has an unknown parameter {key!r} (it takes "
+                             f"{', '.join(URL_PARAMETERS)})")
+        args[key] = values[-1]
     return args
+
+
+# What a MySQL/MariaDB URL may say after its "?".
+URL_PARAMETERS = ("unix_socket", "charset", "ssl_ca")
+
+
+def check_connect_args(args: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the first of PyMySQL's connect() arguments that it would
+    refuse (or trip over) when it connects; never with the password."""
+    import inspect
+    import os
+
+    import pymysql
+    from pymysql.charset import charset_by_name
+
+    known = set(inspect.signature(pymysql.connections.Connection.__init__).parameters)
+    where = "the MySQL/MariaDB connection"
+    for key in args:
+        if key == "self" or key not in known:
+            raise ValueError(f"{where} has an unknown argument {key!r}")
+    port = args.get("port", 3306)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"{where} has port={port!r}, not a number from 1 to 65535")
+    charset = args.get("charset")
+    if charset is not None and (not isinstance(charset, str) or not charset
+                                or charset_by_name(charset) is None):
+        raise ValueError(f"{where} has charset={charset!r}, which PyMySQL does not know")
+    timeout = args.get("connect_timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or timeout <= 0):
+        raise ValueError(f"{where} has connect_timeout={timeout!r}, not a number of seconds "
+                         f"above 0")
+    for key in ("ssl_ca", "ssl_cert", "ssl_key"):
+        path = args.get(key)
+        if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            raise ValueError(f"{where} has {key}={str(path)!r}, which is not a readable file")
 
 
 def bind_lists(sql: str, bound: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,6 +158,7 @@ class MySQLServer(Backend):
         if isinstance(database, Path):
             database = str(database)
         args = mysql_connect_args(database)
+        check_connect_args(args)
         driver = mysql_driver(database)
         if driver == "pymysql":
             return MySQLBackend(descriptor, args)
@@ -144,14 +189,37 @@ class MySQLServer(Backend):
                 "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
 
     def permanent(self, err: Exception) -> bool:
-        # Access denied (to the server or the database), an unknown database or host.
+        # Access denied (to the server or the database), an unknown database or host, an
+        # authentication method or TLS the two sides do not share: no retry changes them.
+        if not isinstance(err, (OSError, *_driver_errors())):
+            return True  # the driver tripped over its arguments
         code = err.args[0] if err.args and isinstance(err.args[0], int) else None
-        if code in (1044, 1045, 1049, 2005):
+        if code in _REFUSED:
+            return True
+        if "[SSL" in str(err):  # asyncmy: a TLS handshake with a server that has none
             return True
         return isinstance(err.__cause__ or err.__context__, socket.gaierror)
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         pass  # autocommit is off: the first statement opens the transaction, no round trip
+
+
+# Access denied to the database, to the server; an unknown database; a host that may not
+# connect; an authentication method the client lacks; a server that demands TLS; an unknown host;
+# an authentication plugin that cannot be loaded; TLS the server does not offer.
+_REFUSED = frozenset({1044, 1045, 1049, 1130, 1251, 3159, 2005, 2059, 2026})
+
+
+def _driver_errors() -> tuple[type[Exception], ...]:
+    """The errors the drivers raise of a database (the others are mistakes in the arguments)."""
+    import pymysql
+
+    errors: tuple[type[Exception], ...] = (pymysql.Error,)
+    try:
+        import asyncmy.errors
+    except ImportError:
+        return errors
+    return (*errors, asyncmy.errors.Error)
 
 
 class MySQLBackend(MySQLServer, ThreadedBackend):

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from inboxgen.descriptor import Operations, TableDescriptor
 from inboxgen.errors import WorkerConfigError
 from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, Step
+from inboxgen.runtime.backends.pgconninfo import label_of, pg_params
+from inboxgen.runtime.backends.pgconninfo import pg_label as pg_label  # the operations' import
 
 if TYPE_CHECKING:
     from inboxgen.runtime.worker import Worker
@@ -37,7 +39,13 @@ class PostgresBackend(Backend):
         self.connect_kwargs: dict[str, Any] = {
             k: v for k, v in dict(getattr(pool, "kwargs", None) or {}).items()
             if k != "autocommit"}
-        self.label = pg_label(self.conninfo, self.connect_kwargs)  # raises when malformed
+        # Raises when malformed, or when a parameter has a value the driver refuses.
+        params = pg_params(self.conninfo, self.connect_kwargs)
+        self.label = label_of(params)
+        # The probe waits as the pool's connections will, 10 s where the conninfo says nothing.
+        self.probe_kwargs = dict(self.connect_kwargs)
+        if "connect_timeout" not in params:
+            self.probe_kwargs["connect_timeout"] = 10
         self.size = size
         self.pool: Any = pool or self._own_pool(1)
         assert descriptor.async_ops is not None
@@ -81,13 +89,17 @@ class PostgresBackend(Backend):
     async def probe(self) -> None:
         import psycopg
 
-        conn = await psycopg.AsyncConnection.connect(
-            self.conninfo, **{"connect_timeout": 10, **self.connect_kwargs})
+        conn = await psycopg.AsyncConnection.connect(self.conninfo, **self.probe_kwargs)
         await conn.close()
 
     def permanent(self, err: Exception) -> bool:
-        # The server's refusals (authentication, an unknown role or database) and an address
-        # no resolver knows: no retry changes them. Refused or timed-out connections may.
+        # The server's refusals (authentication, an unknown role or database), what the client
+        # asked for and the server cannot give (SSL, an authentication method), an address no
+        # resolver knows: no retry changes them. Refused or timed-out connections may.
+        import psycopg
+
+        if not isinstance(err, (psycopg.OperationalError, OSError)):
+            return True  # psycopg refused the arguments themselves
         if getattr(err, "sqlstate", None) in _REFUSED:
             return True
         text = str(err).lower()
@@ -207,29 +219,14 @@ class PostgresBackend(Backend):
             await conn.rollback()
 
 
-# invalid_authorization_specification, invalid_password, invalid_catalog_name
-_REFUSED = frozenset({"28000", "28P01", "3D000"})
+# invalid_authorization_specification, invalid_password, invalid_catalog_name,
+# feature_not_supported (e.g. an authentication method), protocol_violation
+_REFUSED = frozenset({"28000", "28P01", "3D000", "0A000", "08P01"})
 # libpq reports these before any SQLSTATE exists.
 _REFUSED_TEXT = ("password authentication failed", "no password supplied",
                  "authentication failed", "does not exist", "could not translate host name",
                  "name or service not known", "invalid connection option",
-                 "invalid sslmode value", "invalid integer value")
-
-
-def pg_label(conninfo: str, kwargs: dict[str, Any]) -> str:
-    """How messages name the database: host, port, database and user, never the password.
-    Raises ValueError when `conninfo` is neither a conninfo string nor a URL."""
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        params = conninfo_to_dict(conninfo, **{k: v for k, v in kwargs.items()
-                                               if isinstance(v, (str, int))})
-    except psycopg.ProgrammingError:
-        # libpq's reason quotes the text, which may hold a password.
-        raise ValueError("database= is neither a PostgreSQL connection string "
-                         "(host=... dbname=...) nor a URL (postgresql://user@host/db)") from None
-    host = params.get("host") or "localhost (socket)"
-    port = params.get("port") or 5432
-    return (f"PostgreSQL at {host}:{port}, database {params.get('dbname') or '(default)'}, "
-            f"user {params.get('user') or '(default)'}")
+                 "invalid sslmode value", "invalid integer value", "does not support ssl",
+                 "ssl was required", "ssl connection is required", "channel binding required",
+                 "gssapi encryption required", "authentication method", "not supported",
+                 "certificate", "invalid port number", "could not parse network address")
