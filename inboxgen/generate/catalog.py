@@ -123,12 +123,18 @@ class Table:
 
 @attrs.define
 class Opaque:
-    """A statement the catalog could not replay: sqlglot failed or left it opaque."""
+    """A statement the catalog could not replay: sqlglot failed or left it opaque, or it runs
+    SQL given as text."""
 
     path: str
     line: int
     text: str
     reason: str
+    # The SQL it runs given as text, as far as it can be seen (see `_runs`): strings and all,
+    # since a string handed to EXECUTE is code. Empty when it runs none.
+    runs: str = ""
+    # How it runs it, as messages say it: "runs SQL given as text (EXECUTE) that names".
+    runs_how: str = ""
 
 
 @attrs.define
@@ -140,6 +146,10 @@ class Catalog:
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     # Tables a later migration dropped: (schema, name) as written -> (path, line) of the DROP.
     dropped: dict[tuple[str | None, str], tuple[str, int]] = attrs.field(factory=dict)
+    # What statements run as text: MySQL user variables (name -> the SET that gave the text)
+    # and the functions and procedures whose bodies run text (lower-case names).
+    variables: dict[str, str] = attrs.field(factory=dict)
+    text_runners: set[str] = attrs.field(factory=set)
 
     def dropped_at(self, schema: str | None, name: str) -> tuple[str, int] | None:
         for (s, n), where in self.dropped.items():
@@ -414,7 +424,92 @@ def _parse(text: str, d: Dialect) -> exp.Expr:
 # Replaying statements
 
 
+# ---------------------------------------------------------------------------------------------
+# SQL run as text: PL/pgSQL's EXECUTE (in a DO block or a function body), MySQL's PREPARE ...
+# FROM and EXECUTE IMMEDIATE. The text is code, however it is built (a literal, format(), a
+# concatenation, a variable), so the checks read every string of such a statement as code.
+
+_NOT_CODE_OR_STRING = re.compile(r"--[^\n]*|/\*.*?\*/|[EeNnXxBb]?'(?:[^']|'')*'", re.DOTALL)
+_BODY = re.compile(r"^\s*(DO|CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE))\b", re.IGNORECASE)
+_ROUTINE_NAME = re.compile(
+    r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\s+((?:[\w$]+|\"[^\"]+\")"
+    r"(?:\s*\.\s*(?:[\w$]+|\"[^\"]+\"))?)", re.IGNORECASE)
+# A DO body or a function body written as an ordinary string literal, not dollar-quoted.
+_QUOTED_BODY = re.compile(r"^\s*DO\s+(?:LANGUAGE\s+\w+\s+)?([EeNn]?'(?:[^']|'')*')|"
+                          r"\bAS\s+([EeNn]?'(?:[^']|'')*')", re.IGNORECASE)
+# EXECUTE of PL/pgSQL, not the EXECUTE FUNCTION of a trigger.
+_RUNS_TEXT = re.compile(r"\bEXECUTE\b(?!\s+(FUNCTION|PROCEDURE)\b)|\bPREPARE\s+\S+\s+FROM\b",
+                        re.IGNORECASE)
+_TEXT_STATEMENT = re.compile(r"^\s*(PREPARE\s+\S+\s+FROM\s+(?P<var>@\w+)?|EXECUTE\s+IMMEDIATE\b)",
+                             re.IGNORECASE)
+_SET_VARIABLE = re.compile(r"^\s*SET\s+(@\w+)\s*:?=", re.IGNORECASE)
+# A RAISE's message is not code, even in a body that runs text.
+_RAISE = re.compile(r"\bRAISE\b(?:[^;']|'(?:[^']|'')*')*", re.IGNORECASE)
+
+
+def _without_comments(text: str) -> str:
+    return _NOT_CODE_OR_STRING.sub(lambda m: " " if m.group()[0] in "-/" else m.group(), text)
+
+
+def body_as_code(text: str) -> str:
+    """The statement with its comments removed and a DO or function body given as a string
+    literal unquoted: that body is code, as a dollar-quoted one is."""
+    text = _without_comments(text)
+    if not _BODY.match(text):
+        return text
+    quoted = _QUOTED_BODY.search(text)
+    if quoted is None:
+        return text
+    group = 1 if quoted.group(1) is not None else 2
+    literal = quoted.group(group)
+    body = literal[literal.index("'") + 1:-1].replace("''", "'")
+    return text[:quoted.start(group)] + body + text[quoted.end(group):]
+
+
+def _runs(catalog: Catalog, st: Statement) -> tuple[str, str]:
+    """The SQL the statement runs as text, strings included ("" when it runs none), and how
+    it runs it, as messages say it."""
+    text = body_as_code(st.text)
+    if _BODY.match(text) and _RUNS_TEXT.search(text):
+        name = _ROUTINE_NAME.match(text)
+        if name is not None:
+            catalog.text_runners.add(_routine_key(name.group(1)))
+        how = "EXECUTE" if re.search(r"\bEXECUTE\b", text, re.IGNORECASE) else "PREPARE ... FROM"
+        return _RAISE.sub(" ", text), f"runs SQL given as text ({how}) that names"
+    prepared = _TEXT_STATEMENT.match(text)
+    if prepared is not None:
+        var = prepared.group("var")
+        how = "EXECUTE IMMEDIATE" if prepared.group().upper().startswith("EXECUTE") else \
+            "PREPARE ... FROM"
+        return (catalog.variables.get(var.lower(), "") if var else text,
+                f"runs SQL given as text ({how}{' ' + var if var else ''}) that names")
+    calls = sorted(n for n in catalog.text_runners
+                   if re.search(r"(?<![\w$])" + re.escape(n) + r"\s*\(", text, re.IGNORECASE))
+    if calls:
+        return text, f"calls {calls[0]}(), which runs SQL given as text, naming"
+    return "", ""
+
+
+def _routine_key(name: str) -> str:
+    """A function's name as calls are matched against it: without schema, in lower case."""
+    return re.split(r"\s*\.\s*", name)[-1].strip('"').lower()
+
+
 def _replay(catalog: Catalog, st: Statement) -> None:
+    """Replay one statement; one that runs SQL as text is kept, as the checks decide."""
+    variable = _SET_VARIABLE.match(st.text)
+    if variable is not None:
+        catalog.variables[variable.group(1).lower()] = _without_comments(st.text)
+    before = len(catalog.opaque)
+    runs, how = _runs(catalog, st)
+    _replay_statement(catalog, st)
+    if len(catalog.opaque) > before:
+        catalog.opaque[-1].runs, catalog.opaque[-1].runs_how = runs, how
+    elif runs:  # parsed, but what it runs was not replayed
+        catalog.opaque.append(Opaque(st.path, st.line, st.text, how, runs, how))
+
+
+def _replay_statement(catalog: Catalog, st: Statement) -> None:
     d = catalog.dialect
     try:
         tree = _parse(st.text, d)

@@ -1,0 +1,19 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    payload TEXT NOT NULL
+);
+
+CREATE TABLE audit (note TEXT);
+
+DO $$
+BEGIN
+    EXECUTE 'ALTER TABLE audit ADD COLUMN at TIMESTAMPTZ';
+    RAISE NOTICE 'jobs untouched';
+END
+$$;
+
+CREATE FUNCTION touch_audit() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE 'ALTER TABLE audit ADD COLUMN who TEXT';
+END
+$$;
