@@ -103,6 +103,9 @@ class _Held:
     # lost (Worker._settled_later); the slot has gone on meanwhile.
     flushing: bool = False
     handled: bool = False  # lease: its handler finished (its slot has room for another row)
+    # What the handler raised (or the non-outcome it returned): logged once its settlement is
+    # decided, so the line says what becomes of the row.
+    failure: BaseException | None = None
 
 
 class Worker:
@@ -615,29 +618,51 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            h.failure = err  # logged by _decide, with what becomes of the row
             if "retry_after" not in d.roles:
-                log.warning("%s: handler failed on row %s (attempt %s): %r; retrying now (the "
-                            "table has no retry_after column for a backoff)", self.name, h.id,
-                            h.attempt, err, exc_info=err)
                 return retry()
-            delay = self.backoff.delay(h.attempt)
-            log.warning("%s: handler failed on row %s (attempt %s): %r; retrying in %g s",
-                        self.name, h.id, h.attempt, err, delay.total_seconds(), exc_info=err)
-            return retry_after(delay)
+            return retry_after(self.backoff.delay(h.attempt))
         if result is None:
             return ACKED_OUTCOME
         if not isinstance(result, Outcome):
-            log.error("%s: handler returned %r, not an outcome: retrying the job", self.name,
-                      result)
+            h.failure = TypeError(f"the handler returned {result!r}, not an outcome")
             return retry()
         return result
 
     def _decide(self, h: _Held, outcome: Outcome) -> Settlement:
         s = decide(outcome, attempt=h.attempt, max_attempts=self.max_attempts,
                    has_retry_after="retry_after" in self.descriptor.roles, now=self.clock.now)
-        if s.note and s.action == REQUEUE and outcome.kind == "retry_after":
+        if h.failure is not None:
+            self._report_failure(h, s, h.failure)
+        elif s.note and s.action == REQUEUE and outcome.kind == "retry_after":
             log.warning("%s: row %s: %s", self.name, h.id, s.note)
         return s
+
+    def _report_failure(self, h: _Held, s: Settlement, err: BaseException) -> None:
+        """One line for a handler that failed: the error (with its traceback) and what becomes
+        of the row, as decided."""
+        level = logging.WARNING
+        if s.action == DEAD_LETTER:
+            level = logging.ERROR
+            then = f"its last attempt failed: moved to the dead letters ({self._dead_letters})"
+        elif s.action == REQUEUE_AT:
+            assert s.due is not None
+            then = f"retrying in {(s.due - self.clock.now()).total_seconds():g} s"
+        elif "retry_after" not in self.descriptor.roles:
+            then = "retrying now (the table has no retry_after column for a backoff)"
+        else:
+            then = "retrying now"
+        of = f" of {self.max_attempts}" if self.max_attempts is not None else ""
+        log.log(level, "%s: handler failed on row %s (attempt %s%s): %r; %s", self.name, h.id,
+                h.attempt, of, err, then,
+                exc_info=err if err.__traceback__ is not None else None)
+
+    @property
+    def _dead_letters(self) -> str:
+        d = self.descriptor
+        if d.dead_letter_group is not None:
+            return f"group {d.dead_letter_group}"
+        return f"table {d.dead_letter_table}"
 
     def _poison(self, h: _Held) -> Settlement:
         """A payload that does not decode never will: dead-letter it, or delay it, or (with
@@ -734,8 +759,9 @@ class Worker:
             return None
         else:
             op = "dead_letter"
-            log.error("%s: row %s moved to the dead letters (%s): %s", self.name, h.id,
-                      d.dead_letter_group or d.dead_letter_table, s.note)
+            if h.failure is None:  # a handler's failure said so already
+                log.error("%s: row %s moved to the dead letters (%s): %s", self.name, h.id,
+                          self._dead_letters, s.note)
         if getattr(d.ops, op) is None:
             # Row lock without an attempt column, or advisory: a plain retry needs no
             # statement (the rollback or the unlock returns the row).

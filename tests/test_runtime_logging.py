@@ -1,0 +1,69 @@
+"""The worker's log says what happens, once: a last failed attempt says the row went to the dead
+letters (not that it will be retried), lease renewals are counted and logged at DEBUG, a row
+deleted while its job ran is not reported as a lease lost to another worker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from semantics_util import Db, drive, fake_clock, make_db, queue_on
+
+from inboxgen import Job, Worker
+
+
+@pytest.fixture(autouse=True)
+def _log_inboxgen(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="inboxgen")
+
+
+def worker_lines(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name.startswith("inboxgen") and r.levelno >= level]
+
+
+@pytest.mark.parametrize(("dialect", "shape", "destination"), [
+    ("postgres", "mailer", "group emails.dead"),  # row lock, no retry_after column
+    ("sqlite", "emails", "table email_jobs_dead"),  # lease, backoff by retry_after
+])
+def test_a_last_failed_attempt_says_the_row_moved_to_the_dead_letters(
+        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        dialect: str, shape: str, destination: str) -> None:
+    db: Db = make_db(request, dialect)
+    q = queue_on(db, shape, tmp_path)
+    m = q.module
+    clock = fake_clock()
+    with db.transaction() as conn:
+        if shape == "mailer":
+            m.insert(conn, m.NewRow(name="emails", payload=b"to: ada"))
+        else:
+            db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
+            m.insert(conn, m.NewRow(priority=0, retry_after=clock.now(), order_id=1,
+                                    kind="confirmation", payload={"to": "ada@example.com"}))
+
+    def send(job: Job[Any]) -> None:
+        raise ConnectionError("smtp server down")
+
+    worker = Worker(m.DESCRIPTOR, send, database=db.database, max_attempts=3, clock=clock,
+                    group="emails" if shape == "mailer" else None, listen=False)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            await drive(worker, clock, lambda: worker.stats.dead_lettered > 0, max_seconds=60)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert worker.stats.dead_lettered == 1
+    failures = [line for line in worker_lines(caplog) if "handler failed" in line]
+    assert len(failures) == 3, failures
+    *retried, last = failures
+    assert all("retrying" in line for line in retried), retried
+    assert "(attempt 3 of 3)" in last and "retrying" not in last, last
+    assert f"moved to the dead letters ({destination})" in last, last
+    # The move is said once, by that line.
+    assert sum("dead letters" in line for line in worker_lines(caplog)) == 1
