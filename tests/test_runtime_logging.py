@@ -13,6 +13,7 @@ import pytest
 from semantics_util import Db, drive, fake_clock, make_db, queue_on
 
 from inboxgen import Job, Worker
+from inboxgen.testing import run_until_idle
 
 
 @pytest.fixture(autouse=True)
@@ -67,3 +68,30 @@ def test_a_last_failed_attempt_says_the_row_moved_to_the_dead_letters(
     assert f"moved to the dead letters ({destination})" in last, last
     # The move is said once, by that line.
     assert sum("dead letters" in line for line in worker_lines(caplog)) == 1
+
+
+def test_lease_renewals_are_counted_and_logged_at_debug(
+        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db: Db = make_db(request, "sqlite")
+    reports = queue_on(db, "reports", tmp_path).module
+    with db.transaction() as conn:
+        reports.insert(conn, reports.NewRow(payload=b"quarterly"))
+    clock = fake_clock()
+
+    async def render(job: Job[bytes]) -> None:
+        await clock.sleep(300)  # five minutes under a one-minute lease
+
+    worker = Worker(reports.DESCRIPTOR, render, database=db.database, clock=clock)
+    caplog.set_level(logging.DEBUG, logger="inboxgen")
+    asyncio.run(run_until_idle(worker, timeout=30))
+
+    assert worker.stats.acked == 1
+    rounds = [line for line in worker_lines(caplog, logging.DEBUG)
+              if "renewed the lease on" in line]
+    assert len(rounds) >= 9, rounds  # one every half lease
+    assert all("renewed the lease on 1 row(s)" in line for line in rounds), rounds
+    assert worker.stats.renewed == len(rounds)
+    (summary,) = [line for line in worker_lines(caplog) if ": stopped:" in line]
+    assert f"{len(rounds)} lease renewal(s)" in summary, summary
+    assert not [line for line in worker_lines(caplog, logging.INFO) if "renew" in line
+                and ": stopped:" not in line], "renewals are not logged above DEBUG"

@@ -140,7 +140,11 @@ class LeaseRenewer:
                 row.lost = True  # counted when the settlement reports it
                 log.warning("%s: lease on row %s lost before it could be renewed: another "
                             "worker may run it", self.name, row.id)
-            self._renewed(sum(changed))
+            renewed = sum(changed)
+            self._renewed(renewed)
+            if renewed:
+                log.debug("%s: renewed the lease on %d row(s), until %s", self.name, renewed,
+                          new)
             return True
         finally:
             for row in rows:

@@ -377,9 +377,14 @@ class Worker:
         self._hurry = asyncio.Event()
         self._wakes_owed = 0
         st = self.stats
+        extra = ""
+        if self.descriptor.form == "lease":
+            extra = f", {st.renewed} lease renewal(s)"
+        if st.lease_lost:
+            extra += f", {st.lease_lost} lease(s) lost"
         log.info("%s: stopped: %d delivered, %d acked, %d dropped, %d retried, %d dead-lettered"
                  "%s", self.name, st.delivered, st.acked, st.dropped, st.retried,
-                 st.dead_lettered, f", {st.lease_lost} lease(s) lost" if st.lease_lost else "")
+                 st.dead_lettered, extra)
 
     @property
     def abandoned_threads(self) -> int:
