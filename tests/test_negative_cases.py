@@ -159,3 +159,56 @@ def test_bad_project_settings_are_a_usage_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert result.stderr.endswith(
         "pyproject.toml: unknown key(s) in [tool.inboxgen]: output (expected: specs, out)\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and path errors name paths relative to the project (the folder holding
+# pyproject.toml), wherever in it the command runs, never as absolute paths.
+
+
+def _spec_project(root: Path, settings: str) -> Path:
+    root.mkdir(exist_ok=True)
+    (root / "pyproject.toml").write_text(f"[tool.inboxgen]\n{settings}", encoding="utf-8")
+    case = CASES / "sqlite_rowid_alias_forms" / "specs"
+    shutil.copytree(case, root / "specs")
+    (root / "sub").mkdir()
+    return root
+
+
+@pytest.mark.parametrize("cwd", [".", "sub"])
+@pytest.mark.parametrize(("settings", "args", "stderr"), [
+    ('specs = "queues"\n', (), "inboxgen: queues: no such spec file or folder\n"),
+    ('specs = "../queues"\n', (), "inboxgen: ../queues: no such spec file or folder\n"),
+    ('specs = "specs"\n', ("{root}/specs/nope.toml",),
+     "inboxgen: specs/nope.toml: no such spec file or folder\n"),
+    ('specs = 3\n', (), "inboxgen: pyproject.toml: [tool.inboxgen] specs must be a path string\n"),
+    ('specs = "queues"\noutput = "x"\n', (),
+     "inboxgen: pyproject.toml: unknown key(s) in [tool.inboxgen]: output (expected: specs, "
+     "out)\n"),
+], ids=["missing_specs", "specs_outside", "absolute_spec", "specs_not_a_string", "unknown_key"])
+def test_configuration_errors_name_paths_relative_to_the_project(
+        tmp_path: Path, cwd: str, settings: str, args: tuple[str, ...], stderr: str) -> None:
+    root = _spec_project(tmp_path, settings)
+    for command in ("build", "verify"):
+        result = run_inboxgen(root / cwd, command, *(a.format(root=root) for a in args))
+        assert (result.returncode, result.stderr, result.stdout) == (2, stderr, "")
+
+
+def test_a_spec_named_from_a_subfolder_is_shown_from_the_project_root(tmp_path: Path) -> None:
+    root = _spec_project(tmp_path, 'specs = "specs"\n')
+    result = run_inboxgen(root / "sub", "build", "nope.toml")
+    assert (result.returncode, result.stderr) == (
+        2, "inboxgen: sub/nope.toml: no such spec file or folder\n")
+
+
+def test_out_folder_problems_name_paths_relative_to_the_project(tmp_path: Path) -> None:
+    root = _spec_project(tmp_path / "project", 'out = "../outside"\n')
+    result = run_inboxgen(root / "sub", "build")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0, "wrote ../outside/jobs.py\n", "")
+    (root / "pyproject.toml").write_text('[tool.inboxgen]\nout = "taken/gen"\n', encoding="utf-8")
+    (root / "taken").write_text("a file, not a folder\n", encoding="utf-8")
+    result = run_inboxgen(root / "sub", "build")
+    assert (result.returncode, result.stderr) == (
+        1, "taken/gen/jobs.py: cannot write: Not a directory\n"
+           "inboxgen: build failed while writing the modules\n")

@@ -54,9 +54,10 @@ def spec_files(project: Project, targets: Sequence[str]) -> list[Path]:
             elif p.is_file():
                 files.append(p)
             else:
-                raise ConfigError(f"{p}: no such spec file or folder")
+                raise ConfigError(f"{shown_path(project, p)}: no such spec file or folder")
         except OSError as err:
-            raise ConfigError(f"{_clip(str(p))}: cannot be read: {err.strerror or err}") from None
+            raise ConfigError(f"{_clip(shown_path(project, p))}: cannot be read: "
+                              f"{err.strerror or err}") from None
     if not files:
         shown = ", ".join(shown_path(project, p) for p in paths)
         raise ConfigError(f"no specs (*.toml) found in {shown}")
@@ -121,7 +122,7 @@ def shown_path(project: Project, path: Path) -> str:
     try:
         return project.display(path)
     except (OSError, RuntimeError, ValueError):
-        return path.as_posix()
+        return relative if relative != os.pardir else path.as_posix()
 
 
 def _clip(text: str, width: int = 120) -> str:

@@ -21,9 +21,10 @@ class Project:
     out: Path
 
     def display(self, path: Path) -> str:
-        """A path as messages and generated headers show it: relative to the root, with /."""
+        """A path as messages and generated headers show it: relative to the root, with / (a
+        path outside the project starts with ../; one on another drive stays as it is)."""
         try:
-            return path.resolve().relative_to(self.root.resolve()).as_posix()
+            return Path(os.path.relpath(path.resolve(), self.root.resolve())).as_posix()
         except ValueError:
             return path.as_posix()
 
@@ -42,30 +43,24 @@ def _read(pyproject: Path) -> Project:
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except RecursionError:
-        raise ConfigError(f"{_shown(pyproject)}: cannot read project settings: arrays or "
+        raise ConfigError(f"{pyproject.name}: cannot read project settings: arrays or "
                           f"inline tables nested too deeply") from None
     except (OSError, ValueError) as err:  # TOMLDecodeError, UnicodeDecodeError, a huge number
         reason = next(iter(str(err).splitlines()), "") or type(err).__name__
-        raise ConfigError(f"{_shown(pyproject)}: cannot read project settings: {reason}"
+        raise ConfigError(f"{pyproject.name}: cannot read project settings: {reason}"
                           ) from None
     tool = data.get("tool", {})
     settings = tool.get("inboxgen", {}) if isinstance(tool, dict) else None
     if not isinstance(settings, dict):
-        raise ConfigError(f"{_shown(pyproject)}: [tool.inboxgen] must be a table")
+        raise ConfigError(f"{pyproject.name}: [tool.inboxgen] must be a table")
     unknown = sorted(set(settings) - {"specs", "out"})
     if unknown:
-        raise ConfigError(f"{_shown(pyproject)}: unknown key(s) in [tool.inboxgen]: "
+        raise ConfigError(f"{pyproject.name}: unknown key(s) in [tool.inboxgen]: "
                           f"{', '.join(unknown)} (expected: specs, out)")
     values: dict[str, Path] = {}
     for key, default in (("specs", DEFAULT_SPECS), ("out", DEFAULT_OUT)):
         value = settings.get(key, default)
         if not isinstance(value, str):
-            raise ConfigError(f"{_shown(pyproject)}: [tool.inboxgen] {key} must be a path string")
+            raise ConfigError(f"{pyproject.name}: [tool.inboxgen] {key} must be a path string")
         values[key] = root / value
     return Project(root, values["specs"], values["out"])
-
-
-def _shown(path: Path) -> str:
-    """pyproject.toml as messages show it: relative to the working folder (which lies in the
-    project, the folder holding the file)."""
-    return Path(os.path.relpath(path, Path.cwd().resolve())).as_posix()
