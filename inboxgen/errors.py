@@ -7,6 +7,7 @@
     └── WorkerError        the runtime failed; names the worker, table and statement
         ├── SchemaError        a statement does not prepare against the live database
         ├── LeaseLost          a lease settlement or renewal found the row taken by another
+        ├── RowDeleted         a settlement or renewal found the row deleted while it ran
         ├── ServerTooOld       the MySQL/MariaDB server lacks what the claims need
         └── WorkerConfigError  the worker's settings contradict each other or the table
 
@@ -126,3 +127,8 @@ class WriteFailed(Exception):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}")
+
+
+class RowDeleted(WorkerError):
+    """A settlement or renewal found its row deleted while the job ran (deleting a row is how a
+    job is cancelled): the job's outcome was not recorded."""

@@ -5,6 +5,7 @@ deleted while its job ran is not reported as a lease lost to another worker."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from semantics_util import Db, drive, fake_clock, make_db, queue_on
 
 from inboxgen import Job, Worker
 from inboxgen.testing import run_until_idle
+
+SECOND = dt.timedelta(seconds=1)
 
 
 @pytest.fixture(autouse=True)
@@ -95,3 +98,42 @@ def test_lease_renewals_are_counted_and_logged_at_debug(
     assert f"{len(rounds)} lease renewal(s)" in summary, summary
     assert not [line for line in worker_lines(caplog, logging.INFO) if "renew" in line
                 and ": stopped:" not in line], "renewals are not logged above DEBUG"
+
+
+@pytest.mark.parametrize(("dialect", "shape"), [
+    ("sqlite", "reports"), ("mysql", "reports"),  # the settler's flush finds it gone
+    ("postgres", "chat"),  # FIFO: the settlement waits for its own flush
+])
+@pytest.mark.parametrize("found_by", ["settlement", "renewal"])
+def test_a_row_deleted_while_its_job_ran_is_not_a_lease_lost_to_another_worker(
+        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        dialect: str, shape: str, found_by: str) -> None:
+    db: Db = make_db(request, dialect)
+    q = queue_on(db, shape, tmp_path)
+    m = q.module
+    clock = fake_clock()
+    with db.transaction() as conn:
+        if shape == "chat":
+            m.insert(conn, m.NewRow(conversation="c1", retry_after=clock.now() - SECOND,
+                                    body="hello"))
+        else:
+            m.insert(conn, m.NewRow(payload=b"quarterly"))
+
+    async def work(job: Job[Any]) -> None:
+        with db.transaction() as other:  # how a job is cancelled today
+            db.execute(other, f"DELETE FROM {q.table} WHERE {q.id} = {db.p}", (job.id,))
+        if found_by == "renewal":
+            await clock.sleep(45)  # the renewal at half the lease finds the row gone
+
+    worker = Worker(m.DESCRIPTOR, work, database=db.database, clock=clock, lease=60,
+                    group="c1" if shape == "chat" else None, listen=False)
+    asyncio.run(run_until_idle(worker, timeout=20))
+
+    assert (worker.stats.deleted, worker.stats.lease_lost, worker.stats.acked) == (1, 0, 0)
+    lines = worker_lines(caplog, logging.WARNING)
+    assert len(lines) == 1, lines
+    assert "row 1 was deleted while its job ran, so its outcome (finish) was not recorded" \
+        in lines[0], lines
+    assert "another worker" not in lines[0] and "no longer held" not in lines[0]
+    (summary,) = [line for line in worker_lines(caplog) if ": stopped:" in line]
+    assert "1 row(s) deleted while in work" in summary, summary

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import datetime as _dt
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inboxgen.runtime.outcomes import lease_expiry
@@ -33,6 +33,7 @@ class Leased(Protocol):
     attempt: int | None
     token: _dt.datetime | None  # the expiry written last: the ownership token
     lost: bool
+    gone: bool  # lost because the row was deleted
     settling: bool  # its settlement has begun: no more renewals
     renewing: bool  # in a renewal on its way
 
@@ -40,13 +41,15 @@ class Leased(Protocol):
 class LeaseRenewer:
     def __init__(self, calls: Calls, clock: Clock, lease: int, name: str,
                  transaction: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
-                 renewed: Callable[[int], None]) -> None:
+                 renewed: Callable[[int], None],
+                 gone: Callable[[Any], Awaitable[bool]]) -> None:
         self.calls = calls
         self.clock = clock
         self.lease = lease
         self.name = name
         self._transaction = transaction
         self._renewed = renewed  # counts renewals in the worker's stats
+        self._gone = gone  # whether a row is no longer in the table
         self._held: dict[int, Leased] = {}
         self._changed = asyncio.Event()
         self._round_ended = asyncio.Event()  # set when the renewal on its way has ended
@@ -137,9 +140,15 @@ class LeaseRenewer:
                 if ok:
                     row.token = new
                     continue
-                row.lost = True  # counted when the settlement reports it
-                log.warning("%s: lease on row %s lost before it could be renewed: another "
-                            "worker may run it", self.name, row.id)
+                # Counted and reported when the settlement finds it (still marked renewing, so
+                # that waits for this).
+                row.lost = True
+                if await self._gone(row.id):
+                    row.gone = True
+                    log.debug("%s: row %s was deleted while its job ran", self.name, row.id)
+                else:
+                    log.warning("%s: lease on row %s lost before it could be renewed: another "
+                                "worker may run it", self.name, row.id)
             renewed = sum(changed)
             self._renewed(renewed)
             if renewed:

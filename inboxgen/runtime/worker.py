@@ -25,7 +25,13 @@ from typing import Any, Generic, TypeVar, cast
 import attrs
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import LeaseLost, SchemaError, SettlementLost, WorkerConfigError
+from inboxgen.errors import (
+    LeaseLost,
+    RowDeleted,
+    SchemaError,
+    SettlementLost,
+    WorkerConfigError,
+)
 from inboxgen.runtime.backends import BACKENDS, Backend
 from inboxgen.runtime.backends.base import Database
 from inboxgen.runtime.batching import Calls, by_op, one_statement
@@ -46,6 +52,7 @@ from inboxgen.runtime.outcomes import (
     retry,
     retry_after,
 )
+from inboxgen.runtime.presence import Presence
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -80,6 +87,7 @@ class Stats:
     renewed: int = 0
     lease_lost: int = 0
     settlements_lost: int = 0  # written on a connection lost before they committed
+    deleted: int = 0  # rows deleted while their jobs ran: their outcomes were not recorded
     failed_claims: int = 0
 
 
@@ -93,6 +101,7 @@ class _Held:
     token: _dt.datetime | None = None  # lease: the expiry we wrote, our ownership token
     key: str | None = None  # advisory: the lock key
     lost: bool = False
+    gone: bool = False  # lost because the row was deleted (not taken by another worker)
     settling: bool = False
     # Row lock, pipelined: settlements wait here for the next round trip (op, arguments).
     deferred: list[tuple[str, dict[str, Any]]] | None = None
@@ -201,6 +210,7 @@ class Worker:
         self.listener_pid: int | None = None  # the listening session, where there is one
         self.calls = Calls(d, self.backend)
         self._outage: tuple[_dt.datetime, int] | None = None  # since when claims fail
+        self.presence = Presence(d, self.backend)
         self.form = form_for(self)
         self.started = False
 
@@ -382,6 +392,8 @@ class Worker:
             extra = f", {st.renewed} lease renewal(s)"
         if st.lease_lost:
             extra += f", {st.lease_lost} lease(s) lost"
+        if st.deleted:
+            extra += f", {st.deleted} row(s) deleted while in work"
         log.info("%s: stopped: %d delivered, %d acked, %d dropped, %d retried, %d dead-lettered"
                  "%s", self.name, st.delivered, st.acked, st.dropped, st.retried,
                  st.dead_lettered, extra)
@@ -570,7 +582,7 @@ class Worker:
                 return
             outcome = await self._run_handler(h, payload, None)
             await self._settle(h, self._decide(h, outcome), conn)
-        except (LeaseLost, SettlementLost) as err:
+        except (LeaseLost, SettlementLost, RowDeleted) as err:
             self._report_unsettled(err)
         finally:
             if not h.flushing:
@@ -685,8 +697,8 @@ class Worker:
         if not h.flushing:
             self._count(s, h)
 
-    def _settled_later(self, h: _Held, s: Settlement, err: LeaseLost | SettlementLost | None
-                       ) -> None:
+    def _settled_later(self, h: _Held, s: Settlement,
+                       err: LeaseLost | SettlementLost | RowDeleted | None) -> None:
         """A settlement the form wrote after its delivery had ended (`h.flushing`): count it,
         or report why it changed nothing."""
         if err is None:
@@ -695,9 +707,12 @@ class Worker:
             self._report_unsettled(err)
         self._in_flight -= 1
 
-    def _report_unsettled(self, err: LeaseLost | SettlementLost) -> None:
+    def _report_unsettled(self, err: LeaseLost | SettlementLost | RowDeleted) -> None:
         if isinstance(err, LeaseLost):
             self.stats.lease_lost += 1
+            log.warning("%s", err)
+        elif isinstance(err, RowDeleted):
+            self.stats.deleted += 1
             log.warning("%s", err)
         else:
             self.stats.settlements_lost += 1
@@ -739,9 +754,16 @@ class Worker:
         else:
             ok = await self.form.write(op, values)  # a lease: held by its token alone
         if not ok:
-            self.form.missed(h, op)
+            await self.form.missed(h, op)
+
+    def _row_deleted(self, h: _Held, op: str) -> RowDeleted:
+        return RowDeleted(f"row {h.id} was deleted while its job ran, so its outcome ({op}) was "
+                          f"not recorded", worker=self.name,
+                          table=self.descriptor.qualified_name, statement=op.upper())
 
     def _check_held(self, h: _Held, op: str) -> None:
+        if h.gone:
+            raise self._row_deleted(h, op)
         if h.lost:
             raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
                             f"nothing", worker=self.name, table=self.descriptor.qualified_name,

@@ -144,6 +144,10 @@ class Backend:
     async def execute(self, conn: Any, sql: str) -> None:
         raise NotImplementedError
 
+    async def query(self, conn: Any, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+        """The first row of `sql` (None when it has none), with `params` bound."""
+        raise NotImplementedError
+
     async def explain(self, conn: Any, name: str) -> None:
         """Prepare a statement without running it; raises the driver's error when it fails."""
         raise NotImplementedError

@@ -171,10 +171,6 @@ class MySQLServer(Backend):
             raise ValueError(f"mysql+asyncmy:// cannot serve this worker: {why_not}")
         return MySQLBackend(descriptor, args)
 
-    async def query(self, conn: Any, sql: str) -> Any:
-        """The first row of `sql`."""
-        raise NotImplementedError
-
     async def check_server(self, conn: Any, worker: Worker) -> None:
         """The version floor, and a binary log format that allows READ COMMITTED writes."""
         from inboxgen.runtime.serverversion import require_supported
@@ -256,10 +252,10 @@ class MySQLBackend(MySQLServer, ThreadedBackend):
 
         await self._run(conn, run)
 
-    async def query(self, conn: Any, sql: str) -> Any:
+    async def query(self, conn: Any, sql: str, params: Mapping[str, Any] | None = None) -> Any:
         def run() -> Any:
             with conn.cursor() as cur:
-                cur.execute(sql)
+                cur.execute(sql, params)
                 return cur.fetchone()
 
         return await self._run(conn, run)

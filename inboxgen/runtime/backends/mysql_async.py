@@ -174,8 +174,8 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
     async def execute(self, conn: Any, sql: str) -> None:
         await self._run(conn, self._statement(conn, sql))
 
-    async def query(self, conn: Any, sql: str) -> Any:
-        return await self._run(conn, self._statement(conn, sql))
+    async def query(self, conn: Any, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+        return await self._run(conn, self._statement(conn, sql, params))
 
     async def explain(self, conn: Any, name: str) -> None:
         sql, params = self._explain_args(name)

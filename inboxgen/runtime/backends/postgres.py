@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.descriptor import Operations, TableDescriptor
@@ -209,6 +209,14 @@ class PostgresBackend(Backend):
         self.busy += 1
         try:
             await conn.execute(sql)
+        finally:
+            self.busy -= 1
+
+    async def query(self, conn: Any, sql: Any, params: Mapping[str, Any] | None = None) -> Any:
+        self.busy += 1
+        try:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchone()
         finally:
             self.busy -= 1
 

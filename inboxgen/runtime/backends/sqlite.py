@@ -7,7 +7,7 @@ import asyncio
 import functools
 import sqlite3
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +181,16 @@ class SqliteBackend(ThreadedBackend):
 
     async def explain(self, conn: Any, name: str) -> None:
         await self._in_turn(conn, _run_to_end, conn, *self._explain_args(name))
+
+    async def query(self, conn: Any, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+        def first() -> Any:  # a read needs no write turn
+            cur = conn.execute(sql, params or {})
+            try:
+                return cur.fetchone()
+            finally:
+                cur.close()  # an open cursor would keep its read going
+
+        return await self._run(conn, first)
 
 
 def _run_to_end(conn: sqlite3.Connection, sql: str, params: Any = ()) -> None:

@@ -97,6 +97,8 @@ class Form:
         log.error("%s: the settlements of row(s) %s were lost with their transaction (%s); "
                   "those rows will run again", w.name, ids, first_line(err))
 
-    def missed(self, h: _Held, op: str) -> None:
-        """A settlement changed no row."""
+    async def missed(self, h: _Held, op: str) -> None:
+        """A settlement changed no row: raises RowDeleted when the row is gone."""
+        if await self.w.presence.gone(h.id):
+            raise self.w._row_deleted(h, op)
         log.warning("%s: %s of row %s changed no row", self.w.name, op, h.id)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.errors import LeaseLost, SettlementLost
+from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form
@@ -49,7 +49,8 @@ class Lease(Form):
         super().__init__(worker)
         self.settler = LeaseSettler(worker.calls, worker.backend)
         self.renewer = LeaseRenewer(worker.calls, worker.clock, worker.lease, worker.name,
-                                    worker._transaction, worker._count_renewals)
+                                    worker._transaction, worker._count_renewals,
+                                    worker.presence.gone)
         self.shared_claims = not worker.descriptor.fifo
         self.waiters = frozenset({CLAIMER}) if self.shared_claims else frozenset()
         self._capacity = worker.workers * worker.batch
@@ -57,6 +58,9 @@ class Lease(Form):
         self._working = 0  # rows taken by slots whose handlers have not finished
         self._room = asyncio.Event()  # set when a handler finishes
         self._claimer: asyncio.Task[None] | None = None
+        # Settlements the settler wrote that changed nothing: whether their rows are gone is
+        # read before they are reported.
+        self._checks: set[asyncio.Future[None]] = set()
 
     @property
     def connections(self) -> int:
@@ -83,6 +87,8 @@ class Lease(Form):
                 self.w._in_flight -= 1
         await self.renewer.stop()
         await self.settler.stop()
+        while self._checks:
+            await asyncio.gather(*self._checks, return_exceptions=True)
 
     # -- claims for every slot (the claimer) ----------------------------------------------
 
@@ -250,7 +256,10 @@ class Lease(Form):
         if isinstance(result, Exception):
             err = self._settlement_lost(op, h.id, first_line(result))
         elif not result:
-            err = self._lease_lost(h, op)
+            check = asyncio.ensure_future(self._report_missed(h, s, op))
+            self._checks.add(check)
+            check.add_done_callback(self._checks.discard)
+            return
         elif op == "retry":
             # The row is due again now, and the claim its handler made room for may have come
             # before this write: claim once more rather than wait for the poll.
@@ -285,8 +294,18 @@ class Lease(Form):
                               f"run again once its lease ends", worker=w.name,
                               table=w.descriptor.qualified_name, statement=op.upper())
 
-    def missed(self, h: _Held, op: str) -> None:
-        raise self._lease_lost(h, op)
+    async def missed(self, h: _Held, op: str) -> None:
+        raise await self._not_held(h, op)
+
+    async def _report_missed(self, h: _Held, s: Settlement, op: str) -> None:
+        self.w._settled_later(h, s, await self._not_held(h, op))
+
+    async def _not_held(self, h: _Held, op: str) -> LeaseLost | RowDeleted:
+        """Why a settlement guarded by the lease changed nothing: the row was deleted, or it is
+        another worker's now."""
+        if await self.w.presence.gone(h.id):
+            return self.w._row_deleted(h, op)
+        return self._lease_lost(h, op)
 
     def _lease_lost(self, h: _Held, op: str) -> LeaseLost:
         w = self.w
