@@ -443,8 +443,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     return cast(int, new_id)
 
 
-def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement: one array per column. Nothing is committed here."""
+def insert_many(
+    conn: psycopg.Connection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
+    notify, listening workers of each group wake when the transaction commits.
+    """
     conn.execute(
         INSERT_MANY,
         {
@@ -453,6 +460,9 @@ def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
             "body": [r.body for r in rows],
         },
     )
+    if notify:
+        for group in sorted({r.conversation for r in rows}):
+            conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
@@ -694,8 +704,15 @@ async def insert_async(
     return cast(int, new_id)
 
 
-async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement: one array per column. Nothing is committed here."""
+async def insert_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
+    notify, listening workers of each group wake when the transaction commits.
+    """
     await conn.execute(
         INSERT_MANY,
         {
@@ -704,6 +721,9 @@ async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[N
             "body": [r.body for r in rows],
         },
     )
+    if notify:
+        for group in sorted({r.conversation for r in rows}):
+            await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:

@@ -297,3 +297,78 @@ def test_sqlite_values_have_the_declared_types(sqlite_path: Path, built: Any) ->
         for module in modules.values():
             _check_round_trip(module, conn, conn.commit)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The enqueue functions of a module take the same options.
+
+ENQUEUE = ("insert", "insert_unique", "insert_many")
+
+
+def _options(fn: Any) -> dict[str, Any]:
+    """A function's keyword-only options, with their defaults."""
+    return {n: p.default for n, p in inspect.signature(fn).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_every_enqueue_function_takes_the_same_options(name: str, built: Any) -> None:
+    for module in built(name).values():
+        found = {f"{fn}{twin}": _options(getattr(module, f"{fn}{twin}"))
+                 for fn in ENQUEUE for twin in ("", "_async")
+                 if hasattr(module, f"{fn}{twin}")}
+        assert "insert_unique" in found or not module.DESCRIPTOR.statements.get("INSERT_UNIQUE")
+        want = {"notify": False} if module.DESCRIPTOR.dialect == "postgres" else {}
+        assert found == dict.fromkeys(found, want), module.DESCRIPTOR.table
+
+
+def _notified(listener: psycopg.Connection[Any], timeout: float) -> list[tuple[str, str]]:
+    return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout, stop_after=9)]
+
+
+@pytest.mark.parametrize("twins", [False, True], ids=["sync", "async"])
+def test_every_postgres_enqueue_function_notifies_on_commit(pg_dsn: str, built: Any,
+                                                            twins: bool) -> None:
+    modules = built("postgres_types")
+    jobs, uuid_jobs = modules["pg_given_uuid_jobs"], modules["pg_uuid_jobs"]
+
+    def row(module: types.ModuleType, group: str) -> Any:
+        new = _new_row(module, uuid.uuid4())
+        return attrs.evolve(new, queue=group)
+
+    calls = [  # (module, function, argument, the groups it wakes)
+        (jobs, "insert", row(jobs, "mail"), ["mail"]),
+        (jobs, "insert_unique", row(jobs, "sms"), ["sms"]),
+        (uuid_jobs, "insert_many", [row(uuid_jobs, "b"), row(uuid_jobs, "a"),
+                                    row(uuid_jobs, "b")], ["a", "b"]),
+    ]
+    with psycopg.connect(pg_dsn) as conn:
+        for statement in _ddl("postgres_types"):
+            conn.execute(statement)  # type: ignore[call-overload]
+        conn.commit()
+
+    async def enqueue(module: types.ModuleType, fn: str, arg: Any, notify: bool) -> Any:
+        if twins:
+            async with await psycopg.AsyncConnection.connect(pg_dsn) as aconn:
+                result = await getattr(module, f"{fn}_async")(aconn, arg, notify=notify)
+                await aconn.commit()
+                return result
+        with psycopg.connect(pg_dsn) as conn:
+            result = getattr(module, fn)(conn, arg, notify=notify)
+            assert _notified(listener, 0.1) == []  # nothing before the commit
+            conn.commit()
+            return result
+
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute('LISTEN "pg_given_uuid_jobs"; LISTEN "pg_uuid_jobs"')
+        for module, fn, arg, groups in calls:
+            asyncio.run(enqueue(module, fn, arg, notify=True))
+            channel = module.CHANNEL
+            assert sorted(_notified(listener, 1)) == [(channel, g) for g in groups], fn
+            again = arg[:1] if fn == "insert_many" else attrs.evolve(arg, id=uuid.uuid4())
+            asyncio.run(enqueue(module, fn, again, notify=False))
+            assert _notified(listener, 0.2) == [], f"{fn}(notify=False) notified"
+        # A duplicate is not enqueued, so nobody is woken.
+        _, _, first, _ = calls[1]
+        assert asyncio.run(enqueue(jobs, "insert_unique", first, notify=True)) is False
+        assert _notified(listener, 0.3) == []

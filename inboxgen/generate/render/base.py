@@ -328,33 +328,54 @@ class Renderer:
         doc = ("Enqueue one row on the caller's connection and return its id; nothing is "
                "committed here." if give_id else
                "Enqueue one row on the caller's connection; nothing is committed here.")
-        if "NOTIFY" in st:
-            g = q.role("group")
-            group = f"row.{g.attr}" if g is not None and not g.generated else '""'
-            out.append(Func("insert", "row: NewRow, *, notify: bool = False", returns,
-                            doc + " With notify, listening workers wake when the transaction "
-                                  "commits.",
+        # Every enqueue function takes the same options: `notify` where the dialect has NOTIFY.
+        notifies = "NOTIFY" in st
+        options = ", *, notify: bool = False" if notifies else ""
+        woken = (" With notify, listening workers wake when the transaction commits."
+                 if notifies else "")
+        group = self.notify_group("row")
+        if notifies:
+            out.append(Func("insert", "row: NewRow" + options, returns, doc + woken,
                             (*self.insert_notify(group, ins_params, returns), *run_insert,
                              *(() if "INSERT_NOTIFY" in st else (
                                  "if notify:",
-                                 *("    " + line for line in self.run(
-                                     "", "NOTIFY", ['"channel": CHANNEL',
-                                                    f'"payload": {group}'])))),
+                                 *("    " + line for line in self.notify_lines(group)))),
                              *give_id)))
         else:
             out.append(Func("insert", "row: NewRow", returns, doc, (*run_insert, *give_id)))
         if q.unique and "INSERT_UNIQUE" not in st:
             out += self.insert_unique_by_error(ins_params)
         if "INSERT_UNIQUE" in st:
-            out.append(Func("insert_unique", "row: NewRow", "bool",
+            unique: tuple[str, ...] = (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
+                                       "return cur.rowcount == 1")
+            if notifies:  # a duplicate is not enqueued: nobody to wake
+                unique = (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
+                        "inserted = cur.rowcount == 1",
+                        "if notify and inserted:",
+                        *("    " + line for line in self.notify_lines(group)),
+                        "return inserted")
+            out.append(Func("insert_unique", "row: NewRow" + options, "bool",
                             "Enqueue one row unless its unique key is already queued; "
-                            "returns whether it was inserted.",
-                            (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
-                             "return cur.rowcount == 1")))
+                            "returns whether it was inserted." + woken, unique))
+        many: Func | None = None
         if "INSERT_MANY" in st:
-            out.append(self.insert_many())
+            many = self.insert_many()
         elif q.insert_fields:
-            out.append(self.insert_many_by_executemany())
+            many = self.insert_many_by_executemany()
+        if many is not None and notifies:
+            g = q.role("group")
+            if g is not None and not g.generated:
+                each = self.notify_group("r")
+                wake = ["if notify:", f"    for group in sorted({{{each} for r in rows}}):",
+                        *("        " + line for line in self.notify_lines("group"))]
+                woken = woken.replace("workers wake", "workers of each group wake")
+            else:
+                wake = ["if notify and rows:",
+                        *("    " + line for line in self.notify_lines('""'))]
+            many = attrs.evolve(many, args=many.args + options, doc=many.doc + woken,
+                                body=(*many.body, *wake))
+        if many is not None:
+            out.append(many)
         if "NOTIFY" in st:
             out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc,
                             tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
@@ -483,6 +504,16 @@ class Renderer:
         return [f"held = [[{', '.join(entry[p] for p in held)}]",
                 f"        for {', '.join(short[p] for p in held)} in zip({', '.join(held)}, "
                 f"strict=True)]"]
+
+    def notify_group(self, row: str) -> str:
+        """The NOTIFY payload for a new row: its group ("" wakes every worker)."""
+        g = self.q.role("group")
+        if g is None or g.generated:
+            return '""'
+        return f"{row}.{g.attr}" if not self.may_be_none(g) else f'{row}.{g.attr} or ""'
+
+    def notify_lines(self, group: str) -> list[str]:
+        return self.run("", "NOTIFY", ['"channel": CHANNEL', f'"payload": {group}'])
 
     def insert_notify(self, group: str, params: str, returns: str) -> list[str]:
         """insert(notify=True) as one statement, where the module has it."""

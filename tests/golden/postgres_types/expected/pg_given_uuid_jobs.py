@@ -364,14 +364,26 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     return cast(uuid.UUID, new_id)
 
 
-def insert_unique(conn: psycopg.Connection[Any], row: NewRow) -> bool:
-    """Enqueue one row unless its unique key is already queued; returns whether it was inserted."""
+def insert_unique(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> bool:
+    """Enqueue one row unless its unique key is already queued; returns whether it was inserted.
+    With notify, listening workers wake when the transaction commits.
+    """
     cur = conn.execute(INSERT_UNIQUE, _insert_params(row))
-    return cur.rowcount == 1
+    inserted = cur.rowcount == 1
+    if notify and inserted:
+        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.queue})
+    return inserted
 
 
-def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement: one array per column. Nothing is committed here."""
+def insert_many(
+    conn: psycopg.Connection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
+    notify, listening workers of each group wake when the transaction commits.
+    """
     conn.execute(
         INSERT_MANY,
         {
@@ -383,6 +395,9 @@ def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
             "payload": [r.payload for r in rows],
         },
     )
+    if notify:
+        for group in sorted({r.queue for r in rows}):
+            conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
@@ -579,14 +594,31 @@ async def insert_async(
     return cast(uuid.UUID, new_id)
 
 
-async def insert_unique_async(conn: psycopg.AsyncConnection[Any], row: NewRow) -> bool:
-    """Enqueue one row unless its unique key is already queued; returns whether it was inserted."""
+async def insert_unique_async(
+    conn: psycopg.AsyncConnection[Any],
+    row: NewRow,
+    *,
+    notify: bool = False,
+) -> bool:
+    """Enqueue one row unless its unique key is already queued; returns whether it was inserted.
+    With notify, listening workers wake when the transaction commits.
+    """
     cur = await conn.execute(INSERT_UNIQUE, _insert_params(row))
-    return cur.rowcount == 1
+    inserted = cur.rowcount == 1
+    if notify and inserted:
+        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.queue})
+    return inserted
 
 
-async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement: one array per column. Nothing is committed here."""
+async def insert_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
+    notify, listening workers of each group wake when the transaction commits.
+    """
     await conn.execute(
         INSERT_MANY,
         {
@@ -598,6 +630,9 @@ async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[N
             "payload": [r.payload for r in rows],
         },
     )
+    if notify:
+        for group in sorted({r.queue for r in rows}):
+            await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:

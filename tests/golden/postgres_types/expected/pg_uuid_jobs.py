@@ -562,9 +562,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     return cast(uuid.UUID, new_id)
 
 
-def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
+def insert_many(
+    conn: psycopg.Connection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
     """Enqueue many rows in one statement: one array per column; a None takes the column's DDL
-    default. Nothing is committed here.
+    default. Nothing is committed here. With notify, listening workers of each group wake when
+    the transaction commits.
     """
     conn.execute(
         INSERT_MANY,
@@ -595,6 +601,9 @@ def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
             "c_time": [r.c_time for r in rows],
         },
     )
+    if notify:
+        for group in sorted({r.queue for r in rows}):
+            conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
@@ -829,9 +838,15 @@ async def insert_async(
     return cast(uuid.UUID, new_id)
 
 
-async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:
+async def insert_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
     """Enqueue many rows in one statement: one array per column; a None takes the column's DDL
-    default. Nothing is committed here.
+    default. Nothing is committed here. With notify, listening workers of each group wake when
+    the transaction commits.
     """
     await conn.execute(
         INSERT_MANY,
@@ -862,6 +877,9 @@ async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[N
             "c_time": [r.c_time for r in rows],
         },
     )
+    if notify:
+        for group in sorted({r.queue for r in rows}):
+            await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
