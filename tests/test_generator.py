@@ -94,12 +94,43 @@ def test_mypy_catches_a_wrong_type_passed_to_a_generated_function(tmp_path: Path
         result.stdout), result.stdout
 
 
-def test_installed_wheel_ships_its_templates(tmp_path: Path) -> None:
-    # A non-editable install must carry the template inside the package and build with it.
-    dist = tmp_path / "dist"
+def _wheel_from(source: Path, dist: Path) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(dist), str(REPO)], check=True, capture_output=True)
+                    "-q", "-w", str(dist), str(source)], check=True, capture_output=True)
     (wheel,) = dist.glob("inboxgen-*.whl")
+    return wheel
+
+
+def _sdist(dist: Path) -> Path:
+    subprocess.run([sys.executable, "-c", "import sys; from hatchling.build import build_sdist; "
+                    "build_sdist(sys.argv[1])", str(dist)], cwd=REPO, check=True,
+                   capture_output=True)
+    (sdist,) = dist.glob("inboxgen-*.tar.gz")
+    return sdist
+
+
+@pytest.mark.parametrize("source", ["checkout", "sdist"])
+def test_installed_wheel_ships_its_templates(source: str, tmp_path: Path) -> None:
+    """The template sits at the top of the project, beside the package; a wheel built from the
+    checkout or from the sdist carries it inside the package, and a fresh venv outside the
+    checkout builds the same modules with it."""
+    import tarfile
+    import zipfile
+
+    assert (REPO / "templates" / "module.py.j2").is_file()
+    assert not (REPO / "inboxgen" / "templates").exists()
+    built = REPO
+    if source == "sdist":
+        sdist = _sdist(tmp_path / "sdist")
+        with tarfile.open(sdist) as tar:
+            assert any(n.endswith("/templates/module.py.j2") for n in tar.getnames())
+            tar.extractall(tmp_path / "unpacked", filter="data")
+        (built,) = (tmp_path / "unpacked").iterdir()
+    wheel = _wheel_from(built, tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert "inboxgen/templates/module.py.j2" in names
+    assert not any(n.startswith("templates/") for n in names)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -111,11 +142,12 @@ def test_installed_wheel_ships_its_templates(tmp_path: Path) -> None:
     where = subprocess.run([str(python), "-c", "import inboxgen; print(inboxgen.__file__)"],
                            cwd=project, capture_output=True, text=True, check=True)
     assert str(env_dir) in where.stdout, "the wheel, not the checkout, must be imported"
-    result = subprocess.run([str(python), "-m", "inboxgen", "build"], cwd=project,
+    result = subprocess.run([str(env_dir / "bin" / "inboxgen"), "build"], cwd=project,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    assert (project / "gen" / "reports.py").read_text(encoding="utf-8") == (
-        REPO / "generated_examples" / "reports.py").read_text(encoding="utf-8")
+    for module in (REPO / "generated_examples").glob("*.py"):
+        assert (project / "gen" / module.name).read_text(encoding="utf-8") == (
+            module.read_text(encoding="utf-8")), module.name
 
 
 def test_a_parse_past_its_budget_stops_even_where_the_parser_swallows_the_alarm(

@@ -1,9 +1,9 @@
 """Render a resolved queue and its statements into the Python module the user commits.
 
-The module's layout lives in `inboxgen/templates/module.py.j2`; base.py decides the pieces, each
-dialect's module what its driver does otherwise, text.py the text every dialect shares. A
-function's body is written once and emitted twice where the driver has an async API (psycopg,
-asyncmy): once plain, once with `await`.
+The module's layout lives in the project's `templates/module.py.j2` (inside the package once
+installed); base.py decides the pieces, each dialect's module what its driver does otherwise,
+text.py the text every dialect shares. A function's body is written once and emitted twice where
+the driver has an async API (psycopg, asyncmy): once plain, once with `await`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from inboxgen.errors import GeneratorBug
 from inboxgen.generate.model import Queue
 
 
@@ -58,18 +59,32 @@ def async_line(line: str) -> str:
     return re.sub(r"AWAIT _v\.(\w+)\(", r"await _v.\1_async(", line).replace("AWAIT ", "await ")
 
 
+def template_folder() -> Path:
+    """Where the module template is: inside the package in an installed wheel (the build maps
+    the project's top-level templates/ there), beside the package in a source checkout."""
+    package = Path(__file__).resolve().parents[2]
+    for folder in (package / "templates", package.parent / "templates"):
+        if (folder / TEMPLATE).is_file():
+            return folder
+    raise GeneratorBug(f"the module template {TEMPLATE} is missing from the installation "
+                       f"(looked in {package / 'templates'} and {package.parent / 'templates'})")
+
+
+TEMPLATE = "module.py.j2"
+
+
 @functools.cache
 def template() -> jinja2.Template:
     """The module template, compiled once per process: compiling it costs more than rendering
     a module, and a build renders one module per spec."""
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).resolve().parents[2] / "templates"),
+        loader=jinja2.FileSystemLoader(template_folder()),
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
-    ).get_template("module.py.j2")
+    ).get_template(TEMPLATE)
 
 
 LINE_LENGTH = 100
