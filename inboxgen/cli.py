@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     requeue = sub.add_parser("requeue", help="put dead letters back into the queue")
     _database_url(requeue)
     requeue.add_argument("spec", help="the spec of the queue table")
-    requeue.add_argument("--id", type=int, action="append", dest="ids",
+    requeue.add_argument("--id", action="append", dest="ids",
                          help="only this row (repeat for more); default: every dead letter")
     requeue.add_argument("--to-group", help="the group to put them back into (tables whose "
                                             "dead letters go to a group)")

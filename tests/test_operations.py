@@ -224,3 +224,58 @@ def test_a_url_of_another_database_is_refused_in_one_line(
         assert "the table is on SQLite" in result.stderr, (url, result.stderr)
         assert "(table jobs)" in result.stderr, result.stderr
         assert result.stderr.count("\n") == 1 and "s3cret" not in result.stderr
+
+
+UUID_DDL = """
+CREATE TABLE jobs (
+    id UUID PRIMARY KEY DEFAULT gen_random_uuid(),
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TIMESTAMPTZ,
+    payload TEXT NOT NULL
+);
+CREATE TABLE jobs_dead (LIKE jobs INCLUDING ALL);
+"""
+UUID_SPEC = """table = "jobs"
+dialect = "postgres"
+ddl = "jobs.sql"
+
+[columns]
+id = { role = "id", generated = true }
+attempt = { role = "attempt", generated = true }
+locked_until = "locked_until"
+payload = "payload"
+
+[runtime]
+max_attempts = 3
+
+[dead_letter]
+table = "jobs_dead"
+"""
+
+
+def test_requeue_by_id_takes_the_tables_id_type(pg_dsn: str, tmp_path: Path) -> None:
+    """A table whose ids are UUIDs (or text) is requeued by its own ids; an id of another type
+    is one line naming the table and what its ids are."""
+    import psycopg
+
+    root = tmp_path / "app"
+    (root / "specs").mkdir(parents=True)
+    (root / "specs" / "jobs.sql").write_text(UUID_DDL, encoding="utf-8")
+    (root / "specs" / "jobs.toml").write_text(UUID_SPEC, encoding="utf-8")
+    (root / "pyproject.toml").write_text('[tool.inboxgen]\nout = "generated"\n',
+                                         encoding="utf-8")
+    built = run(root, "build")
+    assert built.returncode == 0, built.stderr
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(UUID_DDL)
+        ids = [conn.execute("INSERT INTO jobs_dead (payload) VALUES (%s) RETURNING id",
+                            (f"p{i}",)).fetchone()[0] for i in range(2)]
+    done = run(root, "requeue", "specs/jobs.toml", "--database-url", pg_dsn, "--id", str(ids[1]))
+    assert done.returncode == 0, done.stderr
+    assert "put 1 dead letter(s) back" in done.stdout
+    with psycopg.connect(pg_dsn) as conn:
+        assert [r[0] for r in conn.execute("SELECT id FROM jobs")] == [ids[1]]
+    bad = run(root, "requeue", "specs/jobs.toml", "--database-url", pg_dsn, "--id", "17")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("inboxgen: --id '17' is not an id of table jobs (its ids are "
+                                  "UUIDs)")

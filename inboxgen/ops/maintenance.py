@@ -6,21 +6,50 @@ nothing."""
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import re
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 from inboxgen.errors import ConfigError
 
+# The id types a generated module's `requeue(ids=...)` takes, and how a command-line id becomes
+# one (the module's annotation names the type: `Sequence[int] | None`, ...).
+_ID_TYPES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "int": ("integers", int),
+    "str": ("text", str),
+    "uuid.UUID": ("UUIDs", uuid.UUID),
+}
 
-def requeue(module: ModuleType, conn: Any, *, now: _dt.datetime, ids: Sequence[int] | None,
+
+def typed_ids(module: ModuleType, ids: Sequence[str] | None) -> list[Any] | None:
+    """Ids given on the command line as the table's id type (an integer, text or a UUID)."""
+    if ids is None:
+        return None
+    d = module.DESCRIPTOR
+    annotation = str(inspect.signature(module.requeue).parameters["ids"].annotation)
+    match = re.fullmatch(r"Sequence\[([\w.]+)\] \| None", annotation)
+    kind, convert = _ID_TYPES.get(match.group(1) if match else "", ("text", str))
+    typed = []
+    for raw in ids:
+        try:
+            typed.append(convert(raw))
+        except ValueError:
+            raise ConfigError(f"--id {raw!r} is not an id of table {d.qualified_name} (its ids "
+                              f"are {kind})") from None
+    return typed
+
+
+def requeue(module: ModuleType, conn: Any, *, now: _dt.datetime, ids: Sequence[str] | None,
             to_group: str | None, reset_attempt: bool, dry_run: bool) -> int:
     d = module.DESCRIPTOR
     if d.dead_letter_group is None and d.dead_letter_table is None:
         raise ConfigError(f"table {d.qualified_name} has no dead letters: its spec "
                           f"({d.source}) has no [dead_letter]")
-    kwargs: dict[str, Any] = {"now": now, "reset_attempt": reset_attempt, "ids": ids}
+    kwargs: dict[str, Any] = {"now": now, "reset_attempt": reset_attempt,
+                              "ids": typed_ids(module, ids)}
     if d.dead_letter_group is not None:
         if not to_group:
             raise ConfigError(f"table {d.qualified_name} keeps dead letters in group "
