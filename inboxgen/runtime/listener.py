@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
+from inboxgen.runtime.connecting import first_line
+
 if TYPE_CHECKING:
     from inboxgen.runtime.worker import Worker
 
@@ -29,6 +31,7 @@ async def listen(worker: Worker) -> None:
     assert isinstance(backend, PostgresBackend)
     channel = worker.descriptor.table
     first = True
+    lost = ""  # why the last listening connection ended, said once it is known whether alone
     failures = 0  # connection attempts failed in a row: one line per outage, not per attempt
     while True:
         try:
@@ -36,27 +39,34 @@ async def listen(worker: Worker) -> None:
                 backend.conninfo, **{**backend.connect_kwargs, "autocommit": True})
         except (psycopg.Error, OSError) as err:
             failures += 1
-            (log.error if failures == 1 else log.debug)(
-                "%s: cannot open the listening connection, trying again shortly: %s",
-                worker.name, err)
+            # The database is out of reach: the worker's outage (one line for all of it).
+            if failures == 1 and not worker.outage.lost_connection(err, "listening"):
+                log.error("%s: cannot open the listening connection, trying again shortly: %s",
+                          worker.name, first_line(err))
+            else:
+                log.debug("%s: cannot open the listening connection yet: %s", worker.name,
+                          first_line(err))
             # 50 ms, doubling up to 1 s, with jitter: back soon after a server restart.
             await asyncio.sleep(random.uniform(0.5, 1.0) * min(1.0, 0.05 * 2.0 ** min(
                 failures - 1, 10)))
             continue
+        alone = failures == 0  # the connection was lost alone, the database answers
         failures = 0
         try:
             async with conn:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 worker.listener_pid = conn.info.backend_pid
                 if not first:
-                    log.warning("%s: listening again on %s; waking every worker once",
-                                worker.name, channel)
+                    (log.warning if alone else log.debug)(
+                        "%s: the listening connection was lost (%s); listening again on %s, "
+                        "waking every worker once", worker.name, lost, channel)
                     worker.wake()
                 first = False
                 async for note in conn.notifies():
                     if worker.group is None or note.payload in ("", worker.group):
                         worker.wake_one()  # one slot per job; a full claim wakes the next
         except (psycopg.Error, OSError) as err:
-            log.warning("%s: the listening connection was lost (%s); reconnecting",
-                        worker.name, str(err).strip().splitlines()[0] if str(err) else err)
+            lost = first_line(err)
+            log.debug("%s: the listening connection was lost (%s); reconnecting", worker.name,
+                      lost)
             await asyncio.sleep(0.05)

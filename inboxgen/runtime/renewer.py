@@ -42,7 +42,8 @@ class LeaseRenewer:
     def __init__(self, calls: Calls, clock: Clock, lease: int, name: str,
                  transaction: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
                  renewed: Callable[[int], None],
-                 gone: Callable[[Any], Awaitable[bool]]) -> None:
+                 gone: Callable[[Any], Awaitable[bool]],
+                 lost_connection: Callable[[Exception, str], bool]) -> None:
         self.calls = calls
         self.clock = clock
         self.lease = lease
@@ -50,6 +51,7 @@ class LeaseRenewer:
         self._transaction = transaction
         self._renewed = renewed  # counts renewals in the worker's stats
         self._gone = gone  # whether a row is no longer in the table
+        self._lost_connection = lost_connection  # the worker's outage: True when it is one
         self._held: dict[int, Leased] = {}
         self._changed = asyncio.Event()
         self._round_ended = asyncio.Event()  # set when the renewal on its way has ended
@@ -111,9 +113,10 @@ class LeaseRenewer:
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                log.warning("%s: renewing the lease on %s failed, trying again in 1 s (it "
-                            "holds until %s): %s", self.name, _rows(due),
-                            min(r.token for r in due if r.token is not None), err)
+                if not self._lost_connection(err, f"renewing the lease on {_rows(due)}"):
+                    log.warning("%s: renewing the lease on %s failed, trying again in 1 s (it "
+                                "holds until %s): %s", self.name, _rows(due),
+                                min(r.token for r in due if r.token is not None), err)
                 await self.clock.sleep(min(1.0, self.lease / 2))
 
     async def _renew(self, due: list[Leased]) -> bool:

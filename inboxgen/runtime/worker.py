@@ -38,6 +38,7 @@ from inboxgen.runtime.batching import Calls, by_op, one_statement
 from inboxgen.runtime.clock import Clock, SystemClock
 from inboxgen.runtime.connecting import open_connections, reach, retry_delay
 from inboxgen.runtime.forms import form_for
+from inboxgen.runtime.outage import Outage, fold_pool_warnings, unfold_pool_warnings
 from inboxgen.runtime.outcomes import (
     ACKED_OUTCOME,
     DEAD_LETTER,
@@ -209,7 +210,7 @@ class Worker:
         self._listener: asyncio.Task[None] | None = None
         self.listener_pid: int | None = None  # the listening session, where there is one
         self.calls = Calls(d, self.backend)
-        self._outage: tuple[_dt.datetime, int] | None = None  # since when claims fail
+        self.outage = Outage(self)
         self.presence = Presence(d, self.backend)
         self.form = form_for(self)
         self.started = False
@@ -292,6 +293,19 @@ class Worker:
         """Connect (waiting up to connect_timeout for a database that is not there yet),
         prepare every statement, start the worker slots. Returns without starting when the
         worker is stopped meanwhile."""
+        pool = self.backend.own_pool_name
+        if pool is not None:  # its warnings are folded into the worker's outage lines
+            fold_pool_warnings(pool, self.outage)
+        try:
+            await self._start()
+        except BaseException:
+            if pool is not None:
+                unfold_pool_warnings(pool)
+            raise
+        if not self.started and pool is not None:
+            unfold_pool_warnings(pool)
+
+    async def _start(self) -> None:
         self.form.claim_resources()
         try:
             if not await reach(self):
@@ -379,6 +393,8 @@ class Worker:
             self._handler_pool.shutdown(wait=False)
             self._handler_pool = None
         await self.backend.close()
+        if self.backend.own_pool_name is not None:
+            unfold_pool_warnings(self.backend.own_pool_name)
         self._tasks = []
         self._listener = None
         # Ready to start again (a worker can serve, stop, and serve once more).
@@ -386,6 +402,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._wakes_owed = 0
+        self.outage.at_stop()
         st = self.stats
         extra = ""
         if self.descriptor.form == "lease":
@@ -451,23 +468,11 @@ class Worker:
 
     def _claim_failed(self, err: Exception) -> None:
         """One line when claims start failing (a server restart, a lost connection); the
-        slots' further failures during the same outage are debug lines."""
-        self.stats.failed_claims += 1
-        if self._outage is None:
-            self._outage = (self.clock.now(), self.stats.failed_claims)
-            log.error("%s: claims failing, trying again with a short backoff: %s",
-                      self.name, err)
-        else:
-            log.debug("%s: claim failed again: %s", self.name, err)
+        slots' further failures during the same outage are debug lines (outage.py)."""
+        self.outage.claim_failed(err)
 
     def _claim_worked(self) -> None:
-        if self._outage is None:
-            return
-        since, first = self._outage
-        self._outage = None
-        log.warning("%s: claims work again after %.1f s (%d failed)", self.name,
-                    (self.clock.now() - since).total_seconds(),
-                    self.stats.failed_claims - first + 1)
+        self.outage.worked()
 
     async def _wait(self, index: int, seconds: float) -> None:
         if self._wakes_owed and not self._stopping.is_set():
@@ -502,6 +507,7 @@ class Worker:
 
     def _count_renewals(self, n: int) -> None:
         self.stats.renewed += n
+        self.outage.worked()
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Any]:
@@ -635,6 +641,10 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            if conn is not None and self.backend.disconnected(err, conn):
+                # The job's connection died under the handler: the database's outage, not the
+                # handler's failure. Its transaction is gone; the row comes back as from a crash.
+                raise
             h.failure = err  # logged by _decide, with what becomes of the row
             if "retry_after" not in d.roles:
                 return retry()
@@ -703,6 +713,8 @@ class Worker:
         or report why it changed nothing."""
         if err is None:
             self._count(s, h)
+            if self.outage.open is not None:  # a flush worked: an outage is over
+                self.outage.worked()
         else:
             self._report_unsettled(err)
         self._in_flight -= 1
@@ -716,7 +728,8 @@ class Worker:
             log.warning("%s", err)
         else:
             self.stats.settlements_lost += 1
-            log.error("%s", err)
+            # In an outage, counted in the line that ends it.
+            (log.debug if self.outage.settlements_lost(1) else log.error)("%s", err)
 
     def _count(self, s: Settlement, h: _Held) -> None:
         h.settled = True

@@ -62,6 +62,8 @@ class Backend:
     def __init__(self, descriptor: TableDescriptor) -> None:
         self.descriptor = descriptor
         self.label = "the database"  # how messages name it (never with a password)
+        # The name of the pool the backend opens itself, where it logs through "psycopg.pool".
+        self.own_pool_name: str | None = None
         self.busy = 0  # calls in flight, so tests on a fake clock can tell when all is quiet
 
     @classmethod
@@ -90,6 +92,16 @@ class Backend:
     def permanent(self, err: Exception) -> bool:
         """Whether a failed `probe` is for good (credentials, an unknown database), so that no
         retry can help."""
+        return False
+
+    def disconnected(self, err: Exception, conn: Any = None) -> bool:
+        """Whether `err` is the connection's (lost, or the database out of reach), not the
+        statement's; with `conn`, the connection it came from, which must be dead too."""
+        return False
+
+    def unreachable(self, err: Exception) -> bool:
+        """Whether `err` (one `disconnected` says is the connection's) is a connection attempt
+        that failed: the database is out of reach, not one connection lost."""
         return False
 
     async def open(self, keep: int = 1) -> None:

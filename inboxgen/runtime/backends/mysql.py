@@ -196,10 +196,26 @@ class MySQLServer(Backend):
             return True
         return isinstance(err.__cause__ or err.__context__, socket.gaierror)
 
+    def disconnected(self, err: Exception, conn: Any = None) -> bool:
+        if isinstance(err, OSError):
+            return True
+        if not isinstance(err, _driver_errors()):
+            return False
+        code = err.args[0] if err.args and isinstance(err.args[0], int) else None
+        # Both drivers raise InterfaceError (code 0) for a connection already closed.
+        return code in _GONE or (code == 0 and type(err).__name__ == "InterfaceError")
+
+    def unreachable(self, err: Exception) -> bool:
+        code = err.args[0] if err.args and isinstance(err.args[0], int) else None
+        return code == 2003 or isinstance(err, OSError)  # cannot connect
+
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         pass  # autocommit is off: the first statement opens the transaction, no round trip
 
 
+# Cannot connect, server gone away, lost during a query, lost at a read, server shutting down,
+# the connection killed, too many connections, disconnected by the server.
+_GONE = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 1040, 4031})
 # Access denied to the database, to the server; an unknown database; a host that may not
 # connect; an authentication method the client lacks; a server that demands TLS; an unknown host;
 # an authentication plugin that cannot be loaded; TLS the server does not offer.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,8 @@ class PostgresBackend(Backend):
         import psycopg_pool  # noqa: F401  (a missing pool fails when the worker is built)
 
         self.own_pool = pool is None
+        if self.own_pool:  # unique in the process: the worker tells its pool's records by it
+            self.own_pool_name = f"inboxgen-{descriptor.table}-{next(_POOLS)}"
         self.conninfo = conninfo if conninfo is not None else str(getattr(pool, "conninfo", ""))
         # The listening connection is opened like the pool's own (a password may live here).
         self.connect_kwargs: dict[str, Any] = {
@@ -105,12 +108,35 @@ class PostgresBackend(Backend):
         text = str(err).lower()
         return any(p in text for p in _REFUSED_TEXT)
 
+    def disconnected(self, err: Exception, conn: Any = None) -> bool:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        if isinstance(err, PoolTimeout):
+            return True  # no connection came: the pool cannot reach the server
+        if not isinstance(err, psycopg.OperationalError):
+            return False
+        # Client-side (no SQLSTATE: the connection lost or refused), the connection class
+        # (08), the server shutting down or starting (57P01-57P03), too many connections.
+        state = err.sqlstate
+        if not (state is None or state.startswith("08") or state in _GONE):
+            return False  # a statement's trouble: a lock or statement timeout, a full disk
+        return conn is None or bool(conn.closed or getattr(conn, "broken", False))
+
+    def unreachable(self, err: Exception) -> bool:
+        from psycopg_pool import PoolTimeout
+
+        if isinstance(err, PoolTimeout) or getattr(err, "sqlstate", None) == "57P03":
+            return True  # no connection came, or the server refuses them (starting, stopping)
+        return str(err).startswith(("connection failed", "connection is bad",
+                                    "connection timeout expired"))
+
     def _own_pool(self, keep: int) -> Any:
         from psycopg_pool import AsyncConnectionPool
 
         return AsyncConnectionPool(self.conninfo, min_size=min(keep, self.size + 1),
                                    max_size=self.size + 1, open=False,
-                                   name=f"inboxgen-{self.descriptor.table}")
+                                   name=self.own_pool_name)
 
     async def open(self, keep: int = 1) -> None:
         if self.own_pool:
@@ -230,6 +256,9 @@ class PostgresBackend(Backend):
 # invalid_authorization_specification, invalid_password, invalid_catalog_name,
 # feature_not_supported (e.g. an authentication method), protocol_violation
 _REFUSED = frozenset({"28000", "28P01", "3D000", "0A000", "08P01"})
+_POOLS = itertools.count(1)
+# admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
+_GONE = frozenset({"57P01", "57P02", "57P03", "53300"})
 # libpq reports these before any SQLSTATE exists.
 _REFUSED_TEXT = ("password authentication failed", "no password supplied",
                  "authentication failed", "does not exist", "could not translate host name",

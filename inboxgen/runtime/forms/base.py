@@ -94,8 +94,12 @@ class Form:
         w = self.w
         ids = ", ".join(str(h.id) for h in held[:10]) + (", ..." if len(held) > 10 else "")
         w.stats.settlements_lost += len(held)
-        log.error("%s: the settlements of row(s) %s were lost with their transaction (%s); "
-                  "those rows will run again", w.name, ids, first_line(err))
+        # In an outage, counted in the line that ends it.
+        quiet = w.outage.lost_connection(err, "settlements") and \
+            w.outage.settlements_lost(len(held))
+        (log.debug if quiet else log.error)(
+            "%s: the settlements of row(s) %s were lost with their transaction (%s); those rows "
+            "will run again", w.name, ids, first_line(err))
 
     async def missed(self, h: _Held, op: str) -> None:
         """A settlement changed no row: raises RowDeleted when the row is gone."""

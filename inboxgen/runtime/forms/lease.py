@@ -50,7 +50,7 @@ class Lease(Form):
         self.settler = LeaseSettler(worker.calls, worker.backend)
         self.renewer = LeaseRenewer(worker.calls, worker.clock, worker.lease, worker.name,
                                     worker._transaction, worker._count_renewals,
-                                    worker.presence.gone)
+                                    worker.presence.gone, worker.outage.lost_connection)
         self.shared_claims = not worker.descriptor.fifo
         self.waiters = frozenset({CLAIMER}) if self.shared_claims else frozenset()
         self._capacity = worker.workers * worker.batch
@@ -254,6 +254,7 @@ class Lease(Form):
         w = self.w
         err: LeaseLost | SettlementLost | None = None
         if isinstance(result, Exception):
+            w.outage.lost_connection(result, "settlements")
             err = self._settlement_lost(op, h.id, first_line(result))
         elif not result:
             check = asyncio.ensure_future(self._report_missed(h, s, op))
@@ -280,6 +281,7 @@ class Lease(Form):
                 return await self.settler.settle(op, values)
             return await super().write(op, values)
         except Exception as err:
+            w.outage.lost_connection(err, "settlements")
             raise self._settlement_lost(op, values["id"], first_line(err)) from err
 
     def undecodable(self, h: _Held) -> Settlement:
