@@ -472,7 +472,8 @@ class Worker:
         self.outage.claim_failed(err)
 
     def _claim_worked(self) -> None:
-        self.outage.worked()
+        if self.outage.open is not None:
+            self.outage.worked()
 
     async def _wait(self, index: int, seconds: float) -> None:
         if self._wakes_owed and not self._stopping.is_set():
