@@ -137,3 +137,88 @@ def test_a_row_deleted_while_its_job_ran_is_not_a_lease_lost_to_another_worker(
     assert "another worker" not in lines[0] and "no longer held" not in lines[0]
     (summary,) = [line for line in worker_lines(caplog) if ": stopped:" in line]
     assert "1 row(s) deleted while in work" in summary, summary
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+def test_a_transactional_handler_failing_on_its_own_network_is_a_handler_failure(
+        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        dialect: str) -> None:
+    """Only the job's own connection dying is the database's outage: a handler's network
+    error of its own (an OSError) is still the handler's failure, with its line."""
+    db: Db = make_db(request, dialect)
+    mailer = queue_on(db, "mailer", tmp_path).module
+    with db.transaction() as conn:
+        mailer.insert(conn, mailer.NewRow(name="emails", payload=b"to: ada"))
+    clock = fake_clock()
+    calls: list[int | None] = []
+
+    def send(job: Job[bytes]) -> None:
+        calls.append(job.attempt)
+        if len(calls) == 1:
+            raise ConnectionError("smtp server down")
+
+    worker = Worker(mailer.DESCRIPTOR, send, database=db.database, group="emails",
+                    max_attempts=3, clock=clock, transactional=True, listen=False)
+    asyncio.run(run_until_idle(worker, timeout=20))
+
+    assert calls == [1, 2] and worker.stats.acked == 1 and worker.stats.retried == 1
+    lines = worker_lines(caplog, logging.WARNING)
+    assert len(lines) == 1 and "handler failed on row 1 (attempt 1 of 3)" in lines[0], lines
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+def test_a_transactional_handler_whose_connection_dies_is_not_a_handler_failure(
+        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        dialect: str) -> None:
+    """The job's session is killed while its handler runs: the handler's next statement fails
+    on the dead connection. That is the connection's loss (one line), not the handler's failure;
+    the row comes back and its job is done."""
+    db: Db = make_db(request, dialect)
+    mailer = queue_on(db, "mailer", tmp_path).module
+    with db.transaction() as conn:
+        mailer.insert(conn, mailer.NewRow(name="emails", payload=b"to: ada"))
+    clock = fake_clock()
+    calls: list[int | None] = []
+
+    def kill(session: int) -> None:
+        killer = db.connect(autocommit=True)
+        try:
+            if db.mysql:
+                with killer.cursor() as cur:
+                    cur.execute(f"KILL CONNECTION {int(session)}")
+            else:
+                killer.execute("SELECT pg_terminate_backend(%s)", (session,))
+        finally:
+            killer.close()
+
+    async def send_pg(job: Job[bytes]) -> None:
+        calls.append(job.attempt)
+        if len(calls) == 1:
+            kill(job.connection.info.backend_pid)
+        await job.connection.execute("SELECT 1")
+
+    def send_mysql(job: Job[bytes]) -> None:
+        calls.append(job.attempt)
+        if len(calls) == 1:
+            kill(job.connection.thread_id())
+        with job.connection.cursor() as cur:
+            cur.execute("SELECT 1")
+
+    worker = Worker(mailer.DESCRIPTOR, send_mysql if db.mysql else send_pg,
+                    database=db.database, group="emails", max_attempts=3, clock=clock,
+                    transactional=True, listen=False)
+
+    async def main() -> None:
+        await worker.start()
+        try:  # the fake clock moves the retry's backoff along
+            await drive(worker, clock, lambda: worker.stats.acked > 0, max_seconds=60)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+
+    assert len(calls) == 2 and worker.stats.acked == 1 and worker.stats.retried == 0, calls
+    assert db.rows("SELECT count(*) FROM email_jobs") == [(0,)]
+    lines = worker_lines(caplog, logging.WARNING)
+    assert len(lines) == 1 and "was lost" in lines[0] and "new ones work" in lines[0], lines
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"

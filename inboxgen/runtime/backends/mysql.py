@@ -197,6 +197,8 @@ class MySQLServer(Backend):
         return isinstance(err.__cause__ or err.__context__, socket.gaierror)
 
     def disconnected(self, err: Exception, conn: Any = None) -> bool:
+        if conn is not None and getattr(conn, "open", True) and getattr(conn, "connected", True):
+            return False  # the job's connection is alive: the error is the handler's own
         if isinstance(err, OSError):
             return True
         if not isinstance(err, _driver_errors()):
