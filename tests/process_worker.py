@@ -1,4 +1,4 @@
-"""A worker in a child process, for tests/test_runtime_processes.py.
+"""A worker in a child process, for tests/runtime/test_runtime_processes.py.
 
     python tests/process_worker.py MODULE DATABASE MODE --log FILE [options]
 

@@ -1,6 +1,6 @@
 """The fault suite's queue tables, and `Target`: one generated module and its database.
 
-Every shape has the same columns as the kinds of tests/test_runtime_processes.py (an id, an
+Every shape has the same columns as the kinds of tests/runtime/test_runtime_processes.py (an id, an
 attempt, a payload; a lease column for the lease form, a key column for the advisory form), plus
 what the invariants need: `max_attempts` with a dead-letter table, a JSON payload stored as text
 (so a poison job is a payload that does not decode), and the ledger table `fault_ledger` that the

@@ -12,7 +12,7 @@ MIGRATION = "specs/migrations/mailer/0001_email_jobs.sql"
 def _schema(dsn: str) -> None:
     from pathlib import Path
 
-    up = (Path(__file__).resolve().parent.parent / MIGRATION).read_text().split(
+    up = (Path(__file__).resolve().parents[2] / MIGRATION).read_text().split(
         "-- +goose Down")[0]
     with psycopg.connect(dsn) as conn:
         conn.execute(up)

@@ -18,7 +18,7 @@ from genutil import build_module
 from inboxgen.generate.build import generate, spec_files
 from inboxgen.generate.config import Project, find_project
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_SPECS = sorted((REPO / "specs").glob("*.toml"))
 
 

@@ -12,7 +12,7 @@ import pytest
 import inboxgen
 import inboxgen.testing
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PUBLIC_MODULES = [inboxgen, inboxgen.testing]
 
 

@@ -20,7 +20,7 @@ from servers import PostgresServer
 from generated_examples import chat, ledger
 from inboxgen import Worker, WorkerConfigError, ack
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:

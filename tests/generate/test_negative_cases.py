@@ -1,6 +1,6 @@
 """Negative cases for `inboxgen build`, one folder each, in the style of sqlc's endtoend testdata.
 
-Each folder under tests/cases/ holds:
+Each folder under tests/generate/cases/ holds:
 
     specs/<name>.toml        the spec (one or more)
     specs/...                its DDL: a file, a folder of migrations, or several files
@@ -12,8 +12,9 @@ The case is copied to a temporary project with a minimal pyproject.toml and buil
 warnings allowed) must write one module per spec.
 
 To rewrite the expected files from what inboxgen prints now, run with INBOXGEN_UPDATE_CASES=1,
-then review every changed message by eye (`git diff tests/cases`): each must name the file and
-line, the table, the column and the role where they apply, and be one line a person can act on.
+then review every changed message by eye (`git diff tests/generate/cases`): each must name the
+file and line, the table, the column and the role where they apply, and be one line a person can
+act on.
 """
 
 from __future__ import annotations

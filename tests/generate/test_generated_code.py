@@ -16,7 +16,7 @@ import pytest
 from inboxgen.generate.build import generate, write
 from inboxgen.generate.config import Project
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # The project's lint rules for generated code (line length 100, isort, pyupgrade, bugbear),
 # with RUF100: a `noqa` that silences nothing is a stale one.
 # The payload type's module is the user's own: first-party, as it is in their project.

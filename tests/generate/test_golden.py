@@ -1,6 +1,6 @@
 """Golden modules, one folder per case in the style of sqlc's endtoend testdata.
 
-Each folder under tests/golden/ holds:
+Each folder under tests/generate/golden/ holds:
 
     specs/<name>.toml        the specs (names unique across all cases: mypy checks them together)
     specs/...                their DDL
@@ -12,7 +12,7 @@ The case is copied to a temporary project and built there. The expected modules 
 hand back values of the types its ClaimedRow declares.
 
 To rewrite the expected files from what inboxgen generates now, run with
-INBOXGEN_UPDATE_GOLDEN=1, then review every change by eye (`git diff tests/golden`).
+INBOXGEN_UPDATE_GOLDEN=1, then review every change by eye (`git diff tests/generate/golden`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from inboxgen.runtime.backends.mysql_async import asyncmy_args
 GOLDEN = Path(__file__).parent / "golden"
 CASE_NAMES = sorted(p.name for p in GOLDEN.iterdir() if (p / "specs").is_dir())
 UPDATE = os.environ.get("INBOXGEN_UPDATE_GOLDEN") == "1"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROJECT_RULES = ["--config", str(REPO / "generated_examples" / "ruff.toml"),
                  "--extend-select", "RUF100"]
 NOW = datetime.datetime.now(datetime.UTC).replace(microsecond=0)

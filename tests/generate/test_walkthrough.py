@@ -15,7 +15,7 @@ from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "postgres.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 FILE_LINE = re.compile(r"^(?:#|--) ([\w./-]+\.\w+)$")

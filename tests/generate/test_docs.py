@@ -16,7 +16,7 @@ import pytest
 
 from inboxgen import cli, pytest_plugin
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)

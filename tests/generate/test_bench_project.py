@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "peers"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "peers"
 
 
 def test_bench_modules_are_up_to_date() -> None:

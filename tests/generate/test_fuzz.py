@@ -16,12 +16,13 @@ example is built in-process in a fresh project, then checked:
 
 CI runs a fixed, derandomized budget. A longer local run finds more:
 
-    INBOXGEN_FUZZ_EXAMPLES=20000 INBOXGEN_FUZZ_SEED=1 python3 -m pytest -q tests/test_fuzz.py
+    export INBOXGEN_FUZZ_EXAMPLES=20000 INBOXGEN_FUZZ_SEED=1
+    python3 -m pytest -q tests/generate/test_fuzz.py
 
 (INBOXGEN_FUZZ_MUTATIONS, default 4, sets how many mutations an example may stack.)
 
 Every crash found is kept: as an `@example` on `test_build_survives_mutations`, as a folder in
-tests/cases/, or as one of the tests at the end of this file.
+tests/generate/cases/, or as one of the tests at the end of this file.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from inboxgen.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "specs"
 PYPROJECT = '[tool.inboxgen]\nspecs = "specs"\nout = "generated"\n'
 
@@ -375,7 +376,8 @@ def _seeded(test: Callable[..., None]) -> Callable[..., None]:
 @_settings
 @given(spec=st.sampled_from(sorted(SEED_SPECS)),
        muts=st.lists(mutations, min_size=1, max_size=MUTATIONS))
-# Crashes the fuzzer found, kept as examples (the known classes have cases in tests/cases/).
+# Crashes the fuzzer found, kept as examples (the known classes have cases in
+# tests/generate/cases/).
 @example(spec="mailer", muts=[("migration", "nest", 40, 4, b"")])  # deep parentheses
 @example(spec="reports", muts=[("spec", "nest", 0, 16, b"")])  # deep TOML arrays (x = [[[...)
 @example(spec="chat", muts=[("fs", "sql_folder", 0, 0, b"")])  # a folder named *.sql

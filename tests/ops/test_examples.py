@@ -10,7 +10,7 @@ import psycopg
 import pymysql
 from mariadb_server import MariaDBServer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_script(name: str, *args: str, cwd: Path) -> str:

@@ -50,8 +50,8 @@ from inboxgen.runtime.backends import AdvisoryRegistry
 from inboxgen.runtime.worker import Job, Worker
 from inboxgen.testing import run_until_idle
 
-REPO = Path(__file__).resolve().parents[1]
-WORKER_SCRIPT = Path(__file__).with_name("process_worker.py")
+REPO = Path(__file__).resolve().parents[2]
+WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "process_worker.py"
 UTC = dt.UTC
 GROUP = "emails"
 LEASE = 30  # seconds: far longer than any test waits, so "back at once" is not a lease running out
