@@ -362,14 +362,23 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     return cast(int, new_id)
 
 
-def insert_many(conn: psycopg.Connection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement: one array per column. Nothing is committed here."""
+def insert_many(
+    conn: psycopg.Connection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
+    notify, listening workers wake when the transaction commits.
+    """
     conn.execute(
         INSERT_MANY,
         {
             "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
         },
     )
+    if notify and rows:
+        conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
 
 def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
@@ -572,14 +581,23 @@ async def insert_async(
     return cast(int, new_id)
 
 
-async def insert_many_async(conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow]) -> None:
-    """Enqueue many rows in one statement: one array per column. Nothing is committed here."""
+async def insert_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    rows: Sequence[NewRow],
+    *,
+    notify: bool = False,
+) -> None:
+    """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
+    notify, listening workers wake when the transaction commits.
+    """
     await conn.execute(
         INSERT_MANY,
         {
             "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
         },
     )
+    if notify and rows:
+        await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
 
 async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
