@@ -1,15 +1,16 @@
-"""Queue tables for the statement tests: specs and DDL, recording connections, raw views of rows.
+"""Queue tables on real databases: specs and DDL, recording connections, raw views of rows.
 
-Everything here runs on real databases: a fresh PostgreSQL database per test (``pg_dsn``), a
-fresh MariaDB database (a ``mysql://`` URL on the session's ``mariadb_server``) or a SQLite file.
-Time is explicit: tests pass ``now`` (``T0`` plus some seconds) instead of waiting for the clock,
-and every lease expiry is a whole second (MySQL's lease column is a DATETIME without fractions).
+Everything here runs on real databases: a fresh PostgreSQL database, a fresh MariaDB database (a
+``mysql://`` URL on the session's ``mariadb_server``) or a SQLite file; the ``queue`` fixture of
+conftest.py makes them. Time is explicit: tests pass ``now`` (``T0`` plus some seconds) instead
+of waiting for the clock, and every lease expiry is a whole second (MySQL's lease column is a
+DATETIME without fractions).
 
 - ``Layout`` describes a test table ``jobs`` (claim form, group, FIFO, dead letters, unique key,
   headers, the column each role is bound to) and renders its spec and DDL for a dialect;
-- ``open_queue`` generates the module for a layout with ``genutil.build_module`` and creates the
-  table (``open_spec`` does the same for a spec and DDL written out in a test);
-  ``open_example`` loads one of ``generated_examples/`` with its migrations;
+- a shape is a Layout or an example's name: ``open_queue`` generates its module (or loads one of
+  ``generated_examples/``, or builds the example's twin on another dialect) and creates its tables;
+- ``Db`` is a database of any dialect as another process sees it: SQL text, rows as tuples;
 - ``Queue`` wraps a generated module and its database: connections that record every SQL text
   they execute, form-independent ``claim`` / ``settle`` helpers that find each role's attribute
   through the module's ``DESCRIPTOR.role_attrs``, and a raw ``rows`` view read on a fresh
@@ -18,7 +19,9 @@ and every lease expiry is a whole second (MySQL's lease column is a DATETIME wit
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import importlib
 import importlib.util
 import inspect
 import itertools
@@ -26,8 +29,9 @@ import json
 import re
 import sqlite3
 import sys
+import textwrap
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -37,7 +41,7 @@ import attrs
 import psycopg
 import pymysql
 import pymysql.cursors
-from genutil import build_module, ddl_of, make_project
+from genutil import build_module, ddl_of, example_parts, make_project
 from psycopg.rows import dict_row
 from pymysql.constants import CLIENT
 
@@ -297,16 +301,285 @@ class Layout:
         return "\n".join(lines) + "\n"
 
 
+# -- a database of any dialect, as another process sees it -------------------------------------
+
+
+SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # the fixed text format of time roles on SQLite
+
+
+def sqlite_db(path: Path, ddl: str) -> sqlite3.Connection:
+    """Create the tables of `ddl` in a SQLite file; returns an autocommit connection to it."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    conn.executescript(ddl)
+    return conn
+
+
+def pg_exec(dsn: str, sql: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def pg_rows(dsn: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Rows as another process sees them (a fresh connection)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def sqlite_rows(path: Path, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    """Rows as another process sees them (a fresh connection)."""
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        return conn.execute(sql, tuple(params)).fetchall()
+    finally:
+        conn.close()
+
+
+def sqlite_time(value: dt.datetime) -> str:
+    return value.astimezone(UTC).strftime(SQLITE_TIME)
+
+
+def parse_sqlite_time(value: str) -> dt.datetime:
+    return dt.datetime.strptime(value, SQLITE_TIME).replace(tzinfo=UTC)
+
+
+@dataclass
+class Db:
+    """A fresh database: a SQLite file, or a database on the session's PostgreSQL or MariaDB."""
+
+    dialect: str  # "sqlite", "postgres" or "mysql"
+    database: str  # what Worker(database=...) takes: a path, a conninfo or a mysql:// URL
+    mysql_args: dict[str, Any] = field(default_factory=dict)  # pymysql.connect() arguments
+
+    @property
+    def mysql(self) -> bool:
+        return self.dialect == "mysql"
+
+    @property
+    def sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @property
+    def p(self) -> str:
+        """The driver's positional placeholder."""
+        return "?" if self.sqlite else "%s"
+
+    def connect(self, *, autocommit: bool = False) -> Any:
+        """A synchronous connection (sqlite3, psycopg or PyMySQL); MySQL sessions as the worker's
+        own: READ COMMITTED, in UTC (so CURRENT_TIMESTAMP defaults are UTC too)."""
+        if self.sqlite:
+            return sqlite3.connect(self.database, timeout=30,
+                                   isolation_level=None if autocommit else "")
+        if not self.mysql:
+            return psycopg.connect(self.database, autocommit=autocommit)
+        conn = pymysql.connect(**self.mysql_args, autocommit=autocommit)
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute("SET SESSION time_zone = '+00:00'")
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A connection whose work commits at the end of the block (rolled back on an error)."""
+        conn = self.connect()
+        try:
+            yield conn
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
+    def exec(self, sql: str) -> None:
+        """Run SQL in autocommit; on MySQL statement by statement (DDL is not transactional, and
+        PyMySQL runs one statement per call), split on ';'."""
+        sql = textwrap.dedent(sql)
+        if self.sqlite:
+            sqlite_db(Path(self.database), sql).close()
+            return
+        if not self.mysql:
+            pg_exec(self.database, sql)
+            return
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                for statement in sql.split(";"):
+                    if statement.strip():
+                        cur.execute(statement)
+        finally:
+            conn.close()
+
+    def rows(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Rows as another process sees them (a fresh connection). MySQL's DATETIME values come
+        back naive (they hold UTC): they are returned aware, as PostgreSQL's timestamptz."""
+        if self.sqlite:
+            return sqlite_rows(Path(self.database), sql, params or ())
+        if not self.mysql:
+            return pg_rows(self.database, sql, params)
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                found = cur.fetchall()
+        finally:
+            conn.close()
+        return [tuple(v.replace(tzinfo=UTC) if isinstance(v, dt.datetime) and v.tzinfo is None
+                      else v for v in row) for row in found]
+
+    def execute(self, conn: Any, sql: str, params: Any = None) -> None:
+        """One statement on a synchronous connection of the dialect's driver."""
+        if self.mysql:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+        else:
+            conn.execute(sql, params or ())
+
+    # Time columns: SQLite keeps text in one UTC format, MySQL naive UTC DATETIMEs, PostgreSQL
+    # timestamptz.
+
+    def time_param(self, value: dt.datetime) -> Any:
+        """An aware time as a statement's parameter for a time column."""
+        if self.sqlite:
+            return sqlite_time(value)
+        return value.astimezone(UTC).replace(tzinfo=None) if self.mysql else value
+
+    def stored_time(self, value: dt.datetime) -> Any:
+        """An aware time as `rows()` returns it from a time column."""
+        return sqlite_time(value) if self.sqlite else value.astimezone(UTC)
+
+    def parse_time(self, value: Any) -> dt.datetime:
+        """A time column's value from `rows()`, as an aware time."""
+        return parse_sqlite_time(value) if self.sqlite else value  # type: ignore[no-any-return]
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column's value: PostgreSQL's jsonb arrives decoded, MariaDB's JSON as text."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+# -- example queues on other dialects -------------------------------------------------------------
+
+
+# Queue shapes on MySQL/MariaDB that the examples only ship for PostgreSQL or SQLite (mailer has
+# its own, generated_examples/mailer_mariadb.py): the same columns and roles, in MySQL types.
+MYSQL_CHAT_SPEC = """
+    table = "OutgoingMessages"
+    dialect = "mysql"
+    fifo = true
+
+    [columns]
+    MessageId = { role = "id", generated = true }
+    conversation = "group"
+    retry_after = "retry_after"
+    attempt = { role = "attempt", generated = true }
+    locked_until = "locked_until"
+    body = { role = "payload", codec = "text" }
+
+    [runtime]
+    lease = 30
+"""
+MYSQL_CHAT_DDL = """
+    CREATE TABLE OutgoingMessages (
+        MessageId BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        conversation VARCHAR(191) NOT NULL,
+        retry_after DATETIME(6) NOT NULL,
+        attempt INT NOT NULL DEFAULT 1,
+        locked_until DATETIME NULL,
+        body TEXT NOT NULL,
+        KEY outgoing_claim (conversation, retry_after, MessageId)
+    );
+"""
+MYSQL_REPORTS_SPEC = """
+    table = "report_jobs"
+    dialect = "mysql"
+
+    [columns]
+    id = { role = "id", generated = true }
+    attempt = { role = "attempt", generated = true }
+    locked_until = "locked_until"
+    payload = { role = "payload", codec = "bytes" }
+
+    [runtime]
+    lease = 60
+"""
+MYSQL_REPORTS_DDL = """
+    CREATE TABLE report_jobs (
+        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        attempt INT NOT NULL DEFAULT 1,
+        locked_until DATETIME NULL,
+        payload LONGBLOB NOT NULL
+    );
+"""
+MYSQL_EMAILS_SPEC = """
+    table = "email_jobs"
+    dialect = "mysql"
+    unique = ["order_id", "kind"]
+
+    [columns]
+    id = { role = "id", generated = true }
+    priority = "priority"
+    retry_after = "retry_after"
+    attempt = { role = "attempt", generated = true }
+    processed_at = "processed_at"
+    locked_until = "locked_until"
+    payload = { role = "payload", codec = "json" }
+
+    [runtime]
+    max_attempts = 5
+
+    [dead_letter]
+    table = "email_jobs_dead"
+"""
+MYSQL_EMAILS_DDL = """
+    CREATE TABLE orders (
+        id BIGINT NOT NULL PRIMARY KEY,
+        email VARCHAR(191) NOT NULL
+    );
+    CREATE TABLE email_jobs (
+        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        priority INT NOT NULL,
+        retry_after DATETIME(6) NOT NULL,
+        attempt INT NOT NULL DEFAULT 1,
+        processed_at DATETIME(6) NULL,
+        locked_until DATETIME NULL,
+        order_id BIGINT NOT NULL,
+        kind VARCHAR(191) NOT NULL,
+        payload BLOB NOT NULL,
+        UNIQUE KEY email_jobs_once (order_id, kind),
+        KEY email_jobs_claim (priority, retry_after, id),
+        CONSTRAINT email_jobs_order FOREIGN KEY (order_id) REFERENCES orders (id)
+    );
+    CREATE TABLE email_jobs_dead (
+        id BIGINT NOT NULL PRIMARY KEY,
+        priority INT NOT NULL,
+        retry_after DATETIME(6) NOT NULL,
+        attempt INT NOT NULL,
+        processed_at DATETIME(6) NULL,
+        locked_until DATETIME NULL,
+        order_id BIGINT NOT NULL,
+        kind VARCHAR(191) NOT NULL,
+        payload BLOB NOT NULL
+    );
+"""
+
+
 # -- a generated module on its database ----------------------------------------------------------
 
 
 class Queue:
-    """A generated module with the database its table lives in."""
+    """A generated module with the database its table lives in.
 
-    def __init__(self, mod: ModuleType, dialect: str, target: str) -> None:
+    `target` is the database (a conninfo, a mysql:// URL or a SQLite file), `database` what a
+    Worker is given for it (the target, or a mysql+pymysql:// URL naming a driver), `db` the same
+    database through plain connections (SQL text, rows as tuples)."""
+
+    def __init__(self, mod: ModuleType, dialect: str, target: str, *, database: str | None = None,
+                 mysql_args: dict[str, Any] | None = None) -> None:
         self.mod = mod
         self.dialect = dialect
-        self.target = target  # conninfo, mysql:// URL or sqlite file
+        self.target = target
+        self.database = database or target
+        self.db = Db(dialect, self.database, mysql_args or {})
         d = mod.DESCRIPTOR
         self.form: str = d.form
         self.count_crashes: bool = getattr(d, "count_crashes", False)
@@ -325,6 +598,16 @@ class Queue:
     @property
     def mysql(self) -> bool:
         return self.dialect == "mysql"
+
+    @property
+    def table(self) -> str:
+        """The queue table as SQL spells it (schema-qualified, quoted)."""
+        return self.table_sql()
+
+    @property
+    def id_column(self) -> str:
+        """The id column, quoted."""
+        return self.quote(self.roles["id"])
 
     @property
     def locks(self) -> bool:
@@ -585,40 +868,63 @@ def apply_ddl(dialect: str, target: str, ddl: str) -> None:
             conn.executescript(ddl)
 
 
-_built: dict[tuple[str, str], tuple[ModuleType, str]] = {}
+# Example queues by shape and dialect: the shipped example where it ships for that dialect (or its
+# twin in generated_examples/), else a twin built here (the same columns and roles, in the
+# dialect's types).
+EXAMPLES = {("mailer", "mysql"): "mailer_mariadb", ("emails", "sqlite"): "shop_emails"}
+TWINS = {("chat", "mysql"): (MYSQL_CHAT_SPEC, MYSQL_CHAT_DDL),
+         ("ledger", "mysql"): example_parts("ledger_mariadb"),
+         ("reports", "mysql"): (MYSQL_REPORTS_SPEC, MYSQL_REPORTS_DDL),
+         ("emails", "mysql"): (MYSQL_EMAILS_SPEC, MYSQL_EMAILS_DDL)}
+Shape = Layout | str  # a Layout, or an example's name (mailer, chat, ledger, reports, emails...)
+MakeQueue = Callable[..., "Queue"]
+
+_built: dict[tuple[str, str, str], tuple[ModuleType, str]] = {}
 
 
-def open_spec(root: Path, dialect: str, spec: str, ddl: str, target: str) -> Queue:
-    """Generate the module for a spec and its DDL under `root`; create its tables on `target`.
+def queue_parts(root: Path, dialect: str, shape: Shape, spec: str | None = None,
+                ddl: str | None = None, name: str = "jobs") -> tuple[ModuleType, str]:
+    """The module of a queue shape on `dialect` (or of `spec` and `ddl`, written out in a test)
+    and the DDL that creates its tables.
 
-    A spec and DDL are generated once per session (the modules hold no state): later tests of
-    the same layout reuse the module, on tables of their own.
+    A spec and DDL are generated under `root` once per session (the modules hold no state):
+    later queues of the same shape reuse the module, on tables of their own.
     """
-    if (spec, ddl) not in _built:
-        _built[spec, ddl] = build_module(root, spec, ddl), ddl_of(root)
-    mod, tables = _built[spec, ddl]
+    if spec is None:
+        if isinstance(shape, Layout):
+            spec, ddl = shape.spec(dialect), shape.ddl(dialect)
+        elif (shape, dialect) in TWINS:
+            (spec, ddl), name = TWINS[shape, dialect], shape
+        else:
+            example = EXAMPLES.get((shape, dialect), shape)
+            mod = example_module(example)
+            assert mod.DESCRIPTOR.dialect == dialect, f"{example} ships for another dialect"
+            return mod, example_ddl(example)
+    assert ddl is not None, "a spec comes with its DDL"
+    if (spec, ddl, name) not in _built:
+        _built[spec, ddl, name] = build_module(root, spec, ddl, name), ddl_of(root, name)
+    return _built[spec, ddl, name]
+
+
+def open_queue(root: Path, dialect: str, shape: Shape, target: str, *, spec: str | None = None,
+               ddl: str | None = None, name: str = "jobs", database: str | None = None,
+               mysql_args: dict[str, Any] | None = None) -> Queue:
+    """A queue of `shape` (or of `spec` and `ddl`) with its tables created on `target`, an empty
+    database of `dialect`; `database` is what a Worker is given for it (the target by default:
+    a mysql+pymysql:// URL names a driver)."""
+    mod, tables = queue_parts(root, dialect, shape, spec, ddl, name)
+    schema = mod.DESCRIPTOR.schema
+    if schema and dialect == "postgres":
+        tables = f'CREATE SCHEMA IF NOT EXISTS "{schema}";\n{tables}'
     apply_ddl(dialect, target, tables)
-    return Queue(mod, dialect, target)
-
-
-def open_queue(root: Path, dialect: str, layout: Layout, target: str) -> Queue:
-    return open_spec(root, dialect, layout.spec(dialect), layout.ddl(dialect), target)
-
-
-_examples: dict[str, ModuleType] = {}
+    return Queue(mod, dialect, target, database=database, mysql_args=mysql_args)
 
 
 def example_module(name: str) -> ModuleType:
-    """generated_examples/<name>.py, imported once."""
-    if name not in _examples:
-        path = REPO / "generated_examples" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(f"_example_{name}", path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        _examples[name] = mod
-    return _examples[name]
+    """generated_examples/<name>.py, imported once (as the package module the services import)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module(f"generated_examples.{name}")
 
 
 def example_ddl(name: str) -> str:
@@ -631,16 +937,6 @@ def example_ddl(name: str) -> str:
         p = spec_path.parent / item
         files += sorted(p.glob("*.sql")) if p.is_dir() else [p]
     return "\n".join(f.read_text(encoding="utf-8").split("-- +goose Down")[0] for f in files)
-
-
-def open_example(name: str, dialect: str, target: str) -> Queue:
-    mod = example_module(name)
-    assert mod.DESCRIPTOR.dialect == dialect
-    ddl = example_ddl(name)
-    if mod.DESCRIPTOR.schema:
-        ddl = f'CREATE SCHEMA IF NOT EXISTS "{mod.DESCRIPTOR.schema}";\n{ddl}'
-    apply_ddl(dialect, target, ddl)
-    return Queue(mod, dialect, target)
 
 
 # -- every statement once ------------------------------------------------------------------------

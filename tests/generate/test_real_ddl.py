@@ -5,37 +5,10 @@ JSON, names holding the SQLite placeholder character, and the id that insert ret
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import attrs
 import pytest
-from dbcases import Queue, at, open_spec
-
-MakeQueue = Callable[[str, str, str], Queue]
-
-
-@pytest.fixture
-def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQueue]:
-    """make(dialect, spec, ddl) -> Queue on a fresh database (a PostgreSQL or MariaDB database of
-    its own, or a SQLite file)."""
-    made: list[Queue] = []
-
-    def build(dialect: str, spec: str, ddl: str) -> Queue:
-        if dialect == "postgres":
-            target: str = request.getfixturevalue("pg_dsn")
-        elif dialect == "mysql":
-            target = request.getfixturevalue("mariadb_server").create_database()
-        else:
-            target = str(tmp_path / f"q{len(made)}.sqlite3")
-        q = open_spec(tmp_path / f"p{len(made)}", dialect, spec, ddl, target)
-        made.append(q)
-        return q
-
-    yield build
-    for q in made:
-        q.close()
-
+from dbcases import MakeQueue, Queue, at
 
 # -- columns with a DDL default are optional at enqueue --------------------------------------------
 
@@ -89,14 +62,15 @@ payload = {{ role = "payload", codec = "text" }}
 DIALECTS = ["postgres", "mysql", "sqlite"]
 
 
-def defaults_queue(make: MakeQueue, dialect: str) -> Queue:
-    return make(dialect, DEFAULTS_SPEC.format(dialect=dialect), DEFAULTS_DDL[dialect])
+def defaults_queue(queue: MakeQueue, dialect: str) -> Queue:
+    return queue(dialect, spec=DEFAULTS_SPEC.format(dialect=dialect),
+                 ddl=DEFAULTS_DDL[dialect])
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_columns_left_out_at_enqueue_take_their_ddl_default(make: MakeQueue,
+def test_columns_left_out_at_enqueue_take_their_ddl_default(queue: MakeQueue,
                                                             dialect: str) -> None:
-    q = defaults_queue(make, dialect)
+    q = defaults_queue(queue, dialect)
     conn = q.connect()
     new_id = q.mod.insert(conn, q.mod.NewRow(payload="defaults"))
     conn.commit()
@@ -112,8 +86,8 @@ def test_columns_left_out_at_enqueue_take_their_ddl_default(make: MakeQueue,
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_value_given_at_enqueue_overrides_the_default_so_a_job_can_be_scheduled(
-        make: MakeQueue, dialect: str) -> None:
-    q = defaults_queue(make, dialect)
+        queue: MakeQueue, dialect: str) -> None:
+    q = defaults_queue(queue, dialect)
     conn = q.connect()
     later = q.mod.insert(conn, q.mod.NewRow(payload="later", priority=0, due=at(3600)))
     soon = q.mod.insert(conn, q.mod.NewRow(payload="soon", priority=9, due=at(-60)))
@@ -129,8 +103,8 @@ def test_a_value_given_at_enqueue_overrides_the_default_so_a_job_can_be_schedule
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_insert_returns_each_new_rows_id(make: MakeQueue, dialect: str) -> None:
-    q = defaults_queue(make, dialect)
+def test_insert_returns_each_new_rows_id(queue: MakeQueue, dialect: str) -> None:
+    q = defaults_queue(queue, dialect)
     conn = q.connect()
     ids = [q.mod.insert(conn, q.mod.NewRow(payload=f"p{i}")) for i in range(3)]
     conn.commit()
@@ -138,8 +112,8 @@ def test_insert_returns_each_new_rows_id(make: MakeQueue, dialect: str) -> None:
     assert len(set(ids)) == 3
 
 
-def test_bulk_insert_gives_each_left_out_column_its_default(make: MakeQueue) -> None:
-    q = defaults_queue(make, "postgres")
+def test_bulk_insert_gives_each_left_out_column_its_default(queue: MakeQueue) -> None:
+    q = defaults_queue(queue, "postgres")
     conn = q.connect()
     q.mod.insert_many(conn, [q.mod.NewRow(payload="a"),
                              q.mod.NewRow(payload="b", priority=1, due=at(10))])
@@ -195,8 +169,9 @@ payload = {{ role = "payload", codec = "json" }}
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_nullable_json_left_at_none_is_sql_null_in_insert_and_bulk_insert(
-        make: MakeQueue, dialect: str) -> None:
-    q = make(dialect, JSON_SPEC.format(dialect=dialect), JSON_DDL[dialect])
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, spec=JSON_SPEC.format(dialect=dialect),
+              ddl=JSON_DDL[dialect])
     conn = q.connect()
     row = q.mod.NewRow(payload=None, headers=None, trace=None)
     q.mod.insert(conn, row)
@@ -265,11 +240,11 @@ payload = {{ role = "payload", codec = "text" }}
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_computed_and_identity_columns_are_never_written_by_insert(make: MakeQueue,
+def test_computed_and_identity_columns_are_never_written_by_insert(queue: MakeQueue,
                                                                    dialect: str) -> None:
     generated = "false" if dialect == "postgres" else "true"
-    q = make(dialect, DB_ONLY_SPEC.format(dialect=dialect, generated=generated),
-             DB_ONLY_DDL[dialect])
+    q = queue(dialect, spec=DB_ONLY_SPEC.format(dialect=dialect, generated=generated),
+              ddl=DB_ONLY_DDL[dialect])
     fields = {f.name for f in attrs.fields(q.mod.NewRow)}
     assert {"id", "doubled", "tripled", "seq"}.isdisjoint(fields)
     conn = q.connect()
@@ -283,7 +258,7 @@ def test_computed_and_identity_columns_are_never_written_by_insert(make: MakeQue
     assert (claimed.doubled, claimed.payload) == (42, "x")
 
 
-def test_serial_without_a_primary_key_is_an_id(make: MakeQueue) -> None:
+def test_serial_without_a_primary_key_is_an_id(queue: MakeQueue) -> None:
     ddl = """
         CREATE TABLE jobs (
             id BIGSERIAL,
@@ -292,7 +267,8 @@ def test_serial_without_a_primary_key_is_an_id(make: MakeQueue) -> None:
         );
         CREATE UNIQUE INDEX jobs_id ON jobs (id);
     """
-    q = make("postgres", DB_ONLY_SPEC.format(dialect="postgres", generated="true"), ddl)
+    q = queue("postgres", spec=DB_ONLY_SPEC.format(dialect="postgres", generated="true"),
+              ddl=ddl)
     conn = q.connect()
     ids = [q.mod.insert(conn, q.mod.NewRow(payload=p)) for p in ("a", "b")]
     conn.commit()
@@ -302,7 +278,7 @@ def test_serial_without_a_primary_key_is_an_id(make: MakeQueue) -> None:
 
 # -- names holding the SQLite placeholder character ----------------------------------------------
 
-def test_sqlite_names_with_a_colon_are_quoted_not_bound(make: MakeQueue) -> None:
+def test_sqlite_names_with_a_colon_are_quoted_not_bound(queue: MakeQueue) -> None:
     ddl = """
         CREATE TABLE "queue:jobs" (
             "job:id" INTEGER PRIMARY KEY,
@@ -321,7 +297,7 @@ def test_sqlite_names_with_a_colon_are_quoted_not_bound(make: MakeQueue) -> None
         "due:at" = "retry_after"
         "body:text" = { role = "payload", codec = "text" }
     """
-    q = make("sqlite", spec, ddl)
+    q = queue("sqlite", spec=spec, ddl=ddl)
     conn = q.connect()
     new_id = q.mod.insert(conn, q.mod.NewRow(due_at=at(-5), body_text="hello"))
     conn.commit()

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from dbcases import LEASE, T0, Layout, Queue, at, open_queue, tour
+from dbcases import LEASE, T0, Layout, MakeQueue, Queue, at, tour
 
 from inboxgen import Worker, ack
 from inboxgen.testing import FakeClock, run_until_idle
@@ -95,31 +94,6 @@ WORKER_CASES = [pytest.param(dialect, layout(form, names, dead="group"),
                                        ("sqlite", ("lease", "advisory")))
                 for form in forms]
 
-MakeQueue = Callable[[str, Layout], Queue]
-
-
-@pytest.fixture
-def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQueue]:
-    """make_queue(dialect, layout) -> Queue: the layout's module (generated once per session)
-    on a freshly created table (on MySQL in a database of its own)."""
-    made: list[Queue] = []
-
-    def make(dialect: str, lay: Layout) -> Queue:
-        if dialect == "postgres":
-            target: str = request.getfixturevalue("pg_dsn")
-        elif dialect == "mysql":
-            target = request.getfixturevalue("mariadb_server").create_database()
-        else:
-            target = str(tmp_path / f"test{len(made)}.sqlite3")
-        q = open_queue(tmp_path / f"project{len(made)}", dialect, lay, target)
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
-
-
 # -- helpers: rows by role -----------------------------------------------------------------------
 
 
@@ -173,16 +147,16 @@ def claim_counts(q: Queue) -> bool:
 
 @pytest.mark.parametrize(("dialect", "lay"), CASES)
 def test_every_generated_statement_runs_and_finds_its_row(
-        make_queue: MakeQueue, dialect: str, lay: Layout) -> None:
-    q = make_queue(dialect, lay)
+        queue: MakeQueue, dialect: str, lay: Layout) -> None:
+    q = queue(dialect, lay)
     ran = set(tour(q))
     assert [name for name, sql in q.mod.STATEMENTS.items() if sql not in ran] == []
 
 
 @pytest.mark.parametrize(("dialect", "lay"), CASES)
 def test_claim_and_settlements_read_and_write_the_bound_columns(
-        make_queue: MakeQueue, dialect: str, lay: Layout) -> None:
-    q = make_queue(dialect, lay)
+        queue: MakeQueue, dialect: str, lay: Layout) -> None:
+    q = queue(dialect, lay)
     conn = q.connect()
     first = add(q, conn, priority=0, retry_after=at(-60), headers={"trace": "t1"},
                 payload="first")
@@ -250,8 +224,8 @@ def test_claim_and_settlements_read_and_write_the_bound_columns(
 
 @pytest.mark.parametrize(("dialect", "lay"), LEASE_CASES)
 def test_lease_settlements_with_a_stale_token_change_nothing(
-        make_queue: MakeQueue, dialect: str, lay: Layout) -> None:
-    q = make_queue(dialect, lay)
+        queue: MakeQueue, dialect: str, lay: Layout) -> None:
+    q = queue(dialect, lay)
     conn = q.connect()
     add(q, conn)
     row = q.claim_one(conn, now=T0, until=at(30))
@@ -272,8 +246,8 @@ def test_lease_settlements_with_a_stale_token_change_nothing(
 
 @pytest.mark.parametrize(("dialect", "lay"), FIFO_CASES)
 def test_fifo_claim_takes_the_head_and_holds_the_group(
-        make_queue: MakeQueue, dialect: str, lay: Layout) -> None:
-    q = make_queue(dialect, lay)
+        queue: MakeQueue, dialect: str, lay: Layout) -> None:
+    q = queue(dialect, lay)
     holder, other = q.connect(), q.connect()
     add(q, holder, group="other")
     ids = [add(q, holder, priority=i, payload=f"job-{i}") for i in range(3)]
@@ -307,8 +281,8 @@ def test_fifo_claim_takes_the_head_and_holds_the_group(
 
 @pytest.mark.parametrize(("dialect", "lay"), UNIQUE_CASES)
 def test_insert_unique_skips_a_row_whose_key_is_queued(
-        make_queue: MakeQueue, dialect: str, lay: Layout) -> None:
-    q = make_queue(dialect, lay)
+        queue: MakeQueue, dialect: str, lay: Layout) -> None:
+    q = queue(dialect, lay)
     conn = q.connect()
     m = q.mod
     assert m.insert_unique(conn, new(q, account="order-1", payload="first")) is True
@@ -325,8 +299,8 @@ def test_insert_unique_skips_a_row_whose_key_is_queued(
 
 @pytest.mark.parametrize(("dialect", "lay"), WORKER_CASES)
 def test_worker_serves_the_table_and_dead_letters_a_failing_job(
-        make_queue: MakeQueue, dialect: str, lay: Layout) -> None:
-    q = make_queue(dialect, lay)
+        queue: MakeQueue, dialect: str, lay: Layout) -> None:
+    q = queue(dialect, lay)
     conn = q.connect()
     ok = add(q, conn, priority=0, headers={"trace": "t-ok"}, payload="ok")
     flaky = add(q, conn, priority=1, headers={"trace": "t-flaky"}, payload="flaky")

@@ -34,16 +34,11 @@ Project = tuple[Path, Queue, str]  # project folder, its queue, the database URL
 
 
 @pytest.fixture
-def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Project]:
+def project(fresh_database: Callable[[str], str], tmp_path: Path) -> Callable[..., Project]:
     made: list[Queue] = []
 
     def make(dialect: str, layout: Layout) -> Project:
-        if dialect == "postgres":
-            url: str = request.getfixturevalue("pg_dsn")
-        elif dialect == "mysql":
-            url = request.getfixturevalue("mariadb_server").create_database()
-        else:
-            url = str(tmp_path / "queue.sqlite3")
+        url = fresh_database(dialect)
         root = tmp_path / "app"
         module = cli_project(root, dialect, layout, url)
         q = Queue(module, dialect, url)

@@ -18,14 +18,10 @@ GROUPS = Layout(form="lease", group=True)
 
 
 @pytest.fixture
-def project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., tuple[Path, str]]:
+def project(fresh_database: Callable[[str], str],
+            tmp_path: Path) -> Callable[..., tuple[Path, str]]:
     def make(dialect: str, layout: Layout = GROUPS) -> tuple[Path, str]:
-        if dialect == "postgres":
-            url: str = request.getfixturevalue("pg_dsn")
-        elif dialect == "mysql":
-            url = request.getfixturevalue("mariadb_server").create_database()
-        else:
-            url = str(tmp_path / "queue.sqlite3")
+        url = fresh_database(dialect)
         root = tmp_path / "app"
         cli_project(root, dialect, layout, url)
         return root, url

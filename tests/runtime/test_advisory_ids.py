@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from pathlib import Path
 from typing import Any
 
-from genutil import build_module, ddl_of
+from dbcases import MakeQueue
 
 from inboxgen import Job, Worker
 from inboxgen.testing import FakeClock, run_until_idle
@@ -32,11 +31,11 @@ CREATE TABLE jobs (
 """
 
 
-def test_a_new_row_reusing_a_settled_id_is_delivered(tmp_path: Path) -> None:
-    module: Any = build_module(tmp_path, SPEC, DDL)
-    path = tmp_path / "jobs.sqlite3"
+def test_a_new_row_reusing_a_settled_id_is_delivered(queue: MakeQueue) -> None:
+    q = queue("sqlite", spec=SPEC, ddl=DDL)
+    module: Any = q.mod
+    path = q.target
     db = sqlite3.connect(path)
-    db.executescript(ddl_of(tmp_path))
     seen: list[tuple[int, str]] = []
 
     def handle(job: Job[str]) -> None:

@@ -5,7 +5,6 @@ signal is honoured while a connection attempt hangs."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -15,23 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from genutil import build_module
-from semantics_util import module_for
+from dbcases import MakeQueue, Queue
+from semantics_util import SECRET, start
 
 from inboxgen import ConnectFailed, Worker, WorkerConfigError
 
-SECRET = "s3cret-Pa55"
-PG_DDL = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL);"
-PG_SPEC = """
-table = "jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-payload = "payload"
-"""
 MY_DDL = "CREATE TABLE jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload BLOB NOT NULL);"
 MY_SPEC = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
            'id = { role = "id", generated = true }\n'
@@ -39,46 +27,9 @@ MY_SPEC = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
 CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 
 
-def start(worker: Worker) -> BaseException | None:
-    async def main() -> None:
-        try:
-            await worker.start()
-        finally:
-            if worker.started:
-                await worker.shutdown()
-
-    try:
-        asyncio.run(main())
-    except BaseException as err:  # noqa: BLE001 - the test looks at what it is
-        return err
-    return None
-
-
 @pytest.fixture
-def pg_module(tmp_path: Path, pg_dsn: str) -> Any:
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(PG_DDL)
-    return module_for(tmp_path, PG_SPEC, PG_DDL)
-
-
-@pytest.fixture
-def pg_url(pg_server: Any, pg_dsn: str) -> str:
-    """The test database as a URL with a password (the server trusts it and ignores it)."""
-    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
-    return f"postgresql://postgres:{SECRET}@127.0.0.1:{pg_server.port}/{dbname}"
-
-
-@pytest.fixture
-def my_module(tmp_path: Path, mysql_url: str) -> Any:
-    import pymysql
-
-    from inboxgen.runtime.backends import mysql_connect_args
-
-    conn = pymysql.connect(**mysql_connect_args(mysql_url))
-    with conn.cursor() as cur:
-        cur.execute(MY_DDL)
-    conn.close()
-    return build_module(tmp_path, MY_SPEC, MY_DDL)
+def my_jobs(queue: MakeQueue) -> Queue:
+    return queue("mysql", spec=MY_SPEC, ddl=MY_DDL)
 
 
 def run_cli(tmp_path: Path, module: Any, database: str, **kw: Any
@@ -107,34 +58,34 @@ def run_cli(tmp_path: Path, module: Any, database: str, **kw: Any
     ("bogus=1", "bogus"),
 ])
 def test_pg_parameters_the_driver_refuses_fail_when_the_worker_is_built(
-        pg_module: Any, pg_url: str, query: str, named: str) -> None:
+        pg_jobs: Queue, pg_url: str, query: str, named: str) -> None:
     began = time.monotonic()
     with pytest.raises(WorkerConfigError) as caught:
-        Worker(pg_module.DESCRIPTOR, lambda job: None, database=f"{pg_url}?{query}")
+        Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None, database=f"{pg_url}?{query}")
     assert time.monotonic() - began < 1
     text = str(caught.value)
     assert named in text and "\n" not in text and SECRET not in text, text
 
 
-def test_pg_conninfo_strings_are_checked_the_same_way(pg_module: Any, pg_dsn: str) -> None:
+def test_pg_conninfo_strings_are_checked_the_same_way(pg_jobs: Queue) -> None:
     for extra, named in ((f"password={SECRET} port=abc", "port"),
                          (f"password={SECRET} foo=bar", "foo"),
                          ("connect_timeout=abc", "connect_timeout")):
         with pytest.raises(WorkerConfigError) as caught:
-            Worker(pg_module.DESCRIPTOR, lambda job: None, database=f"{pg_dsn} {extra}")
+            Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None, database=f"{pg_jobs.target} {extra}")
         assert named in str(caught.value) and SECRET not in str(caught.value)
     # What libpq accepts still builds (no connection is made when the worker is built).
-    Worker(pg_module.DESCRIPTOR, lambda job: None,
-           database=f"{pg_dsn} sslmode=prefer connect_timeout=5 keepalives=1 "
+    Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None,
+           database=f"{pg_jobs.target} sslmode=prefer connect_timeout=5 keepalives=1 "
                     f"target_session_attrs=read-write application_name=mailer")
 
 
 @pytest.mark.parametrize("query", ["sslmode=require", "require_auth=scram-sha-256",
                                    "channel_binding=require"])
-def test_pg_refusals_no_retry_cures_fail_the_start_at_once(pg_module: Any, pg_url: str,
+def test_pg_refusals_no_retry_cures_fail_the_start_at_once(pg_jobs: Queue, pg_url: str,
                                                            query: str) -> None:
     # The test server has no TLS and trusts every local user.
-    worker = Worker(pg_module.DESCRIPTOR, lambda job: None, database=f"{pg_url}?{query}")
+    worker = Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None, database=f"{pg_url}?{query}")
     began = time.monotonic()
     err = start(worker)
     assert time.monotonic() - began < 5, "a refusal no retry can cure is not retried"
@@ -143,9 +94,9 @@ def test_pg_refusals_no_retry_cures_fail_the_start_at_once(pg_module: Any, pg_ur
 
 
 def test_pg_cli_with_a_bad_connect_timeout_exits_1_at_once_in_one_line(
-        tmp_path: Path, pg_module: Any, pg_url: str) -> None:
+        tmp_path: Path, pg_jobs: Queue, pg_url: str) -> None:
     began = time.monotonic()
-    proc = run_cli(tmp_path, pg_module, f"{pg_url}?connect_timeout=abc")
+    proc = run_cli(tmp_path, pg_jobs.mod, f"{pg_url}?connect_timeout=abc")
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - began < 10
     assert proc.returncode != 0, err  # the worker's module does not import: no worker
@@ -154,9 +105,9 @@ def test_pg_cli_with_a_bad_connect_timeout_exits_1_at_once_in_one_line(
 
 
 def test_pg_cli_requiring_tls_the_server_lacks_exits_1_at_once(
-        tmp_path: Path, pg_module: Any, pg_url: str) -> None:
+        tmp_path: Path, pg_jobs: Queue, pg_url: str) -> None:
     began = time.monotonic()
-    proc = run_cli(tmp_path, pg_module, f"{pg_url}?sslmode=require")
+    proc = run_cli(tmp_path, pg_jobs.mod, f"{pg_url}?sslmode=require")
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - began < 10, "no 30 s wait"
     assert proc.returncode == 1, err
@@ -166,7 +117,7 @@ def test_pg_cli_requiring_tls_the_server_lacks_exits_1_at_once(
 
 
 def test_sigterm_while_a_connection_attempt_hangs_stops_the_worker_at_once(
-        tmp_path: Path, pg_module: Any) -> None:
+        tmp_path: Path, pg_jobs: Queue) -> None:
     # A server that takes the connection and never answers: the attempt would wait for
     # libpq's connect timeout.
     with socket.socket() as silent:
@@ -174,7 +125,7 @@ def test_sigterm_while_a_connection_attempt_hangs_stops_the_worker_at_once(
         silent.listen(8)
         silent.settimeout(20)
         port = silent.getsockname()[1]
-        proc = run_cli(tmp_path, pg_module,
+        proc = run_cli(tmp_path, pg_jobs.mod,
                        f"postgresql://postgres:{SECRET}@127.0.0.1:{port}/app")
         try:
             peer, _ = silent.accept()  # the worker is in its connection attempt
@@ -198,32 +149,32 @@ def test_sigterm_while_a_connection_attempt_hangs_stops_the_worker_at_once(
     ("?ssl_ca=/nonexistent/ca.pem", "ssl_ca"),
 ])
 def test_mysql_url_parameters_the_driver_refuses_fail_when_the_worker_is_built(
-        my_module: Any, mysql_url: str, suffix: str, named: str) -> None:
-    url = mysql_url.replace("mysql://root@", f"mysql://root:{SECRET}@") + suffix
+        my_jobs: Queue, suffix: str, named: str) -> None:
+    url = my_jobs.target.replace("mysql://root@", f"mysql://root:{SECRET}@") + suffix
     with pytest.raises(WorkerConfigError) as caught:
-        Worker(my_module.DESCRIPTOR, lambda job: None, database=url)
+        Worker(my_jobs.mod.DESCRIPTOR, lambda job: None, database=url)
     text = str(caught.value)
     assert named in text and "\n" not in text and SECRET not in text, text
 
 
 def test_mysql_bad_port_and_unknown_arguments_fail_when_the_worker_is_built(
-        my_module: Any, mariadb_server: Any) -> None:
+        my_jobs: Queue, mariadb_server: Any) -> None:
     for database, named in (
             (f"mysql://root:{SECRET}@127.0.0.1:abc/app", "port"),
             ({"host": "127.0.0.1", "port": "3306", "password": SECRET}, "port"),
             ({"host": "127.0.0.1", "pasword": SECRET}, "pasword"),
             ({"host": "127.0.0.1", "connect_timeout": "abc"}, "connect_timeout")):
         with pytest.raises(WorkerConfigError) as caught:
-            Worker(my_module.DESCRIPTOR, lambda job: None, database=database)
+            Worker(my_jobs.mod.DESCRIPTOR, lambda job: None, database=database)
         assert named in str(caught.value) and SECRET not in str(caught.value)
 
 
 @pytest.mark.parametrize("scheme", ["mysql", "mysql+pymysql"])
 def test_mysql_tls_the_server_lacks_fails_the_start_at_once(
-        my_module: Any, mysql_url: str, scheme: str) -> None:
-    url = mysql_url.replace("mysql://root@", f"{scheme}://root@") + f"?ssl_ca={CA_FILE}"
+        my_jobs: Queue, scheme: str) -> None:
+    url = my_jobs.target.replace("mysql://root@", f"{scheme}://root@") + f"?ssl_ca={CA_FILE}"
     began = time.monotonic()
-    err = start(Worker(my_module.DESCRIPTOR, lambda job: None, database=url))
+    err = start(Worker(my_jobs.mod.DESCRIPTOR, lambda job: None, database=url))
     assert time.monotonic() - began < 5, "a refusal no retry can cure is not retried"
     assert isinstance(err, ConnectFailed), err
     assert "SSL" in str(err) and "\n" not in str(err)

@@ -7,37 +7,16 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from dbcases import Layout, Queue, open_queue
+from dbcases import Layout, MakeQueue, Queue
 
 from inboxgen import Worker
 
 JOBS = 300
 WORKERS = 3  # workers on the table at once, each with SLOTS slots
 SLOTS = 4
-
-
-@pytest.fixture
-def counted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made: list[Queue] = []
-
-    def make(dialect: str) -> Queue:
-        if dialect == "postgres":
-            target: str = request.getfixturevalue("pg_dsn")
-        else:
-            target = request.getfixturevalue("mariadb_server").create_database()
-        q = open_queue(tmp_path / dialect, dialect,
-                       Layout("row_lock", group=True, count_crashes=True, dead="group"), target)
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 async def drain(q: Queue, delivered: list[Any]) -> None:
@@ -63,8 +42,8 @@ async def drain(q: Queue, delivered: list[Any]) -> None:
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql"])
 def test_concurrent_counted_claims_count_each_delivery_once_and_dead_letter_nothing(
-        counted: Any, dialect: str) -> None:
-    q = counted(dialect)
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=True, dead="group"))
     conn = q.connect()
     due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
     q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(JOBS)])

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from semantics_util import module_for
+from dbcases import MakeQueue
 
 from inboxgen import Job, Worker
 from inboxgen.testing import run_until_idle
@@ -26,11 +25,11 @@ payload = "payload"
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
 
 
-def test_every_slot_runs_a_plain_handler_at_once(tmp_path: Path, pg_dsn: str) -> None:
+def test_every_slot_runs_a_plain_handler_at_once(queue: MakeQueue) -> None:
     # Ten slots on a 2-CPU machine: asyncio's default executor would run six at a time.
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(dsn := pg_dsn) as conn:
-        conn.execute(DDL)
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
+    with psycopg.connect(dsn) as conn:
         module.insert_many(conn, [module.NewRow(payload={"n": i}) for i in range(10)])
     together = threading.Barrier(10, timeout=5)
     seen: list[tuple[int, str]] = []
@@ -52,10 +51,9 @@ def test_every_slot_runs_a_plain_handler_at_once(tmp_path: Path, pg_dsn: str) ->
     assert sorted(seen) == [(n, "set by the service") for n in range(10)]
 
 
-def test_one_notification_wakes_one_slot(tmp_path: Path, pg_dsn: str) -> None:
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(DDL)
+def test_one_notification_wakes_one_slot(queue: MakeQueue) -> None:
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
     picked: list[int] = []
     claims = 0
 
@@ -65,7 +63,7 @@ def test_one_notification_wakes_one_slot(tmp_path: Path, pg_dsn: str) -> None:
     async def main() -> None:
         nonlocal claims
         # Ten idle slots, an hour's poll interval: only the notification can start a claim.
-        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=10,
+        worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=10,
                         poll_interval=3600)
         call = worker.backend.call
 
@@ -78,14 +76,14 @@ def test_one_notification_wakes_one_slot(tmp_path: Path, pg_dsn: str) -> None:
         await worker.start()
         try:
             for _ in range(200):  # every slot has claimed once and waits
-                if len(worker._idle) == 10 and worker.listener_pid is not None:
+                if len(worker.slots.waiting) == 10 and worker.listener_pid is not None:
                     break
                 await asyncio.sleep(0.02)
             claims = 0
-            with psycopg.connect(pg_dsn) as conn:
+            with psycopg.connect(dsn) as conn:
                 module.insert(conn, module.NewRow(payload={"n": 1}), notify=True)
             for _ in range(250):
-                if picked and len(worker._idle) == 10:
+                if picked and len(worker.slots.waiting) == 10:
                     break
                 await asyncio.sleep(0.02)
         finally:

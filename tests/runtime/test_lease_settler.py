@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from semantics_util import fake_clock, messages, module_for
+from dbcases import MakeQueue
+from semantics_util import fake_clock, messages
 
 from inboxgen import Job, Outcome, Worker, ack, retry, retry_after
 from inboxgen.testing import run_until_idle
@@ -49,12 +49,12 @@ def _rows(dsn: str) -> dict[str, tuple[Any, ...]]:
                                 "retry_after FROM jobs").fetchall()}
 
 
-def test_one_flush_settles_each_row_alone(tmp_path: Path, pg_dsn: str,
+def test_one_flush_settles_each_row_alone(queue: MakeQueue,
                                           caplog: pytest.LogCaptureFixture) -> None:
     kinds = ["ack", "stolen-1", "retry", "later", "stolen-2", "ack-2"]
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(DDL)
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
+    with psycopg.connect(dsn) as conn:
         module.insert_many(conn, [module.NewRow(payload={"kind": k}) for k in kinds])
     started: list[str] = []
     all_started = asyncio.Event()
@@ -72,14 +72,14 @@ def test_one_flush_settles_each_row_alone(tmp_path: Path, pg_dsn: str,
             kind, ack())
 
     async def main() -> None:
-        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=6, batch=1,
+        worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=6, batch=1,
                         lease=600, listen=False, poll_interval=3600)
         await worker.start()
         try:
             await asyncio.wait_for(all_started.wait(), 20)
             # Another worker takes two of the leases (as its claim would: a new expiry and
             # attempt) while their handlers still run.
-            with psycopg.connect(pg_dsn) as conn:
+            with psycopg.connect(dsn) as conn:
                 conn.execute("UPDATE jobs SET locked_until = %s, attempt = attempt + 1 "
                              "WHERE payload->>'kind' LIKE 'stolen%%'", (STOLEN_UNTIL,))
             release.set()
@@ -94,7 +94,7 @@ def test_one_flush_settles_each_row_alone(tmp_path: Path, pg_dsn: str,
     with caplog.at_level(logging.WARNING, logger="inboxgen"):
         asyncio.run(main())
 
-    rows = _rows(pg_dsn)
+    rows = _rows(dsn)
     assert rows["ack"][2] and rows["ack-2"][2]  # finished
     assert rows["stolen-1"][:3] == (2, STOLEN_UNTIL, False)  # the new holder's row, untouched
     assert rows["stolen-2"][:3] == (2, STOLEN_UNTIL, False)
@@ -105,12 +105,11 @@ def test_one_flush_settles_each_row_alone(tmp_path: Path, pg_dsn: str,
     assert len(lost) == 2 and all("row 2" in m or "row 5" in m for m in lost), lost
 
 
-def test_a_batchs_handlers_run_one_at_a_time_in_claim_order(tmp_path: Path,
-                                                            pg_dsn: str) -> None:
+def test_a_batchs_handlers_run_one_at_a_time_in_claim_order(queue: MakeQueue) -> None:
     # Settlements overlap the next row's handler; the handlers themselves never overlap.
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(DDL)
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
+    with psycopg.connect(dsn) as conn:
         module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(16)])
     running = 0
     most = 0
@@ -125,7 +124,7 @@ def test_a_batchs_handlers_run_one_at_a_time_in_claim_order(tmp_path: Path,
         running -= 1
 
     async def main() -> tuple[int, int]:
-        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=1, batch=8,
+        worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=1, batch=8,
                         listen=False, poll_interval=0.05)
         await worker.start()
         try:
@@ -140,22 +139,22 @@ def test_a_batchs_handlers_run_one_at_a_time_in_claim_order(tmp_path: Path,
     assert asyncio.run(main()) == (16, 0)
     assert most == 1
     assert order == list(range(16))
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL"
                             ).fetchone() == (0,)
 
 
 def test_a_settlement_held_up_by_a_lock_does_not_hold_up_the_slots_next_job(
-        tmp_path: Path, pg_dsn: str) -> None:
+        queue: MakeQueue) -> None:
     # One slot of batch 1. While the first job runs, another session locks its row, so its
     # ack waits in the settler; the slot runs the next jobs meanwhile, and the ack lands once
     # the lock goes.
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(DDL)
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
+    with psycopg.connect(dsn) as conn:
         module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(3)])
     ran: list[str] = []
-    blocker = psycopg.connect(pg_dsn)
+    blocker = psycopg.connect(dsn)
 
     async def handler(job: Job[Any]) -> None:
         if job.payload["kind"] == "0":
@@ -163,7 +162,7 @@ def test_a_settlement_held_up_by_a_lock_does_not_hold_up_the_slots_next_job(
         ran.append(job.payload["kind"])
 
     async def main() -> tuple[list[str], int, int]:
-        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=1, batch=1,
+        worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=1, batch=1,
                         listen=False, poll_interval=0.05)
         await worker.start()
         try:
@@ -185,18 +184,17 @@ def test_a_settlement_held_up_by_a_lock_does_not_hold_up_the_slots_next_job(
         assert asyncio.run(main()) == (["0", "1", "2"], 3, 0)
     finally:
         blocker.close()
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL"
                             ).fetchone() == (0,)
 
 
-def test_every_held_lease_is_renewed_in_one_statement_per_round(tmp_path: Path,
-                                                                 pg_dsn: str) -> None:
+def test_every_held_lease_is_renewed_in_one_statement_per_round(queue: MakeQueue) -> None:
     # A batch of four: the first job runs 25 s under a 10 s lease, the other three wait their
     # turn, leased all along; each renewal round renews the four together.
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(DDL)
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
+    with psycopg.connect(dsn) as conn:
         module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(4)])
     clock = fake_clock()
     done: list[str] = []
@@ -206,7 +204,7 @@ def test_every_held_lease_is_renewed_in_one_statement_per_round(tmp_path: Path,
             await clock.sleep(25)
         done.append(job.payload["kind"])
 
-    worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=1, batch=4, lease=10,
+    worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=1, batch=4, lease=10,
                     listen=False, clock=clock)
     rounds: list[tuple[int, bool]] = []  # (rows renewed together, as one statement)
     many = worker.calls.many
@@ -228,12 +226,12 @@ def test_every_held_lease_is_renewed_in_one_statement_per_round(tmp_path: Path,
     assert worker.stats.renewed == sum(rows for rows, _ in rounds)
 
 
-def test_one_claim_serves_every_slot(tmp_path: Path, pg_dsn: str) -> None:
+def test_one_claim_serves_every_slot(queue: MakeQueue) -> None:
     # Four slots of batch 2: one claim takes the eight rows the worker has room for; four
     # handlers run at once, and the worker never holds more than eight rows.
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(DDL)
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
+    with psycopg.connect(dsn) as conn:
         module.insert_many(conn, [module.NewRow(payload={"kind": str(i)}) for i in range(20)])
     running = 0
     most = 0
@@ -250,13 +248,13 @@ def test_one_claim_serves_every_slot(tmp_path: Path, pg_dsn: str) -> None:
         running -= 1
 
     def leased() -> int:
-        with psycopg.connect(pg_dsn) as conn:
+        with psycopg.connect(dsn) as conn:
             (n,) = conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL "
                                 "AND locked_until > now()").fetchone()
             return int(n)
 
     async def main() -> tuple[list[tuple[int, int]], int, list[int]]:
-        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, workers=4, batch=2,
+        worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=4, batch=2,
                         listen=False, poll_interval=0.05)
         claims: list[tuple[int, int]] = []  # (limit, rows it took)
         call = worker.backend.call

@@ -1,7 +1,7 @@
 """MySQL/MariaDB's two drivers: which one a worker runs on, what the generated async twins do on
 asyncmy, and what a cancelled asyncmy call leaves behind (on the session's MariaDB).
 
-The runtime's promises on both drivers are test_runtime_semantics' (its MariaDB tests run on
+The runtime's promises on both drivers are the runtime semantics tests' (their MariaDB tests run on
 mysql:// and on mysql+pymysql://); the fault suite's MariaDB workers run on asyncmy.
 """
 
@@ -17,7 +17,9 @@ from typing import Any
 import asyncmy
 import attrs
 import pytest
-from semantics_util import Db, example, fake_clock, make_db, migration_sql, queue_on
+from dbcases import Db, MakeQueue
+from dbcases import example_module as example
+from semantics_util import fake_clock
 
 from inboxgen import Worker, ack, drop, retry
 from inboxgen.errors import WorkerConfigError
@@ -29,14 +31,9 @@ SECRET = "s3cret-pw"
 
 
 @pytest.fixture
-def mysql_db(request: pytest.FixtureRequest) -> Db:
-    return make_db(request, "mysql")
-
-
-@pytest.fixture
-def mailer_db(mysql_db: Db) -> Db:
-    mysql_db.exec(migration_sql("mailer_mariadb"))
-    return mysql_db
+def mailer_db(queue: MakeQueue) -> Db:
+    """A fresh MariaDB database holding the mailer's table (generated_examples/mailer_mariadb)."""
+    return queue("mysql", "mailer").db
 
 
 def with_scheme(url: str, scheme: str) -> str:
@@ -141,9 +138,9 @@ def test_async_twins_claim_count_and_settle_on_asyncmy(mailer_db: Db) -> None:
         (b"2", "emails.dead", 1), (b"3", "emails", 1)]
 
 
-def test_async_twins_unique_insert_and_lease_on_asyncmy(mysql_db: Db, tmp_path: Path) -> None:
-    mailer_db = mysql_db
-    emails = queue_on(mysql_db, "emails", tmp_path).module
+def test_async_twins_unique_insert_and_lease_on_asyncmy(queue: MakeQueue) -> None:
+    q = queue("mysql", "emails")
+    mailer_db, emails = q.db, q.mod
     now = dt.datetime.now(UTC).replace(microsecond=0)
     until = now + dt.timedelta(seconds=30)
     mailer_db.exec("INSERT INTO orders (id, email) VALUES (7, 'a@example.com')")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pymysql
 import pytest
+from dbcases import MakeQueue
 from genutil import build_module, ddl_of
 from mariadb_server import MariaDBServer
 
@@ -41,11 +42,9 @@ def _create(args: dict[str, object], ddl: str) -> None:
         conn.close()
 
 
-def test_a_worker_on_mariadb_10_11_starts(tmp_path: Path, mariadb_server: MariaDBServer,
-                                          mysql_url: str) -> None:
-    module = build_module(tmp_path, SPEC, DDL)
-    _create(mariadb_server.connect_args(mysql_url.rsplit("/", 1)[1]), ddl_of(tmp_path))
-    worker = Worker(module.DESCRIPTOR, lambda job: ack(), database=mysql_url)
+def test_a_worker_on_mariadb_10_11_starts(queue: MakeQueue) -> None:
+    q = queue("mysql", spec=SPEC, ddl=DDL)
+    worker = Worker(q.mod.DESCRIPTOR, lambda job: ack(), database=q.target)
 
     async def start_and_stop() -> None:
         await worker.start()

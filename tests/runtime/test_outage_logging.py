@@ -21,8 +21,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from genutil import build_module
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from semantics_util import module_for
 from servers import _SETTINGS, OS_USER, START_TIMEOUT_S, PostgresServer
 
 from inboxgen import Job, Worker
@@ -100,8 +100,8 @@ def test_an_outage_is_one_line_when_it_starts_and_one_when_it_ends_per_worker(
         conn.execute("ALTER DATABASE outage SET synchronous_commit = on")
     with psycopg.connect(dsn) as conn:
         conn.execute(TX_DDL + LEASE_DDL + EFFECTS_DDL)
-    tx = module_for(tmp_path, TX_SPEC, TX_DDL, name="tx_jobs")
-    lease = module_for(tmp_path, LEASE_SPEC, LEASE_DDL, name="lease_jobs")
+    tx = build_module(tmp_path, TX_SPEC, TX_DDL, name="tx_jobs")
+    lease = build_module(tmp_path, LEASE_SPEC, LEASE_DDL, name="lease_jobs")
 
     async def write_effect(job: Job[str]) -> None:
         # The handler's own statements on the job's connection: they die with the server.

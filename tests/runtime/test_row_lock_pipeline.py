@@ -9,12 +9,12 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from semantics_util import drive, fake_clock, messages, module_for
+from dbcases import MakeQueue
+from semantics_util import drive, fake_clock, messages
 
 from inboxgen import Job, Outcome, Worker, ack, drop, retry, retry_after
 from inboxgen.runtime.forms.row_lock import PipelinedRowLock
@@ -48,13 +48,13 @@ max_attempts = 3
 """
 
 
-def _queue(tmp_path: Path, dsn: str, kinds: list[str]) -> Any:
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(dsn) as conn:
-        conn.execute(DDL)
-        module.insert_many(conn, [module.NewRow(name="work", payload={"kind": k, "n": i})
-                                  for i, k in enumerate(kinds)])
-    return module
+def _queue(queue: MakeQueue, kinds: list[str]) -> tuple[Any, str]:
+    """The module and the database of a queue holding a job of each kind, in order."""
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    with psycopg.connect(q.target) as conn:
+        q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"kind": k, "n": i})
+                                 for i, k in enumerate(kinds)])
+    return q.mod, q.target
 
 
 def _rows(dsn: str) -> list[tuple[Any, ...]]:
@@ -74,17 +74,17 @@ async def _serve_until_empty(worker: Worker, dsn: str) -> list[tuple[Any, ...]]:
         await worker.shutdown()
 
 
-def test_the_worker_pipelines_row_lock_rounds(tmp_path: Path, pg_dsn: str) -> None:
-    module = _queue(tmp_path, pg_dsn, ["ack"])
-    assert isinstance(Worker(module.DESCRIPTOR, lambda job: None, database=pg_dsn,
+def test_the_worker_pipelines_row_lock_rounds(queue: MakeQueue) -> None:
+    module, dsn = _queue(queue, ["ack"])
+    assert isinstance(Worker(module.DESCRIPTOR, lambda job: None, database=dsn,
                              group="work").form, PipelinedRowLock)
-    assert not isinstance(Worker(module.DESCRIPTOR, lambda job: None, database=pg_dsn,
+    assert not isinstance(Worker(module.DESCRIPTOR, lambda job: None, database=dsn,
                                  group="work", transactional=True).form, PipelinedRowLock)
 
 
-def test_every_outcome_of_one_batch_lands(tmp_path: Path, pg_dsn: str) -> None:
+def test_every_outcome_of_one_batch_lands(queue: MakeQueue) -> None:
     kinds = ["ack", "drop", "retry", "later", "raise", "spent", "ack", "ack"]
-    module = _queue(tmp_path, pg_dsn, kinds)
+    module, dsn = _queue(queue, kinds)
     clock = fake_clock()
     seen: list[tuple[str, int | None]] = []
 
@@ -103,7 +103,7 @@ def test_every_outcome_of_one_batch_lands(tmp_path: Path, pg_dsn: str) -> None:
             raise RuntimeError("never works")
         return ack()
 
-    worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, group="work", batch=8,
+    worker = Worker(module.DESCRIPTOR, handler, database=dsn, group="work", batch=8,
                     workers=1, clock=clock, listen=False)
 
     async def main() -> None:
@@ -120,13 +120,13 @@ def test_every_outcome_of_one_batch_lands(tmp_path: Path, pg_dsn: str) -> None:
     assert sorted(seen[8:]) == sorted([("later", 2), ("raise", 2), ("retry", 2),
                                        ("spent", 2), ("spent", 3)])
     # Finished rows are deleted; the spent one is in the dead-letter group with 3 attempts.
-    assert _rows(pg_dsn) == [(6, "dead", 3, "spent")]
+    assert _rows(dsn) == [(6, "dead", 3, "spent")]
     assert (worker.stats.acked, worker.stats.dropped, worker.stats.dead_lettered) == (6, 1, 1)
 
 
 def test_a_round_lost_with_its_connection_returns_its_rows(
-        tmp_path: Path, pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
-    module = _queue(tmp_path, pg_dsn, ["ack"] * 12)
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    module, dsn = _queue(queue, ["ack"] * 12)
     delivered: list[int] = []
     killed = False
 
@@ -137,15 +137,15 @@ def test_a_round_lost_with_its_connection_returns_its_rows(
             # The worker's session goes, with the round whose settlements are queued: the one
             # holding the claim's row locks (SELECT ... FOR UPDATE takes RowShareLock).
             killed = True
-            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = "
                              "'jobs'::regclass AND mode = 'RowShareLock' "
                              "AND pid <> pg_backend_pid()")
 
-    worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, group="work", batch=4,
+    worker = Worker(module.DESCRIPTOR, handler, database=dsn, group="work", batch=4,
                     workers=1, listen=False, poll_interval=0.05)
     with caplog.at_level(logging.WARNING, logger="inboxgen"):
-        assert asyncio.run(_serve_until_empty(worker, pg_dsn)) == []  # nothing lost
+        assert asyncio.run(_serve_until_empty(worker, dsn)) == []  # nothing lost
 
     # The broken round's four rows were not settled: they ran again; the rest ran once.
     assert sorted(delivered) == sorted([*range(12), *delivered[:4]])
@@ -154,8 +154,8 @@ def test_a_round_lost_with_its_connection_returns_its_rows(
                for m in messages(caplog.records)) == 1
 
 
-def test_a_drained_queue_commits_its_last_batch_at_once(tmp_path: Path, pg_dsn: str) -> None:
-    module = _queue(tmp_path, pg_dsn, ["ack"] * 3)
+def test_a_drained_queue_commits_its_last_batch_at_once(queue: MakeQueue) -> None:
+    module, dsn = _queue(queue, ["ack"] * 3)
     done = 0
 
     async def handler(job: Job[Any]) -> None:
@@ -164,15 +164,15 @@ def test_a_drained_queue_commits_its_last_batch_at_once(tmp_path: Path, pg_dsn: 
 
     async def main() -> list[tuple[Any, ...]]:
         # An hour's poll interval: the next claim is an hour away, the commit must not be.
-        worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, group="work", batch=16,
+        worker = Worker(module.DESCRIPTOR, handler, database=dsn, group="work", batch=16,
                         workers=1, listen=False, poll_interval=3600)
         await worker.start()
         try:
             deadline = time.monotonic() + 10
-            rows = _rows(pg_dsn)
+            rows = _rows(dsn)
             while (done < 3 or rows) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-                rows = await asyncio.to_thread(_rows, pg_dsn)
+                rows = await asyncio.to_thread(_rows, dsn)
             return rows
         finally:
             await worker.shutdown()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_util import Db, drive, fake_clock, make_db, queue_on
+from dbcases import MakeQueue
+from semantics_util import drive, fake_clock
 
 from inboxgen import Job, Worker
 from inboxgen.testing import run_until_idle
@@ -34,11 +34,10 @@ def worker_lines(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) ->
     ("sqlite", "emails", "table email_jobs_dead"),  # lease, backoff by retry_after
 ])
 def test_a_last_failed_attempt_says_the_row_moved_to_the_dead_letters(
-        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture,
         dialect: str, shape: str, destination: str) -> None:
-    db: Db = make_db(request, dialect)
-    q = queue_on(db, shape, tmp_path)
-    m = q.module
+    q = queue(dialect, shape)
+    db, m = q.db, q.mod
     clock = fake_clock()
     with db.transaction() as conn:
         if shape == "mailer":
@@ -74,9 +73,9 @@ def test_a_last_failed_attempt_says_the_row_moved_to_the_dead_letters(
 
 
 def test_lease_renewals_are_counted_and_logged_at_debug(
-        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    db: Db = make_db(request, "sqlite")
-    reports = queue_on(db, "reports", tmp_path).module
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    q = queue("sqlite", "reports")
+    db, reports = q.db, q.mod
     with db.transaction() as conn:
         reports.insert(conn, reports.NewRow(payload=b"quarterly"))
     clock = fake_clock()
@@ -106,11 +105,10 @@ def test_lease_renewals_are_counted_and_logged_at_debug(
 ])
 @pytest.mark.parametrize("found_by", ["settlement", "renewal"])
 def test_a_row_deleted_while_its_job_ran_is_not_a_lease_lost_to_another_worker(
-        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture,
         dialect: str, shape: str, found_by: str) -> None:
-    db: Db = make_db(request, dialect)
-    q = queue_on(db, shape, tmp_path)
-    m = q.module
+    q = queue(dialect, shape)
+    db, m = q.db, q.mod
     clock = fake_clock()
     with db.transaction() as conn:
         if shape == "chat":
@@ -121,7 +119,7 @@ def test_a_row_deleted_while_its_job_ran_is_not_a_lease_lost_to_another_worker(
 
     async def work(job: Job[Any]) -> None:
         with db.transaction() as other:  # how a job is cancelled today
-            db.execute(other, f"DELETE FROM {q.table} WHERE {q.id} = {db.p}", (job.id,))
+            db.execute(other, f"DELETE FROM {q.table} WHERE {q.id_column} = {db.p}", (job.id,))
         if found_by == "renewal":
             await clock.sleep(45)  # the renewal at half the lease finds the row gone
 
@@ -141,12 +139,12 @@ def test_a_row_deleted_while_its_job_ran_is_not_a_lease_lost_to_another_worker(
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql"])
 def test_a_transactional_handler_failing_on_its_own_network_is_a_handler_failure(
-        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture,
         dialect: str) -> None:
     """Only the job's own connection dying is the database's outage: a handler's network
     error of its own (an OSError) is still the handler's failure, with its line."""
-    db: Db = make_db(request, dialect)
-    mailer = queue_on(db, "mailer", tmp_path).module
+    q = queue(dialect, "mailer")
+    db, mailer = q.db, q.mod
     with db.transaction() as conn:
         mailer.insert(conn, mailer.NewRow(name="emails", payload=b"to: ada"))
     clock = fake_clock()
@@ -168,13 +166,13 @@ def test_a_transactional_handler_failing_on_its_own_network_is_a_handler_failure
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql"])
 def test_a_transactional_handler_whose_connection_dies_is_not_a_handler_failure(
-        request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture,
         dialect: str) -> None:
     """The job's session is killed while its handler runs: the handler's next statement fails
     on the dead connection. That is the connection's loss (one line), not the handler's failure;
     the row comes back and its job is done."""
-    db: Db = make_db(request, dialect)
-    mailer = queue_on(db, "mailer", tmp_path).module
+    q = queue(dialect, "mailer")
+    db, mailer = q.db, q.mod
     with db.transaction() as conn:
         mailer.insert(conn, mailer.NewRow(name="emails", payload=b"to: ada"))
     clock = fake_clock()

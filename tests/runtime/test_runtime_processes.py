@@ -40,7 +40,8 @@ import psycopg
 import pymysql
 import pymysql.cursors
 import pytest
-from genutil import build_module, example_parts
+from dbcases import MakeQueue
+from genutil import example_parts
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -527,50 +528,21 @@ class Queue:
         return held
 
 
-MakeQueue = Callable[[str], Queue]
-
-
-def mysql_execute_ddl(args: dict[str, Any], ddl: str) -> None:
-    """MariaDB's DDL is not transactional: run the statements one by one."""
-    conn = pymysql.connect(**args, autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            for statement in ddl.split(";"):
-                if statement.strip():
-                    cur.execute(statement)
-    finally:
-        conn.close()
+MakeKind = Callable[[str], Queue]
 
 
 @pytest.fixture
-def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> MakeQueue:
-    """make_queue(kind) -> Queue: generate the module into tmp_path/<kind>/generated and create
-    the table in a fresh PostgreSQL or MariaDB database or a SQLite file."""
+def make_queue(queue: MakeQueue) -> MakeKind:
+    """make_queue(kind) -> Queue: the kind's module and its table on a fresh PostgreSQL or
+    MariaDB database or a SQLite file (the shared `queue` fixture), with what a child process
+    and the parent need to reach them."""
 
     def make(kind: str) -> Queue:
         dialect, form, spec, ddl, table, id_column = KINDS[kind]
-        name = kind.replace("-", "_")
-        module = build_module(tmp_path / name, spec, ddl, name)
-        assert module.__file__ is not None
-        mysql_args: dict[str, Any] | None = None
-        if dialect == "postgres":
-            database: str = request.getfixturevalue("pg_dsn")
-            with psycopg.connect(database, autocommit=True) as conn:
-                if kind == "pg-fifo_lease":
-                    conn.execute('CREATE SCHEMA "Chat"')
-                conn.execute(ddl.encode())
-        elif dialect == "mysql":
-            database = request.getfixturevalue("mysql_url")
-            server = request.getfixturevalue("mariadb_server")
-            mysql_args = server.connect_args(database.rsplit("/", 1)[1])
-            mysql_execute_ddl(mysql_args, ddl)
-        else:
-            database = str(tmp_path / f"{name}.sqlite3")
-            with closing(sqlite3.connect(database)) as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(ddl)
-        return Queue(kind, dialect, form, module, Path(module.__file__), database, table,
-                     id_column, mysql_args)
+        made = queue(dialect, spec=spec, ddl=ddl, name=kind.replace("-", "_"))
+        assert made.mod.__file__ is not None
+        return Queue(kind, dialect, form, made.mod, Path(made.mod.__file__), made.target, table,
+                     id_column, made.db.mysql_args or None)
 
     return make
 
@@ -685,7 +657,7 @@ def app_name() -> str:
 
 @pytest.mark.parametrize("kind", ["pg-row_lock", "mysql-row_lock"])
 def test_row_lock_crash_returns_the_job_at_once_and_spends_no_attempt(
-        make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
+        make_queue: MakeKind, spawn: Spawn, kind: str) -> None:
     q = make_queue(kind)
     (job,) = q.add(1)
     child = spawn(q, "crash")
@@ -708,7 +680,7 @@ def test_row_lock_crash_returns_the_job_at_once_and_spends_no_attempt(
 
 @pytest.mark.parametrize("kind", ["pg-advisory", "mysql-advisory"])
 def test_advisory_crash_releases_the_key_at_once_and_spends_an_attempt(
-        make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
+        make_queue: MakeKind, spawn: Spawn, kind: str) -> None:
     # MySQL: GET_LOCK is a session lock, so it dies with the killed child's session.
     q = make_queue(kind)
     (job,) = q.add(1)
@@ -737,7 +709,7 @@ def test_advisory_crash_releases_the_key_at_once_and_spends_an_attempt(
 @pytest.mark.parametrize("kind", ["sqlite-lease", "pg-lease", "pg-fifo_lease", "mysql-lease",
                                   "mysql-fifo_lease"])
 def test_lease_crash_returns_the_job_when_its_lease_ends_with_the_attempt_counted(
-        make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
+        make_queue: MakeKind, spawn: Spawn, kind: str) -> None:
     # *-fifo_lease (chat-shaped; on PostgreSQL in schema "Chat"): the crashed head's lease also
     # holds back the rest of its FIFO group until it ends.
     q = make_queue(kind)
@@ -775,7 +747,7 @@ ROWS_BY_KIND = {"mysql-advisory": 300}
     "mysql-advisory",
 ])
 def test_two_worker_processes_deliver_every_row_once(
-        make_queue: MakeQueue, spawn: Spawn, tmp_path: Path, kind: str) -> None:
+        make_queue: MakeKind, spawn: Spawn, tmp_path: Path, kind: str) -> None:
     q = make_queue(kind)
     rows = ROWS_BY_KIND.get(kind, ROWS)
     ids = q.add(rows)
@@ -802,7 +774,7 @@ def test_two_worker_processes_deliver_every_row_once(
 
 
 def test_two_sqlite_advisory_workers_in_one_process_deliver_every_row_once(
-        make_queue: MakeQueue) -> None:
+        make_queue: MakeKind) -> None:
     # SQLite's advisory locks are an in-process registry: one process per database file, so the
     # two workers share a process here.
     q = make_queue("sqlite-advisory")
@@ -839,7 +811,7 @@ def test_two_sqlite_advisory_workers_in_one_process_deliver_every_row_once(
 
 @pytest.mark.parametrize("kind", ["pg-advisory", "mysql-advisory"])
 def test_an_advisory_worker_with_several_slots_drains_without_waiting_out_its_poll_interval(
-        make_queue: MakeQueue, kind: str) -> None:
+        make_queue: MakeKind, kind: str) -> None:
     # One worker, three slots, a
     # queue full of due rows, poll interval 10 s. The slots only wait when a claim came back
     # short, which should mean nothing more is due.
@@ -869,7 +841,7 @@ def test_an_advisory_worker_with_several_slots_drains_without_waiting_out_its_po
 
 @pytest.mark.parametrize("kind", ["pg-advisory", "mysql-advisory"])
 def test_two_advisory_worker_processes_serving_never_share_a_row(
-        make_queue: MakeQueue, spawn: Spawn, tmp_path: Path, kind: str) -> None:
+        make_queue: MakeKind, spawn: Spawn, tmp_path: Path, kind: str) -> None:
     # The same property as above without run_until_idle: both children serve (Worker.run) until
     # the parent sees every row finished, then get SIGTERM.
     q = make_queue(kind)
@@ -898,7 +870,7 @@ def test_two_advisory_worker_processes_serving_never_share_a_row(
     assert all(per_child[c.name] > 0 for c in children), f"both took part: {per_child}"
 
 
-def test_two_sqlite_advisory_workers_serving_never_share_a_row(make_queue: MakeQueue) -> None:
+def test_two_sqlite_advisory_workers_serving_never_share_a_row(make_queue: MakeKind) -> None:
     q = make_queue("sqlite-advisory")
     ids = q.add(SERVING_ROWS)
     delivered: list[tuple[str, int, int | None]] = []
@@ -943,7 +915,7 @@ def test_two_sqlite_advisory_workers_serving_never_share_a_row(make_queue: MakeQ
 
 
 def test_notify_wakes_an_idle_worker_at_once_also_after_its_listener_is_killed(
-        make_queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+        make_queue: MakeKind, caplog: pytest.LogCaptureFixture) -> None:
     q = make_queue("pg-row_lock")
     with caplog.at_level(logging.WARNING, logger="inboxgen.worker"):
         asyncio.run(_listen_scenario(q))
@@ -1049,7 +1021,7 @@ def assert_unfinished_follows_its_form(q: Queue, job: int) -> None:
 
 @pytest.mark.parametrize("kind", SHUTDOWN_KINDS)
 def test_sigterm_lets_the_job_in_work_finish_then_exits_0(
-        make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
+        make_queue: MakeKind, spawn: Spawn, kind: str) -> None:
     q = make_queue(kind)
     first, second = q.add(2)
     app = app_name()
@@ -1070,7 +1042,7 @@ def test_sigterm_lets_the_job_in_work_finish_then_exits_0(
 
 @pytest.mark.parametrize("kind", SHUTDOWN_KINDS)
 def test_sigterm_past_the_shutdown_timeout_leaves_the_job_as_its_form_says(
-        make_queue: MakeQueue, spawn: Spawn, kind: str) -> None:
+        make_queue: MakeKind, spawn: Spawn, kind: str) -> None:
     q = make_queue(kind)
     (job,) = q.add(1)
     app = app_name()
@@ -1119,7 +1091,7 @@ async def _serve_then_stop(q: Queue, application_name: str, *, job_seconds: floa
 
 
 @pytest.mark.parametrize("kind", [*SHUTDOWN_KINDS, "sqlite-advisory"])
-def test_stop_lets_the_job_in_work_finish(make_queue: MakeQueue, kind: str) -> None:
+def test_stop_lets_the_job_in_work_finish(make_queue: MakeKind, kind: str) -> None:
     q = make_queue(kind)
     first, second = q.add(2)
     app = app_name()
@@ -1134,7 +1106,7 @@ def test_stop_lets_the_job_in_work_finish(make_queue: MakeQueue, kind: str) -> N
 
 @pytest.mark.parametrize("kind", [*SHUTDOWN_KINDS, "sqlite-advisory"])
 def test_stop_past_the_shutdown_timeout_leaves_the_job_as_its_form_says(
-        make_queue: MakeQueue, kind: str) -> None:
+        make_queue: MakeKind, kind: str) -> None:
     q = make_queue(kind)
     (job,) = q.add(1)
     app = app_name()
@@ -1151,7 +1123,7 @@ def test_stop_past_the_shutdown_timeout_leaves_the_job_as_its_form_says(
 
 @pytest.mark.parametrize("kind", ["pg-row_lock", "pg-lease", "pg-advisory"])
 def test_stop_past_the_shutdown_timeout_on_a_pool_the_worker_does_not_own(
-        make_queue: MakeQueue, kind: str) -> None:
+        make_queue: MakeKind, kind: str) -> None:
     # The user's pool stays open after the worker's shutdown, so whatever the worker left on its
     # sessions (an open claim transaction, an advisory lock) would still be there: the row lock
     # must have been rolled back and the advisory key unlocked by the worker itself.
@@ -1185,7 +1157,7 @@ def test_stop_past_the_shutdown_timeout_on_a_pool_the_worker_does_not_own(
     pytest.param("mysql-row_lock", signal.SIGTERM, id="mysql-SIGTERM"),
 ])
 def test_run_returns_normally_on_a_signal_and_the_child_exits_0(
-        make_queue: MakeQueue, spawn: Spawn, kind: str, sig: int) -> None:
+        make_queue: MakeKind, spawn: Spawn, kind: str, sig: int) -> None:
     q = make_queue(kind)
     (job,) = q.add(1)
     child = spawn(q, "run")

@@ -29,29 +29,30 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbcases import (
+    Db,
+    MakeQueue,
+    json_value,
+    parse_sqlite_time,
+    pg_exec,
+    pg_rows,
+    sqlite_db,
+    sqlite_rows,
+    sqlite_time,
+)
+from dbcases import example_module as example
 from psycopg_pool import AsyncConnectionPool
 from semantics_util import (
     REPO,
-    Db,
     Tracker,
     drive,
-    example,
     fake_clock,
     idle,
-    json_value,
     load_shop,
     make_db,
     messages,
     migration_sql,
-    module_for,
     on_dialect,
-    parse_sqlite_time,
-    pg_exec,
-    pg_rows,
-    queue_on,
-    sqlite_db,
-    sqlite_rows,
-    sqlite_time,
 )
 
 import inboxgen
@@ -73,25 +74,31 @@ SERVERS = ["postgres", "mysql", "mysql+pymysql"]
 
 
 @pytest.fixture(params=SERVERS)
-def db(request: pytest.FixtureRequest) -> Db:
+def server(request: pytest.FixtureRequest) -> str:
+    """The session's PostgreSQL, then its MariaDB (on each driver)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def db(request: pytest.FixtureRequest, server: str) -> Db:
     """A fresh database on the session's PostgreSQL, then on its MariaDB."""
-    return make_db(request, request.param)
+    return make_db(request, server)
 
 
 @pytest.fixture(params=["sqlite", "mysql", "mysql+pymysql"])
-def lease_db(request: pytest.FixtureRequest) -> Db:
-    """A fresh SQLite file, then a fresh MariaDB database: the SQLite lease examples (reports,
-    the shop's emails) and their MySQL twins."""
-    return make_db(request, request.param)
+def lease_dialect(request: pytest.FixtureRequest) -> str:
+    """A SQLite file, then a MariaDB database: the SQLite lease examples (reports, the shop's
+    emails) and their MySQL twins."""
+    return str(request.param)
 
 
 # -- 1, 2: reports (SQLite / MariaDB, one-minute lease) ------------------------------------------
 
 
-def test_reports_five_minute_render_runs_once_under_one_minute_lease(lease_db: Db,
-                                                                     tmp_path: Path) -> None:
-    db = lease_db
-    reports = queue_on(db, "reports", tmp_path).module
+def test_reports_five_minute_render_runs_once_under_one_minute_lease(lease_dialect: str,
+                                                                     queue: MakeQueue) -> None:
+    q = queue(lease_dialect, "reports")
+    db, reports = q.db, q.mod
     with db.transaction() as conn:
         reports.insert(conn, reports.NewRow(payload=b"quarterly"))
     clock = fake_clock()
@@ -141,9 +148,9 @@ def test_reports_five_minute_render_runs_once_under_one_minute_lease(lease_db: D
     assert db.rows("SELECT count(*) FROM report_jobs") == [(0,)]
 
 
-def test_reports_only_the_expired_lease_comes_back(lease_db: Db, tmp_path: Path) -> None:
-    db = lease_db
-    reports = queue_on(db, "reports", tmp_path).module
+def test_reports_only_the_expired_lease_comes_back(lease_dialect: str, queue: MakeQueue) -> None:
+    q = queue(lease_dialect, "reports")
+    db, reports = q.db, q.mod
     clock = fake_clock()
     now = clock.now()
     # Two rows claimed by another process (its claim counted attempt 1 -> 2): one lease ran out
@@ -184,12 +191,12 @@ def kill_sessions(db: Db) -> int:
 
 
 def test_reports_lease_renewal_survives_a_transient_database_error(
-        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        lease_dialect: str, queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
     """A renewal that fails once must not cost the lease: the next renewal, well within the lease,
     keeps it. SQLite: the database is locked by another writer a moment longer than the busy
     timeout. MySQL: the worker's sessions are killed just before the renewal."""
-    db = lease_db
-    reports = queue_on(db, "reports", tmp_path).module
+    q = queue(lease_dialect, "reports")
+    db, reports = q.db, q.mod
     with db.transaction() as conn:
         reports.insert(conn, reports.NewRow(payload=b"quarterly"))
     clock = fake_clock()
@@ -406,9 +413,9 @@ def test_lease_lost_on_sqlite_leaves_the_new_holders_row_alone(
 
 
 def test_lease_lost_on_a_server_leaves_the_new_holders_row_alone(
-        db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    q = queue_on(db, "chat", tmp_path / "project")
-    chat = q.module
+        server: str, queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    q = queue(server, "chat")
+    db, chat = q.db, q.mod
     clock = fake_clock()
     with db.transaction() as conn:
         chat.insert(conn, chat.NewRow(conversation="c1", retry_after=clock.now() - SECOND,
@@ -418,7 +425,7 @@ def test_lease_lost_on_a_server_leaves_the_new_holders_row_alone(
     def deliver(job: Job[str]) -> Outcome:  # a sync handler: the fake clock stands still
         now = clock.now()
         with db.transaction() as other:
-            db.execute(other, f"UPDATE {q.table} SET locked_until = %s WHERE {q.id} = %s",
+            db.execute(other, f"UPDATE {q.table} SET locked_until = %s WHERE {q.id_column} = %s",
                        (now - SECOND, job.id))
             token = lease_expiry(now, 300)
             (row,) = chat.claim(other, group="c1", now=now, locked_until=token)
@@ -434,7 +441,7 @@ def test_lease_lost_on_a_server_leaves_the_new_holders_row_alone(
     assert worker.stats.lease_lost == 1
     assert worker.stats.acked == 0
     assert any("row 1" in m for m in messages(caplog.records))
-    assert db.rows(f"SELECT {q.id}, attempt, locked_until, body FROM {q.table}") == [
+    assert db.rows(f"SELECT {q.id_column}, attempt, locked_until, body FROM {q.table}") == [
         (1, 3, token, "hello")]
     with db.transaction() as conn:
         assert chat.finish(conn, id=1, locked_until=token, attempt=row.attempt) is True
@@ -442,11 +449,11 @@ def test_lease_lost_on_a_server_leaves_the_new_holders_row_alone(
 
 
 def test_lease_lost_found_by_a_renewal_counts_once(
-        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        lease_dialect: str, queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
     """The other way to find out: a renewal fails while the handler still runs. The job's ack then
     changes nothing, and the one lost lease is counted once."""
-    db = lease_db
-    reports = queue_on(db, "reports", tmp_path).module
+    q = queue(lease_dialect, "reports")
+    db, reports = q.db, q.mod
     with db.transaction() as conn:
         reports.insert(conn, reports.NewRow(payload=b"render"))
     clock = fake_clock()
@@ -473,8 +480,9 @@ def test_lease_lost_found_by_a_renewal_counts_once(
 # -- 6: max_attempts with a dead-letter destination ------------------------------------------------
 
 
-def test_row_lock_spent_job_moves_to_dead_letter_group(db: Db, tmp_path: Path) -> None:
-    mailer = queue_on(db, "mailer", tmp_path).module
+def test_row_lock_spent_job_moves_to_dead_letter_group(server: str, queue: MakeQueue) -> None:
+    q = queue(server, "mailer")
+    db, mailer = q.db, q.mod
     with db.transaction() as conn:
         mailer.insert(conn, mailer.NewRow(name="emails", payload=b"to: ada"))
     clock = fake_clock()
@@ -507,10 +515,10 @@ def test_row_lock_spent_job_moves_to_dead_letter_group(db: Db, tmp_path: Path) -
     assert kept == [(3, b"to: ada")]
 
 
-def test_lease_spent_job_moves_to_dead_letter_table(lease_db: Db, tmp_path: Path,
+def test_lease_spent_job_moves_to_dead_letter_table(lease_dialect: str, queue: MakeQueue,
                                                     caplog: pytest.LogCaptureFixture) -> None:
-    db = lease_db
-    emails = queue_on(db, "emails", tmp_path).module
+    q = queue(lease_dialect, "emails")
+    db, emails = q.db, q.mod
     clock = fake_clock()
     with db.transaction() as conn:
         db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
@@ -544,8 +552,9 @@ def test_lease_spent_job_moves_to_dead_letter_table(lease_db: Db, tmp_path: Path
         (1, 3, None, "confirmation")]
 
 
-def test_advisory_spent_job_moves_to_dead_letter_table(db: Db, tmp_path: Path) -> None:
-    ledger = queue_on(db, "ledger", tmp_path / "project").module
+def test_advisory_spent_job_moves_to_dead_letter_table(server: str, queue: MakeQueue) -> None:
+    q = queue(server, "ledger")
+    db, ledger = q.db, q.mod
     with db.transaction() as conn:
         ledger.insert(conn, ledger.NewRow(account_id=42, payload={"amount": 10},
                                           headers={"trace": "t-1"}))
@@ -575,10 +584,10 @@ def test_advisory_spent_job_moves_to_dead_letter_table(db: Db, tmp_path: Path) -
         (1, 42, 3, {"amount": 10})]
 
 
-def test_retry_after_delay_is_honoured_and_the_cap_still_dead_letters(lease_db: Db,
-                                                                     tmp_path: Path) -> None:
-    db = lease_db
-    emails = queue_on(db, "emails", tmp_path).module
+def test_retry_after_delay_is_honoured_and_the_cap_still_dead_letters(lease_dialect: str,
+                                                                     queue: MakeQueue) -> None:
+    q = queue(lease_dialect, "emails")
+    db, emails = q.db, q.mod
     clock = fake_clock()
     t0 = clock.now()
     with db.transaction() as conn:
@@ -620,11 +629,11 @@ def test_retry_after_delay_is_honoured_and_the_cap_still_dead_letters(lease_db: 
 
 
 def test_lease_job_whose_deliveries_never_finished_is_dead_lettered_not_run_again(
-        lease_db: Db, tmp_path: Path) -> None:
+        lease_dialect: str, queue: MakeQueue) -> None:
     """Three workers claimed the email and died (crash spends an attempt under a lease): with
     max_attempts 3 the next claim moves it to the dead letters without running it a fourth time."""
-    db = lease_db
-    emails = queue_on(db, "emails", tmp_path).module
+    q = queue(lease_dialect, "emails")
+    db, emails = q.db, q.mod
     clock = fake_clock()
     with db.transaction() as conn:
         db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
@@ -670,11 +679,10 @@ NO_DEAD_LETTER_DDL = """
 """
 
 
-def test_max_attempts_and_dead_letter_must_come_together(tmp_path: Path,
-                                                         sqlite_path: Path) -> None:
-    jobs = module_for(tmp_path / "project", NO_DEAD_LETTER_SPEC, NO_DEAD_LETTER_DDL)
+def test_max_attempts_and_dead_letter_must_come_together(queue: MakeQueue) -> None:
+    q = queue("sqlite", spec=NO_DEAD_LETTER_SPEC, ddl=NO_DEAD_LETTER_DDL)
     with pytest.raises(inboxgen.WorkerConfigError, match="dead-letter destination") as caught:
-        Worker(jobs.DESCRIPTOR, lambda job: None, database=sqlite_path, max_attempts=3)
+        Worker(q.mod.DESCRIPTOR, lambda job: None, database=q.target, max_attempts=3)
     assert caught.value.table == "jobs" and caught.value.worker == "jobs"
     assert "[dead_letter]" in str(caught.value)
 
@@ -690,9 +698,9 @@ def test_max_attempts_and_dead_letter_must_come_together(tmp_path: Path,
 
 
 def test_poison_payload_is_dead_lettered_and_the_worker_keeps_serving(
-        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    db = lease_db
-    emails = queue_on(db, "emails", tmp_path).module
+        lease_dialect: str, queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    q = queue(lease_dialect, "emails")
+    db, emails = q.db, q.mod
     clock = fake_clock()
     now = clock.now()
     with db.transaction() as conn:
@@ -764,10 +772,10 @@ POISON_DDL = {
 
 
 def test_poison_payload_on_server_row_lock_goes_to_the_dead_letter_group(
-        tmp_path: Path, db: Db) -> None:
-    jobs = module_for(tmp_path / "project", on_dialect(POISON_SPEC, db.dialect),
-                      POISON_DDL[db.dialect])
-    db.exec(POISON_DDL[db.dialect])
+        server: str, queue: MakeQueue) -> None:
+    dialect = server.split("+")[0]
+    q = queue(server, spec=on_dialect(POISON_SPEC, dialect), ddl=POISON_DDL[dialect])
+    db, jobs = q.db, q.mod
     db.exec("INSERT INTO jobs (queue, payload) VALUES ('work', '{\"n\": 1}'), "
             "('work', '{\"n\": 2'), ('work', '{\"n\": 3}')")
     served: list[Any] = []
@@ -865,12 +873,9 @@ TX_LEASE_DDL = {
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "mysql"])
-def test_transactional_handler_on_lease(tmp_path: Path, request: pytest.FixtureRequest,
-                                        dialect: str) -> None:
-    db = make_db(request, dialect)
-    ddl = TX_LEASE_DDL[dialect]
-    jobs = module_for(tmp_path / "project", on_dialect(LEASE_TX_SPEC, dialect), ddl)
-    db.exec(ddl)
+def test_transactional_handler_on_lease(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, spec=on_dialect(LEASE_TX_SPEC, dialect), ddl=TX_LEASE_DDL[dialect])
+    db, jobs = q.db, q.mod
     with db.transaction() as conn:
         jobs.insert_many(conn, [jobs.NewRow(payload=k) for k in KINDS])
     clock = fake_clock()
@@ -940,11 +945,11 @@ async def write_effect(db: Db, conn: Any, note: str) -> None:
     await handler_write(db, conn, f"INSERT INTO effects (note) VALUES ({db.p})", (note,))
 
 
-def test_transactional_handler_on_server_row_lock(tmp_path: Path, db: Db) -> None:
-    ddl = TX_ROW_LOCK_DDL[db.dialect]
-    jobs = module_for(tmp_path / "project", on_dialect(ROW_LOCK_TX_SPEC, db.dialect), ddl)
+def test_transactional_handler_on_server_row_lock(server: str, queue: MakeQueue) -> None:
+    dialect = server.split("+")[0]
+    q = queue(server, spec=on_dialect(ROW_LOCK_TX_SPEC, dialect), ddl=TX_ROW_LOCK_DDL[dialect])
+    db, jobs = q.db, q.mod
     assert jobs.DESCRIPTOR.form == "row_lock"
-    db.exec(ddl)
     with db.transaction() as conn:
         jobs.insert_many(conn, [jobs.NewRow(payload=k) for k in KINDS])
     clock = fake_clock()
@@ -968,8 +973,9 @@ def test_transactional_handler_on_server_row_lock(tmp_path: Path, db: Db) -> Non
     assert (s.delivered, s.acked, s.dropped, s.retried) == (6, 3, 1, 2)
 
 
-def test_transactional_handler_on_server_advisory(db: Db, tmp_path: Path) -> None:
-    ledger = queue_on(db, "ledger", tmp_path / "project").module
+def test_transactional_handler_on_server_advisory(server: str, queue: MakeQueue) -> None:
+    q = queue(server, "ledger")
+    db, ledger = q.db, q.mod
     db.exec(EFFECTS_DDL[db.dialect])
     with db.transaction() as conn:
         ledger.insert_many(conn, [ledger.NewRow(account_id=i, payload={"kind": k})
@@ -1006,9 +1012,9 @@ def test_transactional_handler_on_server_advisory(db: Db, tmp_path: Path) -> Non
 
 
 def test_retry_after_without_column_returns_the_row_at_once_with_a_warning(
-        lease_db: Db, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    db = lease_db
-    reports = queue_on(db, "reports", tmp_path).module
+        lease_dialect: str, queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    q = queue(lease_dialect, "reports")
+    db, reports = q.db, q.mod
     with db.transaction() as conn:
         reports.insert(conn, reports.NewRow(payload=b"r"))
     clock = fake_clock()
@@ -1029,9 +1035,10 @@ def test_retry_after_without_column_returns_the_row_at_once_with_a_warning(
 
 
 
-def test_retry_after_without_column_on_server_row_lock(db: Db, tmp_path: Path,
+def test_retry_after_without_column_on_server_row_lock(server: str, queue: MakeQueue,
                                                        caplog: pytest.LogCaptureFixture) -> None:
-    mailer = queue_on(db, "mailer", tmp_path).module
+    q = queue(server, "mailer")
+    db, mailer = q.db, q.mod
     with db.transaction() as conn:
         mailer.insert(conn, mailer.NewRow(name="emails", payload=b"hi"))
     clock = fake_clock()
@@ -1060,9 +1067,10 @@ def _fifo_expectation(bodies: list[str]) -> list[str]:
     return out
 
 
-def test_fifo_chat_on_server_lease_keeps_order_with_four_workers(db: Db, tmp_path: Path) -> None:
-    q = queue_on(db, "chat", tmp_path / "project")
-    chat = q.module
+def test_fifo_chat_on_server_lease_keeps_order_with_four_workers(server: str,
+                                                                 queue: MakeQueue) -> None:
+    q = queue(server, "chat")
+    db, chat = q.db, q.mod
     clock = fake_clock()
     bodies = [f"m{i}" for i in range(1, 13)]
     with db.transaction() as conn:
@@ -1109,8 +1117,10 @@ def test_fifo_chat_on_server_lease_keeps_order_with_four_workers(db: Db, tmp_pat
 
 
 
-def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(db: Db, tmp_path: Path) -> None:
-    chat = queue_on(db, "chat", tmp_path / "project").module
+def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(server: str,
+                                                                 queue: MakeQueue) -> None:
+    q = queue(server, "chat")
+    db, chat = q.db, q.mod
     clock = fake_clock()
     t0 = clock.now()
     with db.transaction() as conn:
@@ -1192,17 +1202,14 @@ FIFO_DDL = {
 
 
 @pytest.mark.parametrize("kind", list(FIFO_DDL))
-def test_fifo_messages_keep_order_with_four_workers(
-        tmp_path: Path, request: pytest.FixtureRequest, kind: str) -> None:
+def test_fifo_messages_keep_order_with_four_workers(queue: MakeQueue, kind: str) -> None:
     # MySQL: lease claims lock the group's head row (FOR UPDATE) and look for a live lease in
     # the group; row-lock claims take the head with FOR UPDATE NOWAIT and hold it while it runs.
     dialect, form = kind.split("-")
-    db = make_db(request, dialect)
     spec = FIFO_LEASE_SPEC if form == "lease" else FIFO_ROW_LOCK_SPEC
-    messages_mod = module_for(tmp_path / "project", on_dialect(spec, dialect), FIFO_DDL[kind],
-                              name="messages")
+    q = queue(dialect, spec=on_dialect(spec, dialect), ddl=FIFO_DDL[kind], name="messages")
+    db, messages_mod = q.db, q.mod
     assert messages_mod.DESCRIPTOR.fifo and messages_mod.DESCRIPTOR.form == form
-    db.exec(FIFO_DDL[kind])
     bodies = [f"m{i}" for i in range(1, 9)]
     rows = [messages_mod.NewRow(conversation="c1", payload=b) for b in bodies]
     rows.insert(3, messages_mod.NewRow(conversation="c2", payload="other"))
@@ -1427,13 +1434,13 @@ def test_sync_handler_runs_in_a_thread(sqlite_path: Path) -> None:
 # -- Transactional handlers longer than the lease; a worker served twice (SQLite / MariaDB) ----
 
 
-def test_transactional_job_longer_than_its_lease_settles_once(lease_db: Db,
-                                                              tmp_path: Path) -> None:
+def test_transactional_job_longer_than_its_lease_settles_once(lease_dialect: str,
+                                                              queue: MakeQueue) -> None:
     """A job twice as long as its lease still acks, once, with its writes. On SQLite the
     handler's transaction holds the write lock, so nobody can take the row while it runs; on
     MySQL the lease is renewed on other connections while the job's transaction is open."""
-    db = lease_db
-    reports = queue_on(db, "reports", tmp_path).module
+    q = queue(lease_dialect, "reports")
+    db, reports = q.db, q.mod
     db.exec("CREATE TABLE done (id BIGINT)")
     with db.transaction() as conn:
         reports.insert(conn, reports.NewRow(payload=b"long"))
@@ -1454,9 +1461,9 @@ def test_transactional_job_longer_than_its_lease_settles_once(lease_db: Db,
     assert db.rows("SELECT count(*) FROM report_jobs") == [(0,)]
 
 
-def test_a_worker_can_serve_again_after_shutdown(lease_db: Db, tmp_path: Path) -> None:
-    db = lease_db
-    reports = queue_on(db, "reports", tmp_path).module
+def test_a_worker_can_serve_again_after_shutdown(lease_dialect: str, queue: MakeQueue) -> None:
+    q = queue(lease_dialect, "reports")
+    db, reports = q.db, q.mod
     seen: list[bytes] = []
     # MySQL: the other form of database=, a mapping of pymysql.connect() arguments.
     worker = Worker(reports.DESCRIPTOR, lambda job: seen.append(job.payload),

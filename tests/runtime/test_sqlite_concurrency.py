@@ -8,19 +8,14 @@ import asyncio
 import datetime as dt
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-from dbcases import Layout, Queue, open_queue
+from dbcases import Layout, MakeQueue, Queue
 
 from inboxgen import Worker
 
 JOBS = 400
-
-
-def queue(tmp_path: Path, form: str) -> Queue:
-    return open_queue(tmp_path / "project", "sqlite", Layout(form), str(tmp_path / "q.sqlite3"))
 
 
 def fill(q: Queue, jobs: int) -> None:
@@ -36,9 +31,9 @@ def unfinished(q: Queue) -> int:
 
 @pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
 @pytest.mark.parametrize("slots", [1, 8, 32])
-def test_many_slots_and_a_short_lease_drain_the_queue(tmp_path: Path, slots: int,
+def test_many_slots_and_a_short_lease_drain_the_queue(queue: MakeQueue, slots: int,
                                                       transactional: bool) -> None:
-    q = queue(tmp_path, "lease")
+    q = queue("sqlite", Layout("lease"))
     fill(q, JOBS)
 
     async def handler(job: Any) -> None:
@@ -64,8 +59,8 @@ def test_many_slots_and_a_short_lease_drain_the_queue(tmp_path: Path, slots: int
 
 
 @pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
-def test_shutdown_under_load_ends_within_its_timeout(tmp_path: Path, transactional: bool) -> None:
-    q = queue(tmp_path, "lease")
+def test_shutdown_under_load_ends_within_its_timeout(queue: MakeQueue, transactional: bool) -> None:
+    q = queue("sqlite", Layout("lease"))
     fill(q, JOBS)
     release = threading.Event()
 
@@ -88,8 +83,8 @@ def test_shutdown_under_load_ends_within_its_timeout(tmp_path: Path, transaction
     q.close()
 
 
-def test_advisory_slots_all_get_rows_while_due_rows_exist(tmp_path: Path) -> None:
-    q = queue(tmp_path, "advisory")
+def test_advisory_slots_all_get_rows_while_due_rows_exist(queue: MakeQueue) -> None:
+    q = queue("sqlite", Layout("advisory"))
     fill(q, 160)
     running = 0
     most = 0
@@ -143,13 +138,13 @@ asyncio.run(main())
 """
 
 
-def test_a_second_process_serving_advisory_rows_of_the_file_is_refused(tmp_path: Path) -> None:
+def test_a_second_process_serving_advisory_rows_of_the_file_is_refused(queue: MakeQueue) -> None:
     import subprocess
     import sys
 
     from inboxgen.errors import WorkerConfigError
 
-    q = queue(tmp_path, "advisory")
+    q = queue("sqlite", Layout("advisory"))
     child = subprocess.Popen([sys.executable, "-c", CHILD, q.mod.__file__, q.target],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -175,11 +170,11 @@ def test_a_second_process_serving_advisory_rows_of_the_file_is_refused(tmp_path:
         q.close()
 
 
-def test_shutdown_leaves_a_connection_to_the_plain_handler_still_using_it(tmp_path: Path) -> None:
+def test_shutdown_leaves_a_connection_to_the_plain_handler_still_using_it(queue: MakeQueue) -> None:
     """A transactional plain handler runs in a thread that cancellation cannot stop: its
     connection is neither rolled back, nor handed out again, nor closed under it; once the
     handler is done its transaction goes (the job stays leased, as any cut-off delivery)."""
-    q = queue(tmp_path, "lease")
+    q = queue("sqlite", Layout("lease"))
     fill(q, 4)
     inside = threading.Event()
     release = threading.Event()
@@ -212,10 +207,10 @@ def test_shutdown_leaves_a_connection_to_the_plain_handler_still_using_it(tmp_pa
 
 @pytest.mark.parametrize("listen", [True, False], ids=["watching", "polling"])
 def test_a_job_enqueued_on_an_idle_worker_starts_without_waiting_for_the_poll(
-        tmp_path: Path, listen: bool) -> None:
+        queue: MakeQueue, listen: bool) -> None:
     """With the file watched (listen=True), a commit by another connection wakes a waiting slot;
     without (the default), the job waits for the next poll, 30 s away."""
-    q = queue(tmp_path, "lease")
+    q = queue("sqlite", Layout("lease"))
     started: list[float] = []
 
     async def run() -> float | None:

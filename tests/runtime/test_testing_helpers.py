@@ -4,11 +4,10 @@ due "now" is due on it; the pytest fixtures come with the installed package."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from semantics_util import module_for
+from dbcases import MakeQueue
 
 from inboxgen import Job, Worker
 from inboxgen.testing import FakeClock
@@ -32,18 +31,18 @@ payload = "payload"
 
 
 def test_a_row_due_now_is_delivered_on_a_default_fake_clock(
-        tmp_path: Path, pg_dsn: str, inboxgen_clock: FakeClock,
+        queue: MakeQueue, inboxgen_clock: FakeClock,
         inboxgen_drain: Callable[..., None]) -> None:
-    module = module_for(tmp_path, SPEC, DDL)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(DDL)
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    module, dsn = q.mod, q.target
+    with psycopg.connect(dsn) as conn:
         module.insert(conn, module.NewRow(payload={"to": "ada"}))  # due at the server's now()
     seen: list[Any] = []
 
     def handler(job: Job[Any]) -> None:
         seen.append(job.payload)
 
-    worker = Worker(module.DESCRIPTOR, handler, database=pg_dsn, clock=inboxgen_clock,
+    worker = Worker(module.DESCRIPTOR, handler, database=dsn, clock=inboxgen_clock,
                     listen=False)
     inboxgen_drain(worker, timeout=20)
     assert seen == [{"to": "ada"}]

@@ -5,7 +5,6 @@ timeout, and a signal during that wait stops the worker promptly."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -17,35 +16,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from semantics_util import module_for
+from dbcases import Queue
+from semantics_util import SECRET, start
 
 from inboxgen import ConnectFailed, Worker, WorkerConfigError
-
-PG_DDL = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL);"
-PG_SPEC = """
-table = "jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-payload = "payload"
-"""
-SECRET = "s3cret-Pa55"
-
-
-def start(worker: Worker) -> BaseException | None:
-    async def main() -> None:
-        try:
-            await worker.start()
-        finally:
-            if worker.started:
-                await worker.shutdown()
-
-    try:
-        asyncio.run(main())
-    except BaseException as err:  # noqa: BLE001 - the test looks at what it is
-        return err
-    return None
 
 
 def free_port() -> int:
@@ -55,16 +29,9 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def pg_module(tmp_path: Path, pg_dsn: str) -> Any:
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(PG_DDL)
-    return module_for(tmp_path, PG_SPEC, PG_DDL)
-
-
-@pytest.fixture
-def password_user(pg_server: Any, pg_dsn: str, pg_module: Any) -> str:
+def password_user(pg_server: Any, pg_jobs: Queue) -> str:
     """A role that must give its password over TCP (the test server trusts everyone else)."""
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_jobs.target, autocommit=True) as conn:
         # Roles are the server's, shared by the tests' databases: made once.
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'pw_user'").fetchone()
         if exists is None:
@@ -74,16 +41,16 @@ def password_user(pg_server: Any, pg_dsn: str, pg_module: Any) -> str:
     original = hba.read_text()
     if "pw_user" not in original:
         hba.write_text(f"host all pw_user 127.0.0.1/32 scram-sha-256\n{original}")
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_jobs.target, autocommit=True) as conn:
         conn.execute("SELECT pg_reload_conf()")
     return "pw_user"
 
 
 def test_a_wrong_password_fails_at_once_naming_the_server_not_the_password(
-        pg_module: Any, pg_server: Any, pg_dsn: str, password_user: str) -> None:
-    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+        pg_jobs: Queue, pg_server: Any, password_user: str) -> None:
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_jobs.target)["dbname"]
     url = f"postgresql://{password_user}:wrong-{SECRET}@127.0.0.1:{pg_server.port}/{dbname}"
-    worker = Worker(pg_module.DESCRIPTOR, lambda job: None, database=url)
+    worker = Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None, database=url)
     began = time.monotonic()
     err = start(worker)
     assert time.monotonic() - began < 5, "a refused password is not retried"
@@ -93,30 +60,30 @@ def test_a_wrong_password_fails_at_once_naming_the_server_not_the_password(
     assert "password authentication failed" in text
     assert SECRET not in text and "\n" not in text
     # The right password works, through the same path.
-    good = Worker(pg_module.DESCRIPTOR, lambda job: None,
+    good = Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None,
                   database=url.replace(f"wrong-{SECRET}", SECRET))
     assert start(good) is None
 
 
-def test_an_unknown_database_fails_at_once(pg_module: Any, pg_server: Any) -> None:
+def test_an_unknown_database_fails_at_once(pg_jobs: Queue, pg_server: Any) -> None:
     url = f"postgresql://postgres@127.0.0.1:{pg_server.port}/no_such_db"
-    err = start(Worker(pg_module.DESCRIPTOR, lambda job: None, database=url))
+    err = start(Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None, database=url))
     assert isinstance(err, ConnectFailed), err
     assert "no_such_db" in str(err) and "does not exist" in str(err)
 
 
-def test_a_malformed_address_is_refused_when_the_worker_is_built(pg_module: Any) -> None:
+def test_a_malformed_address_is_refused_when_the_worker_is_built(pg_jobs: Queue) -> None:
     with pytest.raises(WorkerConfigError) as caught:
-        Worker(pg_module.DESCRIPTOR, lambda job: None,
+        Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None,
                database=f"host=db password={SECRET} dbname")
     assert "neither a PostgreSQL connection string" in str(caught.value)
     assert SECRET not in str(caught.value)
 
 
 def test_a_server_that_is_not_there_is_tried_until_the_connect_timeout(
-        pg_module: Any, caplog: pytest.LogCaptureFixture) -> None:
+        pg_jobs: Queue, caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()  # nothing listens there
-    worker = Worker(pg_module.DESCRIPTOR, lambda job: None, connect_timeout=1.5,
+    worker = Worker(pg_jobs.mod.DESCRIPTOR, lambda job: None, connect_timeout=1.5,
                     database=f"postgresql://postgres:{SECRET}@127.0.0.1:{port}/app")
     began = time.monotonic()
     err = start(worker)
@@ -164,13 +131,13 @@ def test_mariadb_access_denied_and_unknown_database_fail_at_once(
 
 
 def test_sigterm_while_waiting_for_the_server_stops_the_worker_at_once(tmp_path: Path,
-                                                                       pg_module: Any) -> None:
+                                                                       pg_jobs: Queue) -> None:
     port = free_port()
     app = tmp_path / "app_under_test.py"
     app.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(Path(pg_module.__file__).parent)!r})\n"
-        f"import {Path(pg_module.__file__).stem} as m\n"
+        f"sys.path.insert(0, {str(Path(pg_jobs.mod.__file__).parent)!r})\n"
+        f"import {Path(pg_jobs.mod.__file__).stem} as m\n"
         "from inboxgen import Worker\n"
         f"worker = Worker(m.DESCRIPTOR, lambda job: None, connect_timeout=60,\n"
         f"                database='postgresql://postgres@127.0.0.1:{port}/app')\n")
@@ -247,15 +214,15 @@ def test_a_second_signal_stops_at_once_and_the_exit_says_what_was_done(tmp_path:
     assert "Traceback" not in err
 
 
-def test_the_cli_worker_refused_exits_1_with_one_line(tmp_path: Path, pg_module: Any,
-                                                      pg_server: Any, pg_dsn: str,
+def test_the_cli_worker_refused_exits_1_with_one_line(tmp_path: Path, pg_jobs: Queue,
+                                                      pg_server: Any,
                                                       password_user: str) -> None:
-    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_jobs.target)["dbname"]
     app = tmp_path / "refused_app.py"
     app.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(Path(pg_module.__file__).parent)!r})\n"
-        f"import {Path(pg_module.__file__).stem} as m\n"
+        f"sys.path.insert(0, {str(Path(pg_jobs.mod.__file__).parent)!r})\n"
+        f"import {Path(pg_jobs.mod.__file__).stem} as m\n"
         "from inboxgen import Worker\n"
         f"worker = Worker(m.DESCRIPTOR, lambda job: None, database="
         f"'postgresql://{password_user}:wrong-{SECRET}@127.0.0.1:{pg_server.port}/{dbname}')\n")

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -25,21 +24,16 @@ from dbcases import (
     LEASE,
     T0,
     Layout,
+    MakeQueue,
     Queue,
     at,
     call,
     executed,
-    open_example,
-    open_queue,
-    open_spec,
     sent,
     tour,
 )
-from genutil import example_parts
 
 from inboxgen.errors import CheckFailed
-
-MakeQueue = Callable[..., Queue]
 
 
 def inboxgen_bug(reason: str) -> pytest.MarkDecorator:
@@ -77,53 +71,7 @@ FIFO_FORMS = [
 ]
 
 
-@pytest.fixture
-def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQueue]:
-    """make_queue(dialect, layout) -> Queue: a generated module and its freshly created table
-    (on MySQL in a database of its own, created for each queue made).
-
-    Instead of a layout: example="mailer" (generated_examples/ and its migrations), or spec=...,
-    ddl=... written out in the test.
-    """
-    made: list[Queue] = []
-
-    def target(dialect: str) -> str:
-        if dialect == "postgres":
-            dsn: str = request.getfixturevalue("pg_dsn")
-            return dsn
-        if dialect == "mysql":  # a fresh database for each queue made
-            url: str = request.getfixturevalue("mariadb_server").create_database()
-            return url
-        return str(tmp_path / "test.sqlite3")
-
-    def make(dialect: str, layout: Layout | None = None, *, example: str | None = None,
-             spec: str | None = None, ddl: str | None = None) -> Queue:
-        root = tmp_path / f"project{len(made)}"
-        if example is not None:
-            q = open_example(example, dialect, target(dialect))
-        elif spec is not None and ddl is not None:
-            q = open_spec(root, dialect, spec, ddl, target(dialect))
-        else:
-            q = open_queue(root, dialect, layout or Layout(), target(dialect))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
-
-
-# The ledger example on MariaDB / MySQL: advisory by account, JSON payload and headers, retry_after
-# filled by the server's clock (UTC: the session's time_zone is '+00:00'), a dead-letter table.
-LEDGER_MYSQL_SPEC, LEDGER_MYSQL_DDL = example_parts("ledger_mariadb")
-LEDGERS = ["postgres", "mysql"]
-
-
-def ledger(make_queue: MakeQueue, dialect: str) -> Queue:
-    """The ledger example on PostgreSQL, or its twin on MySQL."""
-    if dialect == "postgres":
-        return make_queue("postgres", example="ledger")
-    return make_queue("mysql", spec=LEDGER_MYSQL_SPEC, ddl=LEDGER_MYSQL_DDL)
+LEDGERS = ["postgres", "mysql"]  # the ledger example on PostgreSQL, its twin on MySQL
 
 
 def json_value(value: Any) -> Any:
@@ -163,8 +111,8 @@ def add_order_rows(q: Queue, conn: Any) -> None:
 
 @pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
 def test_claims_one_at_a_time_follow_priority_then_retry_after_then_id(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = make_queue(dialect, Layout(form=form))
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form))
     conn = q.connect()
     add_order_rows(q, conn)
     order = []
@@ -177,8 +125,8 @@ def test_claims_one_at_a_time_follow_priority_then_retry_after_then_id(
 
 @pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
 def test_batch_claim_takes_the_first_rows_in_claim_order(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = make_queue(dialect, Layout(form=form))
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form))
     conn = q.connect()
     add_order_rows(q, conn)
     rows = q.claim(conn, limit=3)
@@ -187,8 +135,8 @@ def test_batch_claim_takes_the_first_rows_in_claim_order(
 
 @pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
 def test_claim_skips_rows_not_yet_due_until_their_time(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = make_queue(dialect, Layout(form=form))
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form))
     conn = q.connect()
     later = q.add(conn, retry_after=at(60), priority=0)
     due = q.add(conn, retry_after=at(-1), priority=5)
@@ -203,8 +151,8 @@ def test_claim_skips_rows_not_yet_due_until_their_time(
 
 @pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
 def test_claim_skips_processed_rows_which_are_kept(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = make_queue(dialect, Layout(form=form, processed=True))
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form, processed=True))
     conn = q.connect()
     first = q.add(conn)
     second = q.add(conn)
@@ -221,8 +169,8 @@ def test_claim_skips_processed_rows_which_are_kept(
 
 @pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
 def test_finish_deletes_the_row_when_there_is_no_processed_at(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = make_queue(dialect, Layout(form=form, processed=False))
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form, processed=False))
     conn = q.connect()
     first = q.add(conn)
     second = q.add(conn)
@@ -235,8 +183,8 @@ def test_finish_deletes_the_row_when_there_is_no_processed_at(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_lease_claim_skips_a_live_lease_and_takes_an_expired_one(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     job = q.add(conn)
     q.claim_one(conn, now=T0, until=at(30))
@@ -248,8 +196,8 @@ def test_lease_claim_skips_a_live_lease_and_takes_an_expired_one(
 
 
 def test_reports_example_returns_the_row_whose_lease_ran_out_not_the_live_one(
-        make_queue: MakeQueue) -> None:
-    q = make_queue("sqlite", example="reports")
+        queue: MakeQueue) -> None:
+    q = queue("sqlite", "reports")
     m = q.mod
     conn = q.connect()
     m.insert_many(conn, [m.NewRow(payload=b"stale"), m.NewRow(payload=b"live")])
@@ -275,12 +223,12 @@ def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     pytest.param(Layout(form="row_lock", count_crashes=True), id="row_lock-count_crashes"),
 ])
 def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whole_table(
-        make_queue: MakeQueue, layout: Layout) -> None:
+        queue: MakeQueue, layout: Layout) -> None:
     """A lease worker claims for all of its slots in one statement. As `id IN (subquery)` the
     planner made that a hash join over a scan of the whole table once the LIMIT was large
     against the table (7 ms for 160 rows of 40,000 here); the picked ids as an array are each
     found by index, however many."""
-    q = make_queue("postgres", layout)
+    q = queue("postgres", layout)
     conn = q.connect()
     q.mod.insert_many(conn, [q.new() for _ in range(5000)])
     conn.execute(f"ANALYZE {q.table_sql()}")
@@ -300,8 +248,8 @@ def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whol
 @pytest.mark.parametrize("dialect", [
     "postgres", "mysql"])
 def test_row_lock_claim_skips_rows_held_by_another_open_transaction(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="row_lock"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="row_lock"))
     first, second = q.connect(), q.connect()
     ids = [q.add(first) for _ in range(4)]
     held = q.claim(first, limit=2)
@@ -315,8 +263,8 @@ def test_row_lock_claim_skips_rows_held_by_another_open_transaction(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_lease_claim_skips_rows_leased_by_another_connection(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     first, second = q.connect(), q.connect()
     ids = [q.add(first) for _ in range(4)]
     assert [q.id_of(r) for r in q.claim(first, limit=2)] == ids[:2]
@@ -329,8 +277,8 @@ def test_lease_claim_skips_rows_leased_by_another_connection(
 @pytest.mark.parametrize("dialect", [
     "postgres", "mysql"])
 def test_lease_claim_skips_rows_of_an_uncommitted_claim_without_waiting(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     first, second = q.connect(), q.connect()
     ids = [q.add(first) for _ in range(4)]
     assert [q.id_of(r) for r in q.claim(first, limit=2)] == ids[:2]  # not committed yet
@@ -369,8 +317,8 @@ def run_workers(conns: list[Any], work: Callable[[Any], None]) -> None:
 
 @pytest.mark.parametrize(("dialect", "form"), STRESS_FORMS)
 def test_concurrent_workers_claim_every_row_exactly_once(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = make_queue(dialect, Layout(form=form))
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form))
     conn = q.connect()
     q.mod.insert_many(conn, [q.new() for _ in range(200)])
     conn.commit()
@@ -427,8 +375,8 @@ def end_transaction(conn: Any, settled: bool, name: str) -> None:
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize(("name", "dead"), SETTLEMENTS)
 def test_lease_settlement_with_a_wrong_expiry_returns_false_and_changes_nothing(
-        make_queue: MakeQueue, dialect: str, name: str, dead: str) -> None:
-    q = make_queue(dialect, Layout(form="lease", group=True, dead=dead))
+        queue: MakeQueue, dialect: str, name: str, dead: str) -> None:
+    q = queue(dialect, Layout(form="lease", group=True, dead=dead))
     conn = q.connect()
     row = leased_row(q, conn)
     before = q.snapshot()
@@ -441,8 +389,8 @@ def test_lease_settlement_with_a_wrong_expiry_returns_false_and_changes_nothing(
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize(("name", "dead"), SETTLEMENTS)
 def test_lease_settlement_with_a_wrong_attempt_returns_false_and_changes_nothing(
-        make_queue: MakeQueue, dialect: str, name: str, dead: str) -> None:
-    q = make_queue(dialect, Layout(form="lease", group=True, dead=dead))
+        queue: MakeQueue, dialect: str, name: str, dead: str) -> None:
+    q = queue(dialect, Layout(form="lease", group=True, dead=dead))
     conn = q.connect()
     row = leased_row(q, conn)
     before = q.snapshot()
@@ -456,8 +404,8 @@ def test_lease_settlement_with_a_wrong_attempt_returns_false_and_changes_nothing
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize(("name", "dead"), SETTLEMENTS)
 def test_lease_settlement_with_the_held_token_returns_true_and_changes_the_row(
-        make_queue: MakeQueue, dialect: str, name: str, dead: str) -> None:
-    q = make_queue(dialect, Layout(form="lease", group=True, dead=dead))
+        queue: MakeQueue, dialect: str, name: str, dead: str) -> None:
+    q = queue(dialect, Layout(form="lease", group=True, dead=dead))
     conn = q.connect()
     row = leased_row(q, conn)
     before = q.snapshot()
@@ -468,8 +416,8 @@ def test_lease_settlement_with_the_held_token_returns_true_and_changes_the_row(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_lease_finish_marks_the_row_processed_and_clears_the_lease(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     row = leased_row(q, conn)
     assert q.settle("finish", conn, row, now=at(5))
@@ -481,8 +429,8 @@ def test_lease_finish_marks_the_row_processed_and_clears_the_lease(
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_lease_retry_returns_the_row_at_once(make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+def test_lease_retry_returns_the_row_at_once(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     row = leased_row(q, conn)
     assert q.settle("retry", conn, row)
@@ -494,8 +442,8 @@ def test_lease_retry_returns_the_row_at_once(make_queue: MakeQueue, dialect: str
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_lease_retry_after_makes_the_row_due_later(make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+def test_lease_retry_after_makes_the_row_due_later(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     row = leased_row(q, conn)
     assert q.settle("retry_after", conn, row, retry_after=at(60))
@@ -509,8 +457,8 @@ def test_lease_retry_after_makes_the_row_due_later(make_queue: MakeQueue, dialec
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_renew_extends_the_lease_and_the_new_expiry_becomes_the_token(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     row = leased_row(q, conn)
     assert q.settle("renew", conn, row, new_locked_until=at(90))
@@ -526,8 +474,8 @@ def test_renew_extends_the_lease_and_the_new_expiry_becomes_the_token(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_holder_of_an_expired_lease_cannot_finish_once_another_claim_took_the_row(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     late, other = q.connect(), q.connect()
     mine = leased_row(q, late)
     theirs = q.claim_one(other, now=at(31), until=at(61))
@@ -544,9 +492,9 @@ def test_holder_of_an_expired_lease_cannot_finish_once_another_claim_took_the_ro
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_attempt_in_the_token_fences_a_holder_whose_expiry_was_handed_out_again(
-        make_queue: MakeQueue, dialect: str) -> None:
+        queue: MakeQueue, dialect: str) -> None:
     # A retries its row and B claims it again in the same second: both leases end at T0 + 30.
-    q = make_queue(dialect, Layout(form="lease"))
+    q = queue(dialect, Layout(form="lease"))
     a, b = q.connect(), q.connect()
     first = leased_row(q, a)
     assert q.settle("retry", a, first)
@@ -563,11 +511,11 @@ def test_attempt_in_the_token_fences_a_holder_whose_expiry_was_handed_out_again(
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize("form", ["lease", "advisory"])
 def test_settlement_that_leaves_every_value_as_it_was_still_finds_the_row(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
+        queue: MakeQueue, dialect: str, form: str) -> None:
     """Renewing a lease to the expiry it has, or rescheduling an advisory row to the due time it
     has, settles a held row: True, like any settlement that finds its row (MySQL: on a
     connection with CLIENT.FOUND_ROWS, as the worker's)."""
-    q = make_queue(dialect, Layout(form=form))
+    q = queue(dialect, Layout(form=form))
     conn = q.connect()
     q.add(conn)
     row = q.claim_one(conn, now=T0, until=at(30))
@@ -591,8 +539,8 @@ def stored_attempt(q: Queue, id: int) -> int:
 
 
 @pytest.mark.parametrize("dialect", SERVERS)
-def test_row_lock_claim_does_not_count_the_attempt(make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="row_lock"))
+def test_row_lock_claim_does_not_count_the_attempt(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="row_lock"))
     conn = q.connect()
     job = q.add(conn)
     assert q.claim_one(conn).attempt == 1
@@ -603,8 +551,8 @@ def test_row_lock_claim_does_not_count_the_attempt(make_queue: MakeQueue, dialec
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_row_lock_retry_and_retry_after_count_the_attempt(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="row_lock"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="row_lock"))
     conn = q.connect()
     job = q.add(conn)
     row = q.claim_one(conn)
@@ -621,8 +569,8 @@ def test_row_lock_retry_and_retry_after_count_the_attempt(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_lease_claim_counts_the_attempt_and_reports_it_as_before_the_claim(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     job = q.add(conn)
     assert stored_attempt(q, job) == 1
@@ -639,8 +587,8 @@ def test_lease_claim_counts_the_attempt_and_reports_it_as_before_the_claim(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_advisory_take_counts_the_attempt_and_candidates_do_not(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="advisory"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="advisory"))
     conn = q.connect()
     job = q.add(conn)
     (cand,) = q.mod.candidates(conn, now=T0)
@@ -669,8 +617,8 @@ def counted_claim(q: Queue, conn: Any) -> Any:
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_count_crashes_claim_spends_the_attempt_even_when_the_handler_crashes(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout("row_lock", group=True, count_crashes=True))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=True))
     conn = q.connect()
     job = q.add(conn)
     row = counted_claim(q, conn)
@@ -683,8 +631,8 @@ def test_count_crashes_claim_spends_the_attempt_even_when_the_handler_crashes(
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_count_crashes_relocked_row_is_skipped_by_other_claims(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout("row_lock", group=True, count_crashes=True))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=True))
     holder, other = q.connect(), q.connect()
     job = q.add(holder)
     row = counted_claim(q, holder)
@@ -699,8 +647,8 @@ def test_count_crashes_relocked_row_is_skipped_by_other_claims(
 @pytest.mark.parametrize("dialect", [
     "postgres", pytest.param("mysql", marks=MYSQL_RELOCK_KEEPS_THE_ROW_LOCKED)])
 def test_count_crashes_relock_fails_once_another_claim_counted_the_row_again(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout("row_lock", group=True, count_crashes=True))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=True))
     slow, fast = q.connect(), q.connect()
     job = q.add(slow)
     first = counted_claim(q, slow)
@@ -714,8 +662,8 @@ def test_count_crashes_relock_fails_once_another_claim_counted_the_row_again(
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_count_crashes_dead_letter_keeps_the_delivered_attempt(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout("row_lock", group=True, count_crashes=True, dead="group"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=True, dead="group"))
     conn = q.connect()
     job = q.add(conn)
     row = q.claim_one(conn)
@@ -731,8 +679,8 @@ def test_count_crashes_dead_letter_keeps_the_delivered_attempt(
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_count_crashes_relock_reports_the_attempt_as_the_claim_did(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout("row_lock", group=True, count_crashes=True))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=True))
     conn = q.connect()
     job = q.add(conn)
     row = counted_claim(q, conn)
@@ -749,8 +697,8 @@ MAILERS = [pytest.param("postgres", "mailer", id="postgres-mailer"),
 
 @pytest.mark.parametrize(("dialect", "example"), MAILERS)
 def test_mailer_dead_letter_moves_the_row_to_the_dead_group_keeping_its_attempt(
-        make_queue: MakeQueue, dialect: str, example: str) -> None:
-    q = make_queue(dialect, example=example)
+        queue: MakeQueue, dialect: str, example: str) -> None:
+    q = queue(dialect, example)
     m = q.mod
     conn = q.connect()
     m.insert(conn, m.NewRow(name="emails", payload=b"hello"))
@@ -773,8 +721,8 @@ def test_mailer_dead_letter_moves_the_row_to_the_dead_group_keeping_its_attempt(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_lease_dead_letter_to_a_group_keeps_the_attempt_and_drops_the_lease(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease", group=True, dead="group"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease", group=True, dead="group"))
     conn = q.connect()
     row = leased_row(q, conn)
     assert q.settle("retry", conn, row)
@@ -793,8 +741,8 @@ def test_lease_dead_letter_to_a_group_keeps_the_attempt_and_drops_the_lease(
 
 @pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
 def test_dead_letter_to_a_table_moves_the_row_with_its_attempt_count(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = make_queue(dialect, Layout(form=form, dead="table"))
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form, dead="table"))
     conn = q.connect()
     keep = q.add(conn, priority=5)
     job = q.add(conn, priority=0)
@@ -820,8 +768,8 @@ def test_dead_letter_to_a_table_moves_the_row_with_its_attempt_count(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_dead_letter_to_a_table_rolls_back_with_the_callers_transaction(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease", dead="table"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease", dead="table"))
     conn = q.connect()
     row = leased_row(q, conn)
     before = q.snapshot()
@@ -832,8 +780,8 @@ def test_dead_letter_to_a_table_rolls_back_with_the_callers_transaction(
 
 @pytest.mark.parametrize("dialect", LEDGERS)
 def test_ledger_advisory_dead_letter_keeps_the_taken_attempt(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = ledger(make_queue, dialect)
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, "ledger")
     m = q.mod
     conn = q.connect()
     m.insert(conn, m.NewRow(account_id=7, payload={"amount": 5}, headers={"trace": "t1"}))
@@ -857,8 +805,8 @@ def test_ledger_advisory_dead_letter_keeps_the_taken_attempt(
 # -- 6. FIFO groups ------------------------------------------------------------------------------
 
 
-def fifo_queue(make_queue: MakeQueue, dialect: str, form: str) -> Queue:
-    return make_queue(dialect, Layout(form=form, group=True, fifo=True))
+def fifo_queue(queue: MakeQueue, dialect: str, form: str) -> Queue:
+    return queue(dialect, Layout(form=form, group=True, fifo=True))
 
 
 def take_head(q: Queue, conn: Any, group: str = "g", now: dt.datetime = T0) -> Any:
@@ -870,8 +818,8 @@ def take_head(q: Queue, conn: Any, group: str = "g", now: dt.datetime = T0) -> A
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_claim_returns_the_head_of_the_group(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     conn = q.connect()
     q.add(conn, grp="other")
     ids = [q.add(conn) for _ in range(3)]
@@ -881,8 +829,8 @@ def test_fifo_claim_returns_the_head_of_the_group(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_claim_returns_none_for_an_empty_group_or_a_head_not_yet_due(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     conn = q.connect()
     job = q.add(conn, retry_after=at(60))
     assert q.fifo_claim(conn, group="empty") is None
@@ -894,8 +842,8 @@ def test_fifo_claim_returns_none_for_an_empty_group_or_a_head_not_yet_due(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_claim_returns_none_while_the_head_is_held_elsewhere(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     holder, other = q.connect(), q.connect()
     ids = [q.add(holder) for _ in range(3)]
     assert q.id_of(take_head(q, holder)) == ids[0]  # row lock: holder's transaction stays open
@@ -910,8 +858,8 @@ def test_fifo_claim_returns_none_while_the_head_is_held_elsewhere(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_next_row_becomes_the_head_once_the_head_is_finished(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     holder, other = q.connect(), q.connect()
     ids = [q.add(holder) for _ in range(3)]
     head = take_head(q, holder)
@@ -921,8 +869,8 @@ def test_fifo_next_row_becomes_the_head_once_the_head_is_finished(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_retry_keeps_the_head_in_place(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     conn = q.connect()
     ids = [q.add(conn) for _ in range(3)]
     head = take_head(q, conn)
@@ -934,8 +882,8 @@ def test_fifo_retry_keeps_the_head_in_place(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     conn = q.connect()
     ids = [q.add(conn) for _ in range(3)]
     head = take_head(q, conn)
@@ -952,8 +900,8 @@ def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_group_stays_blocked_while_a_row_that_is_no_longer_head_is_held(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     holder, other, producer = q.connect(), q.connect(), q.connect()
     q.add(producer)
     head = take_head(q, holder)
@@ -966,8 +914,8 @@ def test_fifo_group_stays_blocked_while_a_row_that_is_no_longer_head_is_held(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_fifo_other_groups_are_not_blocked(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     holder, other = q.connect(), q.connect()
     q.add(holder, grp="a")
     b_head = q.add(holder, grp="b")
@@ -977,8 +925,8 @@ def test_fifo_other_groups_are_not_blocked(
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_fifo_head_comes_back_when_its_lease_expires(make_queue: MakeQueue, dialect: str) -> None:
-    q = fifo_queue(make_queue, dialect, "lease")
+def test_fifo_head_comes_back_when_its_lease_expires(queue: MakeQueue, dialect: str) -> None:
+    q = fifo_queue(queue, dialect, "lease")
     conn = q.connect()
     ids = [q.add(conn) for _ in range(2)]
     take_head(q, conn)
@@ -989,8 +937,8 @@ def test_fifo_head_comes_back_when_its_lease_expires(make_queue: MakeQueue, dial
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_fifo_row_lock_head_comes_back_when_its_holder_rolls_back(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = fifo_queue(make_queue, dialect, "row_lock")
+        queue: MakeQueue, dialect: str) -> None:
+    q = fifo_queue(queue, dialect, "row_lock")
     holder, other = q.connect(), q.connect()
     ids = [q.add(holder) for _ in range(2)]
     take_head(q, holder)
@@ -1001,8 +949,8 @@ def test_fifo_row_lock_head_comes_back_when_its_holder_rolls_back(
 
 @pytest.mark.parametrize(("dialect", "form"), FIFO_FORMS)
 def test_concurrent_fifo_workers_take_a_group_one_row_at_a_time_in_order(
-        make_queue: MakeQueue, dialect: str, form: str) -> None:
-    q = fifo_queue(make_queue, dialect, form)
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = fifo_queue(queue, dialect, form)
     conn = q.connect()
     q.mod.insert_many(conn, [q.new() for _ in range(30)])
     conn.commit()
@@ -1030,8 +978,8 @@ def test_concurrent_fifo_workers_take_a_group_one_row_at_a_time_in_order(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_insert_leaves_generated_columns_to_the_database(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     q.mod.insert(conn, q.new(account="x", payload="one", priority=3))
     q.mod.insert(conn, q.new(account="y", payload="two", priority=4))
@@ -1041,8 +989,8 @@ def test_insert_leaves_generated_columns_to_the_database(
 
 
 @pytest.mark.parametrize("dialect", LEDGERS)
-def test_insert_fills_identity_and_defaulted_columns(make_queue: MakeQueue, dialect: str) -> None:
-    q = ledger(make_queue, dialect)
+def test_insert_fills_identity_and_defaulted_columns(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, "ledger")
     m = q.mod
     conn = q.connect()
     before = dt.datetime.now(dt.UTC)
@@ -1058,8 +1006,8 @@ def test_insert_fills_identity_and_defaulted_columns(make_queue: MakeQueue, dial
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_insert_joins_the_callers_transaction(make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+def test_insert_joins_the_callers_transaction(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     q.mod.insert(conn, q.new())
     q.mod.insert_many(conn, [q.new(), q.new()])
@@ -1068,8 +1016,8 @@ def test_insert_joins_the_callers_transaction(make_queue: MakeQueue, dialect: st
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_insert_many_writes_every_row(make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease", group=True))
+def test_insert_many_writes_every_row(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease", group=True))
     conn = q.connect()
     q.mod.insert_many(conn, [q.new(grp=f"g{i % 3}", priority=i % 7, retry_after=at(-i),
                                    account=f"acct-{i}", payload=f"job-{i}")
@@ -1091,10 +1039,10 @@ def com_insert(conn: Any) -> int:
 
 
 @pytest.mark.parametrize("dialect", SERVERS)
-def test_insert_many_is_one_statement(make_queue: MakeQueue, dialect: str) -> None:
+def test_insert_many_is_one_statement(queue: MakeQueue, dialect: str) -> None:
     """PostgreSQL: INSERT ... SELECT FROM unnest(...); MySQL: PyMySQL's executemany rewrites
     INSERT into one multi-row INSERT (one query on the wire, one Com_insert on the server)."""
-    q = make_queue(dialect, Layout(form="row_lock"))
+    q = queue(dialect, Layout(form="row_lock"))
     conn = q.connect()
     rows = [q.new() for _ in range(500)]
     log = executed(conn)
@@ -1115,8 +1063,8 @@ def test_insert_many_is_one_statement(make_queue: MakeQueue, dialect: str) -> No
 
 @pytest.mark.parametrize("dialect", LEDGERS)
 def test_insert_many_keeps_json_columns_and_null_headers_per_row(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = ledger(make_queue, dialect)
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, "ledger")
     m = q.mod
     conn = q.connect()
     m.insert_many(conn, [m.NewRow(account_id=i, payload={"n": i, "tags": ["a", str(i)]},
@@ -1130,8 +1078,8 @@ def test_insert_many_keeps_json_columns_and_null_headers_per_row(
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_insert_many_of_no_rows_inserts_nothing(make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+def test_insert_many_of_no_rows_inserts_nothing(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     q.mod.insert_many(conn, [])
     conn.commit()
@@ -1140,8 +1088,8 @@ def test_insert_many_of_no_rows_inserts_nothing(make_queue: MakeQueue, dialect: 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_insert_unique_skips_a_row_whose_key_is_already_queued(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease", unique=True))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease", unique=True))
     conn = q.connect()
     assert q.mod.insert_unique(conn, q.new(account="order-1", payload="first")) is True
     assert q.mod.insert_unique(conn, q.new(account="order-1", payload="second")) is False
@@ -1152,10 +1100,10 @@ def test_insert_unique_skips_a_row_whose_key_is_already_queued(
 
 
 def test_insert_unique_fails_on_a_value_its_column_cannot_hold_as_insert_does(
-        make_queue: MakeQueue) -> None:
+        queue: MakeQueue) -> None:
     # account is VARCHAR(191): a longer key is an error (strict mode), not a shorter key (as
     # INSERT IGNORE would make it, skipping a later key that shares the cut prefix).
-    q = make_queue("mysql", Layout(form="lease", unique=True))
+    q = queue("mysql", Layout(form="lease", unique=True))
     conn = q.connect()
     too_long = "k" * 300
     with pytest.raises(pymysql.err.DataError):
@@ -1186,16 +1134,16 @@ CREATE TABLE jobs (
 """
 
 
-def test_insert_writes_an_array_data_column(make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", spec=ARRAY_SPEC, ddl=ARRAY_DDL)
+def test_insert_writes_an_array_data_column(queue: MakeQueue) -> None:
+    q = queue("postgres", spec=ARRAY_SPEC, ddl=ARRAY_DDL)
     conn = q.connect()
     q.mod.insert(conn, q.mod.NewRow(tags=["a", "b"], payload="one"))
     conn.commit()
     assert [(r["tags"], r["payload"]) for r in q.rows()] == [(["a", "b"], "one")]
 
 
-def test_insert_many_writes_an_array_data_column_per_row(make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", spec=ARRAY_SPEC, ddl=ARRAY_DDL)
+def test_insert_many_writes_an_array_data_column_per_row(queue: MakeQueue) -> None:
+    q = queue("postgres", spec=ARRAY_SPEC, ddl=ARRAY_DDL)
     conn = q.connect()
     q.mod.insert_many(conn, [q.mod.NewRow(tags=["a", "b"], payload="one"),
                              q.mod.NewRow(tags=["c", "d"], payload="two")])
@@ -1209,8 +1157,8 @@ def test_insert_many_writes_an_array_data_column_per_row(make_queue: MakeQueue) 
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_advisory_lock_excludes_other_sessions_until_unlocked(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="advisory"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="advisory"))
     m = q.mod
     first, second = q.connect(), q.connect()
     assert m.lock(first, key="account-1") is True
@@ -1229,8 +1177,8 @@ LONG_KEYS = ["account-" + "x" * 100, "ä" * 70, "k" * 50, "k" * 59, "k" * 60, "k
 
 @pytest.mark.parametrize("dialect", SERVERS)
 def test_advisory_lock_takes_keys_longer_than_64_characters(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="advisory"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="advisory"))
     m = q.mod
     first, second = q.connect(), q.connect()
     for key in LONG_KEYS:
@@ -1245,10 +1193,10 @@ def test_advisory_lock_takes_keys_longer_than_64_characters(
 
 
 def test_advisory_locks_of_two_databases_on_one_server_do_not_collide(
-        make_queue: MakeQueue) -> None:
+        queue: MakeQueue) -> None:
     # GET_LOCK names are server-wide: the database prefix keeps two queues' keys apart.
-    one = make_queue("mysql", Layout(form="advisory"))
-    two = make_queue("mysql", Layout(form="advisory"))
+    one = queue("mysql", Layout(form="advisory"))
+    two = queue("mysql", Layout(form="advisory"))
     a, b, c = one.connect(), two.connect(), one.connect()
     for key in ("account-1", LONG_KEYS[0]):
         assert one.mod.lock(a, key=key) is True
@@ -1257,8 +1205,8 @@ def test_advisory_locks_of_two_databases_on_one_server_do_not_collide(
 
 
 @pytest.mark.parametrize("dialect", LEDGERS)
-def test_advisory_jobs_sharing_a_key_run_one_at_a_time(make_queue: MakeQueue, dialect: str) -> None:
-    q = ledger(make_queue, dialect)
+def test_advisory_jobs_sharing_a_key_run_one_at_a_time(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, "ledger")
     m = q.mod
     # One connection per job in work, as the advisory form runs them.
     first, second, third = q.connect(), q.connect(), q.connect()
@@ -1283,8 +1231,8 @@ def test_advisory_jobs_sharing_a_key_run_one_at_a_time(make_queue: MakeQueue, di
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize("processed", [True, False], ids=["marked", "deleted"])
 def test_advisory_take_returns_none_for_a_row_finished_meanwhile(
-        make_queue: MakeQueue, dialect: str, processed: bool) -> None:
-    q = make_queue(dialect, Layout(form="advisory", processed=processed))
+        queue: MakeQueue, dialect: str, processed: bool) -> None:
+    q = queue(dialect, Layout(form="advisory", processed=processed))
     m = q.mod
     slow, fast = q.connect(), q.connect()
     job = q.add(slow)
@@ -1300,8 +1248,8 @@ def test_advisory_take_returns_none_for_a_row_finished_meanwhile(
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_advisory_take_returns_none_for_a_row_rescheduled_meanwhile(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="advisory"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="advisory"))
     m = q.mod
     slow, fast = q.connect(), q.connect()
     job = q.add(slow)
@@ -1321,8 +1269,8 @@ def test_advisory_take_returns_none_for_a_row_rescheduled_meanwhile(
 
 
 def test_notify_reaches_a_listener_on_the_table_channel_with_the_group(
-        make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", Layout(form="row_lock", group=True))
+        queue: MakeQueue) -> None:
+    q = queue("postgres", Layout(form="row_lock", group=True))
     listener = q.connect(autocommit=True)
     listener.execute('LISTEN "jobs"')
     conn = q.connect()
@@ -1333,8 +1281,8 @@ def test_notify_reaches_a_listener_on_the_table_channel_with_the_group(
     assert got == [("jobs", "emails")]
 
 
-def test_notify_is_delivered_only_when_the_transaction_commits(make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", Layout(form="lease", group=True))
+def test_notify_is_delivered_only_when_the_transaction_commits(queue: MakeQueue) -> None:
+    q = queue("postgres", Layout(form="lease", group=True))
     listener = q.connect(autocommit=True)
     listener.execute('LISTEN "jobs"')
     conn = q.connect()
@@ -1350,8 +1298,8 @@ def test_notify_is_delivered_only_when_the_transaction_commits(make_queue: MakeQ
 # -- 10. Async twins -----------------------------------------------------------------------------
 
 
-def test_async_twins_insert_claim_and_finish_under_a_lease(make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", Layout(form="lease", group=True))
+def test_async_twins_insert_claim_and_finish_under_a_lease(queue: MakeQueue) -> None:
+    q = queue("postgres", Layout(form="lease", group=True))
     m = q.mod
 
     async def run() -> list[str]:
@@ -1380,8 +1328,8 @@ def test_async_twins_insert_claim_and_finish_under_a_lease(make_queue: MakeQueue
         ("one", at(5), None), ("two", None, at(30))]
 
 
-def test_async_twins_row_lock_claim_holds_the_row_until_commit(make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", Layout(form="row_lock", group=True))
+def test_async_twins_row_lock_claim_holds_the_row_until_commit(queue: MakeQueue) -> None:
+    q = queue("postgres", Layout(form="row_lock", group=True))
     m = q.mod
     conn = q.connect()
     job = q.add(conn)
@@ -1407,8 +1355,8 @@ def test_async_twins_row_lock_claim_holds_the_row_until_commit(make_queue: MakeQ
 
 
 def test_chat_example_schema_qualified_mixed_case_table_end_to_end(
-        make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", example="chat")
+        queue: MakeQueue) -> None:
+    q = queue("postgres", "chat")
     m = q.mod
     listener = q.connect(autocommit=True)
     listener.execute('LISTEN "OutgoingMessages"')
@@ -1482,8 +1430,8 @@ CREATE INDEX jobs_claim ON jobs (retry_after, id);
 NAIVE_DDL = MIXED_DDL.replace("TIMESTAMPTZ", "TIMESTAMP")
 
 
-def test_naive_timestamp_lease_holds_in_a_non_utc_session(make_queue: MakeQueue) -> None:
-    q = make_queue("postgres", spec=MIXED_SPEC, ddl=NAIVE_DDL)
+def test_naive_timestamp_lease_holds_in_a_non_utc_session(queue: MakeQueue) -> None:
+    q = queue("postgres", spec=MIXED_SPEC, ddl=NAIVE_DDL)
     conn = q.connect(time_zone="Europe/Berlin")
     row = leased_row(q, conn)
     assert q.claim(conn, now=at(1), limit=10) == []
@@ -1495,12 +1443,12 @@ def test_naive_timestamp_lease_holds_in_a_non_utc_session(make_queue: MakeQueue)
     assert stored["processed_at"] == at(5).replace(tzinfo=None)  # UTC, as the column holds
 
 
-def test_mixed_time_role_types_are_refused_at_build(make_queue: MakeQueue) -> None:
+def test_mixed_time_role_types_are_refused_at_build(queue: MakeQueue) -> None:
     # `now` is bound once per statement: a TIMESTAMPTZ beside TIMESTAMP time roles would be read
     # in the session's time zone, so the build refuses the mix.
     with pytest.raises(CheckFailed, match=r'"jobs.processed_at" is TIMESTAMP but '
                                           r'"jobs.retry_after" \(retry_after\) is TIMESTAMPTZ'):
-        make_queue("postgres", spec=MIXED_SPEC, ddl=MIXED_DDL)
+        queue("postgres", spec=MIXED_SPEC, ddl=MIXED_DDL)
 
 
 # -- Every statement of a module runs --------------------------------------------------------------
@@ -1561,8 +1509,8 @@ TOURS = [
 
 @pytest.mark.parametrize(("dialect", "example", "layout"), TOURS)
 def test_every_generated_statement_runs_on_the_database(
-        make_queue: MakeQueue, dialect: str, example: str | None, layout: Layout | None) -> None:
-    q = make_queue(dialect, layout, example=example)
+        queue: MakeQueue, dialect: str, example: str | None, layout: Layout | None) -> None:
+    q = queue(dialect, example or layout)
     ran = set(tour(q))
     missing = [name for name, sql in q.mod.STATEMENTS.items() if sql not in ran]
     assert missing == []
@@ -1594,8 +1542,8 @@ def batch_tokens(q: Queue, rows: list[Any]) -> dict[str, list[Any]]:
 
 @pytest.mark.parametrize("dialect", BATCH_LEASES)
 def test_finish_many_settles_the_held_rows_and_names_exactly_those(
-        make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     rows, lost = five_leased_rows_two_taken(q, conn)
     settled = call(q.mod.finish_many, conn, now=at(40), **batch_tokens(q, rows))
@@ -1612,8 +1560,8 @@ def test_finish_many_settles_the_held_rows_and_names_exactly_those(
 
 
 @pytest.mark.parametrize("dialect", BATCH_LEASES)
-def test_renew_many_extends_the_held_leases_only(make_queue: MakeQueue, dialect: str) -> None:
-    q = make_queue(dialect, Layout(form="lease"))
+def test_renew_many_extends_the_held_leases_only(queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
     conn = q.connect()
     rows, lost = five_leased_rows_two_taken(q, conn)
     renewed = call(q.mod.renew_many, conn, new_locked_until=at(90), **batch_tokens(q, rows))
@@ -1630,9 +1578,9 @@ def test_renew_many_extends_the_held_leases_only(make_queue: MakeQueue, dialect:
 
 
 def test_row_lock_finish_many_deletes_the_claimed_rows_in_the_claims_transaction(
-        make_queue: MakeQueue) -> None:
+        queue: MakeQueue) -> None:
     # PostgreSQL: MySQL/MariaDB's row lock settles its rows one at a time.
-    q = make_queue("postgres", Layout(form="row_lock", processed=False))
+    q = queue("postgres", Layout(form="row_lock", processed=False))
     conn = q.connect()
     for _ in range(4):
         q.add(conn)
