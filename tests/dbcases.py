@@ -30,8 +30,10 @@ import re
 import sqlite3
 import sys
 import textwrap
+import threading
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +43,7 @@ import attrs
 import psycopg
 import pymysql
 import pymysql.cursors
+import pytest
 from genutil import build_module, ddl_of, example_parts, make_project
 from psycopg.rows import dict_row
 from pymysql.constants import CLIENT
@@ -937,6 +940,66 @@ def example_ddl(name: str) -> str:
         p = spec_path.parent / item
         files += sorted(p.glob("*.sql")) if p.is_dir() else [p]
     return "\n".join(f.read_text(encoding="utf-8").split("-- +goose Down")[0] for f in files)
+
+
+# -- what the statement tests share -------------------------------------------------------------
+
+
+CLAIM_FORMS = [
+    pytest.param("postgres", "row_lock", id="postgres-row_lock"),
+    pytest.param("postgres", "lease", id="postgres-lease"),
+    pytest.param("sqlite", "lease", id="sqlite-lease"),
+    pytest.param("postgres", "advisory", id="postgres-advisory"),
+    pytest.param("sqlite", "advisory", id="sqlite-advisory"),
+    pytest.param("mysql", "row_lock", id="mysql-row_lock"),
+    pytest.param("mysql", "lease", id="mysql-lease"),
+    pytest.param("mysql", "advisory", id="mysql-advisory"),
+]
+DIALECTS = ["postgres", "sqlite", "mysql"]
+SERVERS = ["postgres", "mysql"]  # row locks and session locks (SQLite has neither)
+FIFO_FORMS = [
+    pytest.param("postgres", "lease", id="postgres-lease"),
+    pytest.param("sqlite", "lease", id="sqlite-lease"),
+    pytest.param("postgres", "row_lock", id="postgres-row_lock"),
+    pytest.param("mysql", "lease", id="mysql-lease"),
+    pytest.param("mysql", "row_lock", id="mysql-row_lock"),
+]
+LEDGERS = ["postgres", "mysql"]  # the ledger example on PostgreSQL, its twin on MySQL
+
+
+def commit_claim(q: Queue, conn: Any) -> None:
+    """Lease and advisory claims are committed at once; a row lock claim stays open."""
+    if q.form != "row_lock":
+        conn.commit()
+
+
+def finish(q: Queue, conn: Any, row: Any) -> None:
+    """Ack a claimed row and commit (releasing an advisory key afterwards)."""
+    assert q.settle("finish", conn, row)
+    conn.commit()
+    q.release(conn, row)
+
+
+def leased_row(q: Queue, conn: Any) -> Any:
+    """One committed row claimed at T0 under a lease ending at T0 + 30 s."""
+    q.add(conn)
+    row = q.claim_one(conn, now=T0, until=at(30))
+    conn.commit()
+    assert (row.attempt, row.locked_until) == (1, at(30))
+    return row
+
+
+def run_workers(conns: list[Any], work: Callable[[Any], None]) -> None:
+    """Run work(conn) on one thread per connection, all starting together; re-raise failures."""
+    barrier = threading.Barrier(len(conns))
+
+    def start(conn: Any) -> None:
+        barrier.wait()
+        work(conn)
+
+    with ThreadPoolExecutor(len(conns)) as pool:
+        for future in [pool.submit(start, c) for c in conns]:
+            future.result()
 
 
 # -- every statement once ------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from inboxgen.testing import FakeClock, run_until_idle
 REPO = Path(__file__).resolve().parents[1]
 MIGRATIONS = REPO / "specs" / "migrations"
 UTC = dt.UTC
+SECOND = dt.timedelta(seconds=1)
 
 
 # -- examples ------------------------------------------------------------------------------------
@@ -108,6 +109,21 @@ class Tracker:
 def messages(records: Iterable[logging.LogRecord], level: int = logging.WARNING) -> list[str]:
     return [r.getMessage() for r in records
             if r.levelno >= level and r.name.startswith("inboxgen")]
+
+
+async def handler_write(db: Db, conn: Any, sql: str, params: Any) -> None:
+    """An async handler's write on the job's connection: psycopg's is async, PyMySQL's blocks
+    (so it runs in a thread), sqlite3's is quick and runs in place."""
+    if db.mysql:
+        await asyncio.to_thread(db.execute, conn, sql, params)
+    elif db.sqlite:
+        conn.execute(sql, params)
+    else:
+        await conn.execute(sql, params)
+
+
+async def write_effect(db: Db, conn: Any, note: str) -> None:
+    await handler_write(db, conn, f"INSERT INTO effects (note) VALUES ({db.p})", (note,))
 
 
 def run(coro: Any) -> Any:

@@ -1,0 +1,169 @@
+"""Claim order and filters: priority, then due time, then id; rows not yet due, leased, settled or
+of another group stay; the claim's plan uses the index."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dbcases import (
+    CLAIM_FORMS,
+    DIALECTS,
+    LEASE,
+    T0,
+    Layout,
+    MakeQueue,
+    Queue,
+    at,
+    commit_claim,
+    finish,
+)
+
+ORDER_ROWS = [  # payload, priority, due (seconds from T0); inserted in this order
+    ("p1-due-10", 1, -10),
+    ("p0-due-5-first", 0, -5),
+    ("p0-due-20", 0, -20),
+    ("p1-due-20", 1, -20),
+    ("p0-due-5-second", 0, -5),
+]
+CLAIM_ORDER = ["p0-due-20", "p0-due-5-first", "p0-due-5-second", "p1-due-20", "p1-due-10"]
+
+
+def add_order_rows(q: Queue, conn: Any) -> None:
+    for payload, priority, due in ORDER_ROWS:
+        q.add(conn, payload=payload, priority=priority, retry_after=at(due))
+
+
+@pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
+def test_claims_one_at_a_time_follow_priority_then_retry_after_then_id(
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form))
+    conn = q.connect()
+    add_order_rows(q, conn)
+    order = []
+    while rows := q.claim(conn, limit=1):
+        order.append(rows[0].payload)
+        commit_claim(q, conn)
+        finish(q, conn, rows[0])
+    assert order == CLAIM_ORDER
+
+
+@pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
+def test_batch_claim_takes_the_first_rows_in_claim_order(
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form))
+    conn = q.connect()
+    add_order_rows(q, conn)
+    rows = q.claim(conn, limit=3)
+    assert [r.payload for r in rows] == CLAIM_ORDER[:3]
+
+
+@pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
+def test_claim_skips_rows_not_yet_due_until_their_time(
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form))
+    conn = q.connect()
+    later = q.add(conn, retry_after=at(60), priority=0)
+    due = q.add(conn, retry_after=at(-1), priority=5)
+    rows = q.claim(conn, now=T0, limit=10)
+    assert [q.id_of(r) for r in rows] == [due]
+    commit_claim(q, conn)
+    finish(q, conn, rows[0])
+    assert q.claim(conn, now=at(59), limit=10) == []
+    conn.rollback()
+    assert [q.id_of(r) for r in q.claim(conn, now=at(60), limit=10)] == [later]
+
+
+@pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
+def test_claim_skips_processed_rows_which_are_kept(
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form, processed=True))
+    conn = q.connect()
+    first = q.add(conn)
+    second = q.add(conn)
+    row = q.claim_one(conn)
+    commit_claim(q, conn)
+    assert q.settle("finish", conn, row, now=at(5))
+    conn.commit()
+    q.release(conn, row)
+
+    assert [q.id_of(r) for r in q.claim(conn, now=at(10), limit=10)] == [second]
+    kept = q.row(first)
+    assert kept is not None and kept["processed_at"] == at(5)
+
+
+@pytest.mark.parametrize(("dialect", "form"), CLAIM_FORMS)
+def test_finish_deletes_the_row_when_there_is_no_processed_at(
+        queue: MakeQueue, dialect: str, form: str) -> None:
+    q = queue(dialect, Layout(form=form, processed=False))
+    conn = q.connect()
+    first = q.add(conn)
+    second = q.add(conn)
+    row = q.claim_one(conn)
+    assert q.id_of(row) == first
+    commit_claim(q, conn)
+    finish(q, conn, row)
+    assert q.ids() == [second]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_lease_claim_skips_a_live_lease_and_takes_an_expired_one(
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, Layout(form="lease"))
+    conn = q.connect()
+    job = q.add(conn)
+    q.claim_one(conn, now=T0, until=at(30))
+    conn.commit()
+    assert q.claim(conn, now=at(29), limit=10) == []
+    conn.commit()
+    again = q.claim_one(conn, now=at(30), until=at(60))
+    assert (q.id_of(again), again.attempt, again.locked_until) == (job, 2, at(60))
+
+
+def test_reports_example_returns_the_row_whose_lease_ran_out_not_the_live_one(
+        queue: MakeQueue) -> None:
+    q = queue("sqlite", "reports")
+    m = q.mod
+    conn = q.connect()
+    m.insert_many(conn, [m.NewRow(payload=b"stale"), m.NewRow(payload=b"live")])
+    conn.commit()
+    (stale,) = m.claim(conn, now=T0, locked_until=at(60))
+    (live,) = m.claim(conn, now=at(50), locked_until=at(110))
+    conn.commit()
+    back = m.claim(conn, now=at(60), locked_until=at(120), limit=10)
+    assert [r.payload for r in back] == [b"stale"]
+    assert back[0].id == stale.id != live.id
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The nodes of an EXPLAIN (FORMAT JSON) plan, leaving out InitPlans (run once, before)."""
+    yield plan
+    for child in plan.get("Plans", ()):
+        if child.get("Parent Relationship") != "InitPlan":
+            yield from plan_nodes(child)
+
+
+@pytest.mark.parametrize("layout", [
+    pytest.param(Layout(form="lease"), id="lease"),
+    pytest.param(Layout(form="row_lock", count_crashes=True), id="row_lock-count_crashes"),
+])
+def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whole_table(
+        queue: MakeQueue, layout: Layout) -> None:
+    """A lease worker claims for all of its slots in one statement. As `id IN (subquery)` the
+    planner made that a hash join over a scan of the whole table once the LIMIT was large
+    against the table (7 ms for 160 rows of 40,000 here); the picked ids as an array are each
+    found by index, however many."""
+    q = queue("postgres", layout)
+    conn = q.connect()
+    q.mod.insert_many(conn, [q.new() for _ in range(5000)])
+    conn.execute(f"ANALYZE {q.table_sql()}")
+    conn.commit()
+    args = {"now": T0, "limit": 500, "locked_until": T0 + dt.timedelta(seconds=LEASE)}
+    cur = conn.execute("EXPLAIN (FORMAT JSON) " + q.mod.CLAIM,
+                       {k: args.get(k) for k in q.mod.DESCRIPTOR.statement_params["CLAIM"]})
+    ((explained,),) = cur.fetchall()
+    scans = [n for n in plan_nodes(explained[0]["Plan"]) if n["Node Type"] == "Seq Scan"]
+    assert scans == []
+    assert len(q.claim(conn, limit=500)) == 500
