@@ -5,9 +5,11 @@
     ├── CheckFailed        one or more specs failed their checks; carries the diagnostics
     ├── GeneratorBug       a rendered statement did not survive its own check (a bug in inboxgen)
     └── WorkerError        the runtime failed; names the worker, table and statement
+        ├── ConnectFailed      the database refused the worker or stayed out of reach
         ├── SchemaError        a statement does not prepare against the live database
         ├── LeaseLost          a lease settlement or renewal found the row taken by another
         ├── RowDeleted         a settlement or renewal found the row deleted while it ran
+        ├── SettlementLost     a settlement was lost with its connection (the job runs again)
         ├── ServerTooOld       the MySQL/MariaDB server lacks what the claims need
         └── WorkerConfigError  the worker's settings contradict each other or the table
 

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from inboxgen.ops.connect import url_scheme
-from inboxgen.runtime.backends.mysql import MYSQL_SCHEMES
+from inboxgen.runtime.backends.mysql_server import MYSQL_SCHEMES
 
 _CONTENT = {"json": "application/json", "text": "text/plain",
             "bytes": "application/octet-stream"}

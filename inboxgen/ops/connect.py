@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from inboxgen.errors import ConfigError, ConnectFailed
-from inboxgen.runtime.backends.mysql import MYSQL_SCHEMES
+from inboxgen.runtime.backends.mysql_server import MYSQL_SCHEMES
 from inboxgen.runtime.connecting import first_line
 
 
@@ -49,7 +49,11 @@ def _postgres(url: str) -> tuple[Any, str]:
 def _mysql(url: str) -> tuple[Any, str]:
     import pymysql
 
-    from inboxgen.runtime.backends.mysql import mysql_connect_args, mysql_label, open_session
+    from inboxgen.runtime.backends.mysql_server import (
+        mysql_connect_args,
+        mysql_label,
+        open_session,
+    )
 
     try:
         args = mysql_connect_args(url)

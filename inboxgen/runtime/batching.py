@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
-    from inboxgen.runtime.backends import Backend
-    from inboxgen.runtime.backends.base import Step
+    from inboxgen.runtime.backends.base import Backend, Step
 
 # A dead letter to a table copies, checks and deletes: several statements, never batched.
 _ONE_STATEMENT = frozenset({"finish", "retry", "retry_after", "dead_letter"})

@@ -10,28 +10,29 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import ConnectFailed
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
+    from inboxgen.runtime.backends.base import Backend
 
 log = logging.getLogger("inboxgen.worker")
 
 
-async def reach(worker: Worker) -> bool:
-    """Connect once, as the worker's connections will. False when the worker was stopped
-    meanwhile; raises ConnectFailed when the database refuses or stays away."""
-    backend = worker.backend
+async def reach(backend: Backend, *, timeout: float, stopping: asyncio.Event,
+                where: Mapping[str, str]) -> bool:
+    """Connect once, as the worker's connections will, trying for up to `timeout` seconds.
+    False when `stopping` was set meanwhile; raises ConnectFailed (naming `where`: the worker
+    and its table) when the database refuses or stays away."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + worker.connect_timeout
+    deadline = loop.time() + timeout
     failures = 0
-    where = {"worker": worker.name, "table": worker.descriptor.qualified_name}
+    name = where.get("worker", "")
     while True:
         try:
-            if not await unless_stopped(worker, backend.probe()):
+            if not await unless_stopped(stopping, backend.probe()):
                 return False
         except Exception as err:
             reason = first_line(err)
@@ -42,44 +43,46 @@ async def reach(worker: Worker) -> bool:
             left = deadline - loop.time()
             if left <= 0:
                 raise ConnectFailed(f"cannot connect to {backend.label} within "
-                                    f"{worker.connect_timeout:g} s: {reason}", **where) from None
+                                    f"{timeout:g} s: {reason}", **where) from None
             if failures == 1:
                 log.warning("%s: cannot connect to %s yet (%s); trying again for up to %g s",
-                            worker.name, backend.label, reason, worker.connect_timeout)
+                            name, backend.label, reason, timeout)
             # 100 ms, doubling up to 2 s, jittered: processes restarted together spread out.
             delay = min(left, random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2.0 ** (failures - 1)))
-            if await worker._stopped_within(delay):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), delay)
+            if stopping.is_set():
                 return False
             continue
         if failures:
-            log.warning("%s: connected to %s after %d failed attempt(s)", worker.name,
+            log.warning("%s: connected to %s after %d failed attempt(s)", name,
                         backend.label, failures)
-        return not worker._stopping.is_set()
+        return not stopping.is_set()
 
 
-async def open_connections(worker: Worker) -> bool:
-    """Open the worker's connections (the database answered a moment ago). False when the
-    worker was stopped meanwhile; raises ConnectFailed when they cannot be opened."""
-    backend = worker.backend
+async def open_connections(backend: Backend, *, keep: int, stopping: asyncio.Event,
+                           where: Mapping[str, str]) -> bool:
+    """Open the worker's connections, `keep` of them busy at once (the database answered a
+    moment ago). False when `stopping` was set meanwhile; raises ConnectFailed when they
+    cannot be opened."""
     try:
-        return await unless_stopped(worker, backend.open(keep=worker.form.connections))
+        return await unless_stopped(stopping, backend.open(keep=keep))
     except Exception as err:
         with contextlib.suppress(Exception):
             await backend.close()  # what was opened of them
         raise ConnectFailed(f"cannot open the connections to {backend.label}: "
-                            f"{first_line(err)}", worker=worker.name,
-                            table=worker.descriptor.qualified_name) from None
+                            f"{first_line(err)}", **where) from None
 
 
-async def unless_stopped(worker: Worker, step: Coroutine[Any, Any, Any]) -> bool:
-    """Run `step` until it ends or the worker is told to stop (a signal must not wait for a
-    connection attempt, which may hang until its timeout): True when it ended."""
+async def unless_stopped(stopping: asyncio.Event, step: Coroutine[Any, Any, Any]) -> bool:
+    """Run `step` until it ends or `stopping` is set (a signal must not wait for a connection
+    attempt, which may hang until its timeout): True when it ended."""
     task = asyncio.ensure_future(step)
-    stopping = asyncio.ensure_future(worker._stopping.wait())
+    stopped = asyncio.ensure_future(stopping.wait())
     try:
-        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stopping.cancel()
+        stopped.cancel()
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -19,32 +20,31 @@ from psycopg import sql
 from inboxgen.runtime.connecting import first_line
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
+    from inboxgen.runtime.backends.base import Wakes
 
 log = logging.getLogger("inboxgen.worker")
 
 
-async def listen(worker: Worker) -> None:
-    from inboxgen.runtime.backends import PostgresBackend
-
-    backend = worker.backend
-    assert isinstance(backend, PostgresBackend)
-    channel = worker.descriptor.table
+async def listen(conninfo: str | None, connect_kwargs: Mapping[str, Any], channel: str,
+                 wakes: Wakes) -> None:
+    """Listen on `channel` with connections opened as `conninfo` and `connect_kwargs` say, and
+    wake as `wakes` says, until cancelled."""
+    name, group = wakes.name, wakes.group
     first = True
     lost = ""  # why the last listening connection ended, said once it is known whether alone
     failures = 0  # connection attempts failed in a row: one line per outage, not per attempt
     while True:
         try:
             conn = await psycopg.AsyncConnection.connect(
-                backend.conninfo, **{**backend.connect_kwargs, "autocommit": True})
+                conninfo or "", **{**connect_kwargs, "autocommit": True})
         except (psycopg.Error, OSError) as err:
             failures += 1
             # The database is out of reach: the worker's outage (one line for all of it).
-            if failures == 1 and not worker.outage.lost_connection(err, "listening"):
+            if failures == 1 and not wakes.lost_connection(err, "listening"):
                 log.error("%s: cannot open the listening connection, trying again shortly: %s",
-                          worker.name, first_line(err))
+                          name, first_line(err))
             else:
-                log.debug("%s: cannot open the listening connection yet: %s", worker.name,
+                log.debug("%s: cannot open the listening connection yet: %s", name,
                           first_line(err))
             # 50 ms, doubling up to 1 s, with jitter: back soon after a server restart.
             await asyncio.sleep(random.uniform(0.5, 1.0) * min(1.0, 0.05 * 2.0 ** min(
@@ -55,18 +55,18 @@ async def listen(worker: Worker) -> None:
         try:
             async with conn:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                worker.listener_pid = conn.info.backend_pid
+                wakes.listening_on(conn.info.backend_pid)
                 if not first:
                     (log.warning if alone else log.debug)(
                         "%s: the listening connection was lost (%s); listening again on %s, "
-                        "waking every worker once", worker.name, lost, channel)
-                    worker.wake()
+                        "waking every worker once", name, lost, channel)
+                    wakes.wake_all()
                 first = False
                 async for note in conn.notifies():
-                    if worker.group is None or note.payload in ("", worker.group):
-                        worker.wake_one()  # one slot per job; a full claim wakes the next
+                    if group is None or note.payload in ("", group):
+                        wakes.wake_one()  # one slot per job; a full claim wakes the next
         except (psycopg.Error, OSError) as err:
             lost = first_line(err)
-            log.debug("%s: the listening connection was lost (%s); reconnecting", worker.name,
+            log.debug("%s: the listening connection was lost (%s); reconnecting", name,
                       lost)
             await asyncio.sleep(0.05)

@@ -21,7 +21,9 @@ import attrs
 from inboxgen.runtime.connecting import first_line
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
+    from inboxgen.runtime.backends.base import Backend
+    from inboxgen.runtime.clock import Clock
+    from inboxgen.runtime.jobs import Stats
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -42,21 +44,23 @@ class _Open:
 
 
 class Outage:
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(self, name: str, clock: Clock, backend: Backend, stats: Stats) -> None:
+        self.name = name
+        self.clock = clock
+        self.backend = backend
+        self.stats = stats
         self.open: _Open | None = None
 
     def claim_failed(self, err: Exception) -> None:
-        w = self.w
-        w.stats.failed_claims += 1
+        self.stats.failed_claims += 1
         if self.lost_connection(err, "claims failing"):
             return
         if self.open is None:
             self.open = self._opened(FAILING, "claims failing", err)
-            log.error("%s: claims failing, trying again with a short backoff: %s", w.name,
+            log.error("%s: claims failing, trying again with a short backoff: %s", self.name,
                       first_line(err))
         else:
-            log.debug("%s: claim failed again: %s", w.name, first_line(err))
+            log.debug("%s: claim failed again: %s", self.name, first_line(err))
 
     def worked(self) -> None:
         """A claim, a renewal or a settlement worked: an open outage is over."""
@@ -70,23 +74,22 @@ class Outage:
             self._close("the worker stopped")
 
     def _close(self, stopped: str) -> None:
-        w = self.w
         o = self.open
         assert o is not None
         self.open = None
-        took = (w.clock.now() - o.since).total_seconds()
-        failed = w.stats.failed_claims - o.failed_claims
+        took = (self.clock.now() - o.since).total_seconds()
+        failed = self.stats.failed_claims - o.failed_claims
         lost = (f"; {o.lost} settlement(s) lost with their connections: those jobs run again"
                 if o.lost else "")
         if o.kind == UNREACHABLE:
-            log.warning("%s: %s after %.1f s (%d claim(s) failed%s)", w.name,
+            log.warning("%s: %s after %.1f s (%d claim(s) failed%s)", self.name,
                         f"{stopped} with the database unreachable" if stopped
                         else "database reachable again", took, failed, lost)
         elif o.kind == LOST:
-            log.warning("%s: a connection to %s was lost (%s: %s); %s%s", w.name,
-                        w.backend.label, o.what, o.reason, stopped or "new ones work", lost)
+            log.warning("%s: a connection to %s was lost (%s: %s); %s%s", self.name,
+                        self.backend.label, o.what, o.reason, stopped or "new ones work", lost)
         else:
-            log.warning("%s: %s after %.1f s (%d failed%s)", w.name,
+            log.warning("%s: %s after %.1f s (%d failed%s)", self.name,
                         f"{stopped} with claims failing" if stopped else "claims work again",
                         took, failed, lost)
 
@@ -94,7 +97,7 @@ class Outage:
         """Whether `err` (of `what`: settlements, a renewal, ...) is the connection's, not the
         statement's: an outage opens here if none is open, and one that could not connect is
         told at once. True when so; the caller then logs at DEBUG."""
-        backend = self.w.backend
+        backend = self.backend
         if not (isinstance(err, Exception) and backend.disconnected(err)):
             return False
         if self.open is None:
@@ -102,9 +105,9 @@ class Outage:
         if backend.unreachable(err) and self.open.kind != UNREACHABLE:
             self.open.kind = UNREACHABLE
             log.error("%s: database unreachable: %s (%s: %s); trying again with a short "
-                      "backoff", self.w.name, backend.label, what, first_line(err))
+                      "backoff", self.name, backend.label, what, first_line(err))
         else:
-            log.debug("%s: %s: %s", self.w.name, what, first_line(err))
+            log.debug("%s: %s: %s", self.name, what, first_line(err))
         return True
 
     def settlements_lost(self, n: int) -> bool:
@@ -116,9 +119,8 @@ class Outage:
         return True
 
     def _opened(self, kind: str, what: str, err: Exception) -> _Open:
-        w = self.w
-        return _Open(w.clock.now(), w.stats.failed_claims - (what == "claims failing"), kind,
-                     what, first_line(err))
+        return _Open(self.clock.now(), self.stats.failed_claims - (what == "claims failing"),
+                     kind, what, first_line(err))
 
     def pool_said(self, record: logging.LogRecord) -> None:
         """A warning of the worker's own pool: a failed connection attempt is the database
@@ -128,7 +130,7 @@ class Outage:
         if isinstance(err, Exception) and str(record.msg).startswith("error connecting"):
             self.lost_connection(err, "connecting")
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s: pool: %s", self.w.name, first_line(Exception(record.getMessage())))
+            log.debug("%s: pool: %s", self.name, first_line(Exception(record.getMessage())))
 
 
 class PoolNoise(logging.Filter):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -102,3 +103,69 @@ def lease_expiry(now: _dt.datetime, lease_seconds: int) -> _dt.datetime:
     if end.microsecond:
         end = end.replace(microsecond=0) + _dt.timedelta(seconds=1)
     return end
+
+
+# -- the rules a delivery follows around the handler -------------------------------------------
+
+
+def spent(attempt: int | None, max_attempts: int | None) -> Settlement | None:
+    """A row claimed past its last attempt: earlier deliveries never settled (their process
+    died), so it is dead-lettered before its handler runs again, and a job that kills its
+    worker cannot loop. None when attempts are left."""
+    if max_attempts is not None and attempt is not None and attempt > max_attempts:
+        return Settlement(DEAD_LETTER, note=f"attempt {attempt} is past max_attempts "
+                                            f"{max_attempts}: earlier deliveries never finished")
+    return None
+
+
+def after_failure(attempt: int | None, *, has_retry_after: bool, backoff: Backoff) -> Outcome:
+    """What a handler that raised gets: a retry after the backoff, or at once where the table
+    has no retry_after column to hold the delay."""
+    return retry_after(backoff.delay(attempt)) if has_retry_after else retry()
+
+
+def undecodable(attempt: int | None, *, has_dead_letters: bool, has_retry_after: bool,
+                backoff: Backoff, now: Callable[[], _dt.datetime]) -> Settlement | None:
+    """A payload that does not decode never will: dead-letter it, or delay it; None where the
+    table has neither a destination nor retry_after (the form's own rule then: drop or park)."""
+    if has_dead_letters:
+        return Settlement(DEAD_LETTER, note="payload does not decode")
+    if has_retry_after:
+        return Settlement(REQUEUE_AT, due=now() + backoff.delay(attempt))
+    return None
+
+
+_OPS = {FINISH: "finish", REQUEUE: "retry", REQUEUE_AT: "retry_after",
+        DEAD_LETTER: "dead_letter"}
+
+
+def settlement_call(s: Settlement, *, row_id: Any, token: _dt.datetime | None,
+                    attempt: int | None, now: _dt.datetime, ops: Any
+                    ) -> tuple[str, dict[str, Any]] | None:
+    """The generated function settlement `s` calls, and the runtime's values for it (each
+    function takes those its statement names); None where it needs no statement: a parked
+    lease, or a plain retry where the module has no statement for it (a row lock without an
+    attempt column, advisory: the rollback or the unlock returns the row)."""
+    if s.action == PARK:
+        return None
+    op = _OPS[s.action]
+    if getattr(ops, op) is None:
+        return None
+    values: dict[str, Any] = {"id": row_id, "locked_until": token, "attempt": attempt,
+                              "now": now}
+    if s.action == REQUEUE_AT:
+        values["retry_after"] = s.due
+    return op, values
+
+
+def what_happens(s: Settlement, *, has_retry_after: bool, now: _dt.datetime,
+                 dead_letters: str) -> str:
+    """What becomes of a failed delivery's row, as its log line says it."""
+    if s.action == DEAD_LETTER:
+        return f"its last attempt failed: moved to the dead letters ({dead_letters})"
+    if s.action == REQUEUE_AT:
+        assert s.due is not None
+        return f"retrying in {(s.due - now).total_seconds():g} s"
+    if not has_retry_after:
+        return "retrying now (the table has no retry_after column for a backoff)"
+    return "retrying now"

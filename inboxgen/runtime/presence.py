@@ -11,7 +11,7 @@ from inboxgen.generate.dialects import DIALECTS
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
-    from inboxgen.runtime.backends import Backend
+    from inboxgen.runtime.backends.base import Backend
 
 
 class Presence:

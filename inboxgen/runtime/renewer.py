@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inboxgen.runtime.outcomes import lease_expiry
+from inboxgen.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from inboxgen.runtime.batching import Calls
@@ -63,10 +64,8 @@ class LeaseRenewer:
         self._task = asyncio.create_task(self._run(), name=f"{self.name}:renew")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         self._held.clear()
 
     def hold(self, rows: list[Any]) -> None:

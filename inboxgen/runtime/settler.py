@@ -21,8 +21,7 @@ from inboxgen.runtime.batching import Calls, by_op
 log = logging.getLogger("inboxgen.worker")
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.backends import Backend
-    from inboxgen.runtime.backends.base import Step
+    from inboxgen.runtime.backends.base import Backend, Step
 
 
 # Told what became of a settlement: True when it changed its row, False when its row is no

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
+    from inboxgen.runtime.backends.base import Wakes
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -27,8 +27,8 @@ log = logging.getLogger("inboxgen.worker")
 WATCH_INTERVAL = 0.01
 
 
-async def watch(worker: Worker, path: str) -> None:
-    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{worker.name}:watch")
+async def watch(path: str, wakes: Wakes) -> None:
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{wakes.name}:watch")
     loop = asyncio.get_running_loop()
     conn: sqlite3.Connection | None = None
     try:
@@ -39,13 +39,13 @@ async def watch(worker: Worker, path: str) -> None:
             try:
                 now = await loop.run_in_executor(thread, _version, conn)
             except sqlite3.Error as err:  # a file replaced or gone: the claims will say
-                log.debug("%s: cannot read the database's data_version: %s", worker.name, err)
+                log.debug("%s: cannot read the database's data_version: %s", wakes.name, err)
                 continue
             # Only a slot that waits is woken: busy slots claim again anyway, and owing them a
             # wake-up would have every commit of another process start a claim at once,
             # crowding the file's one write lock. With no slot waiting, the change is looked
             # at again on the next tick.
-            if now != seen and worker._wake_waiting_slot():
+            if now != seen and wakes.wake_waiting():
                 seen = now
     finally:
         if conn is not None:

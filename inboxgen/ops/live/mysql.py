@@ -37,7 +37,7 @@ class MySQLLive(LiveDatabase):
         return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)  # naive UTC
 
     def explain(self, sql: str, bound: dict[str, Any]) -> Any:
-        from inboxgen.runtime.backends.mysql import bind_lists
+        from inboxgen.runtime.backends.mysql_server import bind_lists
 
         bound = bind_lists(sql, bound)
         try:

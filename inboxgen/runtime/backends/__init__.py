@@ -1,7 +1,8 @@
 """The drivers under the worker, one module per driver."""
 
 from inboxgen.runtime.backends.base import Backend, NoDatabase, ThreadedBackend
-from inboxgen.runtime.backends.mysql import MySQLBackend, mysql_connect_args
+from inboxgen.runtime.backends.mysql import MySQLBackend
+from inboxgen.runtime.backends.mysql_server import mysql_connect_args
 from inboxgen.runtime.backends.postgres import PostgresBackend
 from inboxgen.runtime.backends.sqlite import AdvisoryRegistry, SqliteBackend
 

@@ -1,5 +1,6 @@
 """What the worker needs of a database driver: connections, transactions and calls of the
-generated functions. The worker decides; a backend only executes.
+generated functions. The worker decides; a backend only executes, and tells what the server
+offers (`ServerOffers`). It knows no worker: a listener gets the callbacks it wakes (`Wakes`).
 
 Drivers without async support (sqlite3, PyMySQL) run their calls on threads of their own, one
 per connection (`ThreadedBackend`).
@@ -10,15 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import attrs
 
 from inboxgen.descriptor import TableDescriptor
-
-if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
 
 # What a Worker's database= may be: a URL, conninfo or file path, or driver arguments.
 Database = str | Path | Mapping[str, Any] | None
@@ -32,6 +32,28 @@ class NoDatabase(ValueError):
     """A Worker was built without the database= (or pool=) its backend needs."""
 
 
+@attrs.frozen
+class ServerOffers:
+    """What `check_server` found beyond what every worker needs."""
+
+    # A connection's transactions all run on one server session (not so behind a transaction
+    # pooler): advisory locks and LISTEN need it.
+    one_session: bool = True
+
+
+@attrs.frozen
+class Wakes:
+    """What a listener wakes as rows arrive, and where it reports."""
+
+    name: str  # the worker's, for log lines
+    group: str | None  # the group whose rows wake it (None: every row)
+    wake_all: Callable[[], None]  # every waiting slot (after a lost notification)
+    wake_one: Callable[[], None]  # one slot per new row
+    wake_waiting: Callable[[], bool]  # a waiting slot, if one waits
+    lost_connection: Callable[[BaseException, str], bool]  # the worker's outage
+    listening_on: Callable[[int], None]  # the listening session's process id
+
+
 class StepFailed(Exception):
     """A step of `together` failed after `done` steps had run (the driver's error is the
     cause)."""
@@ -40,6 +62,23 @@ class StepFailed(Exception):
         super().__init__(str(cause))
         self.done = done
         self.cause = cause
+
+
+class Busy:
+    """`with backend.busy_call:` around each driver call: `backend.busy` counts the calls in
+    flight, so a test on a fake clock can tell when all is quiet. One instance per backend,
+    reused (no allocation per call)."""
+
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    def __enter__(self) -> None:
+        self._backend.busy += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._backend.busy -= 1
 
 
 class Backend:
@@ -65,6 +104,7 @@ class Backend:
         # The name of the pool the backend opens itself, where it logs through "psycopg.pool".
         self.own_pool_name: str | None = None
         self.busy = 0  # calls in flight, so tests on a fake clock can tell when all is quiet
+        self.busy_call = Busy(self)
 
     @classmethod
     def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
@@ -75,14 +115,15 @@ class Backend:
         that cannot serve the worker (a message that never quotes the address)."""
         raise NotImplementedError
 
-    def listener(self, worker: Worker) -> Coroutine[Any, Any, None] | None:
-        """The task that wakes `worker`'s slots as rows arrive (listen=True), where the
+    def listener(self, wakes: Wakes) -> Coroutine[Any, Any, None] | None:
+        """The task that wakes a worker's slots as rows arrive (listen=True), where the
         database can tell."""
         return None
 
-    async def check_server(self, conn: Any, worker: Worker) -> None:
-        """At start-up, on `conn`: what the server must offer the worker (raises
-        WorkerConfigError), and what the worker must do without."""
+    async def check_server(self, conn: Any, where: Mapping[str, str]) -> ServerOffers:
+        """At start-up, on `conn`: what the server must offer every worker (raises
+        WorkerConfigError naming `where`), and what else it offers."""
+        return ServerOffers()
 
     async def probe(self) -> None:
         """Open one connection as the worker's own are opened, and close it: raises the
@@ -117,12 +158,38 @@ class Backend:
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    # Whether a step's error surfaces at that step (StepFailed says how many ran): not so in
+    # psycopg's pipeline mode, where it surfaces at the next fetch.
+    steps_fail_in_place = True
+
     async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
         """Run `steps` in order on `conn`; returns the results of the calls among them. Where
         the driver allows, they travel together: in psycopg's pipeline mode queued until a
         fetch (or `sync`), on a threaded driver one call on the connection's thread. May raise
-        StepFailed, saying how many steps ran."""
-        raise NotImplementedError
+        StepFailed, saying how many steps ran (where `steps_fail_in_place`)."""
+        results = []
+        for done, step in enumerate(steps):
+            try:
+                if step == BEGIN:
+                    await self.begin_step(conn)
+                elif step == COMMIT:
+                    await self.commit_step(conn)
+                elif not isinstance(step, str):
+                    op, args = step
+                    results.append(await self.call(conn, op, **args))
+            except Exception as err:
+                if not self.steps_fail_in_place:
+                    raise
+                raise StepFailed(done, err) from err
+        return results
+
+    async def begin_step(self, conn: Any) -> None:
+        """BEGIN as a step of `together`."""
+        await self.begin(conn)
+
+    async def commit_step(self, conn: Any) -> None:
+        """COMMIT as a step of `together`."""
+        await self.commit(conn)
 
     def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """A connection held across transactions, with explicit BEGIN/COMMIT (`rounds_together`)."""
@@ -193,9 +260,6 @@ class Backend:
             await self.rollback(conn)
             await self.call(conn, "unlock", key=key)
             await self.commit(conn)
-
-    def insert_params(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(fields)
 
     def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
         """A handler's thread still uses `conn` after its job was cancelled: leave the
@@ -291,8 +355,7 @@ class ThreadedBackend(KeptConnections):
 
     async def _on_thread(self, thread: ThreadPoolExecutor, conn: Any, fn: Any, *args: Any,
                          **kwargs: Any) -> Any:
-        self.busy += 1
-        try:
+        with self.busy_call:
             loop = asyncio.get_running_loop()
             future = loop.run_in_executor(thread, functools.partial(fn, *args, **kwargs))
             try:
@@ -306,8 +369,6 @@ class ThreadedBackend(KeptConnections):
                 if not future.cancelled():
                     future.exception()  # retrieved: the cancellation is what the caller sees
                 raise
-        finally:
-            self.busy -= 1
 
     async def _run(self, conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if id(conn) in self._abandoned:

@@ -1,153 +1,36 @@
-"""MySQL/MariaDB: what both drivers share (addresses, session settings, the server's
-checks), and PyMySQL's threaded calls of the generated functions.
+"""MySQL/MariaDB on PyMySQL: the generated functions called on a thread per connection, and
+the choice of driver.
 
-A worker runs on asyncmy (on the event loop, no threads: about half the CPU per job) unless
-its handlers write on the job's connection (transactional=True), whose users expect a PyMySQL
-connection, or its address or its module leaves asyncmy out. `mysql+pymysql://` and
+A worker runs on asyncmy (mysql_async.py: on the event loop, no threads, about half the CPU per
+job) unless its handlers write on the job's connection (transactional=True), whose users expect
+a PyMySQL connection, or its address or its module leaves asyncmy out. `mysql+pymysql://` and
 `mysql+asyncmy://` choose the driver.
 """
 
 from __future__ import annotations
 
-import re
-import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import WorkerConfigError
+from inboxgen.runtime.backends import mysql_async
 from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, ThreadedBackend
-
-if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
-
-# The URL schemes of a MySQL/MariaDB address, and the driver each one names.
-MYSQL_SCHEMES: dict[str, str | None] = {"mysql": None, "mariadb": None, "mysql+pymysql": "pymysql",
-                                        "mysql+asyncmy": "asyncmy"}
-
-
-def mysql_driver(database: str | Mapping[str, Any]) -> str | None:
-    """The driver a URL names (`mysql+pymysql://`, `mysql+asyncmy://`); None leaves the choice
-    to the worker."""
-    if not isinstance(database, str):
-        return None
-    from urllib.parse import urlsplit
-
-    return MYSQL_SCHEMES.get(urlsplit(database).scheme)
+from inboxgen.runtime.backends.mysql_server import (
+    MySQLServer,
+    bind_lists,
+    check_connect_args,
+    mysql_connect_args,
+    mysql_driver,
+    open_session,
+)
 
 
-def mysql_connect_args(database: str | Mapping[str, Any]) -> dict[str, Any]:
-    """PyMySQL connect() arguments from a URL (mysql://user:password@host:port/db) or a mapping
-    of them."""
-    if not isinstance(database, str):
-        return dict(database)
-    from urllib.parse import parse_qs, unquote, urlsplit
+class MySQLBackend(MySQLServer, ThreadedBackend):
+    """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC,
+    each with a thread of its own."""
 
-    url = urlsplit(database)
-    if url.scheme not in MYSQL_SCHEMES:
-        raise ValueError("a MySQL/MariaDB database is a URL like mysql://user@host:3306/name")
-    try:
-        port = url.port
-    except ValueError:  # its text names the port alone
-        raise ValueError("the MySQL/MariaDB URL has a port that is not a number from 1 to "
-                         "65535") from None
-    args: dict[str, Any] = {"host": url.hostname or "localhost", "port": port or 3306,
-                            "database": unquote(url.path.lstrip("/")) or None}
-    if url.username:
-        args["user"] = unquote(url.username)
-    if url.password:
-        args["password"] = unquote(url.password)
-    for key, values in parse_qs(url.query, keep_blank_values=True).items():
-        if key not in URL_PARAMETERS:
-            # Left out, it would be ignored: a worker meant to use TLS would connect without.
-            raise ValueError(f"the MySQL/MariaDB URL has an unknown parameter {key!r} (it takes "
-                             f"{', '.join(URL_PARAMETERS)})")
-        args[key] = values[-1]
-    return args
-
-
-# What a MySQL/MariaDB URL may say after its "?".
-URL_PARAMETERS = ("unix_socket", "charset", "ssl_ca")
-
-
-def check_connect_args(args: Mapping[str, Any]) -> None:
-    """Raises ValueError naming the first of PyMySQL's connect() arguments that it would
-    refuse (or trip over) when it connects; never with the password."""
-    import inspect
-    import os
-
-    import pymysql
-    from pymysql.charset import charset_by_name
-
-    known = set(inspect.signature(pymysql.connections.Connection.__init__).parameters)
-    where = "the MySQL/MariaDB connection"
-    for key in args:
-        if key == "self" or key not in known:
-            raise ValueError(f"{where} has an unknown argument {key!r}")
-    port = args.get("port", 3306)
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(f"{where} has port={port!r}, not a number from 1 to 65535")
-    charset = args.get("charset")
-    if charset is not None and (not isinstance(charset, str) or not charset
-                                or charset_by_name(charset) is None):
-        raise ValueError(f"{where} has charset={charset!r}, which PyMySQL does not know")
-    timeout = args.get("connect_timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or timeout <= 0):
-        raise ValueError(f"{where} has connect_timeout={timeout!r}, not a number of seconds "
-                         f"above 0")
-    for key in ("ssl_ca", "ssl_cert", "ssl_key"):
-        path = args.get(key)
-        if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
-            raise ValueError(f"{where} has {key}={str(path)!r}, which is not a readable file")
-
-
-def bind_lists(sql: str, bound: Mapping[str, Any]) -> dict[str, Any]:
-    """`bound` for planning `sql`: a list parameter (`IN %(ids)s`, which the drivers write
-    from a tuple as a parenthesised list) bound as a one-element tuple."""
-    lists = set(re.findall(r"\bIN %\((\w+)\)s", sql))
-    return {k: ((None,) if k in lists else v) for k, v in bound.items()}
-
-
-def mysql_label(args: Mapping[str, Any]) -> str:
-    """How messages name the database: host and port (or socket), database, user; never the
-    password."""
-    where = args.get("unix_socket") or f"{args.get('host', 'localhost')}:{args.get('port', 3306)}"
-    return (f"MySQL/MariaDB at {where}, database {args.get('database') or '(none)'}, "
-            f"user {args.get('user') or '(default)'}")
-
-
-def open_session(connect_args: Mapping[str, Any]) -> Any:
-    """A PyMySQL connection as inboxgen's statements expect it: READ COMMITTED, times in UTC,
-    and UPDATE counting the rows it matched."""
-    import pymysql
-    from pymysql.constants import CLIENT
-
-    # FOUND_ROWS: an UPDATE reports the rows it matched, not only those it changed, so a
-    # renewal that writes the expiry already held still counts as held.
-    args = dict(connect_args)
-    flags = int(args.pop("client_flag", 0)) | CLIENT.FOUND_ROWS
-    conn = pymysql.connect(**args, client_flag=flags, autocommit=False)
-    with conn.cursor() as cur:
-        # Claims run at READ COMMITTED; times travel as naive UTC.
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        cur.execute("SET SESSION time_zone = '+00:00'")
-    return conn
-
-
-class MySQLServer(Backend):
-    """What a MySQL/MariaDB backend is on either driver."""
-
-    dialect = "mysql"
-    # A round's statements run back to back on one connection: in one call on PyMySQL's
-    # thread, or one after another on the event loop (the protocol has no pipelining).
-    rounds_together = True
-
-    def __init__(self, descriptor: TableDescriptor, connect_args: Mapping[str, Any]) -> None:
-        super().__init__(descriptor)
-        self.connect_args = dict(connect_args)
-        self.label = mysql_label(self.connect_args)
+    driver = "PyMySQL"
 
     @classmethod
     def for_worker(cls, descriptor: TableDescriptor, database: Database, pool: Any,
@@ -162,85 +45,12 @@ class MySQLServer(Backend):
         driver = mysql_driver(database)
         if driver == "pymysql":
             return MySQLBackend(descriptor, args)
-        from inboxgen.runtime.backends import mysql_async
-
         why_not = mysql_async.unsuitable(descriptor, args, transactional=transactional)
         if why_not is None:
             return mysql_async.AsyncMySQLBackend(descriptor, args)
         if driver == "asyncmy":
             raise ValueError(f"mysql+asyncmy:// cannot serve this worker: {why_not}")
         return MySQLBackend(descriptor, args)
-
-    async def check_server(self, conn: Any, worker: Worker) -> None:
-        """The version floor, and a binary log format that allows READ COMMITTED writes."""
-        from inboxgen.runtime.serverversion import require_supported
-
-        where = {"worker": worker.name, "table": self.descriptor.qualified_name}
-        (text,) = await self.query(conn, "SELECT VERSION()")
-        require_supported(str(text), **where)
-        log_bin, binlog_format = await self.query(conn, "SELECT @@log_bin, @@binlog_format")
-        if int(log_bin or 0) and str(binlog_format).upper() == "STATEMENT":
-            raise WorkerConfigError(
-                "the server's binlog_format is STATEMENT, which refuses the READ COMMITTED "
-                "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
-
-    def permanent(self, err: Exception) -> bool:
-        # Access denied (to the server or the database), an unknown database or host, an
-        # authentication method or TLS the two sides do not share: no retry changes them.
-        if not isinstance(err, (OSError, *_driver_errors())):
-            return True  # the driver tripped over its arguments
-        code = err.args[0] if err.args and isinstance(err.args[0], int) else None
-        if code in _REFUSED:
-            return True
-        if "[SSL" in str(err):  # asyncmy: a TLS handshake with a server that has none
-            return True
-        return isinstance(err.__cause__ or err.__context__, socket.gaierror)
-
-    def disconnected(self, err: Exception, conn: Any = None) -> bool:
-        if conn is not None and getattr(conn, "open", True) and getattr(conn, "connected", True):
-            return False  # the job's connection is alive: the error is the handler's own
-        if isinstance(err, OSError):
-            return True
-        if not isinstance(err, _driver_errors()):
-            return False
-        code = err.args[0] if err.args and isinstance(err.args[0], int) else None
-        # Both drivers raise InterfaceError (code 0) for a connection already closed.
-        return code in _GONE or (code == 0 and type(err).__name__ == "InterfaceError")
-
-    def unreachable(self, err: Exception) -> bool:
-        code = err.args[0] if err.args and isinstance(err.args[0], int) else None
-        return code == 2003 or isinstance(err, OSError)  # cannot connect
-
-    async def begin(self, conn: Any, *, immediate: bool = True) -> None:
-        pass  # autocommit is off: the first statement opens the transaction, no round trip
-
-
-# Cannot connect, server gone away, lost during a query, lost at a read, server shutting down,
-# the connection killed, too many connections, disconnected by the server.
-_GONE = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 1040, 4031})
-# Access denied to the database, to the server; an unknown database; a host that may not
-# connect; an authentication method the client lacks; a server that demands TLS; an unknown host;
-# an authentication plugin that cannot be loaded; TLS the server does not offer.
-_REFUSED = frozenset({1044, 1045, 1049, 1130, 1251, 3159, 2005, 2059, 2026})
-
-
-def _driver_errors() -> tuple[type[Exception], ...]:
-    """The errors the drivers raise of a database (the others are mistakes in the arguments)."""
-    import pymysql
-
-    errors: tuple[type[Exception], ...] = (pymysql.Error,)
-    try:
-        import asyncmy.errors
-    except ImportError:
-        return errors
-    return (*errors, asyncmy.errors.Error)
-
-
-class MySQLBackend(MySQLServer, ThreadedBackend):
-    """PyMySQL connections (a small pool of the worker's own), at READ COMMITTED and in UTC,
-    each with a thread of its own."""
-
-    driver = "PyMySQL"
 
     def _connect(self) -> Any:
         return open_session(self.connect_args)

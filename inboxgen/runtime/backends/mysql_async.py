@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from inboxgen.descriptor import Operations, TableDescriptor
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, KeptConnections, Step, StepFailed
-from inboxgen.runtime.backends.mysql import MySQLServer, bind_lists
+from inboxgen.runtime.backends.base import KeptConnections
+from inboxgen.runtime.backends.mysql_server import MySQLServer, bind_lists
 
 # PyMySQL's connect() arguments that asyncmy's connect() takes as they are.
 _SAME = frozenset({"host", "port", "user", "password", "database", "db", "unix_socket",
@@ -83,8 +83,7 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
         # READ COMMITTED, times travel as naive UTC.
         args = dict(self._args)
         flags = int(args.pop("client_flag", 0)) | CLIENT.FOUND_ROWS
-        self.busy += 1  # a test clock waits for it, as for any call
-        try:
+        with self.busy_call:  # a test clock waits for it, as for any call
             conn = await asyncmy.connect(**args, client_flag=flags, autocommit=False)
             try:
                 cur = conn.cursor()
@@ -93,8 +92,6 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
             except BaseException:
                 conn.close()
                 raise
-        finally:
-            self.busy -= 1
         self._open.add(conn)
         return conn
 
@@ -133,32 +130,15 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
     async def _run(self, conn: Any, call: Any) -> Any:
         """Await `call` on `conn`; a cancellation closes the connection, which it left in the
         middle of a reply."""
-        self.busy += 1
-        try:
-            return await call
-        except asyncio.CancelledError:
-            self._drop(conn)
-            raise
-        finally:
-            self.busy -= 1
+        with self.busy_call:
+            try:
+                return await call
+            except asyncio.CancelledError:
+                self._drop(conn)
+                raise
 
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         return await self._run(conn, getattr(self.ops, op)(conn, *args, **kwargs))
-
-    async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
-        results = []
-        for done, step in enumerate(steps):
-            try:
-                if step == BEGIN:
-                    await self.begin(conn)
-                elif step == COMMIT:
-                    await self._run(conn, conn.commit())
-                elif not isinstance(step, str):
-                    op, args = step
-                    results.append(await self.call(conn, op, **args))
-            except Exception as err:
-                raise StepFailed(done, err) from err
-        return results
 
     async def commit(self, conn: Any) -> None:
         await self._run(conn, conn.commit())

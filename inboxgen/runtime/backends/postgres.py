@@ -6,16 +6,19 @@ import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inboxgen.descriptor import Operations, TableDescriptor
-from inboxgen.errors import WorkerConfigError
-from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, Step
+from inboxgen.runtime.backends.base import (
+    Backend,
+    Database,
+    NoDatabase,
+    ServerOffers,
+    Step,
+    Wakes,
+)
 from inboxgen.runtime.backends.pgconninfo import label_of, pg_params
 from inboxgen.runtime.backends.pgconninfo import pg_label as pg_label  # the operations' import
-
-if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -62,32 +65,22 @@ class PostgresBackend(Backend):
                              "pool=<psycopg_pool.AsyncConnectionPool>")
         return cls(descriptor, str(database) if database else None, pool=pool, size=size)
 
-    def listener(self, worker: Worker) -> Coroutine[Any, Any, None]:
+    def listener(self, wakes: Wakes) -> Coroutine[Any, Any, None]:
         from inboxgen.runtime.listener import listen
 
-        return listen(worker)
+        return listen(self.conninfo, self.connect_kwargs, self.descriptor.table, wakes)
 
-    async def check_server(self, conn: Any, worker: Worker) -> None:
+    async def check_server(self, conn: Any, where: Mapping[str, str]) -> ServerOffers:
         """Advisory locks and LISTEN live on a server session. Behind a transaction pooler
         (PgBouncer's pool_mode=transaction) two transactions of one client connection may run
-        on different server sessions: where that shows, refuse the advisory form and poll
+        on different server sessions: the worker then refuses the advisory form and polls
         instead of listening."""
         pids = set()
         for _ in range(3):
             cur = await conn.execute("SELECT pg_backend_pid()")
             pids.add((await cur.fetchone())[0])
             await conn.commit()
-        if len(pids) == 1:
-            return
-        if worker.form.needs_one_session:
-            raise WorkerConfigError(
-                "the connection is behind a transaction pooler (each transaction ran on another "
-                "server session), where advisory locks do not hold: connect directly or use "
-                "session pooling", worker=worker.name, table=worker.descriptor.qualified_name)
-        if worker.listen:
-            log.warning("%s: behind a transaction pooler LISTEN cannot work: polling every "
-                        "%g s instead", worker.name, worker.poll_interval)
-            worker.listen = False
+        return ServerOffers(one_session=len(pids) == 1)
 
     async def probe(self) -> None:
         import psycopg
@@ -154,8 +147,7 @@ class PostgresBackend(Backend):
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
-        self.busy += 1
-        try:
+        with self.busy_call:
             async with self.pool.connection() as conn:
                 self.busy -= 1
                 try:
@@ -163,8 +155,6 @@ class PostgresBackend(Backend):
                 finally:
                     self.busy += 1
                     await conn.rollback()  # what was not committed does not leak
-        finally:
-            self.busy -= 1
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[Any]:
@@ -183,17 +173,15 @@ class PostgresBackend(Backend):
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         return conn.pipeline()  # type: ignore[no-any-return]
 
-    async def together(self, conn: Any, steps: list[Step]) -> list[Any]:
-        # BEGIN and COMMIT as statements: in pipeline mode (an autocommit session) they queue
-        # with the calls, and a fetch sends them all.
-        results = []
-        for step in steps:
-            if isinstance(step, str):
-                await self.execute(conn, step)
-            else:
-                op, args = step
-                results.append(await self.call(conn, op, **args))
-        return results
+    # In pipeline mode (an autocommit session) BEGIN and COMMIT are statements queued with the
+    # calls, and a fetch sends them all: an error surfaces at the fetch, not where it arose.
+    steps_fail_in_place = False
+
+    async def begin_step(self, conn: Any) -> None:
+        await self.execute(conn, "BEGIN")
+
+    async def commit_step(self, conn: Any) -> None:
+        await self.execute(conn, "COMMIT")
 
     async def alone(self, steps: list[Step]) -> list[Any]:
         # Autocommit: each statement is its own transaction, one round trip.
@@ -201,50 +189,32 @@ class PostgresBackend(Backend):
             return await self.together(conn, steps)
 
     async def sync(self, pipeline: Any) -> None:
-        self.busy += 1
-        try:
+        with self.busy_call:
             await pipeline.sync()
-        finally:
-            self.busy -= 1
 
     async def call(self, conn: Any, op: str, *args: Any, **kwargs: Any) -> Any:
-        self.busy += 1
-        try:
+        with self.busy_call:
             return await getattr(self.ops, op)(conn, *args, **kwargs)
-        finally:
-            self.busy -= 1
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         pass  # psycopg opens the transaction with the first statement
 
     async def commit(self, conn: Any) -> None:
-        self.busy += 1
-        try:
+        with self.busy_call:
             await conn.commit()
-        finally:
-            self.busy -= 1
 
     async def rollback(self, conn: Any) -> None:
-        self.busy += 1
-        try:
+        with self.busy_call:
             await conn.rollback()
-        finally:
-            self.busy -= 1
 
     async def execute(self, conn: Any, sql: Any) -> None:
-        self.busy += 1
-        try:
+        with self.busy_call:
             await conn.execute(sql)
-        finally:
-            self.busy -= 1
 
     async def query(self, conn: Any, sql: Any, params: Mapping[str, Any] | None = None) -> Any:
-        self.busy += 1
-        try:
+        with self.busy_call:
             cur = await conn.execute(sql, params)
             return await cur.fetchone()
-        finally:
-            self.busy -= 1
 
     async def explain(self, conn: Any, name: str) -> None:
         try:

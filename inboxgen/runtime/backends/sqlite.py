@@ -9,13 +9,17 @@ import sqlite3
 import threading
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.runtime.backends.base import Backend, Database, NoDatabase, Step, ThreadedBackend
-
-if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
+from inboxgen.runtime.backends.base import (
+    Backend,
+    Database,
+    NoDatabase,
+    Step,
+    ThreadedBackend,
+    Wakes,
+)
 
 
 class SqliteBackend(ThreadedBackend):
@@ -49,10 +53,10 @@ class SqliteBackend(ThreadedBackend):
             raise NoDatabase("a SQLite worker needs database=<path of the file>")
         return cls(descriptor, str(database))
 
-    def listener(self, worker: Worker) -> Coroutine[Any, Any, None]:
+    def listener(self, wakes: Wakes) -> Coroutine[Any, Any, None]:
         from inboxgen.runtime.watcher import watch
 
-        return watch(worker, self.path)
+        return watch(self.path, wakes)
 
     # Advisory locks: SQLite has none, so they are kept in the process (AdvisoryRegistry), and
     # one process per database file serves advisory rows.
@@ -161,17 +165,17 @@ class SqliteBackend(ThreadedBackend):
             raise
 
     async def commit(self, conn: Any) -> None:
-        try:
-            if conn.in_transaction:
-                await self._run(conn, conn.execute, "COMMIT")
-        finally:
-            if not conn.in_transaction:
-                self._end_turn(conn)
+        await self._end(conn, "COMMIT")
 
     async def rollback(self, conn: Any) -> None:
+        await self._end(conn, "ROLLBACK")
+
+    async def _end(self, conn: Any, how: str) -> None:
+        """End the transaction open on `conn` (COMMIT or ROLLBACK); once none is open, the
+        process's write turn passes on."""
         try:
             if conn.in_transaction:
-                await self._run(conn, conn.execute, "ROLLBACK")
+                await self._run(conn, conn.execute, how)
         finally:
             if not conn.in_transaction:
                 self._end_turn(conn)

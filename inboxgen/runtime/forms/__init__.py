@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from inboxgen.runtime.forms.advisory import Advisory
-from inboxgen.runtime.forms.base import Form
-from inboxgen.runtime.forms.lease import Lease
+from inboxgen.runtime.forms.base import Form, Parts, Slots
+from inboxgen.runtime.forms.lease import FifoLease, Lease
 from inboxgen.runtime.forms.row_lock import row_lock
 
-if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker
-
-__all__ = ["Form", "form_for"]
+__all__ = ["Form", "Parts", "Slots", "form_for"]
 
 
-def form_for(worker: Worker) -> Form:
-    """The form the worker's table was generated for."""
-    make = {"row_lock": row_lock, "lease": Lease, "advisory": Advisory}[worker.descriptor.form]
-    return make(worker)
+def form_for(parts: Parts) -> Form:
+    """The form the table was generated for."""
+    d = parts.descriptor
+    if d.form == "lease":
+        return FifoLease(parts) if d.fifo else Lease(parts)
+    return row_lock(parts) if d.form == "row_lock" else Advisory(parts)

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import WorkerConfigError
-from inboxgen.runtime.forms.base import Form
+from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker, _Held
+    from inboxgen.runtime.jobs import Held
 
 # The most candidates one round reads while the rows ahead are held by others.
 _MAX_REACH = 4096
@@ -27,8 +27,8 @@ class Advisory(Form):
     unfinished = "their locks are released: the rows return at once"
     needs_one_session = True
 
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(worker)
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
         self._keys_in_work: set[str] = set()  # keys this worker's slots hold
         # When this worker settled each id lately (a sequence number), so candidates read
         # before a settlement cost no round trip; an id settled before the read is a new row
@@ -39,35 +39,35 @@ class Advisory(Form):
         self._reach = 0  # how many candidates the next round reads, at least
 
     def claim_resources(self) -> None:
-        w = self.w
-        if not w.backend.claim_advisory_file(w):
+        # The form is the owner of its locks: one worker's, and never another's.
+        if not self.backend.claim_advisory_file(self):
             raise WorkerConfigError(
-                f"another process serves advisory rows of the {w.backend.label}: SQLite "
+                f"another process serves advisory rows of the {self.backend.label}: SQLite "
                 f"keeps advisory locks in one process, so run the advisory workers of a "
                 f"database file in one process (or use the lease form)",
-                worker=w.name, table=w.descriptor.qualified_name)
+                worker=self.name, table=self.d.qualified_name)
 
     def release_resources(self) -> None:
-        self.w.backend.release_advisory(self.w)
+        self.backend.release_advisory(self)
 
     async def round(self) -> bool:
         """Lock and take up to `batch` of the due rows. Rows whose key another slot or process
         holds are skipped; the round counts as drained only when fewer rows were due than it
         read."""
-        w = self.w
-        d = w.descriptor
+        d, backend, settings = self.d, self.backend, self.settings
+        batch, group = settings.batch, settings.group
         got = 0
         held = 0  # candidates passed over: their keys are held here or elsewhere
         # Rows in work stay due (and first in claim order) until they settle: read past this
         # worker's own, and further still while whole pages turn out held by other processes.
-        limit = max(w.batch + w.workers + len(self._keys_in_work), self._reach)
-        async with w.backend.connection() as conn:
+        limit = max(batch + settings.workers + len(self._keys_in_work), self._reach)
+        async with backend.connection() as conn:
             read_at = self._settle_seq
-            candidates = await w._call(conn, "candidates", group=w.group, now=w.clock.now(),
-                                       limit=limit)
-            await w.backend.commit(conn)
+            candidates = await self.calls(conn, "candidates", group=group, now=self.clock.now(),
+                                          limit=limit)
+            await backend.commit(conn)
             for row in candidates:
-                if got >= w.batch:
+                if got >= batch:
                     break
                 row_id = getattr(row, d.role_attrs["id"])
                 if self._settled_at.get(row_id, -1) >= read_at:
@@ -77,30 +77,30 @@ class Advisory(Form):
                     held += 1
                     continue  # another slot of this worker holds it: no round trip to learn so
                 self._keys_in_work.add(key)  # reserved before the lock's round trip
-                if not await w.backend.lock_key(conn, key, w):
+                if not await backend.lock_key(conn, key, self):
                     self._keys_in_work.discard(key)
                     held += 1
                     continue
                 try:
                     async with self._on(conn):
-                        taken = await w._call(conn, "take", id=row_id, group=w.group,
-                                              now=w.clock.now())
+                        taken = await self.calls(conn, "take", id=row_id, group=group,
+                                                 now=self.clock.now())
                     if taken is None:
                         continue  # finished or rescheduled since the candidates were read
                     got += 1
-                    w._in_flight += 1
-                    await w._deliver(w._held(taken, key=key), conn)
+                    self.slots.took(1)
+                    await self.delivery.deliver(self.held(taken, key=key), conn)
                 finally:
                     self._keys_in_work.discard(key)
-                    await w.backend.unlock_key(conn, key, w)
+                    await backend.unlock_key(conn, key, self)
         if len(candidates) < limit:
             self._reach = 0
-            return got < w.batch
+            return got < batch
         # A full page: the next round reads past as many held rows as this one met (twice as
         # far when they left this round short), since the free rows lie further on.
-        margin = w.batch + w.workers
+        margin = batch + settings.workers
         self._reach = min(_MAX_REACH,
-                          (2 * max(held, limit) if got < w.batch else held) + margin)
+                          (2 * max(held, limit) if got < batch else held) + margin)
         if got == 0:
             # Every due row we read is held by others (a shared key, or other slots): look
             # again shortly rather than wait out the poll interval.
@@ -110,7 +110,7 @@ class Advisory(Form):
     @contextlib.asynccontextmanager
     async def _on(self, conn: Any) -> AsyncIterator[Any]:
         """A transaction on the lock's session."""
-        backend = self.w.backend
+        backend = self.backend
         await backend.begin(conn)
         try:
             yield conn
@@ -119,24 +119,24 @@ class Advisory(Form):
             raise
         await backend.commit(conn)
 
-    async def deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
-        w = self.w
+    async def deliver_in_transaction(self, h: Held, payload: Any, conn: Any | None) -> None:
         assert conn is not None
-        await w.backend.begin(conn)
-        outcome = await w._run_handler(h, payload, conn)
-        s = w._decide(h, outcome)
+        backend, delivery = self.backend, self.delivery
+        await backend.begin(conn)
+        outcome = await delivery.run_handler(h, payload, conn)
+        s = delivery.decide(h, outcome)
         if outcome.kind == "ack" and s.action == FINISH:
-            await w._execute_settlement(conn, h, s)
-            await w.backend.commit(conn)
-            w._count(s, h)
+            await delivery.execute_settlement(conn, h, s)
+            await backend.commit(conn)
+            delivery.count(s, h)
             return
-        await w.backend.rollback(conn)
-        await w._settle(h, s, conn)
+        await backend.rollback(conn)
+        await delivery.settle(h, s, conn)
 
-    async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         assert conn is not None  # the lock's session
         async with self._on(conn):
-            await self.w._execute_settlement(conn, h, s)
+            await self.delivery.execute_settlement(conn, h, s)
         if s.action in (FINISH, DEAD_LETTER):  # gone for good: retried rows come back
             self._remember_settled(h.id)
 

@@ -1,25 +1,95 @@
-"""What a claim form is to the worker.
+"""What a claim form is, and the plumbing every form shares.
 
 A form says how a slot claims and works a round, how a delivery in a transaction and a
-settlement run, and what a row still in work is left as at shutdown. The worker holds one Form
-(chosen once, in forms/__init__.py) and never asks which it is; the forms use the worker's
-delivery steps (`_deliver`, `_execute_settlement`, `_run_handler`, ...), which are the same for
-all of them.
+settlement run, and what a row still in work is left as at shutdown. It gets the parts it works
+with (`Parts`) and asks the worker that runs its slots only what `Slots` says: to wait, to wake,
+whether it is stopping, and which rows are in work. Each delivery runs through the form's
+`Delivery` (delivery.py), which settles through the form's steps.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as _dt
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
+
+from inboxgen.runtime.batching import by_op
 from inboxgen.runtime.connecting import first_line
+from inboxgen.runtime.delivery import Delivery
+from inboxgen.runtime.jobs import Held
 from inboxgen.runtime.outcomes import FINISH, Settlement
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker, _Held
+    from inboxgen.descriptor import TableDescriptor
+    from inboxgen.runtime.backends.base import Backend
+    from inboxgen.runtime.batching import Calls
+    from inboxgen.runtime.clock import Clock
+    from inboxgen.runtime.handlers import HandlerRunner
+    from inboxgen.runtime.jobs import Stats
+    from inboxgen.runtime.outage import Outage
+    from inboxgen.runtime.presence import Presence
+    from inboxgen.runtime.settings import Settings
 
 log = logging.getLogger("inboxgen.worker")
+
+Pending = list[tuple[str, dict[str, Any]]]  # settlements waiting to run together
+
+
+class Slots(Protocol):
+    """What a form asks of the worker that runs its slots."""
+
+    @property
+    def stopping(self) -> bool:
+        """Told to stop: claim no more."""
+        ...
+
+    async def until_stopped(self) -> None: ...
+
+    async def stopped_within(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True as soon as the worker is told to stop."""
+        ...
+
+    async def wait(self, index: int, seconds: float) -> None:
+        """Task `index` waits for work: the poll interval, a wake-up, or the stop."""
+        ...
+
+    def wake_waiting_slot(self) -> bool:
+        """Wake one task waiting for work; False when none waits."""
+        ...
+
+    def wake_one(self) -> None: ...
+
+    def idle(self, index: int, waiting: bool) -> None:
+        """Task `index` waits for work of the form's own (or no longer)."""
+        ...
+
+    def took(self, n: int) -> None:
+        """`n` rows are in work from now on (a shutdown waits for them)."""
+        ...
+
+    def done(self, n: int) -> None:
+        """`n` rows are no longer in work."""
+        ...
+
+
+@attrs.frozen
+class Parts:
+    """What a form works with."""
+
+    descriptor: TableDescriptor
+    settings: Settings
+    clock: Clock
+    backend: Backend
+    calls: Calls
+    stats: Stats
+    outage: Outage
+    presence: Presence
+    runner: HandlerRunner
+    slots: Slots
 
 
 class Form:
@@ -28,17 +98,30 @@ class Form:
     # Whether the form holds locks on one server session across transactions (advisory), which
     # a transaction pooler cannot give.
     needs_one_session = False
-    # Tasks of the form's own that wait for work (their places in the worker's idle set): the
-    # worker is quiet only when they wait too.
+    # Tasks of the form's own that wait for work (their places among the worker's waiting
+    # tasks): the worker is quiet only when they wait too.
     waiters: frozenset[int] = frozenset()
 
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(self, parts: Parts) -> None:
+        self.d = parts.descriptor
+        self.settings = parts.settings
+        self.name = parts.settings.name
+        self.clock = parts.clock
+        self.backend = parts.backend
+        self.calls = parts.calls
+        self.stats = parts.stats
+        self.outage = parts.outage
+        self.presence = parts.presence
+        self.slots = parts.slots
+        self.delivery = Delivery(descriptor=self.d, settings=self.settings, clock=self.clock,
+                                 runner=parts.runner, backend=self.backend, calls=self.calls,
+                                 stats=self.stats, outage=self.outage, form=self,
+                                 done=self.slots.done)
 
     @property
     def connections(self) -> int:
         """How many connections the form keeps busy at once: one per slot."""
-        return self.w.workers
+        return self.settings.workers
 
     def claim_resources(self) -> None:
         """Before the worker's connections open: what the form holds outside the database."""
@@ -58,51 +141,115 @@ class Form:
         drained = await self.round()
         worked()
         if drained:
-            await self.w._wait(index, self.w.poll_interval)
+            await self.slots.wait(index, self.settings.poll_interval)
         else:
-            self.w._wake_waiting_slot()  # a full claim: more rows are likely due
+            self.slots.wake_waiting_slot()  # a full claim: more rows are likely due
 
     async def round(self) -> bool:
         """Claim and work one batch; True when the queue looked drained."""
         raise NotImplementedError
 
-    async def deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
+    async def deliver_in_transaction(self, h: Held, payload: Any, conn: Any | None) -> None:
         """Run the handler with a connection whose writes commit with the ack, and settle."""
         raise NotImplementedError
 
-    async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
-        """Execute settlement `s` of row `h` (the worker counts it)."""
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
+        """Execute settlement `s` of row `h` (the delivery counts it)."""
         raise NotImplementedError
 
     async def write(self, op: str, values: dict[str, Any]) -> bool:
         """A settlement of a row no connection of the worker holds, in a transaction of its
         own; True when it found its row."""
-        w = self.w
-        async with w._transaction() as tx:
-            return bool(await w._call(tx, op, **values))
+        async with self.transaction() as tx:
+            return bool(await self.calls(tx, op, **values))
 
-    def undecodable(self, h: _Held) -> Settlement:
+    def undecodable(self, h: Held) -> Settlement:
         """A payload that does not decode, on a table with neither a dead-letter destination
         nor a retry_after column: dropped rather than looped on."""
         log.error("%s: row %s dropped: its payload does not decode and the table has neither a "
-                  "dead-letter destination nor a retry_after column", self.w.name, h.id)
+                  "dead-letter destination nor a retry_after column", self.name, h.id)
         return Settlement(FINISH, note="drop")
 
-    def lost(self, held: list[_Held], err: BaseException) -> None:
+    def lost(self, held: list[Held], err: BaseException) -> None:
         """A batch's transaction ended without its commit (a lost connection): what its rows
         settled is undone, and they will run again."""
-        w = self.w
         ids = ", ".join(str(h.id) for h in held[:10]) + (", ..." if len(held) > 10 else "")
-        w.stats.settlements_lost += len(held)
+        self.stats.settlements_lost += len(held)
         # In an outage, counted in the line that ends it.
-        quiet = w.outage.lost_connection(err, "settlements") and \
-            w.outage.settlements_lost(len(held))
+        quiet = self.outage.lost_connection(err, "settlements") and \
+            self.outage.settlements_lost(len(held))
         (log.debug if quiet else log.error)(
             "%s: the settlements of row(s) %s were lost with their transaction (%s); those rows "
-            "will run again", w.name, ids, first_line(err))
+            "will run again", self.name, ids, first_line(err))
 
-    async def missed(self, h: _Held, op: str) -> None:
+    async def missed(self, h: Held, op: str) -> None:
         """A settlement changed no row: raises RowDeleted when the row is gone."""
-        if await self.w.presence.gone(h.id):
-            raise self.w._row_deleted(h, op)
-        log.warning("%s: %s of row %s changed no row", self.w.name, op, h.id)
+        if await self.presence.gone(h.id):
+            raise self.delivery.row_deleted(h, op)
+        log.warning("%s: %s of row %s changed no row", self.name, op, h.id)
+
+    # -- the plumbing every form shares -----------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        async with self.backend.connection() as conn:
+            await self.backend.begin(conn)
+            try:
+                yield conn
+            except BaseException:
+                await self.backend.rollback(conn)
+                raise
+            await self.backend.commit(conn)
+
+    def claim_failed(self, err: Exception) -> None:
+        """One line when claims start failing (a server restart, a lost connection); the
+        further failures of the same outage are debug lines (outage.py)."""
+        self.outage.claim_failed(err)
+
+    def claim_worked(self) -> None:
+        if self.outage.open is not None:
+            self.outage.worked()
+
+    async def claim(self, conn: Any, now: _dt.datetime, limit: int,
+                    until: _dt.datetime | None = None) -> list[Any]:
+        op, values = self.claim_call(now, limit, until)
+        return self.claimed(await self.calls(conn, op, **values))
+
+    @staticmethod
+    def claimed(result: Any) -> list[Any]:
+        """A claim's rows (a FIFO claim returns one row or None)."""
+        if isinstance(result, list):
+            return result
+        return [] if result is None else [result]
+
+    def claim_call(self, now: _dt.datetime, limit: int, until: _dt.datetime | None = None
+                   ) -> tuple[str, dict[str, Any]]:
+        """The claim statement to run and its values (FIFO: the group's head alone)."""
+        group = self.settings.group
+        if self.d.fifo:
+            return "fifo_claim", {"group": group, "now": now, "locked_until": until}
+        return "claim", {"group": group, "now": now, "locked_until": until, "limit": limit}
+
+    def held(self, row: Any, **extra: Any) -> Held:
+        attrs_ = self.d.role_attrs
+        attempt = getattr(row, attrs_["attempt"]) if "attempt" in attrs_ else None
+        return Held(row, getattr(row, attrs_["id"]), attempt, **extra)
+
+    async def deliver_all(self, held: list[Held], conn: Any | None = None) -> None:
+        """Deliver claimed rows one after another; rows a broken round never reached leave the
+        in-work count too."""
+        self.slots.took(len(held))
+        started = 0
+        try:
+            for h in held:
+                started += 1
+                await self.delivery.deliver(h, conn)
+        finally:
+            self.slots.done(len(held) - started)
+
+    async def settle_together(self, conn: Any, pending: Pending) -> None:
+        """Run settlements that waited for each other on `conn`, each kind together (acks as
+        one statement where the module has it)."""
+        for op, many in by_op(pending).items():
+            await self.calls.many(conn, op, many)
+        pending.clear()

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.connecting import first_line, retry_delay
-from inboxgen.runtime.forms.base import Form
+from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import FINISH, PARK, Settlement, lease_expiry
 from inboxgen.runtime.renewer import LeaseRenewer
 from inboxgen.runtime.settler import LeaseSettler
+from inboxgen.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker, _Held
+    from inboxgen.runtime.jobs import Held
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -40,21 +41,20 @@ class Lease(Form):
     one at a time. A slot hands each settlement to the settler and goes on with its next row;
     the flush then counts the settlement or reports it lost. A slot whose handler has finished
     makes room at once, so the next claim is on its way while the last settlements are
-    written. FIFO tables claim per slot instead (one row, the group's head, per claim), and
-    wait for each settlement: the group's next row is due only once its head has settled."""
+    written. FIFO tables claim otherwise (FifoLease)."""
 
     unfinished = "their leases stay: the rows return when the leases end"
+    waiters = frozenset({CLAIMER})
 
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(worker)
-        self.settler = LeaseSettler(worker.calls, worker.backend)
-        self.renewer = LeaseRenewer(worker.calls, worker.clock, worker.lease, worker.name,
-                                    worker._transaction, worker._count_renewals,
-                                    worker.presence.gone, worker.outage.lost_connection)
-        self.shared_claims = not worker.descriptor.fifo
-        self.waiters = frozenset({CLAIMER}) if self.shared_claims else frozenset()
-        self._capacity = worker.workers * worker.batch
-        self._ready: asyncio.Queue[_Held | None] = asyncio.Queue()
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        settings = parts.settings
+        self.settler = LeaseSettler(self.calls, self.backend)
+        self.renewer = LeaseRenewer(self.calls, self.clock, settings.lease, self.name,
+                                    self.transaction, self._renewed, self.presence.gone,
+                                    self.outage.lost_connection)
+        self._capacity = settings.workers * settings.batch
+        self._ready: asyncio.Queue[Held | None] = asyncio.Queue()
         self._working = 0  # rows taken by slots whose handlers have not finished
         self._room = asyncio.Event()  # set when a handler finishes
         self._claimer: asyncio.Task[None] | None = None
@@ -65,26 +65,29 @@ class Lease(Form):
     @property
     def connections(self) -> int:
         # The claimer, the settler and the renewer; transactional jobs hold one each.
-        return self.w.workers if self.w.transactional else 3
+        return self.settings.workers if self.settings.transactional else 3
+
+    def _renewed(self, n: int) -> None:
+        self.stats.renewed += n
+        self.outage.worked()
 
     def start(self) -> None:
         self.settler.start()
         self.renewer.start()
-        if self.shared_claims:
-            # Of this event loop: a worker may serve again in another.
-            self._ready, self._room, self._working = asyncio.Queue(), asyncio.Event(), 0
-            self._claimer = asyncio.create_task(self._claim_rounds(),
-                                                name=f"{self.w.name}:claim")
+        self._start_claimer()
+
+    def _start_claimer(self) -> None:
+        # Of this event loop: a worker may serve again in another.
+        self._ready, self._room, self._working = asyncio.Queue(), asyncio.Event(), 0
+        self._claimer = asyncio.create_task(self._claim_rounds(), name=f"{self.name}:claim")
 
     async def stop(self) -> None:
-        if self._claimer is not None:
-            self._claimer.cancel()
-            await asyncio.gather(self._claimer, return_exceptions=True)
-            self._claimer = None
+        await cancel_and_wait(self._claimer)
+        self._claimer = None
         while not self._ready.empty():  # claimed, never started (a shutdown that hurried)
             h = self._ready.get_nowait()
             if h is not None:
-                self.w._in_flight -= 1
+                self.slots.done(1)
         await self.renewer.stop()
         await self.settler.stop()
         while self._checks:
@@ -93,41 +96,42 @@ class Lease(Form):
     # -- claims for every slot (the claimer) ----------------------------------------------
 
     async def _claim_rounds(self) -> None:
-        w = self.w
+        slots = self.slots
         failures = 0
         try:
-            while not w._stopping.is_set():
+            while not slots.stopping:
                 room = self._capacity - self._working - self._ready.qsize()
                 if room <= 0 or (not self._ready.empty() and room < self._capacity / 2):
                     # Wait for handlers to finish: claim for a few slots at once, not one by
                     # one, while rows are still waiting for a slot.
                     self._room.clear()
-                    await _first(self._room.wait(), w._stopping.wait())
+                    await _first(self._room.wait(), slots.until_stopped())
                     continue
                 try:
                     got = await self._claim_for(room)
                 except Exception as err:
                     failures += 1
-                    w._claim_failed(err)
-                    await w._wait(CLAIMER, retry_delay(failures))
+                    self.claim_failed(err)
+                    await slots.wait(CLAIMER, retry_delay(failures))
                     continue
                 failures = 0
-                w._claim_worked()
+                self.claim_worked()
                 if got < room:
-                    await w._wait(CLAIMER, w.poll_interval)  # drained: until a wake-up
+                    # Drained: until a wake-up.
+                    await slots.wait(CLAIMER, self.settings.poll_interval)
         finally:
-            for _ in range(w.workers):
+            for _ in range(self.settings.workers):
                 self._ready.put_nowait(None)  # each slot ends after the rows before it
 
     async def _claim_for(self, limit: int) -> int:
         """Claim up to `limit` rows into the slots' queue; returns how many came."""
-        w = self.w
         now, until = self._lease_from_now()
         # One statement standing alone: on PostgreSQL an autocommit statement, on a threaded
         # driver a transaction of its own in one call.
-        (result,) = await w.backend.alone([w.calls.step(*w._claim_call(now, limit, until))])
-        rows = w._claimed(result)
-        w._in_flight += len(rows)  # in work from the claim on: a shutdown waits for them
+        (result,) = await self.backend.alone([self.calls.step(*self.claim_call(now, limit,
+                                                                               until))])
+        rows = self.claimed(result)
+        self.slots.took(len(rows))  # in work from the claim on: a shutdown waits for them
         held = self._hold(rows, until)
         for h in held:
             self._ready.put_nowait(h)
@@ -137,35 +141,32 @@ class Lease(Form):
         """Slot `index`: deliver rows from the claimer, one handler at a time in claim order,
         until the claimer ends. Settlements do not hold the slot up: each goes with the
         settler's next flush while the slot runs the next handler."""
-        if not self.shared_claims:
-            await super().serve(index, worked)
-            return
-        w = self.w
+        slots = self.slots
         failures = 0
         while True:
             if self._ready.empty():
-                w._idle.add(index)
+                slots.idle(index, True)
                 try:
                     h = await self._ready.get()
                 finally:
-                    w._idle.discard(index)
+                    slots.idle(index, False)
             else:
                 h = self._ready.get_nowait()  # no turn of the event loop per row
             if h is None:
                 return  # the claimer has ended: the worker stops
             self._working += 1
             try:
-                await w._deliver(h)
+                await self.delivery.deliver(h)
                 failures = 0
             except Exception as err:  # its transaction broke (a transactional handler's)
                 failures += 1
-                w._claim_failed(err)
-                await w._stopped_within(retry_delay(failures))
+                self.claim_failed(err)
+                await slots.stopped_within(retry_delay(failures))
             finally:
                 self._handled(h)
                 self.renewer.release([h])
 
-    def _handled(self, h: _Held) -> None:
+    def _handled(self, h: Held) -> None:
         """The row's handler has finished (its settlement may still be on its way): its slot
         has room for the next claim."""
         if not h.handled:
@@ -173,88 +174,68 @@ class Lease(Form):
             self._working -= 1
             self._room.set()
 
-    # -- claims per slot (FIFO) -----------------------------------------------------------
-
-    async def round(self) -> bool:
-        w = self.w
-        now, until = self._lease_from_now()
-        # The FIFO claim takes the group's transaction-scoped guard first: a transaction.
-        async with w._transaction() as conn:
-            rows = await w._claim(conn, now, w.batch, until)
-        held = self._hold(rows, until)
-        try:
-            await w._deliver_all(held)
-        finally:
-            self.renewer.release(held)
-        return len(rows) < w.batch
-
     # -- both -----------------------------------------------------------------------------
 
     def _lease_from_now(self) -> tuple[_dt.datetime, _dt.datetime]:
         """Now, and the end of a lease claimed now (the claimed rows' token)."""
-        now = self.w.clock.now()
-        return now, lease_expiry(now, self.w.lease)
+        now = self.clock.now()
+        return now, lease_expiry(now, self.settings.lease)
 
-    def _hold(self, rows: list[Any], until: _dt.datetime) -> list[_Held]:
-        w = self.w
-        held = [w._held(r, token=until) for r in rows]
-        if not (w.transactional and w.backend.single_writer):
+    def _hold(self, rows: list[Any], until: _dt.datetime) -> list[Held]:
+        held = [self.held(r, token=until) for r in rows]
+        if not (self.settings.transactional and self.backend.single_writer):
             # Every claimed row renews, not only the one in work. On SQLite a transactional
             # job holds the file's write lock, so no one else can take its row meanwhile;
             # a renewal would only queue for that lock.
             self.renewer.hold(held)
         return held
 
-    async def deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
-        w = self.w
-        async with w.backend.connection() as tx:
-            await w.backend.begin(tx, immediate=True)
-            if w.backend.single_writer:
+    async def deliver_in_transaction(self, h: Held, payload: Any, conn: Any | None) -> None:
+        backend, delivery = self.backend, self.delivery
+        async with backend.connection() as tx:
+            await backend.begin(tx, immediate=True)
+            if backend.single_writer:
                 # This transaction holds the file's write lock until the job settles, so no
                 # other connection can claim the row: the lease needs no renewal meanwhile (and
                 # a renewal, on another connection, would only wait for this very lock).
                 await self.renewer.settling(h)
             try:
-                await w.backend.execute(tx, "SAVEPOINT inboxgen_job")
-                outcome = await w._run_handler(h, payload, tx)
-                s = w._decide(h, outcome)
+                await backend.execute(tx, "SAVEPOINT inboxgen_job")
+                outcome = await delivery.run_handler(h, payload, tx)
+                s = delivery.decide(h, outcome)
                 if outcome.kind != "ack" or s.action != FINISH:
                     # The handler's writes go; the outcome is still recorded, in the same
                     # transaction, so no other claim can slip in between.
-                    await w.backend.execute(tx, "ROLLBACK TO SAVEPOINT inboxgen_job")
-                await w.backend.execute(tx, "RELEASE SAVEPOINT inboxgen_job")
+                    await backend.execute(tx, "ROLLBACK TO SAVEPOINT inboxgen_job")
+                await backend.execute(tx, "RELEASE SAVEPOINT inboxgen_job")
                 await self._settle(h, s, tx)
             except BaseException:
-                await w.backend.rollback(tx)
+                await backend.rollback(tx)
                 raise
-            await w.backend.commit(tx)
-            w._count(s, h)
+            await backend.commit(tx)
+            delivery.count(s, h)
 
-    async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
-        if not self.shared_claims:
-            await self._settle(h, s, None)  # FIFO: the group's next row waits for this one
-            return
-        w = self.w
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
+        delivery = self.delivery
         self._handled(h)  # the claimer may claim for this slot while the write is on its way
         await self.renewer.settling(h)
-        call = w._settlement_call(h, s)
+        call = delivery.settlement_call(h, s)
         if call is None:
             return
         op, values = call
-        if not one_statement(w.descriptor, op):
-            await w._run_settlement(None, h, op, values)  # the rarer kinds: written here, now
+        if not one_statement(self.d, op):
+            await delivery.run_settlement(None, h, op, values)  # the rarer kinds: written now
             return
-        w._check_held(h, op)
+        delivery.check_held(h, op)
         # With the other slots' settlements; the slot goes on, and the flush reports this one.
         h.flushing = True
         self.settler.submit(op, values, functools.partial(self._written, h, s, op))
 
-    def _written(self, h: _Held, s: Settlement, op: str, result: bool | Exception) -> None:
+    def _written(self, h: Held, s: Settlement, op: str, result: bool | Exception) -> None:
         """A flush has written (or lost) a settlement handed to the settler."""
-        w = self.w
         err: LeaseLost | SettlementLost | None = None
         if isinstance(result, Exception):
-            w.outage.lost_connection(result, "settlements")
+            self.outage.lost_connection(result, "settlements")
             err = self._settlement_lost(op, h.id, first_line(result))
         elif not result:
             check = asyncio.ensure_future(self._report_missed(h, s, op))
@@ -264,56 +245,53 @@ class Lease(Form):
         elif op == "retry":
             # The row is due again now, and the claim its handler made room for may have come
             # before this write: claim once more rather than wait for the poll.
-            w.wake_one()
-        w._settled_later(h, s, err)
+            self.slots.wake_one()
+        self.delivery.settled_later(h, s, err)
 
-    async def _settle(self, h: _Held, s: Settlement, tx: Any | None) -> None:
+    async def _settle(self, h: Held, s: Settlement, tx: Any | None) -> None:
         await self.renewer.settling(h)
         # In the job's transaction, or with the other slots' settlements (the settler).
-        await self.w._execute_settlement(tx, h, s)
+        await self.delivery.execute_settlement(tx, h, s)
 
     async def write(self, op: str, values: dict[str, Any]) -> bool:
         """One statement goes with the other slots' settlements (the settler) and waits for
         it (FIFO); the rarer kinds run in a transaction of their own."""
-        w = self.w
         try:
-            if one_statement(w.descriptor, op):
+            if one_statement(self.d, op):
                 return await self.settler.settle(op, values)
             return await super().write(op, values)
         except Exception as err:
-            w.outage.lost_connection(err, "settlements")
+            self.outage.lost_connection(err, "settlements")
             raise self._settlement_lost(op, values["id"], first_line(err)) from err
 
-    def undecodable(self, h: _Held) -> Settlement:
+    def undecodable(self, h: Held) -> Settlement:
         log.error("%s: row %s left leased: its payload does not decode, and the table has no "
-                  "dead-letter destination; it comes back when the lease ends", self.w.name,
+                  "dead-letter destination; it comes back when the lease ends", self.name,
                   h.id)
         return Settlement(PARK)
 
     def _settlement_lost(self, op: str, row_id: Any, cause: str) -> SettlementLost:
-        w = self.w
         return SettlementLost(f"{_KIND.get(op, op)} of row {row_id} lost ({cause}); it will "
-                              f"run again once its lease ends", worker=w.name,
-                              table=w.descriptor.qualified_name, statement=op.upper())
+                              f"run again once its lease ends", worker=self.name,
+                              table=self.d.qualified_name, statement=op.upper())
 
-    async def missed(self, h: _Held, op: str) -> None:
+    async def missed(self, h: Held, op: str) -> None:
         raise await self._not_held(h, op)
 
-    async def _report_missed(self, h: _Held, s: Settlement, op: str) -> None:
-        self.w._settled_later(h, s, await self._not_held(h, op))
+    async def _report_missed(self, h: Held, s: Settlement, op: str) -> None:
+        self.delivery.settled_later(h, s, await self._not_held(h, op))
 
-    async def _not_held(self, h: _Held, op: str) -> LeaseLost | RowDeleted:
+    async def _not_held(self, h: Held, op: str) -> LeaseLost | RowDeleted:
         """Why a settlement guarded by the lease changed nothing: the row was deleted, or it is
         another worker's now."""
-        if await self.w.presence.gone(h.id):
-            return self.w._row_deleted(h, op)
+        if await self.presence.gone(h.id):
+            return self.delivery.row_deleted(h, op)
         return self._lease_lost(h, op)
 
-    def _lease_lost(self, h: _Held, op: str) -> LeaseLost:
-        w = self.w
+    def _lease_lost(self, h: Held, op: str) -> LeaseLost:
         return LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran out and it "
-                         f"was claimed again); {op} changed nothing", worker=w.name,
-                         table=w.descriptor.qualified_name, statement=op.upper())
+                         f"was claimed again); {op} changed nothing", worker=self.name,
+                         table=self.d.qualified_name, statement=op.upper())
 
 
 async def _first(*waits: Awaitable[Any]) -> None:
@@ -324,3 +302,32 @@ async def _first(*waits: Awaitable[Any]) -> None:
     finally:
         for f in futures:
             f.cancel()
+
+
+class FifoLease(Lease):
+    """A FIFO table's lease: each slot claims for itself, one row per claim (its group's head),
+    and waits for each settlement: the group's next row is due only once its head has
+    settled."""
+
+    waiters: frozenset[int] = frozenset()
+
+    def _start_claimer(self) -> None:
+        pass  # each slot claims for itself
+
+    serve = Form.serve  # a round per slot: claim, deliver, settle, then wait or go on
+
+    async def round(self) -> bool:
+        batch = self.settings.batch
+        now, until = self._lease_from_now()
+        # The FIFO claim takes the group's transaction-scoped guard first: a transaction.
+        async with self.transaction() as conn:
+            rows = await self.claim(conn, now, batch, until)
+        held = self._hold(rows, until)
+        try:
+            await self.deliver_all(held)
+        finally:
+            self.renewer.release(held)
+        return len(rows) < batch
+
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
+        await self._settle(h, s, None)  # the group's next row waits for this one

@@ -15,49 +15,46 @@ from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.backends.base import BEGIN, COMMIT, Step, StepFailed
 from inboxgen.runtime.batching import by_op
-from inboxgen.runtime.forms.base import Form
+from inboxgen.runtime.forms.base import Form, Parts, Pending
 from inboxgen.runtime.outcomes import FINISH, Settlement
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.worker import Worker, _Held
+    from inboxgen.runtime.jobs import Held
 
 # How long a counted claim waits for the table's claim turn (MySQL's GET_LOCK; on PostgreSQL
 # the wait is the session's lock_timeout).
 _CLAIM_TURN_WAIT = 10.0
 
-Pending = list[tuple[str, dict[str, Any]]]  # settlements waiting for the batch's COMMIT
 
-
-def row_lock(worker: Worker) -> Form:
-    d = worker.descriptor
-    if d.count_crashes:
-        return CountedRowLock(worker)
-    if worker.backend.rounds_together and not worker.transactional:
-        return PipelinedRowLock(worker)
-    return RowLock(worker)
+def row_lock(parts: Parts) -> Form:
+    if parts.descriptor.count_crashes:
+        return CountedRowLock(parts)
+    if parts.backend.rounds_together and not parts.settings.transactional:
+        return PipelinedRowLock(parts)
+    return RowLock(parts)
 
 
 class RowLock(Form):
     unfinished = "their transactions roll back: the rows return at once, attempts unchanged"
 
     async def round(self) -> bool:
-        w = self.w
-        held: list[_Held] = []
+        batch = self.settings.batch
+        held: list[Held] = []
         # A cancelled or broken round rolls back: its rows return at once, attempts unchanged
         # (what a crash does in this form).
         try:
-            async with w._transaction() as conn:
-                rows = await w._claim(conn, w.clock.now(), w.batch)
+            async with self.transaction() as conn:
+                rows = await self.claim(conn, self.clock.now(), batch)
                 pending: Pending = []
-                held = [w._held(r, deferred=self._defer(pending)) for r in rows]
-                await w._deliver_all(held, conn)
+                held = [self.held(r, deferred=self._defer(pending)) for r in rows]
+                await self.deliver_all(held, conn)
                 await self.settle_deferred(conn, pending)
         except Exception as err:
             self.report_lost(held, err)
             raise
-        return len(rows) < w.batch
+        return len(rows) < batch
 
-    def report_lost(self, held: list[_Held], err: BaseException) -> None:
+    def report_lost(self, held: list[Held], err: BaseException) -> None:
         settled = [h for h in held if h.settled]
         if settled:
             self.lost(settled, err)
@@ -65,28 +62,28 @@ class RowLock(Form):
     def _defer(self, pending: Pending) -> Pending | None:
         """Where a batch's settlements wait to run together before its COMMIT: not for
         transactional handlers, whose settlements run with their writes."""
-        return None if self.w.transactional else pending
+        return None if self.settings.transactional else pending
 
     async def settle_deferred(self, conn: Any, pending: Pending) -> None:
         """Run a batch's settlements in its transaction, each kind together (acks as one
         statement). The rows are the transaction's, so a settlement cannot miss them: the
         results (in a pipeline, they arrive with the next claim's) need no reading."""
-        await self.w._settle_together(conn, pending)
+        await self.settle_together(conn, pending)
 
-    async def deliver_in_transaction(self, h: _Held, payload: Any, conn: Any | None) -> None:
-        w = self.w
+    async def deliver_in_transaction(self, h: Held, payload: Any, conn: Any | None) -> None:
         assert conn is not None
-        await w.backend.execute(conn, "SAVEPOINT inboxgen_job")
-        outcome = await w._run_handler(h, payload, conn)
-        s = w._decide(h, outcome)
+        backend, delivery = self.backend, self.delivery
+        await backend.execute(conn, "SAVEPOINT inboxgen_job")
+        outcome = await delivery.run_handler(h, payload, conn)
+        s = delivery.decide(h, outcome)
         if s.action != FINISH or outcome.kind != "ack":
-            await w.backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
-        await w.backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
-        await w._settle(h, s, conn)
+            await backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
+        await backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
+        await delivery.settle(h, s, conn)
 
-    async def settle(self, h: _Held, s: Settlement, conn: Any | None) -> None:
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         assert conn is not None  # the claim's transaction
-        await self.w._execute_settlement(conn, h, s)
+        await self.delivery.execute_settlement(conn, h, s)
 
 
 class CountedRowLock(RowLock):
@@ -97,44 +94,44 @@ class CountedRowLock(RowLock):
     only a delivery that began and never settled is counted."""
 
     async def round(self) -> bool:
-        w = self.w
-        key = f"{w.descriptor.qualified_name}:claim"
-        async with w.backend.connection() as conn:
-            await w.backend.begin(conn)
+        backend, batch = self.backend, self.settings.batch
+        key = f"{self.d.qualified_name}:claim"
+        async with backend.connection() as conn:
+            await backend.begin(conn)
             # The session lock is taken in the counting transaction: no round trip of its own.
-            turn = await w._call(conn, "claim_guard", key=key, wait=_CLAIM_TURN_WAIT)
+            turn = await self.calls(conn, "claim_guard", key=key, wait=_CLAIM_TURN_WAIT)
             if not turn:
-                await w.backend.rollback(conn)
+                await backend.rollback(conn)
                 return True  # another claim held the turn all that time: try again later
-            held: list[_Held] = []
+            held: list[Held] = []
             pending: Pending = []
             try:
-                counted = await w._claim(conn, w.clock.now(), w.batch)
-                await w.backend.commit(conn)
-                await w.backend.begin(conn)
+                counted = await self.claim(conn, self.clock.now(), batch)
+                await backend.commit(conn)
+                await backend.begin(conn)
                 for row in counted:
-                    h = w._held(row, deferred=self._defer(pending))
-                    if await w._call(conn, "relock", id=h.id, attempt=h.attempt) is not None:
+                    h = self.held(row, deferred=self._defer(pending))
+                    if await self.calls(conn, "relock", id=h.id, attempt=h.attempt) is not None:
                         held.append(h)
             except BaseException:
-                await w.backend.rollback(conn)
+                await backend.rollback(conn)
                 raise
             finally:
                 # Inside the relocked rows' transaction: unlocking a session lock is not undone
                 # by a rollback, and the rows stay locked until the transaction ends.
                 with contextlib.suppress(Exception):
-                    await w._call(conn, "claim_unguard", key=key)
+                    await self.calls(conn, "claim_unguard", key=key)
             try:
-                await w._deliver_all(held, conn)
+                await self.deliver_all(held, conn)
                 await self.settle_deferred(conn, pending)
-                await w.backend.commit(conn)
+                await backend.commit(conn)
             except BaseException as err:
                 if isinstance(err, Exception):
                     self.report_lost(held, err)
                 with contextlib.suppress(Exception):
-                    await w.backend.rollback(conn)
+                    await backend.rollback(conn)
                 raise
-        return len(counted) < w.batch
+        return len(counted) < batch
 
 
 class PipelinedRowLock(RowLock):
@@ -146,20 +143,20 @@ class PipelinedRowLock(RowLock):
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Rounds on one connection until the worker stops."""
-        held: list[_Held] = []  # the batch whose settlements travel with the next round
+        held: list[Held] = []  # the batch whose settlements travel with the next round
         try:
             await self._rounds(index, worked, held)
         except Exception as err:
             self.report_lost(held, err)
             raise
 
-    async def _rounds(self, index: int, worked: Callable[[], None], held: list[_Held]) -> None:
-        w = self.w
-        async with w.backend.session() as conn, w.backend.pipeline(conn) as pipe:
+    async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
+        backend, slots, batch = self.backend, self.slots, self.settings.batch
+        async with backend.session() as conn, backend.pipeline(conn) as pipe:
             in_tx = False  # a claim's transaction is open on the connection
             pending: Pending = []
             while True:
-                claim = not w._stopping.is_set()
+                claim = not slots.stopping
                 rows = await self._send_round(conn, pipe, pending, held, commit=in_tx,
                                               claim=claim)
                 in_tx, pending = claim, []
@@ -167,38 +164,38 @@ class PipelinedRowLock(RowLock):
                 worked()
                 if not claim:
                     return
-                if len(rows) == w.batch:
-                    w._wake_waiting_slot()  # a full claim: more rows are likely due
-                held.extend(w._held(r, deferred=pending) for r in rows)
-                await w._deliver_all(held, conn)
-                if len(rows) < w.batch:
+                if len(rows) == batch:
+                    slots.wake_waiting_slot()  # a full claim: more rows are likely due
+                held.extend(self.held(r, deferred=pending) for r in rows)
+                await self.deliver_all(held, conn)
+                if len(rows) < batch:
                     # Drained: commit now rather than hold the rows through the wait.
                     await self._send_round(conn, pipe, pending, held, commit=True, claim=False)
                     in_tx, pending = False, []
                     held.clear()
-                    await w._wait(index, w.poll_interval)
+                    await slots.wait(index, self.settings.poll_interval)
 
-    async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[_Held], *,
+    async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
                           commit: bool, claim: bool) -> list[Any]:
         """Send the batch's settlements, COMMIT, BEGIN and a claim together, and wait for the
         server. Returns the claimed rows."""
-        w = self.w
         steps: list[Step] = []
         for op, rows in by_op(pending).items():
-            steps += w.calls.plan(op, rows)[0]  # the rows are the transaction's: no reading
+            steps += self.calls.plan(op, rows)[0]  # the rows are the transaction's: no reading
         pending.clear()
         committed_after = len(steps) + 1  # steps done once the COMMIT has run
         if commit:
             steps.append(COMMIT)
         if claim:
-            steps += [BEGIN, w.calls.step(*w._claim_call(w.clock.now(), w.batch))]
+            steps += [BEGIN, self.calls.step(*self.claim_call(self.clock.now(),
+                                                              self.settings.batch))]
         try:
-            results = await w.backend.together(conn, steps)
+            results = await self.backend.together(conn, steps)
         except StepFailed as err:
             if commit and err.done >= committed_after:
                 held.clear()  # the batch committed; what failed came after
             raise err.cause from None
         if not claim:
-            await w.backend.sync(pipe)
+            await self.backend.sync(pipe)
             return []
-        return w._claimed(results[-1])
+        return self.claimed(results[-1])

@@ -1,0 +1,267 @@
+"""One delivery: decode the payload, run the handler, decide what its result means, settle the
+row and count it (as River's job executor does for one job). The rules are outcomes.py's; how a
+settlement reaches the database is the claim form's (`FormSteps`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
+from inboxgen.runtime.batching import one_statement
+from inboxgen.runtime.jobs import Held, Job
+from inboxgen.runtime.outcomes import (
+    ACKED_OUTCOME,
+    DEAD_LETTER,
+    FINISH,
+    REQUEUE,
+    Outcome,
+    Settlement,
+    after_failure,
+    decide,
+    retry,
+    settlement_call,
+    spent,
+    undecodable,
+    what_happens,
+)
+
+if TYPE_CHECKING:
+    from inboxgen.descriptor import TableDescriptor
+    from inboxgen.runtime.backends.base import Backend
+    from inboxgen.runtime.batching import Calls
+    from inboxgen.runtime.clock import Clock
+    from inboxgen.runtime.handlers import HandlerRunner
+    from inboxgen.runtime.jobs import Stats
+    from inboxgen.runtime.outage import Outage
+    from inboxgen.runtime.settings import Settings
+
+log = logging.getLogger("inboxgen.worker")
+
+Unsettled = LeaseLost | SettlementLost | RowDeleted
+
+
+class FormSteps(Protocol):
+    """What a delivery asks of its claim form."""
+
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None: ...
+
+    async def deliver_in_transaction(self, h: Held, payload: Any,
+                                     conn: Any | None) -> None: ...
+
+    def undecodable(self, h: Held) -> Settlement: ...
+
+    async def write(self, op: str, values: dict[str, Any]) -> bool: ...
+
+    async def missed(self, h: Held, op: str) -> None: ...
+
+
+class Delivery:
+    def __init__(self, *, descriptor: TableDescriptor, settings: Settings, clock: Clock,
+                 runner: HandlerRunner, backend: Backend, calls: Calls, stats: Stats,
+                 outage: Outage, form: FormSteps, done: Callable[[int], None]) -> None:
+        self.d = descriptor
+        self.settings = settings
+        self.name = settings.name
+        self.clock = clock
+        self.runner = runner
+        self.backend = backend
+        self.calls = calls
+        self.stats = stats
+        self.outage = outage
+        self.form = form
+        self._done = done  # rows leave the worker's in-work count
+        self._has_retry_after = "retry_after" in descriptor.roles
+        self._has_dead_letters = (descriptor.dead_letter_group is not None
+                                  or descriptor.dead_letter_table is not None)
+
+    async def deliver(self, h: Held, conn: Any | None = None) -> None:
+        """Run the handler on one held row and settle it. `conn` holds the row (row lock and
+        advisory); lease rows are held by their token alone."""
+        d = self.d
+        if log.isEnabledFor(logging.DEBUG):
+            h.started = asyncio.get_running_loop().time()
+        try:
+            past = spent(h.attempt, self.settings.max_attempts)
+            if past is not None:
+                await self.settle(h, past, conn)
+                return
+            self.stats.delivered += 1
+            try:
+                payload = d.decode_payload(getattr(h.row, d.role_attrs["payload"])) \
+                    if d.decode_payload is not None else h.row
+            except Exception as err:
+                log.error("%s: row %s has a payload that does not decode (%s)", self.name,
+                          h.id, err)
+                await self.settle(h, self.poison(h), conn)
+                return
+            if self.settings.transactional:
+                await self.form.deliver_in_transaction(h, payload, conn)
+                return
+            outcome = await self.run_handler(h, payload, None)
+            await self.settle(h, self.decide(h, outcome), conn)
+        except (LeaseLost, SettlementLost, RowDeleted) as err:
+            self.report_unsettled(err)
+        finally:
+            if not h.flushing:
+                self._done(1)
+
+    async def run_handler(self, h: Held, payload: Any, conn: Any | None) -> Outcome:
+        d = self.d
+        headers: Mapping[str, str] = {}
+        if "headers" in d.role_attrs:
+            headers = decode_headers(getattr(h.row, d.role_attrs["headers"]))
+        job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
+                            group=self.settings.group, headers=headers, connection=conn,
+                            worker=self.name)
+        try:
+            result = await self.runner.run(job, conn)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            if conn is not None and self.backend.disconnected(err, conn):
+                # The job's connection died under the handler: the database's outage, not the
+                # handler's failure. Its transaction is gone; the row comes back as from a crash.
+                raise
+            h.failure = err  # logged by decide(), with what becomes of the row
+            return after_failure(h.attempt, has_retry_after=self._has_retry_after,
+                                 backoff=self.settings.backoff)
+        if result is None:
+            return ACKED_OUTCOME
+        if not isinstance(result, Outcome):
+            h.failure = TypeError(f"the handler returned {result!r}, not an outcome")
+            return retry()
+        return result
+
+    def decide(self, h: Held, outcome: Outcome) -> Settlement:
+        s = decide(outcome, attempt=h.attempt, max_attempts=self.settings.max_attempts,
+                   has_retry_after=self._has_retry_after, now=self.clock.now)
+        if h.failure is not None:
+            self._report_failure(h, s, h.failure)
+        elif s.note and s.action == REQUEUE and outcome.kind == "retry_after":
+            log.warning("%s: row %s: %s", self.name, h.id, s.note)
+        return s
+
+    def _report_failure(self, h: Held, s: Settlement, err: BaseException) -> None:
+        """One line for a handler that failed: the error (with its traceback) and what becomes
+        of the row, as decided."""
+        then = what_happens(s, has_retry_after=self._has_retry_after, now=self.clock.now(),
+                            dead_letters=self.dead_letters)
+        max_attempts = self.settings.max_attempts
+        of = f" of {max_attempts}" if max_attempts is not None else ""
+        log.log(logging.ERROR if s.action == DEAD_LETTER else logging.WARNING,
+                "%s: handler failed on row %s (attempt %s%s): %r; %s", self.name, h.id,
+                h.attempt, of, err, then,
+                exc_info=err if err.__traceback__ is not None else None)
+
+    @property
+    def dead_letters(self) -> str:
+        d = self.d
+        if d.dead_letter_group is not None:
+            return f"group {d.dead_letter_group}"
+        return f"table {d.dead_letter_table}"
+
+    def poison(self, h: Held) -> Settlement:
+        s = undecodable(h.attempt, has_dead_letters=self._has_dead_letters,
+                        has_retry_after=self._has_retry_after, backoff=self.settings.backoff,
+                        now=self.clock.now)
+        return s if s is not None else self.form.undecodable(h)
+
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
+        await self.form.settle(h, s, conn)
+        if not h.flushing:
+            self.count(s, h)
+
+    def settled_later(self, h: Held, s: Settlement, err: Unsettled | None) -> None:
+        """A settlement the form wrote after its delivery had ended (`h.flushing`): count it,
+        or report why it changed nothing."""
+        if err is None:
+            self.count(s, h)
+            if self.outage.open is not None:  # a flush worked: an outage is over
+                self.outage.worked()
+        else:
+            self.report_unsettled(err)
+        self._done(1)
+
+    def report_unsettled(self, err: Unsettled) -> None:
+        if isinstance(err, LeaseLost):
+            self.stats.lease_lost += 1
+            log.warning("%s", err)
+        elif isinstance(err, RowDeleted):
+            self.stats.deleted += 1
+            log.warning("%s", err)
+        else:
+            self.stats.settlements_lost += 1
+            # In an outage, counted in the line that ends it.
+            (log.debug if self.outage.settlements_lost(1) else log.error)("%s", err)
+
+    def count(self, s: Settlement, h: Held) -> None:
+        h.settled = True
+        stats = self.stats
+        if log.isEnabledFor(logging.DEBUG):
+            ms = (asyncio.get_running_loop().time() - h.started) * 1000
+            log.debug("%s: row %s, attempt %s: %s in %.1f ms", self.name, h.id, h.attempt,
+                      "drop" if s.note == "drop" else s.action.lower().replace("_", " "), ms)
+        if s.action == FINISH:
+            if s.note == "drop":
+                log.info("%s: job dropped by its handler", self.name)
+                stats.dropped += 1
+            else:
+                stats.acked += 1
+        elif s.action == DEAD_LETTER:
+            stats.dead_lettered += 1
+        else:
+            stats.retried += 1
+
+    async def execute_settlement(self, conn: Any | None, h: Held, s: Settlement) -> None:
+        """Run the settlement on `conn`, or (a lease, `conn` None) through the form's write."""
+        call = self.settlement_call(h, s)
+        if call is not None:
+            await self.run_settlement(conn, h, *call)
+
+    async def run_settlement(self, conn: Any | None, h: Held, op: str,
+                             values: dict[str, Any]) -> None:
+        """Run settlement `op` of row `h` with `values` (see `execute_settlement`)."""
+        if h.deferred is not None and one_statement(self.d, op):
+            h.deferred.append((op, values))  # runs with the batch's others, before its COMMIT
+            return
+        self.check_held(h, op)
+        if conn is not None:
+            ok = await self.calls(conn, op, **values)
+        else:
+            ok = await self.form.write(op, values)  # a lease: held by its token alone
+        if not ok:
+            await self.form.missed(h, op)
+
+    def row_deleted(self, h: Held, op: str) -> RowDeleted:
+        return RowDeleted(f"row {h.id} was deleted while its job ran, so its outcome ({op}) was "
+                          f"not recorded", worker=self.name, table=self.d.qualified_name,
+                          statement=op.upper())
+
+    def check_held(self, h: Held, op: str) -> None:
+        if h.gone:
+            raise self.row_deleted(h, op)
+        if h.lost:
+            raise LeaseLost(f"lease on row {h.id} ran out while the job ran; {op} changed "
+                            f"nothing", worker=self.name, table=self.d.qualified_name,
+                            statement=op.upper())
+
+    def settlement_call(self, h: Held, s: Settlement) -> tuple[str, dict[str, Any]] | None:
+        """The generated function settlement `s` of row `h` calls, and its arguments; None
+        where it needs no statement."""
+        if s.action == DEAD_LETTER and h.failure is None:  # a handler's failure said so already
+            log.error("%s: row %s moved to the dead letters (%s): %s", self.name, h.id,
+                      self.dead_letters, s.note)
+        return settlement_call(s, row_id=h.id, token=h.token, attempt=h.attempt,
+                               now=self.clock.now(), ops=self.d.ops)
+
+
+def decode_headers(raw: Any) -> Mapping[str, str]:
+    if raw is None:
+        return {}
+    if isinstance(raw, (str, bytes)):
+        raw = json.loads(raw)
+    return {str(k): str(v) for k, v in dict(raw).items()}

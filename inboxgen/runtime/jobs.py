@@ -1,0 +1,72 @@
+"""The values a worker passes around: the job a handler receives, a claimed row while it is in
+work, and the worker's counts. A leaf module: it imports nothing of the runtime."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.outcomes import Outcome
+
+P = TypeVar("P")
+
+
+@attrs.frozen
+class Job(Generic[P]):
+    """One delivery, as the handler receives it."""
+
+    payload: P  # the decoded payload (the whole row where the table has no payload column)
+    id: Any
+    attempt: int | None  # this delivery's number: the first reads 1
+    row: Any  # the claimed row (the generated ClaimedRow)
+    group: str | None
+    headers: Mapping[str, str]
+    connection: Any | None  # in transactional mode: writes here commit with the ack
+    worker: str
+
+
+Handler = Callable[[Job[Any]], "Outcome | None | Awaitable[Outcome | None]"]
+
+
+@attrs.define
+class Stats:
+    delivered: int = 0
+    acked: int = 0
+    dropped: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    renewed: int = 0
+    lease_lost: int = 0
+    settlements_lost: int = 0  # written on a connection lost before they committed
+    deleted: int = 0  # rows deleted while their jobs ran: their outcomes were not recorded
+    failed_claims: int = 0
+
+
+@attrs.define
+class Held:
+    """A claimed row while it is in work."""
+
+    row: Any
+    id: Any
+    attempt: int | None
+    token: _dt.datetime | None = None  # lease: the expiry we wrote, our ownership token
+    key: str | None = None  # advisory: the lock key
+    lost: bool = False
+    gone: bool = False  # lost because the row was deleted (not taken by another worker)
+    settling: bool = False
+    # Row lock, pipelined: settlements wait here for the next round trip (op, arguments).
+    deferred: list[tuple[str, dict[str, Any]]] | None = None
+    renewing: bool = False  # lease: in a renewal on its way (its settlement waits for it)
+    started: float = 0.0  # when its delivery began (the event loop's clock)
+    settled: bool = False  # its settlement ran (or waits for its batch's commit)
+    # Lease: its settlement waits for the settler's flush, which then counts it or reports it
+    # lost (Delivery.settled_later); the slot has gone on meanwhile.
+    flushing: bool = False
+    handled: bool = False  # lease: its handler finished (its slot has room for another row)
+    # What the handler raised (or the non-outcome it returned): logged once its settlement is
+    # decided, so the line says what becomes of the row.
+    failure: BaseException | None = None
