@@ -74,6 +74,7 @@ class Delivery:
         self.outage = outage
         self.form = form
         self._done = done  # rows leave the worker's in-work count
+        self._max_attempts = settings.max_attempts
         self._has_retry_after = "retry_after" in descriptor.roles
         self._has_dead_letters = (descriptor.dead_letter_group is not None
                                   or descriptor.dead_letter_table is not None)
@@ -85,7 +86,7 @@ class Delivery:
         if log.isEnabledFor(logging.DEBUG):
             h.started = asyncio.get_running_loop().time()
         try:
-            past = spent(h.attempt, self.settings.max_attempts)
+            past = spent(h.attempt, self._max_attempts) if self._max_attempts else None
             if past is not None:
                 await self.settle(h, past, conn)
                 return
@@ -117,8 +118,12 @@ class Delivery:
         job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
                             group=self.settings.group, headers=headers, connection=conn,
                             worker=self.name)
+        runner = self.runner
         try:
-            result = await self.runner.run(job, conn)
+            if runner.on_loop:  # the common case, without a coroutine of the runner's between
+                result = await runner.handler(job)  # type: ignore[misc]
+            else:
+                result = await runner.run(job, conn)
         except asyncio.CancelledError:
             raise
         except Exception as err:

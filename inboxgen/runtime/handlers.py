@@ -26,6 +26,8 @@ class HandlerRunner:
         # only then does each async handler run in a task of its own, which costs a turn of
         # the event loop per job.
         self.watch_tasks = watch_tasks
+        # An async handler awaited where it is called: no task, no thread (see `run`).
+        self.on_loop = self.is_async and not watch_tasks
         self._abandon = abandon  # the job's connection, left to a thread that goes on
         self.threads = 0  # plain handlers running in threads
         self.tasks: set[asyncio.Future[Any]] = set()  # async handlers running (when watched)
