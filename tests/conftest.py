@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dbcases import Layout, MakeQueue, Queue, Shape, open_queue
+from dbcases import Layout, MakeQueue, Queue, Shape, on_dialect, open_queue
 from mariadb_server import MariaDBServer
 from servers import PostgresServer
 
@@ -91,7 +91,8 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path,
     naming its driver (`Queue.database`). shape: a `Layout`, or an example by name (mailer,
     chat, ledger, reports, emails, or any of generated_examples/ on its own dialect), the
     example's twin on MySQL where it ships for another dialect. spec=..., ddl=... (and the
-    spec's file name, name=...) instead: a table written out in the test.
+    spec's file name, name=...) instead: a table written out in the test, its spec's dialect
+    line set to the queue's (`dbcases.typed` writes one DDL for every dialect).
     """
     made: list[Queue] = []
 
@@ -104,7 +105,8 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path,
             server: MariaDBServer = request.getfixturevalue("mariadb_server")
             mysql_args = server.connect_args(target.rsplit("/", 1)[1])
         q = open_queue(tmp_path / f"queue{len(made)}", base, shape or Layout(), target,
-                       spec=spec, ddl=ddl, name=name, mysql_args=mysql_args,
+                       spec=None if spec is None else on_dialect(spec, base), ddl=ddl,
+                       name=name, mysql_args=mysql_args,
                        database=f"{dialect}{target.removeprefix(base)}" if driver else None)
         made.append(q)
         return q

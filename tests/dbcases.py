@@ -44,7 +44,7 @@ import psycopg
 import pymysql
 import pymysql.cursors
 import pytest
-from genutil import build_module, ddl_of, example_parts, make_project
+from genutil import build_module, ddl_of, example_parts, import_path, make_project
 from psycopg.rows import dict_row
 from pymysql.constants import CLIENT
 
@@ -195,6 +195,56 @@ def toml_key(name: str) -> str:
     return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
 
 
+def spec_toml(table: str, columns: Mapping[str, str], *, dialect: str = "postgres",
+              runtime: Mapping[str, Any] | None = None,
+              dead_letter: Mapping[str, str] | None = None, **options: Any) -> str:
+    """A spec's text: the table and dialect, the top-level `options` (claim, advisory_key, fifo,
+    count_crashes, unique...), each column's role, and the [runtime] and [dead_letter] tables.
+
+    `columns` maps a column to its role as "role", "role generated" (a value the database
+    fills) or "role <codec>" (the payload's codec: json, text or bytes).
+    """
+    lines = [f"table = {json.dumps(table)}", f"dialect = {json.dumps(dialect)}",
+             *(f"{k} = {json.dumps(v)}" for k, v in options.items()), "", "[columns]"]
+    for name, how in columns.items():
+        role, *extra = how.split()
+        fields = [f'role = "{role}"', *("generated = true" if e == "generated" else
+                                         f'codec = "{e}"' for e in extra)]
+        lines.append(f"{toml_key(name)} = " + (f"{{ {', '.join(fields)} }}" if extra
+                                                else f'"{role}"'))
+    for section, settings in (("runtime", runtime), ("dead_letter", dead_letter)):
+        if settings:
+            lines += ["", f"[{section}]", *(f"{k} = {json.dumps(v)}" for k, v in settings.items())]
+    return "\n".join(lines) + "\n"
+
+
+# Column types by dialect, for a table written once for every dialect (`typed`). MySQL: indexed
+# text is VARCHAR(191) (utf8mb4), and a lease expiry a DATETIME without fractions (the token, a
+# whole second, must hold in it).
+TYPES = {"id": {"postgres": "BIGSERIAL PRIMARY KEY", "sqlite": "INTEGER PRIMARY KEY",
+                "mysql": "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY"},
+         "text": {"postgres": "TEXT", "sqlite": "TEXT", "mysql": "VARCHAR(191)"},
+         "time": {"postgres": "TIMESTAMPTZ", "sqlite": "TEXT", "mysql": "DATETIME(6)"},
+         "lease": {"postgres": "TIMESTAMPTZ", "sqlite": "TEXT", "mysql": "DATETIME"},
+         "bytes": {"postgres": "BYTEA", "sqlite": "BLOB", "mysql": "BLOB"},
+         "json": {"postgres": "JSONB", "sqlite": "TEXT", "mysql": "JSON"}}
+
+
+def typed(ddl: str, dialect: str) -> str:
+    """DDL whose {id}, {text}, {time}, {lease}, {bytes} and {json} are the dialect's types."""
+    base = dialect.split("+")[0]
+    return textwrap.dedent(ddl).format(**{k: v[base] for k, v in TYPES.items()})
+
+
+def on_dialect(spec: str, dialect: str) -> str:
+    """A spec written for one dialect, for another (its `dialect = ...` line)."""
+    base = dialect.split("+")[0]
+    lines = [f'dialect = "{base}"' if line.strip().startswith("dialect =") else line
+             for line in textwrap.dedent(spec).splitlines()]
+    assert any(line.startswith("dialect =") for line in lines), spec
+    return "\n".join(lines) + "\n"
+
+
 @dataclass(frozen=True)
 class Layout:
     """A queue table `jobs` with id, priority, retry_after, attempt, account (data), payload (text).
@@ -229,12 +279,9 @@ class Layout:
         MySQL: group and account are VARCHAR(191) (they are indexed, in utf8mb4), times are
         DATETIME(6), except locked_until, a DATETIME without fractions: the lease token (a whole
         second) must hold in it."""
-        pg, my = dialect == "postgres", dialect == "mysql"
-        time = "TIMESTAMPTZ" if pg else "DATETIME(6)" if my else "TEXT"
-        text = "VARCHAR(191)" if my else "TEXT"
-        cols: list[tuple[str | None, str]] = [
-            ("id", "BIGSERIAL PRIMARY KEY" if pg else
-             "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY" if my else "INTEGER PRIMARY KEY")]
+        types = {k: v[dialect] for k, v in TYPES.items()}
+        time, text = types["time"], types["text"]
+        cols: list[tuple[str | None, str]] = [("id", types["id"])]
         if self.group:
             cols.append(("group", f"{text} NOT NULL"))
         cols += [("priority", "INTEGER NOT NULL"), ("retry_after", f"{time} NOT NULL"),
@@ -242,9 +289,9 @@ class Layout:
         if self.processed:
             cols.append(("processed_at", time))
         if self.form == "lease":
-            cols.append(("locked_until", "DATETIME" if my else time))
+            cols.append(("locked_until", types["lease"]))
         if self.headers:
-            cols.append(("headers", "JSONB" if pg else "JSON" if my else "TEXT"))
+            cols.append(("headers", types["json"]))
         cols += [(None, f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
         return [(role, self.name(role) if role else "account", sql) for role, sql in cols]
 
@@ -272,36 +319,24 @@ class Layout:
         return "\n".join(out) + "\n"
 
     def spec(self, dialect: str) -> str:
-        lines = ['table = "jobs"', f'dialect = "{dialect}"']
+        options: dict[str, Any] = {}
         if self.form == "advisory":
-            lines += ['claim = "advisory"', f"advisory_key = {json.dumps(self.key)}"]
+            options.update(claim="advisory", advisory_key=self.key)
         if self.fifo:
-            lines.append("fifo = true")
+            options["fifo"] = True
         if self.count_crashes:
-            lines.append("count_crashes = true")
+            options["count_crashes"] = True
         if self.unique:
-            key = ["account"] + ([self.name("group")] if self.group else [])
-            lines.append(f"unique = {json.dumps(key)}")
-
-        def bind(role: str, long: str | None = None) -> str:
-            return f"{toml_key(self.name(role))} = " + (
-                f'{{ role = "{role}", {long} }}' if long else f'"{role}"')
-
-        lines += ["", "[columns]", bind("id", "generated = true")]
-        if self.group:
-            lines.append(bind("group"))
-        lines += [bind("priority"), bind("retry_after"), bind("attempt", "generated = true")]
-        if self.processed:
-            lines.append(bind("processed_at"))
-        if self.form == "lease":
-            lines.append(bind("locked_until"))
-        if self.headers:
-            lines.append(bind("headers"))
-        lines += [bind("payload", 'codec = "text"'), "", "[runtime]", f"lease = {LEASE}"]
-        if self.dead:
-            lines += ["max_attempts = 3", "", "[dead_letter]",
-                      'group = "dead"' if self.dead == "group" else 'table = "jobs_dead"']
-        return "\n".join(lines) + "\n"
+            options["unique"] = ["account"] + ([self.name("group")] if self.group else [])
+        roles = ["id generated", *(["group"] if self.group else []), "priority", "retry_after",
+                 "attempt generated", *(["processed_at"] if self.processed else []),
+                 *(["locked_until"] if self.form == "lease" else []),
+                 *(["headers"] if self.headers else []), "payload text"]
+        return spec_toml("jobs", {self.name(r.split()[0]): r for r in roles}, dialect=dialect,
+                         runtime={"lease": LEASE, **({"max_attempts": 3} if self.dead else {})},
+                         dead_letter=None if not self.dead else
+                         {"group": "dead"} if self.dead == "group" else {"table": "jobs_dead"},
+                         **options)
 
 
 # -- a database of any dialect, as another process sees it -------------------------------------
@@ -465,22 +500,11 @@ def json_value(value: Any) -> Any:
 
 # Queue shapes on MySQL/MariaDB that the examples only ship for PostgreSQL or SQLite (mailer has
 # its own, generated_examples/mailer_mariadb.py): the same columns and roles, in MySQL types.
-MYSQL_CHAT_SPEC = """
-    table = "OutgoingMessages"
-    dialect = "mysql"
-    fifo = true
-
-    [columns]
-    MessageId = { role = "id", generated = true }
-    conversation = "group"
-    retry_after = "retry_after"
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    body = { role = "payload", codec = "text" }
-
-    [runtime]
-    lease = 30
-"""
+MYSQL_CHAT_SPEC = spec_toml(
+    "OutgoingMessages", {"MessageId": "id generated", "conversation": "group",
+                         "retry_after": "retry_after", "attempt": "attempt generated",
+                         "locked_until": "locked_until", "body": "payload text"},
+    dialect="mysql", fifo=True, runtime={"lease": 30})
 MYSQL_CHAT_DDL = """
     CREATE TABLE OutgoingMessages (
         MessageId BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -492,19 +516,10 @@ MYSQL_CHAT_DDL = """
         KEY outgoing_claim (conversation, retry_after, MessageId)
     );
 """
-MYSQL_REPORTS_SPEC = """
-    table = "report_jobs"
-    dialect = "mysql"
-
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    payload = { role = "payload", codec = "bytes" }
-
-    [runtime]
-    lease = 60
-"""
+MYSQL_REPORTS_SPEC = spec_toml(
+    "report_jobs", {"id": "id generated", "attempt": "attempt generated",
+                    "locked_until": "locked_until", "payload": "payload bytes"},
+    dialect="mysql", runtime={"lease": 60})
 MYSQL_REPORTS_DDL = """
     CREATE TABLE report_jobs (
         id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -513,26 +528,12 @@ MYSQL_REPORTS_DDL = """
         payload LONGBLOB NOT NULL
     );
 """
-MYSQL_EMAILS_SPEC = """
-    table = "email_jobs"
-    dialect = "mysql"
-    unique = ["order_id", "kind"]
-
-    [columns]
-    id = { role = "id", generated = true }
-    priority = "priority"
-    retry_after = "retry_after"
-    attempt = { role = "attempt", generated = true }
-    processed_at = "processed_at"
-    locked_until = "locked_until"
-    payload = { role = "payload", codec = "json" }
-
-    [runtime]
-    max_attempts = 5
-
-    [dead_letter]
-    table = "email_jobs_dead"
-"""
+MYSQL_EMAILS_SPEC = spec_toml(
+    "email_jobs", {"id": "id generated", "priority": "priority", "retry_after": "retry_after",
+                   "attempt": "attempt generated", "processed_at": "processed_at",
+                   "locked_until": "locked_until", "payload": "payload json"},
+    dialect="mysql", unique=["order_id", "kind"], runtime={"max_attempts": 5},
+    dead_letter={"table": "email_jobs_dead"})
 MYSQL_EMAILS_DDL = """
     CREATE TABLE orders (
         id BIGINT NOT NULL PRIMARY KEY,
@@ -583,6 +584,7 @@ class Queue:
         self.target = target
         self.database = database or target
         self.db = Db(dialect, self.database, mysql_args or {})
+        self.pg, self.mysql = dialect == "postgres", dialect == "mysql"
         d = mod.DESCRIPTOR
         self.form: str = d.form
         self.count_crashes: bool = getattr(d, "count_crashes", False)
@@ -593,14 +595,6 @@ class Queue:
         self.connections: list[Any] = []
         self._serial = itertools.count(1)
         self._reader: Any = None  # MySQL: the autocommit session rows() reads on
-
-    @property
-    def pg(self) -> bool:
-        return self.dialect == "postgres"
-
-    @property
-    def mysql(self) -> bool:
-        return self.dialect == "mysql"
 
     @property
     def table(self) -> str:
@@ -1076,10 +1070,4 @@ def cli_project(root: Path, dialect: str, layout: Layout, target: str) -> Module
                            capture_output=True, text=True, check=False, timeout=120)
     assert built.returncode == 0, built.stderr
     apply_ddl(dialect, target, layout.ddl(dialect))
-    spec = importlib.util.spec_from_file_location(f"_cli_{abs(hash(str(root)))}_{dialect}",
-                                                  root / "generated" / "jobs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_path(root / "generated" / "jobs.py", f"_cli_{abs(hash(str(root)))}_{dialect}")

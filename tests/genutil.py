@@ -1,4 +1,8 @@
-"""Build a spec and its DDL in a temporary project, and import the module it generates."""
+"""Build a spec and its DDL in a temporary project, and import the module it generates.
+
+The generator is imported where a module is built, so that worker processes can import this
+module for `import_path` without loading it.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,26 @@ import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from inboxgen.errors import CheckFailed
-from inboxgen.generate.build import generate, write
-from inboxgen.generate.config import Project
+if TYPE_CHECKING:
+    from inboxgen.generate.config import Project
+
+
+def import_path(path: Path | str, name: str) -> ModuleType:
+    """The Python file at `path`, imported as the module `name` (and registered under it)."""
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    assert loader_spec is not None and loader_spec.loader is not None
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    loader_spec.loader.exec_module(module)
+    return module
 
 
 def make_project(root: Path, spec: str, ddl: str, name: str = "jobs") -> Project:
     """Write `specs/<name>.toml` and `specs/<name>.sql` under root; the spec's ddl is that file."""
+    from inboxgen.generate.config import Project
+
     specs = root / "specs"
     specs.mkdir(parents=True, exist_ok=True)
     (specs / f"{name}.sql").write_text(textwrap.dedent(ddl).lstrip(), encoding="utf-8")
@@ -27,18 +43,15 @@ def make_project(root: Path, spec: str, ddl: str, name: str = "jobs") -> Project
 
 def build_module(root: Path, spec: str, ddl: str, name: str = "jobs") -> ModuleType:
     """Generate the module for one spec and import it (under a name unique to `root`)."""
+    from inboxgen.errors import CheckFailed
+    from inboxgen.generate.build import generate, write
+
     project = make_project(root, spec, ddl, name)
     generated = generate(project, [project.specs / f"{name}.toml"])
     if not generated.ok:
         raise CheckFailed(generated.diagnostics)
     ((path, _),) = write(generated)
-    module_name = f"_inboxgen_test_{abs(hash(str(path)))}_{name}"
-    loader_spec = importlib.util.spec_from_file_location(module_name, path)
-    assert loader_spec is not None and loader_spec.loader is not None
-    module = importlib.util.module_from_spec(loader_spec)
-    sys.modules[module_name] = module
-    loader_spec.loader.exec_module(module)
-    return module
+    return import_path(path, f"_inboxgen_test_{abs(hash(str(path)))}_{name}")
 
 
 def ddl_of(root: Path, name: str = "jobs") -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import logging
 import os
@@ -37,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from genutil import import_path
 
-from inboxgen.runtime.worker import Job, Worker
+from inboxgen import Job, Worker
 from inboxgen.testing import run_until_idle
 
 
@@ -54,13 +54,7 @@ class Log:
 
 
 def load_module(path: str) -> Any:
-    name = f"_inboxgen_child_{Path(path).stem}_{os.getpid()}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_path(path, f"_inboxgen_child_{Path(path).stem}_{os.getpid()}")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import importlib
-import importlib.util
 import logging
+import os
 import sys
-import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from dbcases import Db
+from dbcases import Db, spec_toml
+from genutil import import_path
 
 from inboxgen import Worker
 from inboxgen.testing import FakeClock, run_until_idle
@@ -39,13 +38,7 @@ def load_shop() -> ModuleType:
     """scripts/shop.py, the shop example service, imported as a module."""
     if "_inboxgen_shop_example" in sys.modules:
         return sys.modules["_inboxgen_shop_example"]
-    spec = importlib.util.spec_from_file_location("_inboxgen_shop_example",
-                                                  REPO / "scripts" / "shop.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_inboxgen_shop_example"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_path(REPO / "scripts" / "shop.py", "_inboxgen_shop_example")
 
 
 def migration_sql(folder: str) -> str:
@@ -88,6 +81,20 @@ async def drive(worker: Worker, clock: FakeClock, until: Callable[[], bool], *,
         if until() or clock.now() >= end:
             return
         clock.advance(step if step is not None else worker.poll_interval)
+
+
+def serve_until(worker: Worker, clock: FakeClock, until: Callable[[], bool], *,
+                max_seconds: float = 3600, step: float | None = None) -> None:
+    """Start `worker`, `drive` it until `until()` holds (or `max_seconds` of fake time have
+    passed), and shut it down."""
+    async def main() -> None:
+        await worker.start()
+        try:
+            await drive(worker, clock, until, max_seconds=max_seconds, step=step)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
 
 
 class Tracker:
@@ -133,6 +140,15 @@ def run(coro: Any) -> Any:
 # -- one test, several databases -----------------------------------------------------------------
 
 
+def add_confirmation(db: Db, emails: ModuleType, due: dt.datetime) -> None:
+    """On the shop's emails queue: order 1 (ada@example.com) and its confirmation email, due
+    at `due`, committed."""
+    with db.transaction() as conn:
+        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
+        emails.insert(conn, emails.NewRow(priority=0, retry_after=due, order_id=1,
+                                          kind="confirmation", payload={"to": "ada@example.com"}))
+
+
 def make_db(request: pytest.FixtureRequest, dialect: str) -> Db:
     """A fresh database of `dialect` (sqlite, postgres, mysql or mysql+pymysql) from the
     session fixtures (sqlite_path, pg_dsn, mysql_url)."""
@@ -149,29 +165,38 @@ def make_db(request: pytest.FixtureRequest, dialect: str) -> Db:
               server.connect_args(url.rsplit("/", 1)[1]))
 
 
-def on_dialect(spec: str, dialect: str) -> str:
-    """An inline spec written for one dialect, for another (the `dialect = ...` line)."""
-    lines = [f'dialect = "{dialect}"' if line.strip().startswith("dialect =") else line
-             for line in textwrap.dedent(spec).splitlines()]
-    assert any(line.startswith("dialect =") for line in lines), spec
-    return "\n".join(lines) + "\n"
-
-
 
 
 # -- starting a worker ---------------------------------------------------------------------------
 
 SECRET = "s3cret-Pa55"  # a password that must never show in a message
-# A plain row-lock queue on PostgreSQL: the tests of connecting and starting need no more.
-PLAIN_PG_SPEC = """
-table = "jobs"
-dialect = "postgres"
+# Plain queues (a row lock on the servers, a lease on SQLite): the tests of connecting and
+# starting need no more. dialect -> (spec, DDL)
+PLAIN = {
+    "postgres": (spec_toml("jobs", {"id": "id generated", "payload": "payload"}),
+                 "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL);"),
+    "mysql": (spec_toml("jobs", {"id": "id generated", "payload": "payload bytes"},
+                        dialect="mysql"),
+              "CREATE TABLE jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload BLOB NOT NULL);"),
+    "sqlite": (spec_toml("jobs", {"id": "id generated", "locked_until": "locked_until",
+                                  "payload": "payload bytes"}, dialect="sqlite"),
+               "CREATE TABLE jobs (id INTEGER PRIMARY KEY, locked_until TEXT, payload BLOB);"),
+}
 
-[columns]
-id = { role = "id", generated = true }
-payload = "payload"
-"""
-PLAIN_PG_DDL = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL);"
+
+def worker_app(folder: Path, module: ModuleType, name: str, body: str
+               ) -> tuple[list[str], dict[str, str]]:
+    """Write the service module `folder/<name>.py`: it imports `module` as `m` and Worker, then
+    runs `body` (which makes `worker`). Returns the `inboxgen worker <name>:worker` command and
+    the environment it runs in (the folder on the import path)."""
+    assert module.__file__ is not None
+    (folder / f"{name}.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(module.__file__).parent)!r})\n"
+        f"import {Path(module.__file__).stem} as m\n"
+        "from inboxgen import Worker\n" + body)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])}
+    return [sys.executable, "-m", "inboxgen", "worker", f"{name}:worker"], env
 
 
 def start(worker: Worker) -> BaseException | None:

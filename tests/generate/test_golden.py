@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import datetime
 import decimal
-import importlib.util
 import inspect
 import os
 import shutil
@@ -39,6 +38,7 @@ import asyncmy
 import attrs
 import psycopg
 import pytest
+from genutil import import_path
 
 from inboxgen.generate.build import generate, write
 from inboxgen.generate.config import Project
@@ -119,13 +119,7 @@ def test_golden_modules_pass_ruff(tmp_path: Path) -> None:
 
 
 def _import(path: Path) -> types.ModuleType:
-    name = f"_inboxgen_golden_{abs(hash(str(path)))}_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_path(path, f"_inboxgen_golden_{abs(hash(str(path)))}_{path.stem}")
 
 
 @pytest.fixture

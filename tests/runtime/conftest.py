@@ -10,13 +10,14 @@ from typing import Any
 import psycopg
 import pytest
 from dbcases import Db, MakeQueue, Queue
-from semantics_util import PLAIN_PG_DDL, PLAIN_PG_SPEC, SECRET, make_db
+from semantics_util import PLAIN, SECRET, make_db
 
 
 @pytest.fixture
 def pg_jobs(queue: MakeQueue) -> Queue:
     """A plain row-lock queue (an id and a JSON payload) on a fresh PostgreSQL database."""
-    return queue("postgres", spec=PLAIN_PG_SPEC, ddl=PLAIN_PG_DDL)
+    spec, ddl = PLAIN["postgres"]
+    return queue("postgres", spec=spec, ddl=ddl)
 
 
 @pytest.fixture

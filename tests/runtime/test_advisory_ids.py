@@ -7,21 +7,13 @@ import asyncio
 import sqlite3
 from typing import Any
 
-from dbcases import MakeQueue
+from dbcases import MakeQueue, spec_toml
 
 from inboxgen import Job, Worker
 from inboxgen.testing import FakeClock, run_until_idle
 
-SPEC = """
-table = "jobs"
-dialect = "sqlite"
-advisory_key = "job-{id}"
-
-[columns]
-id = "id"
-attempt = { role = "attempt", generated = true }
-payload = { role = "payload", codec = "text" }
-"""
+SPEC = spec_toml("jobs", {"id": "id", "attempt": "attempt generated", "payload": "payload text"},
+                 dialect="sqlite", advisory_key="job-{id}")
 DDL = """
 CREATE TABLE jobs (
     id INTEGER PRIMARY KEY,

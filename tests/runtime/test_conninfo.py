@@ -5,46 +5,34 @@ signal is honoured while a connection attempt hangs."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dbcases import MakeQueue, Queue
-from semantics_util import SECRET, start
+from semantics_util import PLAIN, SECRET, start, worker_app
 
 from inboxgen import ConnectFailed, Worker, WorkerConfigError
 
-MY_DDL = "CREATE TABLE jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload BLOB NOT NULL);"
-MY_SPEC = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
-           'id = { role = "id", generated = true }\n'
-           'payload = { role = "payload", codec = "bytes" }\n')
 CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 @pytest.fixture
 def my_jobs(queue: MakeQueue) -> Queue:
-    return queue("mysql", spec=MY_SPEC, ddl=MY_DDL)
+    spec, ddl = PLAIN["mysql"]
+    return queue("mysql", spec=spec, ddl=ddl)
 
 
 def run_cli(tmp_path: Path, module: Any, database: str, **kw: Any
             ) -> subprocess.Popen[str]:
-    app = tmp_path / "conn_app.py"
-    app.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(Path(module.__file__).parent)!r})\n"
-        f"import {Path(module.__file__).stem} as m\n"
-        "from inboxgen import Worker\n"
-        f"worker = Worker(m.DESCRIPTOR, lambda job: None, database={database!r}, "
-        f"connect_timeout=60)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    return subprocess.Popen([sys.executable, "-m", "inboxgen", "worker", "conn_app:worker"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    cmd, env = worker_app(tmp_path, module, "conn_app",
+                          f"worker = Worker(m.DESCRIPTOR, lambda job: None, "
+                          f"database={database!r}, connect_timeout=60)\n")
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
 

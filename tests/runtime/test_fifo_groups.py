@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-from dbcases import MakeQueue
-from semantics_util import SECOND, Tracker, drive, fake_clock, idle, on_dialect
+from dbcases import MakeQueue, typed
+from semantics_util import SECOND, Tracker, fake_clock, idle, serve_until
 
 from inboxgen import Job, Outcome, Worker, ack, retry, retry_after
 from inboxgen.testing import run_until_idle
@@ -91,15 +91,9 @@ def test_fifo_retry_after_moves_the_head_behind_rows_due_earlier(server_dialect:
     worker = Worker(chat.DESCRIPTOR, deliver, database=db.database, group="c1", workers=2,
                     clock=clock, listen=False)
 
-    async def main() -> None:
-        await worker.start()
-        try:
-            await drive(worker, clock, lambda: worker.stats.acked == 4, max_seconds=60)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    serve_until(worker, clock, lambda: worker.stats.acked == 4, max_seconds=60)
     assert handled == [("m1", 0), ("m2", 0), ("m3", 0), ("m4", 0), ("m2", 10)]
+
 
 FIFO_LEASE_SPEC = """
     table = "messages"
@@ -113,57 +107,29 @@ FIFO_LEASE_SPEC = """
     locked_until = "locked_until"
     payload = { role = "payload", codec = "text" }
 """
-FIFO_ROW_LOCK_SPEC = """
-    table = "messages"
-    dialect = "mysql"
-    fifo = true
-
-    [columns]
-    id = { role = "id", generated = true }
-    conversation = "group"
-    attempt = { role = "attempt", generated = true }
-    payload = { role = "payload", codec = "text" }
+FIFO_LEASE_DDL = """
+    CREATE TABLE messages (
+        id {id},
+        conversation {text} NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        locked_until {lease},
+        payload TEXT NOT NULL
+    );
+    CREATE INDEX messages_claim ON messages (conversation, id);
 """
-FIFO_DDL = {
-    "sqlite-lease": """
-        CREATE TABLE messages (
-            id INTEGER PRIMARY KEY,
-            conversation TEXT NOT NULL,
-            attempt INTEGER NOT NULL DEFAULT 1,
-            locked_until TEXT,
-            payload TEXT NOT NULL
-        );
-        CREATE INDEX messages_claim ON messages (conversation, id);
-    """,
-    "mysql-lease": """
-        CREATE TABLE messages (
-            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            conversation VARCHAR(191) NOT NULL,
-            attempt INT NOT NULL DEFAULT 1,
-            locked_until DATETIME NULL,
-            payload TEXT NOT NULL,
-            KEY messages_claim (conversation, id)
-        );
-    """,
-    "mysql-row_lock": """
-        CREATE TABLE messages (
-            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            conversation VARCHAR(191) NOT NULL,
-            attempt INT NOT NULL DEFAULT 1,
-            payload TEXT NOT NULL,
-            KEY messages_claim (conversation, id)
-        );
-    """,
-}
+# The same table under a row lock: without its lease column.
+FIFO = {"lease": (FIFO_LEASE_SPEC, FIFO_LEASE_DDL),
+        "row_lock": (FIFO_LEASE_SPEC.replace('    locked_until = "locked_until"\n', ""),
+                     FIFO_LEASE_DDL.replace("        locked_until {lease},\n", ""))}
 
 
-@pytest.mark.parametrize("kind", list(FIFO_DDL))
+@pytest.mark.parametrize("kind", ["sqlite-lease", "mysql-lease", "mysql-row_lock"])
 def test_fifo_messages_keep_order_with_four_workers(queue: MakeQueue, kind: str) -> None:
     # MySQL: lease claims lock the group's head row (FOR UPDATE) and look for a live lease in
     # the group; row-lock claims take the head with FOR UPDATE NOWAIT and hold it while it runs.
     dialect, form = kind.split("-")
-    spec = FIFO_LEASE_SPEC if form == "lease" else FIFO_ROW_LOCK_SPEC
-    q = queue(dialect, spec=on_dialect(spec, dialect), ddl=FIFO_DDL[kind], name="messages")
+    spec, ddl = FIFO[form]
+    q = queue(dialect, spec=spec, ddl=typed(ddl, dialect), name="messages")
     db, messages_mod = q.db, q.mod
     assert messages_mod.DESCRIPTOR.fifo and messages_mod.DESCRIPTOR.form == form
     bodies = [f"m{i}" for i in range(1, 9)]

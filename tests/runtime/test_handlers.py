@@ -8,27 +8,17 @@ import threading
 from typing import Any
 
 import psycopg
-from dbcases import MakeQueue
+from dbcases import Queue
 
 from inboxgen import Job, Worker
 from inboxgen.testing import run_until_idle
 
-DDL = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL);\n"
-SPEC = """
-table = "jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-payload = "payload"
-"""
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
 
 
-def test_every_slot_runs_a_plain_handler_at_once(queue: MakeQueue) -> None:
+def test_every_slot_runs_a_plain_handler_at_once(pg_jobs: Queue) -> None:
     # Ten slots on a 2-CPU machine: asyncio's default executor would run six at a time.
-    q = queue("postgres", spec=SPEC, ddl=DDL)
-    module, dsn = q.mod, q.target
+    module, dsn = pg_jobs.mod, pg_jobs.target
     with psycopg.connect(dsn) as conn:
         module.insert_many(conn, [module.NewRow(payload={"n": i}) for i in range(10)])
     together = threading.Barrier(10, timeout=5)
@@ -51,9 +41,8 @@ def test_every_slot_runs_a_plain_handler_at_once(queue: MakeQueue) -> None:
     assert sorted(seen) == [(n, "set by the service") for n in range(10)]
 
 
-def test_one_notification_wakes_one_slot(queue: MakeQueue) -> None:
-    q = queue("postgres", spec=SPEC, ddl=DDL)
-    module, dsn = q.mod, q.target
+def test_one_notification_wakes_one_slot(pg_jobs: Queue) -> None:
+    module, dsn = pg_jobs.mod, pg_jobs.target
     picked: list[int] = []
     claims = 0
 

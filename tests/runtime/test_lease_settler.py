@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from dbcases import MakeQueue
+from dbcases import MakeQueue, spec_toml
 from semantics_util import fake_clock, messages
 
 from inboxgen import Job, Outcome, Worker, ack, retry, retry_after
@@ -27,18 +27,9 @@ CREATE TABLE jobs (
     payload JSONB NOT NULL
 );
 """
-SPEC = """
-table = "jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-attempt = { role = "attempt", generated = true }
-locked_until = "locked_until"
-retry_after = "retry_after"
-processed_at = "processed_at"
-payload = "payload"
-"""
+SPEC = spec_toml("jobs", {"id": "id generated", "attempt": "attempt generated",
+                          "locked_until": "locked_until", "retry_after": "retry_after",
+                          "processed_at": "processed_at", "payload": "payload"})
 STOLEN_UNTIL = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
 
 

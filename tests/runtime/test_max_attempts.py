@@ -10,9 +10,9 @@ import logging
 from typing import Any
 
 import pytest
-from dbcases import MakeQueue, json_value
+from dbcases import MakeQueue, json_value, spec_toml
 from dbcases import example_module as example
-from semantics_util import drive, fake_clock, idle
+from semantics_util import add_confirmation, drive, fake_clock, idle, serve_until
 
 import inboxgen
 from inboxgen import Job, Outcome, Worker, retry_after
@@ -63,10 +63,7 @@ def test_lease_spent_job_moves_to_dead_letter_table(lease_dialect: str, queue: M
     q = queue(lease_dialect, "emails")
     db, emails = q.db, q.mod
     clock = fake_clock()
-    with db.transaction() as conn:
-        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
-        emails.insert(conn, emails.NewRow(priority=0, retry_after=clock.now(), order_id=1,
-                                          kind="confirmation", payload={"to": "ada@example.com"}))
+    add_confirmation(db, emails, clock.now())
     attempts: list[tuple[int | None, dt.datetime]] = []
 
     def send(job: Job[Any]) -> None:
@@ -113,14 +110,7 @@ def test_advisory_spent_job_moves_to_dead_letter_table(server_dialect: str,
     worker = Worker(ledger.DESCRIPTOR, post, database=db.database, clock=clock, listen=False)
     assert worker.max_attempts == 3
 
-    async def main() -> None:
-        await worker.start()
-        try:
-            await drive(worker, clock, lambda: worker.stats.dead_lettered > 0, max_seconds=60)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    serve_until(worker, clock, lambda: worker.stats.dead_lettered > 0, max_seconds=60)
     assert attempts == [1, 2, 3]
     assert db.rows("SELECT count(*) FROM ledger_jobs") == [(0,)]
     assert [(*row[:3], json_value(row[3])) for row in db.rows(
@@ -134,10 +124,7 @@ def test_retry_after_delay_is_honoured_and_the_cap_still_dead_letters(lease_dial
     db, emails = q.db, q.mod
     clock = fake_clock()
     t0 = clock.now()
-    with db.transaction() as conn:
-        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
-        emails.insert(conn, emails.NewRow(priority=0, retry_after=t0, order_id=1,
-                                          kind="confirmation", payload={"to": "ada@example.com"}))
+    add_confirmation(db, emails, t0)
     seen: list[tuple[int | None, float]] = []
 
     def send(job: Job[Any]) -> Outcome:
@@ -178,10 +165,7 @@ def test_lease_job_whose_deliveries_never_finished_is_dead_lettered_not_run_agai
     q = queue(lease_dialect, "emails")
     db, emails = q.db, q.mod
     clock = fake_clock()
-    with db.transaction() as conn:
-        db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
-        emails.insert(conn, emails.NewRow(priority=0, retry_after=clock.now(), order_id=1,
-                                          kind="confirmation", payload={"to": "ada@example.com"}))
+    add_confirmation(db, emails, clock.now())
     for attempt in (1, 2, 3):
         with db.transaction() as conn:
             if db.sqlite:
@@ -202,16 +186,9 @@ def test_lease_job_whose_deliveries_never_finished_is_dead_lettered_not_run_agai
         "SELECT order_id, attempt, locked_until FROM email_jobs_dead")
     assert order_id == 1 and attempt >= 3 and locked_until is None
 
-NO_DEAD_LETTER_SPEC = """
-    table = "jobs"
-    dialect = "sqlite"
-
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    payload = { role = "payload", codec = "text" }
-"""
+NO_DEAD_LETTER_SPEC = spec_toml("jobs", {"id": "id generated", "attempt": "attempt generated",
+                                         "locked_until": "locked_until",
+                                         "payload": "payload text"}, dialect="sqlite")
 NO_DEAD_LETTER_DDL = """
     CREATE TABLE jobs (
         id INTEGER PRIMARY KEY,

@@ -11,23 +11,11 @@ import pytest
 from dbcases import MakeQueue
 from genutil import build_module, ddl_of
 from mariadb_server import MariaDBServer
+from semantics_util import PLAIN
 
 from inboxgen import Worker, WorkerConfigError, ack
 
-SPEC = """
-table = "jobs"
-dialect = "mysql"
-
-[columns]
-id = { role = "id", generated = true }
-payload = { role = "payload", codec = "bytes" }
-"""
-DDL = """
-CREATE TABLE jobs (
-    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    payload BLOB NOT NULL
-);
-"""
+SPEC, DDL = PLAIN["mysql"]
 
 
 def _create(args: dict[str, object], ddl: str) -> None:

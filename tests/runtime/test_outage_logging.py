@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbcases import spec_toml
 from genutil import build_module
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from servers import _SETTINGS, OS_USER, START_TIMEOUT_S, PostgresServer
@@ -28,25 +29,11 @@ from servers import _SETTINGS, OS_USER, START_TIMEOUT_S, PostgresServer
 from inboxgen import Job, Worker
 
 TX_DDL = "CREATE TABLE tx_jobs (id BIGSERIAL PRIMARY KEY, payload TEXT NOT NULL);"
-TX_SPEC = """
-table = "tx_jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-payload = { role = "payload", codec = "text" }
-"""
+TX_SPEC = spec_toml("tx_jobs", {"id": "id generated", "payload": "payload text"})
 LEASE_DDL = ("CREATE TABLE lease_jobs (id BIGSERIAL PRIMARY KEY, "
              "locked_until TIMESTAMPTZ, payload TEXT NOT NULL);")
-LEASE_SPEC = """
-table = "lease_jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-locked_until = "locked_until"
-payload = { role = "payload", codec = "text" }
-"""
+LEASE_SPEC = spec_toml("lease_jobs", {"id": "id generated", "locked_until": "locked_until",
+                                      "payload": "payload text"})
 EFFECTS_DDL = "CREATE TABLE effects (job BIGINT PRIMARY KEY);"
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dbcases import MakeQueue, sqlite_db, sqlite_rows
+from dbcases import MakeQueue, spec_toml, sqlite_db, sqlite_rows, typed
 from dbcases import example_module as example
-from semantics_util import fake_clock, messages, migration_sql, on_dialect
+from semantics_util import fake_clock, messages, migration_sql
 
 from inboxgen import Job, Worker
 from inboxgen.testing import run_until_idle
@@ -53,48 +53,23 @@ def test_poison_payload_is_dead_lettered_and_the_worker_keeps_serving(
     assert any("row 2" in m and "decode" in m for m in messages(caplog.records, logging.ERROR))
 
 
-POISON_SPEC = """
-    table = "jobs"
-    dialect = "postgres"
-
-    [columns]
-    id = { role = "id", generated = true }
-    queue = "group"
-    attempt = { role = "attempt", generated = true }
-    payload = { role = "payload", codec = "json" }
-
-    [runtime]
-    max_attempts = 3
-
-    [dead_letter]
-    group = "dead"
+POISON_SPEC = spec_toml("jobs", {"id": "id generated", "queue": "group",
+                                 "attempt": "attempt generated", "payload": "payload json"},
+                        runtime={"max_attempts": 3}, dead_letter={"group": "dead"})
+POISON_DDL = """
+    CREATE TABLE jobs (
+        id {id},
+        queue {text} NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        payload TEXT NOT NULL
+    );
+    CREATE INDEX jobs_claim ON jobs (queue, id);
 """
-POISON_DDL = {
-    "postgres": """
-        CREATE TABLE jobs (
-            id BIGSERIAL PRIMARY KEY,
-            queue TEXT NOT NULL,
-            attempt INTEGER NOT NULL DEFAULT 1,
-            payload TEXT NOT NULL
-        );
-        CREATE INDEX jobs_claim ON jobs (queue, id);
-    """,
-    "mysql": """
-        CREATE TABLE jobs (
-            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            queue VARCHAR(191) NOT NULL,
-            attempt INT NOT NULL DEFAULT 1,
-            payload TEXT NOT NULL,
-            KEY jobs_claim (queue, id)
-        );
-    """,
-}
 
 
 def test_poison_payload_on_server_row_lock_goes_to_the_dead_letter_group(
         server_dialect: str, queue: MakeQueue) -> None:
-    dialect = server_dialect.split("+")[0]
-    q = queue(server_dialect, spec=on_dialect(POISON_SPEC, dialect), ddl=POISON_DDL[dialect])
+    q = queue(server_dialect, spec=POISON_SPEC, ddl=typed(POISON_DDL, server_dialect))
     db, jobs = q.db, q.mod
     db.exec("INSERT INTO jobs (queue, payload) VALUES ('work', '{\"n\": 1}'), "
             "('work', '{\"n\": 2'), ('work', '{\"n\": 3}')")

@@ -19,6 +19,18 @@ from inboxgen.testing import run_until_idle
 pytestmark = pytest.mark.usefixtures("log_inboxgen")
 
 
+def run_with_rival(worker: Worker, rival: Worker) -> None:
+    """Run `worker` until it is idle; `rival`, which its handler starts, is shut down after."""
+    async def main() -> None:
+        try:
+            await run_until_idle(worker, timeout=30)
+        finally:
+            if rival.started:
+                await rival.shutdown()
+
+    asyncio.run(main())
+
+
 def test_reports_five_minute_render_runs_once_under_one_minute_lease(lease_dialect: str,
                                                                      queue: MakeQueue) -> None:
     q = queue(lease_dialect, "reports")
@@ -51,14 +63,7 @@ def test_reports_five_minute_render_runs_once_under_one_minute_lease(lease_diale
     rival = Worker(reports.DESCRIPTOR, lambda job: rival_calls.append(job.id),
                    database=db.database, clock=clock, poll_interval=5)
 
-    async def main() -> None:
-        try:
-            await run_until_idle(worker, timeout=30)
-        finally:
-            if rival.started:
-                await rival.shutdown()
-
-    asyncio.run(main())
+    run_with_rival(worker, rival)
 
     assert deliveries == [(1, 1, b"quarterly")]
     assert rival_calls == []
@@ -150,14 +155,7 @@ def test_reports_lease_renewal_survives_a_transient_database_error(
     rival = Worker(reports.DESCRIPTOR, lambda job: rival_calls.append(job.id),
                    database=db.database, clock=clock, poll_interval=5)
 
-    async def main() -> None:
-        try:
-            await run_until_idle(worker, timeout=30)
-        finally:
-            if rival.started:
-                await rival.shutdown()
-
-    asyncio.run(main())
+    run_with_rival(worker, rival)
     assert db.sqlite or killed[0] >= 1, "the worker's idle sessions were killed"
     assert rival_calls == [], "the render was delivered twice: its lease lapsed"
     assert deliveries == [1]

@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from dbcases import MakeQueue
-from semantics_util import drive, fake_clock, messages
+from dbcases import MakeQueue, spec_toml
+from semantics_util import fake_clock, messages, serve_until
 
 from inboxgen import Job, Outcome, Worker, ack, drop, retry, retry_after
 from inboxgen.runtime.forms.row_lock import PipelinedRowLock
@@ -28,24 +28,9 @@ CREATE TABLE jobs (
     payload JSONB NOT NULL
 );
 """
-SPEC = """
-table = "jobs"
-dialect = "postgres"
-count_crashes = false
-
-[columns]
-id = { role = "id", generated = true }
-name = "group"
-attempt = { role = "attempt", generated = true }
-retry_after = "retry_after"
-payload = "payload"
-
-[dead_letter]
-group = "dead"
-
-[runtime]
-max_attempts = 3
-"""
+SPEC = spec_toml("jobs", {"id": "id generated", "name": "group", "attempt": "attempt generated",
+                          "retry_after": "retry_after", "payload": "payload"},
+                 count_crashes=False, dead_letter={"group": "dead"}, runtime={"max_attempts": 3})
 
 
 def _queue(queue: MakeQueue, kinds: list[str]) -> tuple[Any, str]:
@@ -106,14 +91,8 @@ def test_every_outcome_of_one_batch_lands(queue: MakeQueue) -> None:
     worker = Worker(module.DESCRIPTOR, handler, database=dsn, group="work", batch=8,
                     workers=1, clock=clock, listen=False)
 
-    async def main() -> None:
-        await worker.start()
-        try:  # fake minutes pass until the delayed retries have run
-            await drive(worker, clock, lambda: len(seen) >= 13, max_seconds=3600, step=30)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    # Fake minutes pass until the delayed retries have run
+    serve_until(worker, clock, lambda: len(seen) >= 13, max_seconds=3600, step=30)
 
     # The first round held all eight rows; each outcome landed with the next round trip.
     assert seen[:8] == [(k, 1) for k in kinds]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dbcases import MakeQueue
-from semantics_util import drive, fake_clock
+from semantics_util import add_confirmation, fake_clock, serve_until
 
 from inboxgen import Job, Worker
 from inboxgen.testing import run_until_idle
@@ -39,13 +39,11 @@ def test_a_last_failed_attempt_says_the_row_moved_to_the_dead_letters(
     q = queue(dialect, shape)
     db, m = q.db, q.mod
     clock = fake_clock()
-    with db.transaction() as conn:
-        if shape == "mailer":
+    if shape == "mailer":
+        with db.transaction() as conn:
             m.insert(conn, m.NewRow(name="emails", payload=b"to: ada"))
-        else:
-            db.execute(conn, "INSERT INTO orders (id, email) VALUES (1, 'ada@example.com')")
-            m.insert(conn, m.NewRow(priority=0, retry_after=clock.now(), order_id=1,
-                                    kind="confirmation", payload={"to": "ada@example.com"}))
+    else:
+        add_confirmation(db, m, clock.now())
 
     def send(job: Job[Any]) -> None:
         raise ConnectionError("smtp server down")
@@ -53,14 +51,7 @@ def test_a_last_failed_attempt_says_the_row_moved_to_the_dead_letters(
     worker = Worker(m.DESCRIPTOR, send, database=db.database, max_attempts=3, clock=clock,
                     group="emails" if shape == "mailer" else None, listen=False)
 
-    async def main() -> None:
-        await worker.start()
-        try:
-            await drive(worker, clock, lambda: worker.stats.dead_lettered > 0, max_seconds=60)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    serve_until(worker, clock, lambda: worker.stats.dead_lettered > 0, max_seconds=60)
     assert worker.stats.dead_lettered == 1
     failures = [line for line in worker_lines(caplog) if "handler failed" in line]
     assert len(failures) == 3, failures
@@ -206,14 +197,8 @@ def test_a_transactional_handler_whose_connection_dies_is_not_a_handler_failure(
                     database=db.database, group="emails", max_attempts=3, clock=clock,
                     transactional=True, listen=False)
 
-    async def main() -> None:
-        await worker.start()
-        try:  # the fake clock moves the retry's backoff along
-            await drive(worker, clock, lambda: worker.stats.acked > 0, max_seconds=60)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    # the fake clock moves the retry's backoff along
+    serve_until(worker, clock, lambda: worker.stats.acked > 0, max_seconds=60)
 
     assert len(calls) == 2 and worker.stats.acked == 1 and worker.stats.retried == 0, calls
     assert db.rows("SELECT count(*) FROM email_jobs") == [(0,)]

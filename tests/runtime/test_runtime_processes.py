@@ -40,15 +40,13 @@ import psycopg
 import pymysql
 import pymysql.cursors
 import pytest
-from dbcases import MakeQueue
-from genutil import example_parts
+from dbcases import Db, MakeQueue, spec_toml, typed
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from inboxgen import values
+from inboxgen import Job, Worker, values
 from inboxgen.runtime.backends import AdvisoryRegistry
-from inboxgen.runtime.worker import Job, Worker
 from inboxgen.testing import run_until_idle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,89 +58,45 @@ AT_ONCE = 3.0  # seconds: how long "at once" may take (the server noticing a dea
 
 # -- queue tables ---------------------------------------------------------------------------------
 
-# kind -> (dialect, form, spec, ddl, quoted table, id column)
-ROW_LOCK_PG = (
-    "postgres", "row_lock",
-    """
-    table = "email_jobs"
-    dialect = "postgres"
-
-    [columns]
-    job_id = { role = "id", generated = true }
-    name = "group"
-    attempt = { role = "attempt", generated = true }
-    payload = { role = "payload", codec = "bytes" }
-    """,
-    """
+# Tables written once for every dialect (dbcases.typed): a spec and its DDL.
+ROW_LOCK_TABLE = (
+    spec_toml("email_jobs", {"job_id": "id generated", "name": "group",
+                             "attempt": "attempt generated", "payload": "payload bytes"}), """
     CREATE TABLE email_jobs (
-        job_id  BIGSERIAL PRIMARY KEY,
-        name    TEXT NOT NULL,
+        job_id  {id},
+        name    {text} NOT NULL,
         attempt SMALLINT NOT NULL DEFAULT 1,
-        payload BYTEA NOT NULL
+        payload {bytes} NOT NULL
     );
     CREATE INDEX email_jobs_claim ON email_jobs (name, job_id);
-    """,
-    '"email_jobs"', "job_id",
-)
-LEASE_PG = (
-    "postgres", "lease",
-    """
-    table = "lease_jobs"
-    dialect = "postgres"
-
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    payload = { role = "payload", codec = "text" }
-    """,
-    """
+    """)
+LEASE_TABLE = (
+    spec_toml("lease_jobs", {"id": "id generated", "attempt": "attempt generated",
+                             "locked_until": "locked_until", "payload": "payload text"}), """
     CREATE TABLE lease_jobs (
-        id BIGSERIAL PRIMARY KEY,
+        id {id},
         attempt INTEGER NOT NULL DEFAULT 1,
-        locked_until TIMESTAMPTZ,
+        locked_until {lease},
         payload TEXT NOT NULL
     );
-    """,
-    '"lease_jobs"', "id",
-)
-ADVISORY_PG = ("postgres", "advisory", *example_parts("ledger"), '"ledger_jobs"', "id")
-LEASE_SQLITE = (
-    "sqlite", "lease",
-    """
-    table = "report_jobs"
-    dialect = "sqlite"
-
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    payload = { role = "payload", codec = "bytes" }
-    """,
-    """
+    """)
+# InnoDB locks every row a claim reads: on MySQL the lease claim reads by an index.
+LEASE_INDEX = "CREATE INDEX lease_jobs_claim ON lease_jobs (locked_until, id);\n"
+REPORTS_TABLE = (
+    spec_toml("report_jobs", {"id": "id generated", "attempt": "attempt generated",
+                              "locked_until": "locked_until", "payload": "payload bytes"},
+              dialect="sqlite"), """
     CREATE TABLE report_jobs (
         id INTEGER PRIMARY KEY,
         attempt INTEGER NOT NULL DEFAULT 1,
         locked_until TEXT,
         payload BLOB NOT NULL
     );
-    """,
-    '"report_jobs"', "id",
-)
-ADVISORY_SQLITE = (
-    "sqlite", "advisory",
-    """
-    table = "thumbnail_jobs"
-    dialect = "sqlite"
-    advisory_key = "image-{image_path}"
-
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    processed_at = "processed_at"
-    payload = { role = "payload", codec = "json" }
-    """,
-    """
+    """)
+THUMBNAILS_TABLE = (
+    spec_toml("thumbnail_jobs", {"id": "id generated", "attempt": "attempt generated",
+                                 "processed_at": "processed_at", "payload": "payload json"},
+              dialect="sqlite", advisory_key="image-{image_path}"), """
     CREATE TABLE thumbnail_jobs (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         image_path TEXT NOT NULL,
@@ -150,126 +104,23 @@ ADVISORY_SQLITE = (
         processed_at TEXT,
         payload TEXT NOT NULL
     );
-    """,
-    '"thumbnail_jobs"', "id",
-)
-FIFO_LEASE_PG = (
-    "postgres", "lease",
-    """
-    table = "Chat.OutgoingMessages"
-    dialect = "postgres"
-    fifo = true
-
-    [columns]
-    MessageId = { role = "id", generated = true }
-    conversation = "group"
-    retry_after = "retry_after"
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    body = { role = "payload", codec = "text" }
-    """,
-    """
-    CREATE TABLE "Chat"."OutgoingMessages" (
-        "MessageId" BIGSERIAL PRIMARY KEY,
-        conversation TEXT NOT NULL,
-        retry_after TIMESTAMPTZ NOT NULL,
-        attempt INTEGER NOT NULL DEFAULT 1,
-        locked_until TIMESTAMPTZ,
-        body TEXT NOT NULL
-    );
-    CREATE INDEX outgoing_claim ON "Chat"."OutgoingMessages"
-        (conversation, retry_after, "MessageId");
-    """,
-    '"Chat"."OutgoingMessages"', "MessageId",
-)
-ROW_LOCK_MYSQL = (
-    "mysql", "row_lock",
-    """
-    table = "email_jobs"
-    dialect = "mysql"
-
-    [columns]
-    job_id = { role = "id", generated = true }
-    name = "group"
-    attempt = { role = "attempt", generated = true }
-    payload = { role = "payload", codec = "bytes" }
-    """,
-    """
-    CREATE TABLE email_jobs (
-        job_id  BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        name    VARCHAR(191) NOT NULL,
-        attempt SMALLINT NOT NULL DEFAULT 1,
-        payload BLOB NOT NULL,
-        KEY email_jobs_claim (name, job_id)
-    );
-    """,
-    "`email_jobs`", "job_id",
-)
-LEASE_MYSQL = (
-    "mysql", "lease",
-    """
-    table = "lease_jobs"
-    dialect = "mysql"
-
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    payload = { role = "payload", codec = "text" }
-    """,
-    """
-    CREATE TABLE lease_jobs (
-        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        attempt INT NOT NULL DEFAULT 1,
-        locked_until DATETIME NULL,
-        payload TEXT NOT NULL,
-        KEY lease_jobs_claim (locked_until, id)
-    );
-    """,
-    "`lease_jobs`", "id",
-)
-ADVISORY_MYSQL = ("mysql", "advisory", *example_parts("ledger_mariadb"), "`ledger_jobs`", "id")
-FIFO_LEASE_MYSQL = (
-    "mysql", "lease",
-    """
-    table = "OutgoingMessages"
-    dialect = "mysql"
-    fifo = true
-
-    [columns]
-    MessageId = { role = "id", generated = true }
-    conversation = "group"
-    retry_after = "retry_after"
-    attempt = { role = "attempt", generated = true }
-    locked_until = "locked_until"
-    body = { role = "payload", codec = "text" }
-    """,
-    """
-    CREATE TABLE OutgoingMessages (
-        MessageId BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        conversation VARCHAR(191) NOT NULL,
-        retry_after DATETIME(6) NOT NULL,
-        attempt INT NOT NULL DEFAULT 1,
-        locked_until DATETIME NULL,
-        body TEXT NOT NULL,
-        KEY outgoing_claim (conversation, retry_after, MessageId)
-    );
-    """,
-    "`OutgoingMessages`", "MessageId",
-)
-CONVERSATION = "c1"
-KINDS = {
-    "pg-row_lock": ROW_LOCK_PG,
-    "pg-fifo_lease": FIFO_LEASE_PG,
-    "pg-lease": LEASE_PG,
-    "pg-advisory": ADVISORY_PG,
-    "sqlite-lease": LEASE_SQLITE,
-    "sqlite-advisory": ADVISORY_SQLITE,
-    "mysql-row_lock": ROW_LOCK_MYSQL,
-    "mysql-fifo_lease": FIFO_LEASE_MYSQL,
-    "mysql-lease": LEASE_MYSQL,
-    "mysql-advisory": ADVISORY_MYSQL,
+    """)
+# kind (<dialect>-<shape>) -> its table, or an example's shape (dbcases): the ledger (advisory)
+# and the chat (FIFO groups under a lease; schema-qualified, mixed-case), their MySQL twins.
+KINDS: dict[str, tuple[str, str] | str] = {
+    "pg-row_lock": ROW_LOCK_TABLE,
+    "pg-fifo_lease": "chat",
+    "pg-lease": LEASE_TABLE,
+    "pg-advisory": "ledger",
+    "sqlite-lease": REPORTS_TABLE,
+    "sqlite-advisory": THUMBNAILS_TABLE,
+    "mysql-row_lock": ROW_LOCK_TABLE,
+    "mysql-fifo_lease": "chat",
+    "mysql-lease": (LEASE_TABLE[0], LEASE_TABLE[1] + LEASE_INDEX),
+    "mysql-advisory": "ledger",
 }
+DIALECTS = {"pg": "postgres", "sqlite": "sqlite", "mysql": "mysql"}
+CONVERSATION = "c1"
 ACCOUNTS = 100  # advisory kinds on a server: rows of account i % ACCOUNTS share the key
 
 
@@ -305,14 +156,24 @@ class Queue:
     """A generated module, the file it lives in, and its database with the table created."""
 
     kind: str
-    dialect: str
-    form: str
     module: ModuleType
     path: Path
-    database: str  # a SQLite file, a PostgreSQL conninfo or a MySQL URL
+    db: Db  # a SQLite file, a PostgreSQL conninfo or a MySQL URL, and plain connections to it
     table: str
     id_column: str
-    mysql_args: dict[str, Any] | None = None  # pymysql.connect() arguments (MySQL kinds)
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    @property
+    def form(self) -> str:
+        form: str = self.module.DESCRIPTOR.form
+        return form
+
+    @property
+    def database(self) -> str:
+        return self.db.database
 
     @property
     def pg(self) -> bool:
@@ -320,12 +181,12 @@ class Queue:
 
     @property
     def mysql(self) -> bool:
-        return self.dialect == "mysql"
+        return self.db.mysql
 
     @property
     def server(self) -> bool:
         """PostgreSQL or MySQL: sessions and locks live on a server another process can see."""
-        return self.dialect != "sqlite"
+        return not self.db.sqlite
 
     @property
     def shape(self) -> str:
@@ -343,17 +204,8 @@ class Queue:
         return [(getattr(r, self.id_column), r.attempt) for r in rows]
 
     def connect(self, *, autocommit: bool = False) -> Any:
-        if self.pg:
-            return psycopg.connect(self.database, autocommit=autocommit)
-        if self.mysql:
-            assert self.mysql_args is not None
-            conn = pymysql.connect(**self.mysql_args, autocommit=autocommit)
-            with conn.cursor() as cur:  # as the worker's sessions: READ COMMITTED, in UTC
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                cur.execute("SET SESSION time_zone = '+00:00'")
-            return conn
-        return sqlite3.connect(self.database, timeout=30,
-                               isolation_level=None if autocommit else "")
+        """A connection of the dialect's driver; MySQL sessions as the worker's own."""
+        return self.db.connect(autocommit=autocommit)
 
     def new_row(self, i: int) -> Any:
         new = self.module.NewRow
@@ -484,11 +336,10 @@ class Queue:
         """Sessions of a worker: on PostgreSQL by its application_name; on MySQL, which has
         none, by the test's own database (every session connected to it but this one)."""
         if self.mysql:
-            assert self.mysql_args is not None
             with closing(self.connect(autocommit=True)) as conn, conn.cursor() as cur:
                 cur.execute("SELECT count(*) FROM information_schema.PROCESSLIST "
                             "WHERE DB = %s AND ID <> CONNECTION_ID()",
-                            [self.mysql_args["database"]])
+                            [self.db.mysql_args["database"]])
                 row = cur.fetchone()
         else:
             with psycopg.connect(self.database, autocommit=True) as pg:
@@ -538,11 +389,16 @@ def make_queue(queue: MakeQueue) -> MakeKind:
     and the parent need to reach them."""
 
     def make(kind: str) -> Queue:
-        dialect, form, spec, ddl, table, id_column = KINDS[kind]
-        made = queue(dialect, spec=spec, ddl=ddl, name=kind.replace("-", "_"))
+        dialect, source = DIALECTS[kind.split("-")[0]], KINDS[kind]
+        if isinstance(source, str):
+            made = queue(dialect, source)
+        else:
+            spec, ddl = source
+            made = queue(dialect, spec=spec, ddl=typed(ddl, dialect),
+                         name=kind.replace("-", "_"))
         assert made.mod.__file__ is not None
-        return Queue(kind, dialect, form, made.mod, Path(made.mod.__file__), made.target, table,
-                     id_column, made.db.mysql_args or None)
+        return Queue(kind, made.mod, Path(made.mod.__file__), made.db, made.table,
+                     made.roles["id"])
 
     return make
 
@@ -737,6 +593,46 @@ SERVING_ROWS = 300  # the advisory variants that serve instead of run_until_idle
 ROWS_BY_KIND = {"mysql-advisory": 300}
 
 
+Delivery = tuple[str, int, int | None]  # (worker or child, row id, attempt)
+
+
+def assert_each_row_delivered_once(delivered: list[Delivery], ids: list[int]) -> None:
+    """Every row of `ids` delivered exactly once, at attempt 1."""
+    counts = Counter(job for _, job, _ in delivered)
+    assert [job for job, n in counts.items() if n > 1] == [], "a row was delivered twice"
+    assert set(counts) == set(ids), "every row is delivered"
+    assert {attempt for _, _, attempt in delivered} == {1}
+
+
+def child_deliveries(children: list[Child], event: str) -> list[Delivery]:
+    return [(child.name, int(e[1]), int(e[2])) for child in children for e in child.events(event)]
+
+
+class KeyedHandler:
+    """A handler for the SQLite advisory rows that records each delivery and any two jobs of one
+    key that ran side by side."""
+
+    def __init__(self) -> None:
+        self.delivered: list[Delivery] = []
+        self.running: Counter[str] = Counter()
+        self.overlaps: list[str] = []
+
+    async def __call__(self, job: Job[Any]) -> None:
+        key = f"image-{job.row.image_path}"
+        self.running[key] += 1
+        if self.running[key] > 1:
+            self.overlaps.append(key)
+        self.delivered.append((job.worker, job.id, job.attempt))
+        await asyncio.sleep(0.001)
+        self.running[key] -= 1
+
+    def assert_each_row_once_by_both(self, ids: list[int]) -> None:
+        assert_each_row_delivered_once(self.delivered, ids)
+        assert self.overlaps == [], "jobs sharing a key ran side by side"
+        per_worker = Counter(name for name, _, _ in self.delivered)
+        assert per_worker["a"] > 0 and per_worker["b"] > 0, per_worker
+
+
 @pytest.mark.parametrize("kind", [
     "pg-row_lock",
     "pg-lease",
@@ -762,12 +658,8 @@ def test_two_worker_processes_deliver_every_row_once(
         assert child.wait_exit(30) == 0, child.stderr()
         assert child.events("idle")
 
-    delivered = [(child.name, int(e[1]), int(e[2]))
-                 for child in children for e in child.events("deliver")]
-    counts = Counter(job for _, job, _ in delivered)
-    assert [job for job, n in counts.items() if n > 1] == [], "a row was delivered twice"
-    assert set(counts) == set(ids), "every row is delivered"
-    assert {attempt for _, _, attempt in delivered} == {1}
+    delivered = child_deliveries(children, "deliver")
+    assert_each_row_delivered_once(delivered, ids)
     per_child = Counter(name for name, _, _ in delivered)
     assert all(per_child[c.name] > 0 for c in children), f"both took part: {per_child}"
     assert q.unfinished() == set()
@@ -779,18 +671,7 @@ def test_two_sqlite_advisory_workers_in_one_process_deliver_every_row_once(
     # two workers share a process here.
     q = make_queue("sqlite-advisory")
     ids = q.add(ROWS)
-    delivered: list[tuple[str, int, int | None]] = []
-    running: Counter[str] = Counter()
-    overlaps: list[str] = []
-
-    async def handler(job: Job[Any]) -> None:
-        key = f"image-{job.row.image_path}"
-        running[key] += 1
-        if running[key] > 1:
-            overlaps.append(key)
-        delivered.append((job.worker, job.id, job.attempt))
-        await asyncio.sleep(0.001)
-        running[key] -= 1
+    handler = KeyedHandler()
 
     workers = [Worker(q.module.DESCRIPTOR, handler, database=q.database, name=name,
                       workers=3, batch=10, poll_interval=0.05) for name in ("a", "b")]
@@ -799,13 +680,7 @@ def test_two_sqlite_advisory_workers_in_one_process_deliver_every_row_once(
         await asyncio.gather(*(run_until_idle(w, timeout=30) for w in workers))
 
     asyncio.run(both())
-    counts = Counter(job for _, job, _ in delivered)
-    assert [job for job, n in counts.items() if n > 1] == [], "a row was delivered twice"
-    assert set(counts) == set(ids)
-    assert {attempt for _, _, attempt in delivered} == {1}
-    assert overlaps == [], "jobs sharing a key ran side by side"
-    per_worker = Counter(name for name, _, _ in delivered)
-    assert per_worker["a"] > 0 and per_worker["b"] > 0, per_worker
+    handler.assert_each_row_once_by_both(ids)
     assert q.unfinished() == set()
 
 
@@ -860,12 +735,8 @@ def test_two_advisory_worker_processes_serving_never_share_a_row(
     for child in children:
         assert child.wait_exit(15) == 0, child.stderr()
 
-    delivered = [(child.name, int(e[1]), int(e[2]))
-                 for child in children for e in child.events("start")]
-    counts = Counter(job for _, job, _ in delivered)
-    assert [job for job, n in counts.items() if n > 1] == [], "a row was delivered twice"
-    assert set(counts) == set(ids)
-    assert {attempt for _, _, attempt in delivered} == {1}
+    delivered = child_deliveries(children, "start")
+    assert_each_row_delivered_once(delivered, ids)
     per_child = Counter(name for name, _, _ in delivered)
     assert all(per_child[c.name] > 0 for c in children), f"both took part: {per_child}"
 
@@ -873,18 +744,8 @@ def test_two_advisory_worker_processes_serving_never_share_a_row(
 def test_two_sqlite_advisory_workers_serving_never_share_a_row(make_queue: MakeKind) -> None:
     q = make_queue("sqlite-advisory")
     ids = q.add(SERVING_ROWS)
-    delivered: list[tuple[str, int, int | None]] = []
-    running: Counter[str] = Counter()
-    overlaps: list[str] = []
-
-    async def handler(job: Job[Any]) -> None:
-        key = f"image-{job.row.image_path}"
-        running[key] += 1
-        if running[key] > 1:
-            overlaps.append(key)
-        delivered.append((job.worker, job.id, job.attempt))
-        await asyncio.sleep(0.001)
-        running[key] -= 1
+    handler = KeyedHandler()
+    delivered = handler.delivered
 
     workers = [Worker(q.module.DESCRIPTOR, handler, database=q.database, name=name,
                       workers=3, batch=10, poll_interval=0.02) for name in ("a", "b")]
@@ -901,13 +762,7 @@ def test_two_sqlite_advisory_workers_serving_never_share_a_row(make_queue: MakeK
             await asyncio.wait_for(asyncio.gather(*tasks), 15)
 
     asyncio.run(serve_until_done())
-    counts = Counter(job for _, job, _ in delivered)
-    assert [job for job, n in counts.items() if n > 1] == [], "a row was delivered twice"
-    assert set(counts) == set(ids)
-    assert {attempt for _, _, attempt in delivered} == {1}
-    assert overlaps == [], "jobs sharing a key ran side by side"
-    per_worker = Counter(name for name, _, _ in delivered)
-    assert per_worker["a"] > 0 and per_worker["b"] > 0, per_worker
+    handler.assert_each_row_once_by_both(ids)
     assert q.unfinished() == set()
 
 

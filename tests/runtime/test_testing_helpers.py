@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from dbcases import MakeQueue
+from dbcases import MakeQueue, spec_toml
 
 from inboxgen import Job, Worker
 from inboxgen.testing import FakeClock
@@ -19,15 +19,8 @@ CREATE TABLE jobs (
     payload JSONB NOT NULL
 );
 """
-SPEC = """
-table = "jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-retry_after = { role = "retry_after", generated = true }
-payload = "payload"
-"""
+SPEC = spec_toml("jobs", {"id": "id generated", "retry_after": "retry_after generated",
+                          "payload": "payload"})
 
 
 def test_a_row_due_now_is_delivered_on_a_default_fake_clock(

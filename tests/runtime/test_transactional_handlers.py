@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from dbcases import MakeQueue
-from semantics_util import drive, fake_clock, on_dialect, write_effect
+from dbcases import MakeQueue, Queue, spec_toml, typed
+from semantics_util import fake_clock, serve_until, write_effect
 
 from inboxgen import Job, Outcome, Worker, ack, drop, retry
 from inboxgen.testing import run_until_idle
@@ -32,47 +32,33 @@ KINDS = ["ack", "drop", "retry", "raise"]
 KEPT = {"ack:1", "retry:2", "raise:2"}  # only writes made by deliveries that acked
 
 
-LEASE_TX_SPEC = """
-    table = "jobs"
-    dialect = "sqlite"
+def queue_of_kinds(queue: MakeQueue, dialect: str, spec: str, ddl: str) -> Queue:
+    """A queue of `spec` and `ddl` (for every dialect) holding a job of each of KINDS."""
+    q = queue(dialect, spec=spec, ddl=typed(ddl, dialect))
+    with q.db.transaction() as conn:
+        q.mod.insert_many(conn, [q.mod.NewRow(payload=k) for k in KINDS])
+    return q
 
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    processed_at = "processed_at"
-    locked_until = "locked_until"
-    payload = { role = "payload", codec = "text" }
-"""
-TX_LEASE_DDL = {
-    "sqlite": """
-        CREATE TABLE jobs (
-            id INTEGER PRIMARY KEY,
-            attempt INTEGER NOT NULL DEFAULT 1,
-            processed_at TEXT,
-            locked_until TEXT,
-            payload TEXT NOT NULL
-        );
-        CREATE TABLE effects (note TEXT NOT NULL);
-    """,
-    "mysql": """
-        CREATE TABLE jobs (
-            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            attempt INT NOT NULL DEFAULT 1,
-            processed_at DATETIME(6) NULL,
-            locked_until DATETIME NULL,
-            payload TEXT NOT NULL
-        );
-        CREATE TABLE effects (note VARCHAR(191) NOT NULL);
-    """,
-}
+
+LEASE_TX_SPEC = spec_toml("jobs", {"id": "id generated", "attempt": "attempt generated",
+                                   "processed_at": "processed_at", "locked_until": "locked_until",
+                                   "payload": "payload text"}, dialect="sqlite")
+EFFECTS_DDL = "CREATE TABLE effects (note {text} NOT NULL);\n"
+TX_LEASE_DDL = """
+    CREATE TABLE jobs (
+        id {id},
+        attempt INTEGER NOT NULL DEFAULT 1,
+        processed_at {time},
+        locked_until {lease},
+        payload TEXT NOT NULL
+    );
+""" + EFFECTS_DDL
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "mysql"])
 def test_transactional_handler_on_lease(queue: MakeQueue, dialect: str) -> None:
-    q = queue(dialect, spec=on_dialect(LEASE_TX_SPEC, dialect), ddl=TX_LEASE_DDL[dialect])
+    q = queue_of_kinds(queue, dialect, LEASE_TX_SPEC, TX_LEASE_DDL)
     db, jobs = q.db, q.mod
-    with db.transaction() as conn:
-        jobs.insert_many(conn, [jobs.NewRow(payload=k) for k in KINDS])
     clock = fake_clock()
 
     def handle(job: Job[str]) -> Outcome:  # sync: runs in a thread, on the job's connection
@@ -94,45 +80,21 @@ def test_transactional_handler_on_lease(queue: MakeQueue, dialect: str) -> None:
     assert (s.delivered, s.acked, s.dropped, s.retried) == (6, 3, 1, 2)
 
 
-ROW_LOCK_TX_SPEC = """
-    table = "jobs"
-    dialect = "postgres"
-
-    [columns]
-    id = { role = "id", generated = true }
-    attempt = { role = "attempt", generated = true }
-    payload = { role = "payload", codec = "text" }
-"""
-TX_ROW_LOCK_DDL = {
-    "postgres": """
-        CREATE TABLE jobs (
-            id BIGSERIAL PRIMARY KEY,
-            attempt INTEGER NOT NULL DEFAULT 1,
-            payload TEXT NOT NULL
-        );
-        CREATE TABLE effects (note TEXT NOT NULL);
-    """,
-    "mysql": """
-        CREATE TABLE jobs (
-            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            attempt INT NOT NULL DEFAULT 1,
-            payload TEXT NOT NULL
-        );
-        CREATE TABLE effects (note VARCHAR(191) NOT NULL);
-    """,
-}
-EFFECTS_DDL = {"postgres": "CREATE TABLE effects (note TEXT NOT NULL)",
-               "mysql": "CREATE TABLE effects (note VARCHAR(191) NOT NULL)"}
+ROW_LOCK_TX_SPEC = spec_toml("jobs", {"id": "id generated", "attempt": "attempt generated",
+                                      "payload": "payload text"})
+TX_ROW_LOCK_DDL = """
+    CREATE TABLE jobs (
+        id {id},
+        attempt INTEGER NOT NULL DEFAULT 1,
+        payload TEXT NOT NULL
+    );
+""" + EFFECTS_DDL
 
 
 def test_transactional_handler_on_server_row_lock(server_dialect: str, queue: MakeQueue) -> None:
-    dialect = server_dialect.split("+")[0]
-    q = queue(server_dialect, spec=on_dialect(ROW_LOCK_TX_SPEC, dialect),
-              ddl=TX_ROW_LOCK_DDL[dialect])
+    q = queue_of_kinds(queue, server_dialect, ROW_LOCK_TX_SPEC, TX_ROW_LOCK_DDL)
     db, jobs = q.db, q.mod
     assert jobs.DESCRIPTOR.form == "row_lock"
-    with db.transaction() as conn:
-        jobs.insert_many(conn, [jobs.NewRow(payload=k) for k in KINDS])
     clock = fake_clock()
     attempts: dict[str, list[int | None]] = {}
 
@@ -157,7 +119,7 @@ def test_transactional_handler_on_server_row_lock(server_dialect: str, queue: Ma
 def test_transactional_handler_on_server_advisory(server_dialect: str, queue: MakeQueue) -> None:
     q = queue(server_dialect, "ledger")
     db, ledger = q.db, q.mod
-    db.exec(EFFECTS_DDL[db.dialect])
+    db.exec(typed(EFFECTS_DDL, db.dialect))
     with db.transaction() as conn:
         ledger.insert_many(conn, [ledger.NewRow(account_id=i, payload={"kind": k})
                                   for i, k in enumerate(KINDS)])
@@ -174,14 +136,8 @@ def test_transactional_handler_on_server_advisory(server_dialect: str, queue: Ma
     worker = Worker(ledger.DESCRIPTOR, handle, database=db.database, transactional=True,
                     clock=clock, listen=False)
 
-    async def main() -> None:
-        await worker.start()
-        try:  # the failed delivery comes back after its backoff (1 s)
-            await drive(worker, clock, lambda: worker.stats.acked == 3, max_seconds=30)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    # The failed delivery comes back after its backoff (1 s)
+    serve_until(worker, clock, lambda: worker.stats.acked == 3, max_seconds=30)
     assert {n for (n,) in db.rows("SELECT note FROM effects")} == KEPT
     assert attempts == {"ack": [1], "drop": [1], "retry": [1, 2], "raise": [1, 2]}
     assert db.rows("SELECT count(*) FROM ledger_jobs") == [(0,)]

@@ -5,19 +5,18 @@ timeout, and a signal during that wait stops the worker promptly."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from dbcases import Queue
-from semantics_util import SECRET, start
+from dbcases import MakeQueue, Queue
+from genutil import build_module
+from semantics_util import PLAIN, SECRET, start, worker_app
 
 from inboxgen import ConnectFailed, Worker, WorkerConfigError
 
@@ -97,13 +96,7 @@ def test_a_server_that_is_not_there_is_tried_until_the_connect_timeout(
 
 
 def test_a_missing_sqlite_file_fails_naming_it_and_is_not_created(tmp_path: Path) -> None:
-    from genutil import build_module
-
-    ddl = "CREATE TABLE jobs (id INTEGER PRIMARY KEY, locked_until TEXT, payload BLOB);"
-    spec = ('table = "jobs"\ndialect = "sqlite"\n[columns]\n'
-            'id = { role = "id", generated = true }\nlocked_until = "locked_until"\n'
-            'payload = { role = "payload", codec = "bytes" }\n')
-    module = build_module(tmp_path, spec, ddl)
+    module = build_module(tmp_path, *PLAIN["sqlite"])
     missing = tmp_path / "typo.sqlite3"
     err = start(Worker(module.DESCRIPTOR, lambda job: None, database=missing))
     assert isinstance(err, ConnectFailed), err
@@ -113,13 +106,7 @@ def test_a_missing_sqlite_file_fails_naming_it_and_is_not_created(tmp_path: Path
 
 def test_mariadb_access_denied_and_unknown_database_fail_at_once(
         tmp_path: Path, mariadb_server: Any) -> None:
-    from genutil import build_module
-
-    ddl = "CREATE TABLE jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload BLOB NOT NULL);"
-    spec = ('table = "jobs"\ndialect = "mysql"\n[columns]\n'
-            'id = { role = "id", generated = true }\n'
-            'payload = { role = "payload", codec = "bytes" }\n')
-    module = build_module(tmp_path, spec, ddl)
+    module = build_module(tmp_path, *PLAIN["mysql"])
     host = f"{mariadb_server.host}:{mariadb_server.port}"
     for url, reason in ((f"mysql://nobody:{SECRET}@{host}/app", "Access denied"),
                         (f"mysql://root@{host}/no_such_db", "Unknown database")):
@@ -133,17 +120,10 @@ def test_mariadb_access_denied_and_unknown_database_fail_at_once(
 def test_sigterm_while_waiting_for_the_server_stops_the_worker_at_once(tmp_path: Path,
                                                                        pg_jobs: Queue) -> None:
     port = free_port()
-    app = tmp_path / "app_under_test.py"
-    app.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(Path(pg_jobs.mod.__file__).parent)!r})\n"
-        f"import {Path(pg_jobs.mod.__file__).stem} as m\n"
-        "from inboxgen import Worker\n"
-        f"worker = Worker(m.DESCRIPTOR, lambda job: None, connect_timeout=60,\n"
-        f"                database='postgresql://postgres@127.0.0.1:{port}/app')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    proc = subprocess.Popen([sys.executable, "-m", "inboxgen", "worker", "app_under_test:worker"],
-                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    cmd, env = worker_app(tmp_path, pg_jobs.mod, "app_under_test",
+                          f"worker = Worker(m.DESCRIPTOR, lambda job: None, connect_timeout=60,\n"
+                          f"                database='postgresql://postgres@127.0.0.1:{port}/app')\n")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
         line = ""
@@ -162,35 +142,24 @@ def test_sigterm_while_waiting_for_the_server_stops_the_worker_at_once(tmp_path:
     assert "Traceback" not in rest
 
 
-def test_a_second_signal_stops_at_once_and_the_exit_says_what_was_done(tmp_path: Path) -> None:
-    from genutil import build_module
-
-    ddl = "CREATE TABLE jobs (id INTEGER PRIMARY KEY, locked_until TEXT, payload BLOB);"
-    spec = ('table = "jobs"\ndialect = "sqlite"\n[columns]\n'
-            'id = { role = "id", generated = true }\nlocked_until = "locked_until"\n'
-            'payload = { role = "payload", codec = "bytes" }\n')
-    module = build_module(tmp_path, spec, ddl)
-    db = tmp_path / "q.sqlite3"
-    import sqlite3
-
-    with sqlite3.connect(db) as conn:
-        conn.executescript(ddl)
-        module.insert_many(conn, [module.NewRow(payload=b"quick"), module.NewRow(payload=b"slow")])
+def test_a_second_signal_stops_at_once_and_the_exit_says_what_was_done(
+        tmp_path: Path, queue: MakeQueue) -> None:
+    spec, ddl = PLAIN["sqlite"]
+    q = queue("sqlite", spec=spec, ddl=ddl)
+    module, db = q.mod, q.target
+    conn = q.connect()
+    module.insert_many(conn, [module.NewRow(payload=b"quick"), module.NewRow(payload=b"slow")])
+    conn.commit()
     started = tmp_path / "started"
-    app = tmp_path / "lifecycle_app.py"
-    app.write_text(
-        "import sys, time\n"
-        f"sys.path.insert(0, {str(Path(module.__file__).parent)!r})\n"
-        f"import {Path(module.__file__).stem} as m\n"
-        "from inboxgen import Worker\n"
-        "def handle(job):\n"
-        "    if job.payload == b'slow':\n"
-        f"        open({str(started)!r}, 'w').close()\n"
-        "        time.sleep(60)\n"
-        f"worker = Worker(m.DESCRIPTOR, handle, database={str(db)!r}, shutdown_timeout=30)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    proc = subprocess.Popen([sys.executable, "-m", "inboxgen", "worker", "lifecycle_app:worker"],
-                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    cmd, env = worker_app(tmp_path, module, "lifecycle_app",
+                          "import time\n"
+                          "def handle(job):\n"
+                          "    if job.payload == b'slow':\n"
+                          f"        open({str(started)!r}, 'w').close()\n"
+                          "        time.sleep(60)\n"
+                          f"worker = Worker(m.DESCRIPTOR, handle, database={str(db)!r}, "
+                          "shutdown_timeout=30)\n")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
         while not started.exists() and time.monotonic() < deadline:
@@ -218,18 +187,12 @@ def test_the_cli_worker_refused_exits_1_with_one_line(tmp_path: Path, pg_jobs: Q
                                                       pg_server: Any,
                                                       password_user: str) -> None:
     dbname = psycopg.conninfo.conninfo_to_dict(pg_jobs.target)["dbname"]
-    app = tmp_path / "refused_app.py"
-    app.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(Path(pg_jobs.mod.__file__).parent)!r})\n"
-        f"import {Path(pg_jobs.mod.__file__).stem} as m\n"
-        "from inboxgen import Worker\n"
+    cmd, env = worker_app(
+        tmp_path, pg_jobs.mod, "refused_app",
         f"worker = Worker(m.DESCRIPTOR, lambda job: None, database="
         f"'postgresql://{password_user}:wrong-{SECRET}@127.0.0.1:{pg_server.port}/{dbname}')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    result = subprocess.run([sys.executable, "-m", "inboxgen", "worker", "refused_app:worker"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
-                            check=False)
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=30, check=False)
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.startswith("inboxgen:")]
     assert len(lines) == 1 and "ConnectFailed" in lines[0], result.stderr

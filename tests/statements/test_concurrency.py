@@ -7,11 +7,10 @@ import time
 from typing import Any
 
 import pytest
-from dbcases import DIALECTS, Layout, MakeQueue, commit_claim, run_workers
+from dbcases import CLAIM_FORMS, DIALECTS, SERVERS, Layout, MakeQueue, commit_claim, run_workers
 
 
-@pytest.mark.parametrize("dialect", [
-    "postgres", "mysql"])
+@pytest.mark.parametrize("dialect", SERVERS)
 def test_row_lock_claim_skips_rows_held_by_another_open_transaction(
         queue: MakeQueue, dialect: str) -> None:
     q = queue(dialect, Layout(form="row_lock"))
@@ -39,8 +38,7 @@ def test_lease_claim_skips_rows_leased_by_another_connection(
     assert q.claim(first, limit=10) == []
 
 
-@pytest.mark.parametrize("dialect", [
-    "postgres", "mysql"])
+@pytest.mark.parametrize("dialect", SERVERS)
 def test_lease_claim_skips_rows_of_an_uncommitted_claim_without_waiting(
         queue: MakeQueue, dialect: str) -> None:
     q = queue(dialect, Layout(form="lease"))
@@ -56,15 +54,7 @@ def test_lease_claim_skips_rows_of_an_uncommitted_claim_without_waiting(
     second.commit()
 
 
-STRESS_FORMS = [
-    pytest.param("postgres", "row_lock", id="postgres-row_lock"),
-    pytest.param("postgres", "lease", id="postgres-lease"),
-    pytest.param("sqlite", "lease", id="sqlite-lease"),
-    pytest.param("postgres", "advisory", id="postgres-advisory"),
-    pytest.param("mysql", "row_lock", id="mysql-row_lock"),
-    pytest.param("mysql", "lease", id="mysql-lease"),
-    pytest.param("mysql", "advisory", id="mysql-advisory"),
-]
+STRESS_FORMS = [form for form in CLAIM_FORMS if form.id != "sqlite-advisory"]
 
 
 @pytest.mark.parametrize(("dialect", "form"), STRESS_FORMS)

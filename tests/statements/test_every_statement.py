@@ -6,57 +6,34 @@ from __future__ import annotations
 import pytest
 from dbcases import Layout, MakeQueue, tour
 
+EXAMPLES = [("sqlite", "reports"), ("sqlite", "shop_emails"), ("sqlite", "shop_checkout"),
+            ("sqlite", "thumbnails"), ("postgres", "mailer"), ("postgres", "ledger"),
+            ("postgres", "chat"), ("mysql", "mailer_mariadb")]
+# Every claim form with each dead-letter destination, FIFO groups, unique keys and counted
+# crashes where the form has them: on PostgreSQL and MySQL, and on SQLite.
+SERVER_LAYOUTS = {
+    "row_lock-fifo-dead_group": Layout("row_lock", group=True, fifo=True, dead="group"),
+    "row_lock-dead_table-unique": Layout("row_lock", dead="table", unique=True),
+    "row_lock-count_crashes-dead_group": Layout("row_lock", group=True, count_crashes=True,
+                                                dead="group"),
+    "row_lock-count_crashes-dead_table": Layout("row_lock", count_crashes=True, dead="table"),
+    "lease-fifo-dead_group": Layout("lease", group=True, fifo=True, dead="group"),
+    "lease-dead_table-unique": Layout("lease", dead="table", unique=True),
+    "advisory-dead_group": Layout("advisory", group=True, dead="group"),
+    "advisory-dead_table": Layout("advisory", dead="table", processed=False),
+}
+SQLITE_LAYOUTS = {
+    "lease-fifo-dead_group": Layout("lease", group=True, fifo=True, dead="group"),
+    "lease-dead_table-unique": Layout("lease", dead="table", unique=True, processed=False),
+    "advisory-dead_group": Layout("advisory", group=True, dead="group"),
+    "advisory-dead_table-unique": Layout("advisory", dead="table", unique=True),
+}
 TOURS = [
-    pytest.param("sqlite", "reports", None, id="example-reports"),
-    pytest.param("sqlite", "shop_emails", None, id="example-shop_emails"),
-    pytest.param("sqlite", "shop_checkout", None, id="example-shop_checkout"),
-    pytest.param("sqlite", "thumbnails", None, id="example-thumbnails"),
-    pytest.param("postgres", "mailer", None, id="example-mailer"),
-    pytest.param("postgres", "ledger", None, id="example-ledger"),
-    pytest.param("postgres", "chat", None, id="example-chat"),
-    pytest.param("postgres", None, Layout("row_lock", group=True, fifo=True, dead="group"),
-                 id="postgres-row_lock-fifo-dead_group"),
-    pytest.param("postgres", None, Layout("row_lock", dead="table", unique=True),
-                 id="postgres-row_lock-dead_table-unique"),
-    pytest.param("postgres", None, Layout("row_lock", group=True, count_crashes=True,
-                                          dead="group"),
-                 id="postgres-row_lock-count_crashes-dead_group"),
-    pytest.param("postgres", None, Layout("row_lock", count_crashes=True, dead="table"),
-                 id="postgres-row_lock-count_crashes-dead_table"),
-    pytest.param("postgres", None, Layout("lease", group=True, fifo=True, dead="group"),
-                 id="postgres-lease-fifo-dead_group"),
-    pytest.param("postgres", None, Layout("lease", dead="table", unique=True),
-                 id="postgres-lease-dead_table-unique"),
-    pytest.param("sqlite", None, Layout("lease", group=True, fifo=True, dead="group"),
-                 id="sqlite-lease-fifo-dead_group"),
-    pytest.param("sqlite", None, Layout("lease", dead="table", unique=True, processed=False),
-                 id="sqlite-lease-dead_table-unique"),
-    pytest.param("postgres", None, Layout("advisory", group=True, dead="group"),
-                 id="postgres-advisory-dead_group"),
-    pytest.param("postgres", None, Layout("advisory", dead="table", processed=False),
-                 id="postgres-advisory-dead_table"),
-    pytest.param("sqlite", None, Layout("advisory", group=True, dead="group"),
-                 id="sqlite-advisory-dead_group"),
-    pytest.param("sqlite", None, Layout("advisory", dead="table", unique=True),
-                 id="sqlite-advisory-dead_table-unique"),
-    pytest.param("mysql", "mailer_mariadb", None, id="example-mailer_mariadb"),
-    pytest.param("mysql", None, Layout("row_lock", group=True, fifo=True, dead="group"),
-                 id="mysql-row_lock-fifo-dead_group"),
-    pytest.param("mysql", None, Layout("row_lock", dead="table", unique=True),
-                 id="mysql-row_lock-dead_table-unique"),
-    pytest.param("mysql", None, Layout("row_lock", group=True, count_crashes=True,
-                                       dead="group"),
-                 id="mysql-row_lock-count_crashes-dead_group"),
-    pytest.param("mysql", None, Layout("row_lock", count_crashes=True, dead="table"),
-                 id="mysql-row_lock-count_crashes-dead_table"),
-    pytest.param("mysql", None, Layout("lease", group=True, fifo=True, dead="group"),
-                 id="mysql-lease-fifo-dead_group"),
-    pytest.param("mysql", None, Layout("lease", dead="table", unique=True),
-                 id="mysql-lease-dead_table-unique"),
-    pytest.param("mysql", None, Layout("advisory", group=True, dead="group"),
-                 id="mysql-advisory-dead_group"),
-    pytest.param("mysql", None, Layout("advisory", dead="table", processed=False),
-                 id="mysql-advisory-dead_table"),
+    *(pytest.param(dialect, name, None, id=f"example-{name}") for dialect, name in EXAMPLES),
+    *(pytest.param(dialect, None, layout, id=f"{dialect}-{name}")
+      for dialect, layouts in (("postgres", SERVER_LAYOUTS), ("sqlite", SQLITE_LAYOUTS),
+                               ("mysql", SERVER_LAYOUTS))
+      for name, layout in layouts.items()),
 ]
 
 

@@ -9,7 +9,18 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 import pytest
-from dbcases import DIALECTS, LEDGERS, SERVERS, Layout, MakeQueue, at, executed, json_value, sent
+from dbcases import (
+    DIALECTS,
+    LEDGERS,
+    SERVERS,
+    Layout,
+    MakeQueue,
+    at,
+    executed,
+    json_value,
+    sent,
+    spec_toml,
+)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -151,15 +162,8 @@ def test_insert_unique_fails_on_a_value_its_column_cannot_hold_as_insert_does(
     assert q.rows() == []
 
 
-ARRAY_SPEC = """
-table = "jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-locked_until = "locked_until"
-payload = { role = "payload", codec = "text" }
-"""
+ARRAY_SPEC = spec_toml("jobs", {"id": "id generated", "locked_until": "locked_until",
+                                "payload": "payload text"})
 ARRAY_DDL = """
 CREATE TABLE jobs (
     id BIGSERIAL PRIMARY KEY,

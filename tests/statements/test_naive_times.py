@@ -4,24 +4,15 @@ a table mixing both kinds of time role is refused at build."""
 from __future__ import annotations
 
 import pytest
-from dbcases import MakeQueue, at, leased_row
+from dbcases import MakeQueue, at, leased_row, spec_toml
 
 from inboxgen.errors import CheckFailed
 
 # PostgreSQL: a TIMESTAMPTZ retry_after beside TIMESTAMP (without time zone) lease and processed
 # columns, which hold UTC; the session runs in Europe/Berlin (UTC+1 in January).
-MIXED_SPEC = """
-table = "jobs"
-dialect = "postgres"
-
-[columns]
-id = { role = "id", generated = true }
-retry_after = "retry_after"
-attempt = { role = "attempt", generated = true }
-processed_at = "processed_at"
-locked_until = "locked_until"
-payload = { role = "payload", codec = "text" }
-"""
+MIXED_SPEC = spec_toml("jobs", {"id": "id generated", "retry_after": "retry_after",
+                                "attempt": "attempt generated", "processed_at": "processed_at",
+                                "locked_until": "locked_until", "payload": "payload text"})
 MIXED_DDL = """
 CREATE TABLE jobs (
     id BIGSERIAL PRIMARY KEY,
