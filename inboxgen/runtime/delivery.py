@@ -74,7 +74,10 @@ class Delivery:
         self.outage = outage
         self.form = form
         self._done = done  # rows leave the worker's in-work count
+        # Read on every delivery: kept at hand.
         self._max_attempts = settings.max_attempts
+        self._transactional = settings.transactional
+        self._group = settings.group
         self._has_retry_after = "retry_after" in descriptor.roles
         self._has_dead_letters = (descriptor.dead_letter_group is not None
                                   or descriptor.dead_letter_table is not None)
@@ -99,7 +102,7 @@ class Delivery:
                           h.id, err)
                 await self.settle(h, self.poison(h), conn)
                 return
-            if self.settings.transactional:
+            if self._transactional:
                 await self.form.deliver_in_transaction(h, payload, conn)
                 return
             outcome = await self.run_handler(h, payload, None)
@@ -116,7 +119,7 @@ class Delivery:
         if "headers" in d.role_attrs:
             headers = decode_headers(getattr(h.row, d.role_attrs["headers"]))
         job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
-                            group=self.settings.group, headers=headers, connection=conn,
+                            group=self._group, headers=headers, connection=conn,
                             worker=self.name)
         runner = self.runner
         try:
@@ -142,7 +145,7 @@ class Delivery:
         return result
 
     def decide(self, h: Held, outcome: Outcome) -> Settlement:
-        s = decide(outcome, attempt=h.attempt, max_attempts=self.settings.max_attempts,
+        s = decide(outcome, attempt=h.attempt, max_attempts=self._max_attempts,
                    has_retry_after=self._has_retry_after, now=self.clock.now)
         if h.failure is not None:
             self._report_failure(h, s, h.failure)
