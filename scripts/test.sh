@@ -10,6 +10,8 @@ missing=()
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
+# libfaketime runs workers on hosts whose clocks are off (tests/runtime/test_clock_skew.py).
+compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || missing+=(faketime)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "test.sh: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

@@ -25,3 +25,16 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(seconds, 0))
+
+
+class DatabaseClock(SystemClock):
+    """This host's UTC time corrected by the offset last measured to the database server's
+    clock (clocksync.py): due times, lease expiries and renewals are then judged by the
+    database's clock, whatever this host's says. Waits are this host's, which only a rate of
+    drift (parts per million) could make wrong."""
+
+    def __init__(self) -> None:
+        self.offset = _dt.timedelta(0)
+
+    def now(self) -> _dt.datetime:
+        return _dt.datetime.now(_dt.UTC) + self.offset

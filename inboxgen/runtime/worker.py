@@ -19,7 +19,8 @@ from inboxgen.errors import SchemaError, WorkerConfigError
 from inboxgen.runtime.backends import BACKENDS, Backend
 from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.batching import Calls
-from inboxgen.runtime.clock import Clock, SystemClock
+from inboxgen.runtime.clock import Clock, DatabaseClock, SystemClock
+from inboxgen.runtime.clocksync import ClockSync
 from inboxgen.runtime.connecting import open_connections, reach, retry_delay
 from inboxgen.runtime.forms import Parts, form_for
 from inboxgen.runtime.handlers import HandlerRunner
@@ -67,7 +68,6 @@ class Worker:
         self.poll_interval, self.max_attempts = s.poll_interval, s.max_attempts
         self.backoff, self.transactional = s.backoff, s.transactional
         self.handler = handler
-        self.clock: Clock = clock or SystemClock()
         self.shutdown_timeout = shutdown_timeout
         self.connect_timeout = connect_timeout  # how long start() waits for the database
         self.stats = Stats()
@@ -76,6 +76,12 @@ class Worker:
                                                     transactional=transactional)
         except ValueError as err:  # NoDatabase, or a malformed address (never quoted)
             raise WorkerConfigError(str(err), **self._where) from None
+        # Due times and leases by the database's clock where it has one (clocksync.py); a
+        # clock the caller gives (a test's) is taken as it is.
+        self.clock: Clock = clock or (DatabaseClock() if self.backend.server_clock
+                                      else SystemClock())
+        self._clock_sync = ClockSync(self.clock, self.backend, s.name, s.lease) \
+            if isinstance(self.clock, DatabaseClock) else None
         self.listen = kind.listens_by_default if listen is None else listen and kind.can_listen
         self.slots = WorkerSlots(self.clock, s.workers)
         self._hurry = asyncio.Event()  # a second signal: stop without waiting for jobs
@@ -183,6 +189,8 @@ class Worker:
             self._listener = asyncio.create_task(listening, name=f"{self.name}:listen")
         self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
                        for i in range(self.workers)]
+        if self._clock_sync is not None:
+            self._clock_sync.start()
         self.started = True
         log.info("%s: serving %s (%s%s) on %s, %d worker(s), batch %d", self.name,
                  self.descriptor.qualified_name, self.descriptor.form,
@@ -197,6 +205,8 @@ class Worker:
         d = self.descriptor
         async with self.backend.connection() as conn:
             offers = await self.backend.check_server(conn, self._where)
+            if self._clock_sync is not None:
+                await self._clock_sync.measure(conn)
             if not offers.one_session:
                 if self.form.needs_one_session:
                     raise WorkerConfigError(
@@ -249,6 +259,8 @@ class Worker:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
         await self.form.stop()
+        if self._clock_sync is not None:
+            await self._clock_sync.stop()
         await cancel_and_wait(self._listener)
         self.form.release_resources()
         self.runner.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as _dt
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -97,6 +98,9 @@ class Backend:
     # whether it can at all.
     listens_by_default = False
     can_listen = False
+    # Whether the server has a clock of its own to judge due times and leases by
+    # (`server_now`): not SQLite's, whose clock is the process's.
+    server_clock = False
 
     def __init__(self, descriptor: TableDescriptor) -> None:
         self.descriptor = descriptor
@@ -124,6 +128,11 @@ class Backend:
         """At start-up, on `conn`: what the server must offer every worker (raises
         WorkerConfigError naming `where`), and what else it offers."""
         return ServerOffers()
+
+    async def server_now(self, conn: Any) -> _dt.datetime | None:
+        """The server's clock now, timezone-aware; None where the database is this process's
+        (SQLite)."""
+        return None
 
     async def probe(self) -> None:
         """Open one connection as the worker's own are opened, and close it: raises the

@@ -3,6 +3,7 @@ session settings, the server's checks, and which errors mean what."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 import socket
 from collections.abc import Mapping
@@ -133,6 +134,7 @@ class MySQLServer(Backend):
     # A round's statements run back to back on one connection: in one call on PyMySQL's
     # thread, or one after another on the event loop (the protocol has no pipelining).
     rounds_together = True
+    server_clock = True
 
     def __init__(self, descriptor: TableDescriptor, connect_args: Mapping[str, Any]) -> None:
         super().__init__(descriptor)
@@ -151,6 +153,11 @@ class MySQLServer(Backend):
                 "the server's binlog_format is STATEMENT, which refuses the READ COMMITTED "
                 "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
         return ServerOffers()
+
+    async def server_now(self, conn: Any) -> _dt.datetime | None:
+        (now,) = await self.query(conn, "SELECT UTC_TIMESTAMP(6)")
+        await self.rollback(conn)
+        return now.replace(tzinfo=_dt.UTC)  # type: ignore[no-any-return]
 
     def permanent(self, err: Exception) -> bool:
         # Access denied (to the server or the database), an unknown database or host, an

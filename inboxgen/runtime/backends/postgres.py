@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import itertools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Mapping
@@ -31,6 +32,7 @@ class PostgresBackend(Backend):
     rounds_together = True
     takes_pool = True
     listens_by_default = can_listen = True  # LISTEN/NOTIFY
+    server_clock = True
 
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
                  pool: Any = None, size: int = 1) -> None:
@@ -81,6 +83,11 @@ class PostgresBackend(Backend):
             pids.add((await cur.fetchone())[0])
             await conn.commit()
         return ServerOffers(one_session=len(pids) == 1)
+
+    async def server_now(self, conn: Any) -> _dt.datetime | None:
+        (now,) = await self.query(conn, "SELECT clock_timestamp()")
+        await self.rollback(conn)
+        return now  # type: ignore[no-any-return]
 
     async def probe(self) -> None:
         import psycopg
