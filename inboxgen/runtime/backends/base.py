@@ -130,8 +130,8 @@ class Backend:
         return ServerOffers()
 
     async def server_now(self, conn: Any) -> _dt.datetime | None:
-        """The server's clock now, timezone-aware; None where the database is this process's
-        (SQLite)."""
+        """The server's clock now, timezone-aware, read in one round trip (the caller ends the
+        transaction it may open); None where the database is this process's (SQLite)."""
         return None
 
     async def probe(self) -> None:

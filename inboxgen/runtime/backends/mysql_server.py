@@ -156,7 +156,6 @@ class MySQLServer(Backend):
 
     async def server_now(self, conn: Any) -> _dt.datetime | None:
         (now,) = await self.query(conn, "SELECT UTC_TIMESTAMP(6)")
-        await self.rollback(conn)
         return now.replace(tzinfo=_dt.UTC)  # type: ignore[no-any-return]
 
     def permanent(self, err: Exception) -> bool:

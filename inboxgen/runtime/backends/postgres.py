@@ -86,7 +86,6 @@ class PostgresBackend(Backend):
 
     async def server_now(self, conn: Any) -> _dt.datetime | None:
         (now,) = await self.query(conn, "SELECT clock_timestamp()")
-        await self.rollback(conn)
         return now  # type: ignore[no-any-return]
 
     async def probe(self) -> None:
