@@ -24,38 +24,30 @@ TABLE: Final = "email_jobs"
 CHANNEL: Final = "email_jobs"
 
 # Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
-# attempt).
+# attempt); each row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
-UPDATE "email_jobs"
-SET "attempt" = "attempt" + 1
-WHERE "job_id" = ANY(ARRAY(
-    SELECT "job_id"
-    FROM "email_jobs"
-    WHERE "name" = %(group)s
-    ORDER BY "job_id"
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-))
-RETURNING "job_id", "name", "attempt" - 1 AS "attempt", "payload"
+WITH counted AS (
+    UPDATE "email_jobs"
+    SET "attempt" = "attempt" + 1
+    WHERE "job_id" = ANY(ARRAY(
+        SELECT "job_id"
+        FROM "email_jobs"
+        WHERE "name" = %(group)s
+          AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "job_id"::text, 0))
+        ORDER BY "job_id"
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING "job_id", "name", "attempt" - 1 AS "attempt", "payload"
+)
+SELECT counted.*
+FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."job_id"::text, 0))
 """
 
-# Take the table's claim turn (a session lock), waiting for it.
-CLAIM_GUARD: Final[LiteralString] = """
-SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NOT NULL
-"""
-
-# Give the table's claim turn back.
-CLAIM_UNGUARD: Final[LiteralString] = """
-SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))
-"""
-
-# Lock a counted row for the handler's transaction, unless another claim counted it since.
-RELOCK: Final[LiteralString] = """
-SELECT "job_id", "name", "attempt" - 1 AS "attempt", "payload"
-FROM "email_jobs"
-WHERE "job_id" = %(id)s
-  AND "attempt" = %(attempt)s + 1
-FOR UPDATE SKIP LOCKED
+# Unlock the keys of counted rows once their settlements have committed.
+RELEASE: Final[LiteralString] = """
+SELECT pg_advisory_unlock(hashtextextended(%(row_key)s || held.id::text, 0))
+FROM unnest(%(id)s::BIGINT[]) AS held(id)
 """
 
 # Ack or drop: delete the row.
@@ -199,33 +191,24 @@ def decode_payload(raw: bytes) -> bytes:
 
 def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt).
+    the attempt); each row's key stays locked for the session until RELEASE.
     """
-    cur = conn.execute(CLAIM, {"group": group, "limit": limit})
+    cur = conn.execute(
+        CLAIM,
+        {
+            "group": group,
+            "row_key": f"inboxgen:{TABLE}:",
+            "limit": limit,
+        },
+    )
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
-def claim_guard(conn: psycopg.Connection[Any], *, key: str) -> bool:
-    """Take the table's claim turn (a session lock), waiting for it."""
-    cur = conn.execute(CLAIM_GUARD, {"key": key})
-    row = cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-def claim_unguard(conn: psycopg.Connection[Any], *, key: str) -> bool:
-    """Give the table's claim turn back."""
-    cur = conn.execute(CLAIM_UNGUARD, {"key": key})
-    row = cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-def relock(conn: psycopg.Connection[Any], *, id: int, attempt: int) -> ClaimedRow | None:
-    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
-    cur = conn.execute(RELOCK, {"id": id, "attempt": attempt})
-    row = cur.fetchone()
-    return None if row is None else _claimed(row)
+def release(conn: psycopg.Connection[Any], *, id: Sequence[int]) -> None:
+    """Unlock the keys of counted rows once their settlements have committed."""
+    conn.execute(RELEASE, {"row_key": f"inboxgen:{TABLE}:", "id": list(id)})
 
 
 def finish(conn: psycopg.Connection[Any], *, id: int) -> bool:
@@ -367,38 +350,24 @@ async def claim_async(
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt).
+    the attempt); each row's key stays locked for the session until RELEASE.
     """
-    cur = await conn.execute(CLAIM, {"group": group, "limit": limit})
+    cur = await conn.execute(
+        CLAIM,
+        {
+            "group": group,
+            "row_key": f"inboxgen:{TABLE}:",
+            "limit": limit,
+        },
+    )
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
-async def claim_guard_async(conn: psycopg.AsyncConnection[Any], *, key: str) -> bool:
-    """Take the table's claim turn (a session lock), waiting for it."""
-    cur = await conn.execute(CLAIM_GUARD, {"key": key})
-    row = await cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-async def claim_unguard_async(conn: psycopg.AsyncConnection[Any], *, key: str) -> bool:
-    """Give the table's claim turn back."""
-    cur = await conn.execute(CLAIM_UNGUARD, {"key": key})
-    row = await cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-async def relock_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    attempt: int,
-) -> ClaimedRow | None:
-    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
-    cur = await conn.execute(RELOCK, {"id": id, "attempt": attempt})
-    row = await cur.fetchone()
-    return None if row is None else _claimed(row)
+async def release_async(conn: psycopg.AsyncConnection[Any], *, id: Sequence[int]) -> None:
+    """Unlock the keys of counted rows once their settlements have committed."""
+    await conn.execute(RELEASE, {"row_key": f"inboxgen:{TABLE}:", "id": list(id)})
 
 
 async def finish_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
@@ -544,9 +513,7 @@ async def requeue_async(
 
 OPS: Final = Operations(
     claim=claim,
-    claim_guard=claim_guard,
-    claim_unguard=claim_unguard,
-    relock=relock,
+    release=release,
     finish=finish,
     dead_letter=dead_letter,
     finish_many=finish_many,
@@ -557,9 +524,7 @@ OPS: Final = Operations(
 
 ASYNC_OPS: Final = Operations(
     claim=claim_async,
-    claim_guard=claim_guard_async,
-    claim_unguard=claim_unguard_async,
-    relock=relock_async,
+    release=release_async,
     finish=finish_async,
     dead_letter=dead_letter_async,
     finish_many=finish_many_async,
@@ -570,9 +535,7 @@ ASYNC_OPS: Final = Operations(
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM,
-    "CLAIM_GUARD": CLAIM_GUARD,
-    "CLAIM_UNGUARD": CLAIM_UNGUARD,
-    "RELOCK": RELOCK,
+    "RELEASE": RELEASE,
     "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY,
     "DEAD_LETTER": DEAD_LETTER,

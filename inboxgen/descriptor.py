@@ -54,6 +54,7 @@ class Operations:
     candidates: Callable[..., Any] | None = None
     take: Callable[..., Any] | None = None
     relock: Callable[..., Any] | None = None
+    release: Callable[..., Any] | None = None
     claim_guard: Callable[..., Any] | None = None
     claim_unguard: Callable[..., Any] | None = None
     lock: Callable[..., Any] | None = None

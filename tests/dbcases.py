@@ -750,15 +750,21 @@ class Queue:
         """Claim up to `limit` rows the form's way; nothing is committed.
 
         Lease: CLAIM with the expiry `until` (default now + LEASE). Row lock: CLAIM in the open
-        transaction; with count_crashes, as the runtime does, CLAIM_GUARD takes the table's claim
-        turn, CLAIM (counting the attempt) is committed, each row is locked again by RELOCK in
-        a new transaction and CLAIM_UNGUARD gives the turn back; the rows are those RELOCK
-        returned. Advisory: CANDIDATES, then (PostgreSQL and MySQL) LOCK of each
-        candidate's key and TAKE; keys whose TAKE finds nothing are unlocked again.
+        transaction; with count_crashes, as the runtime does: on PostgreSQL CLAIM counts the
+        rows and is committed, their keys staying locked for the session (RELEASE unlocks
+        them); on MySQL CLAIM_GUARD takes the table's claim turn, CLAIM (counting the attempt)
+        is committed, each row is locked again by RELOCK in a new transaction and
+        CLAIM_UNGUARD gives the turn back; the rows are those RELOCK returned. Advisory:
+        CANDIDATES, then (PostgreSQL and MySQL) LOCK of each candidate's key and TAKE; keys
+        whose TAKE finds nothing are unlocked again.
         """
         args: dict[str, Any] = {"now": now, "limit": limit, "group": group,
                                 "locked_until": until or now + dt.timedelta(seconds=LEASE)}
         m = self.mod
+        if self.count_crashes and hasattr(m, "release"):
+            counted = list(call(m.claim, conn, **args))
+            conn.commit()
+            return counted
         if self.count_crashes:
             # As the runtime does: the table's claim turn from the count until the relock.
             turn = {"key": f"{m.DESCRIPTOR.qualified_name}:claim", "wait": 5}
@@ -813,10 +819,13 @@ class Queue:
         return result
 
     def release(self, conn: Any, row: Any) -> None:
-        """Advisory on PostgreSQL and MySQL: unlock the row's key (other forms hold nothing to
-        release; SQLite keeps no keys in the database)."""
+        """Advisory on PostgreSQL and MySQL: unlock the row's key; a counted row lock on
+        PostgreSQL: unlock the counted row's key (RELEASE). Other forms hold nothing to
+        release; SQLite keeps no keys in the database."""
         if self.form == "advisory" and self.locks:
             assert self.mod.unlock(conn, key=self.mod.advisory_key(row))
+        elif self.count_crashes and hasattr(self.mod, "release"):
+            self.mod.release(conn, id=[self.id_of(row)])
 
 
 def call(fn: Callable[..., Any], conn: Any, **available: Any) -> Any:
@@ -1040,6 +1049,7 @@ def tour(q: Queue) -> list[str]:
         settled = call(m.finish_many, conn, **token, now=T0)
         assert settled == ([q.id_of(row)] if q.form == "lease" else 1), settled
         conn.commit()
+        q.release(conn, row)
     if "INSERT_NOTIFY" in m.STATEMENTS:
         assert m.insert(conn, q.new(), notify=True) > 0
         conn.commit()

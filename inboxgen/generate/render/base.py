@@ -188,6 +188,8 @@ class Renderer:
             return "group"
         if name == "ids":
             return self.ids_of(f"r.{self.q.id.attr} for r in rows")
+        if name == "row_key":
+            return 'f"inboxgen:{TABLE}:"'  # the prefix of a counted row's session lock key
         return name
 
     def ids_of(self, generator: str) -> str:
@@ -231,7 +233,7 @@ class Renderer:
         types = self.arg_types()
         names = sorted((p for p in st.params
                         if p not in skip and p not in ("dead_group", "channel", "payload",
-                                                       "ids")),
+                                                       "ids", "row_key")),
                        key=_ARG_ORDER.index)
         parts = [f"{p}: {types[p]}" for p in names]
         if extra:
@@ -253,6 +255,13 @@ class Renderer:
                     *self.run("cur = ", name, self.params(turn)),
                     "row = AWAIT cur.fetchone()",
                     "return row is not None and bool(row[0])")))
+        if "RELEASE" in st:
+            release = st["RELEASE"]
+            id_t = self.raw_type(self.q.id).removesuffix(" | None")
+            out.append(Func("release", f"*, id: Sequence[{id_t}]", "None", release.doc, (
+                *self.run("", "RELEASE", [f"{py_str(p)}: {self.param_value(p)}" if p != "id"
+                                          else f'"id": {self.batch_value("id")}'
+                                          for p in release.params]),)))
         if "RELOCK" in st:
             relock = st["RELOCK"]
             out.append(Func("relock", self.args(relock), "ClaimedRow | None", relock.doc, (

@@ -247,13 +247,14 @@ class Statements:
     # How a lease claim's subquery locks the rows it picks, so concurrent claims skip them.
     lease_pick_lock = ""
 
-    def picked(self, lock: str) -> str:
+    def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:
         """The condition that a row is among the first `limit` due rows in claim order, picked
-        by a subquery that locks them as `lock` says (an UPDATE's claim)."""
+        by a subquery that locks them as `lock` says (an UPDATE's claim); `also` are further
+        conditions a picked row meets."""
         inner = "\n".join(x for x in (
             f"    SELECT {self.c(self.q.id)}",
             f"    FROM {self.t()}",
-            self.where(self.filters(), "    "),
+            self.where(self.filters() + list(also), "    "),
             f"    ORDER BY {self.order()}",
             f"    LIMIT {self.p('limit')}",
             lock,

@@ -30,11 +30,32 @@ class PostgresStatements(Statements):
                   f"        AS held({', '.join(p for p, _ in held)})")
         return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
 
-    def claim_guard(self) -> None:
-        self.add("CLAIM_GUARD", "SELECT pg_advisory_lock(hashtextextended(%(key)s, 0)) IS NOT NULL",
-                 "Take the table's claim turn (a session lock), waiting for it.")
-        self.add("CLAIM_UNGUARD", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
-                 "Give the table's claim turn back.")
+    def claim_row_lock_counted(self) -> None:
+        """count_crashes: the claim counts its rows and commits at once, so a job that kills its
+        process still spends its attempt. The row's lock ends with that commit, so a session
+        lock on the row's key keeps it from other claims instead, from its pick until RELEASE
+        after its settlement commits: another claim's pick passes over a row whose key it
+        cannot lock, and never counts it again. A crash ends the session, which frees the
+        rows, counted."""
+        attempt = self.role("attempt")
+        assert attempt is not None
+        idc = self.c(self.q.id)
+        key = "hashtextextended(%(row_key)s || {}::text, 0)"
+        free = f"pg_try_advisory_xact_lock({key.format(idc)})"
+        update = (f"UPDATE {self.t()}\n"
+                  f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
+                  f"WHERE {self.picked('    FOR UPDATE SKIP LOCKED', (free,))}\n"
+                  f"RETURNING {self.select_list(returning_claim=True)}")
+        body = "\n".join("    " + line for line in update.splitlines())
+        self.add("CLAIM", f"WITH counted AS (\n{body}\n)\n"
+                          f"SELECT counted.*\n"
+                          f"FROM counted, pg_advisory_lock({key.format('counted.' + idc)})",
+                 "Count the next delivery of up to `limit` rows (commit it at once, so a crash "
+                 "still spends the attempt); each row's key stays locked for the session until "
+                 "RELEASE.")
+        self.add("RELEASE", f"SELECT pg_advisory_unlock({key.format('held.id')})\n"
+                            f"FROM unnest({self.p('id')}::{pg_array_type(self.q.id)}) AS held(id)",
+                 "Unlock the keys of counted rows once their settlements have committed.")
 
     def advisory_locks(self) -> None:
         self.add("LOCK", "SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0))",

@@ -107,6 +107,8 @@ def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
             bound[name] = 1  # MySQL takes no NULL in LIMIT
         elif name == "group":
             bound[name] = "a group"
+        elif name == "row_key":
+            bound[name] = "a table:"  # the prefix of a counted row's key
         elif name in _TIMES:
             bound[name] = time
     return bound

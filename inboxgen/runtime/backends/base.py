@@ -270,6 +270,11 @@ class Backend:
             await self.call(conn, "unlock", key=key)
             await self.commit(conn)
 
+    async def end_session(self, conn: Any) -> None:
+        """Close `conn` so that its server session ends, and the session locks held there
+        with it (the pool opens another in its place)."""
+        raise NotImplementedError
+
     def abandon(self, conn: Any, user: asyncio.Future[Any]) -> None:
         """A handler's thread still uses `conn` after its job was cancelled: leave the
         connection to it, and close it once that thread is done."""

@@ -179,6 +179,9 @@ class PostgresBackend(Backend):
     def pipeline(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         return conn.pipeline()  # type: ignore[no-any-return]
 
+    async def end_session(self, conn: Any) -> None:
+        await conn.close()
+
     # In pipeline mode (an autocommit session) BEGIN and COMMIT are statements queued with the
     # calls, and a fetch sends them all: an error surfaces at the fetch, not where it arose.
     steps_fail_in_place = False

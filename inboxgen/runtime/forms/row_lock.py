@@ -28,6 +28,10 @@ _CLAIM_TURN_WAIT = 10.0
 
 def row_lock(parts: Parts) -> Form:
     if parts.descriptor.count_crashes:
+        if parts.descriptor.ops.release is None:
+            return TurnCountedRowLock(parts)  # MySQL/MariaDB, and modules built before keys
+        if parts.backend.rounds_together and not parts.settings.transactional:
+            return PipelinedCountedRowLock(parts)
         return CountedRowLock(parts)
     if parts.backend.rounds_together and not parts.settings.transactional:
         return PipelinedRowLock(parts)
@@ -87,11 +91,67 @@ class RowLock(Form):
 
 
 class CountedRowLock(RowLock):
-    """count_crashes: the attempt is counted and committed first, so a job that kills its
-    process still spends it; the rows are then locked again, all in the transaction they are
-    worked in. From the count until that relock the claim holds the table's claim turn (a
-    session lock), so no other claim counts the same rows for a delivery that never happens:
-    only a delivery that began and never settled is counted."""
+    """count_crashes: the claim counts the attempt and commits at once, so a job that kills
+    its process still spends it. Each counted row's key stays locked for the session (the
+    claim locks it), which keeps the row from other claims until its settlement has committed
+    and RELEASE unlocks it; a crash ends the session and frees the rows, counted. Only a
+    delivery that began and never settled is counted. The rows are worked and settled in a
+    transaction of their own on the same session."""
+
+    unfinished = ("their transactions roll back and their keys are unlocked: the rows return "
+                  "at once, the attempt spent")
+
+    async def round(self) -> bool:
+        backend, batch = self.backend, self.settings.batch
+        async with backend.connection() as conn:
+            await backend.begin(conn)
+            try:
+                counted = await self.claim(conn, self.clock.now(), batch)
+                await backend.commit(conn)
+            except BaseException:
+                # The claim may have locked keys before it failed: ending the session unlocks
+                # them (and rolls back).
+                with contextlib.suppress(Exception):
+                    await backend.end_session(conn)
+                raise
+            pending: Pending = []
+            held = [self.held(row, deferred=self._defer(pending)) for row in counted]
+            try:
+                await backend.begin(conn)
+                await self.deliver_all(held, conn)
+                await self.settle_deferred(conn, pending)
+                await backend.commit(conn)
+            except BaseException as err:
+                if isinstance(err, Exception):
+                    self.report_lost(held, err)
+                with contextlib.suppress(Exception):
+                    await backend.rollback(conn)
+                raise
+            finally:
+                await self._release(conn, held)
+        return len(counted) < batch
+
+    async def _release(self, conn: Any, held: list[Held]) -> None:
+        """Unlock the keys of settled (or rolled back) rows; where that fails or is cancelled,
+        end the session instead, which unlocks them too: a pooled connection must not keep
+        them."""
+        if not held:
+            return
+        try:
+            await self.calls(conn, "release", id=[h.id for h in held])
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.backend.end_session(conn)
+            raise
+
+
+class TurnCountedRowLock(RowLock):
+    """count_crashes where the module has no per-row keys (MySQL/MariaDB): the attempt is
+    counted and committed first, so a job that kills its process still spends it; the rows
+    are then locked again, all in the transaction they are worked in. From the count until
+    that relock the claim holds the table's claim turn (a session lock), so no other claim
+    counts the same rows for a delivery that never happens: only a delivery that began and
+    never settled is counted."""
 
     async def round(self) -> bool:
         backend, batch = self.backend, self.settings.batch
@@ -199,3 +259,82 @@ class PipelinedRowLock(RowLock):
             await self.backend.sync(pipe)
             return []
         return self.claimed(results[-1])
+
+
+class PipelinedCountedRowLock(PipelinedRowLock):
+    """count_crashes on a pipelined connection: each round trip carries the last batch's
+    settlements, the next batch's claim (it counts the rows and locks their keys), the COMMIT
+    of both, the RELEASE of the settled rows' keys and the BEGIN of the transaction the next
+    settlements run in. A batch costs one round trip and one commit, as without counting; a
+    crash ends the session and frees the counted rows."""
+
+    unfinished = CountedRowLock.unfinished
+
+    async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
+        async with self.backend.session() as conn:
+            try:
+                await self._counted_rounds(conn, index, worked, held)
+            except BaseException:
+                # Keys of counted rows may still be locked on this session (a round that
+                # failed after its claim, a cancelled one): end it, which unlocks them, rather
+                # than give the connection back to the pool with them.
+                with contextlib.suppress(Exception):
+                    await self.backend.end_session(conn)
+                raise
+
+    async def _counted_rounds(self, conn: Any, index: int, worked: Callable[[], None],
+                              held: list[Held]) -> None:
+        backend, slots, batch = self.backend, self.slots, self.settings.batch
+        async with backend.pipeline(conn) as pipe:
+            in_tx = False  # a transaction is open on the connection for the next settlements
+            pending: Pending = []
+            while True:
+                claim = not slots.stopping
+                rows = await self._send_counted(conn, pipe, pending, held, in_tx=in_tx,
+                                                claim=claim)
+                in_tx, pending = claim, []
+                held.clear()  # committed, and their keys unlocked
+                worked()
+                if not claim:
+                    return
+                if len(rows) == batch:
+                    slots.wake_waiting_slot()  # a full claim: more rows are likely due
+                held.extend(self.held(r, deferred=pending) for r in rows)
+                await self.deliver_all(held, conn)
+                if len(rows) < batch:
+                    # Drained: settle now rather than hold the rows' keys through the wait.
+                    await self._send_counted(conn, pipe, pending, held, in_tx=in_tx,
+                                             claim=False)
+                    in_tx, pending = False, []
+                    held.clear()
+                    await slots.wait(index, self.settings.poll_interval)
+
+    async def _send_counted(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
+                            in_tx: bool, claim: bool) -> list[Any]:
+        """Send the batch's settlements and a claim in one transaction, its COMMIT, the
+        RELEASE of the settled rows' keys and (when claiming) the next BEGIN; wait for the
+        server. Returns the claimed rows."""
+        steps: list[Step] = [] if in_tx else [BEGIN]
+        for op, rows in by_op(pending).items():
+            steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
+        pending.clear()
+        if claim:
+            steps.append(self.calls.step(*self.claim_call(self.clock.now(),
+                                                          self.settings.batch)))
+        steps.append(COMMIT)
+        committed_after = len(steps)  # steps done once the COMMIT has run
+        if held:
+            steps.append(self.calls.step("release", {"id": [h.id for h in held]}))
+        if claim:
+            steps.append(BEGIN)
+        try:
+            results = await self.backend.together(conn, steps)
+        except StepFailed as err:
+            if err.done >= committed_after:
+                held.clear()  # the batch committed; what failed came after
+            raise err.cause from None
+        if not claim:
+            await self.backend.sync(pipe)
+            return []
+        # The claim is the last call before the COMMIT; the RELEASE's result follows it.
+        return self.claimed(results[-2] if held else results[-1])
