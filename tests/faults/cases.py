@@ -1,9 +1,10 @@
 """The catalog of scenarios: every fault on every form it applies to, sized for the short profile
 (CI: a few hundred jobs) or the long one (`jobs` given, every fault repeated).
 
-A case id reads `<dialect>-<form>-<fault>`. Servers: `pg` is the session's PostgreSQL server
-(tests/conftest.py), `pg-restart` a private one the scenario restarts; `mysql` the session's
-MariaDB, `mysql-restart` a private one with durable commits; `sqlite` a file.
+A case id reads `<dialect>-<form>-<fault>` (`-due`: the form's table with a due time).
+Servers: `pg` is the session's PostgreSQL server (tests/conftest.py), `pg-restart` a private one
+the scenario restarts; `mysql` the session's MariaDB, `mysql-restart` a private one with durable
+commits; `sqlite` a file.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _faults(fault: str, long: bool) -> list[Fault]:
         return [PgRestart(times=3 if long else 1, gap=3.0)]
     if fault == "mysql-restart":
         return [MariaDBRestart(times=3 if long else 1, gap=3.0)]
-    if fault in ("bad", "clean", "concurrent", "slots"):
+    if fault in ("bad", "clean", "concurrent", "slots", "skew"):
         return []
     raise ValueError(fault)
 
@@ -89,6 +90,28 @@ def _case(shape: str, fault: str, *, jobs: int = 300, recovery_jobs: int | None 
         return sc
 
     return Case(name, shape, server, fault, make, recovery=recovery_jobs is not None)
+
+
+def _skew(shape: str) -> Case:
+    """Three worker processes on one lease table with due times: one on time, one on a host 30 s
+    fast and one 30 s slow (libfaketime, fleet.py). Jobs run 12 s under a 10 s lease (they
+    renew), and some are due later. Sized by time, not by `jobs`. The short profile: 10 long
+    jobs on 12 slots (every process holds some, two slots are free to claim a live lease), then
+    8 jobs due 20 s after the enqueue, which every slot faces from the 12th second on (a fast
+    host would run them early). The long one: 20 long jobs (a second round, four slots free from
+    the 12th second) and 16 due 30 s after, each worker's offset measured again meanwhile."""
+    dialect = {"pg": "postgres", "mysql": "mysql"}[shape.split("-")[0]]
+    server = {"postgres": "pg", "mysql": "mysql"}[dialect]
+    name = f"{shape}-skew"
+
+    def make(n: int | None) -> Scenario:
+        long_jobs, scheduled, due_in = (10, 8, 20.0) if n is None else (20, 16, 30.0)
+        return Scenario(name, jobs=long_jobs + scheduled, processes=3, workers=4, lease=10,
+                        job_ms=12000.0, scheduled=scheduled, scheduled_in=due_in,
+                        scheduled_ms=200.0, skews=(None, "+30s", "-30s"), exclusive=True,
+                        timeout=90.0 if n is None else 150.0)
+
+    return Case(name, shape, server, "skew", make)
 
 
 def _all() -> list[Case]:
@@ -141,6 +164,8 @@ def _all() -> list[Case]:
         cases.append(_case(shape, "sigkill"))
         cases.append(_case(shape, "restart", server="mysql-restart",
                            recovery_jobs=recovery.get(f"{shape}-restart")))
+    # Hosts whose clocks are off: due times and leases follow the database's clock.
+    cases += [_skew("pg-lease-due"), _skew("mysql-lease-due")]
     return cases
 
 

@@ -27,7 +27,13 @@ Invariants (each must be 0 or empty):
   that exited non-zero after SIGTERM;
 - slow exits: processes still running `shutdown_timeout` + grace after SIGTERM;
 - leftovers: sessions, sessions idle in transaction and advisory locks the server still holds
-  for the workers once they are gone (after each SIGTERM under load, and at the end).
+  for the workers once they are gone (after each SIGTERM under load, and at the end);
+- early: a delivery that began before its job was due (`retry_after`, read from the database
+  at enqueue), judged by the database's clock (the suite measures its offset to it; every
+  process logs by the suite's clock, see child.py);
+- overlapping, where the scenario lets every holder renew (`Scenario.exclusive`: no fault stops
+  a holder or cuts its sessions): a delivery that began while an earlier delivery of the same
+  job was still in work in a process that lived and was not stopped.
 
 Attempt rules: no delivery runs with an attempt past `max_attempts` (it is dead-lettered
 without running); a delivery's effect carries that delivery's attempt; under a row lock that
@@ -66,6 +72,10 @@ MIN_WINDOW = 1.0  # a shorter window (the queue ran dry) gives no ratio
 TARGET = 0.95  # of the clean rate
 WARMUP = 1.5  # seconds at the start left out of the clean rate
 RECOVERY_HORIZON = 3.0  # "within a few seconds": how soon after the fault the target is due
+# How far before its due time a delivery may seem to begin: the worker's offset to the database's
+# clock and the suite's are each off by up to half a round trip (a skewed host would be seconds
+# early).
+EARLY_SLACK = 0.25
 
 
 @dataclass
@@ -115,6 +125,15 @@ class Report:
     slots: int = 0
     max_gap_s: float | None = None
     exit_seconds: list[float | None] = field(default_factory=list)
+    early: int = 0  # deliveries that began before their job was due (the database's clock)
+    overlapping: int = 0  # deliveries that began while a live, running holder had the job
+    exclusive: bool = False  # every holder can renew: overlapping deliveries are violations
+    scheduled: int = 0  # jobs enqueued due later
+    scheduled_runs: int = 0  # their deliveries
+    scheduled_lead: float | None = None  # the earliest of them began this long after due, s
+    process_deliveries: dict[str, int] = field(default_factory=dict)  # process -> deliveries
+    outlived_lease: int = 0  # deliveries that settled more than a lease after their claim
+    host_skews: dict[str, float] = field(default_factory=dict)  # process -> its clock's offset
     faults: list[str] = field(default_factory=list)
     examples: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -123,8 +142,9 @@ class Report:
     def problems(self) -> list[str]:
         """Every broken invariant, as one line each (empty when the scenario is clean)."""
         out = []
-        exact = () if self.at_least_once else ("duplicated", "fenced", "stale")
-        for name in ("lost", *exact, "stranded", "torn", "healthy_dead_unexplained"):
+        exact = [] if self.at_least_once else ["duplicated", "fenced", "stale"]
+        exact += ["overlapping"] if self.exclusive else []
+        for name in ("lost", *exact, "stranded", "torn", "healthy_dead_unexplained", "early"):
             value = getattr(self, name)
             if value:
                 out.append(f"{name} = {value} (e.g. {self.examples.get(name, [])[:5]})")
@@ -333,6 +353,35 @@ def check(run: Run) -> Report:
     rep.stale = len(examples["stale"])
     rep.fenced = len(examples["fenced"])
 
+    # -- due times and holders that live ------------------------------------------------
+    if target.due:
+        early = early_runs(deliveries, target.due, run.db_offset)
+        rep.early = len(early)
+        examples["early"] = early
+        rep.scheduled = len(target.scheduled)
+        rep.scheduled_runs = sum(len(deliveries_of(job)) for job in target.scheduled)
+        leads = [at + run.db_offset - target.due[job] for job in target.scheduled
+                 for at, _, _ in deliveries_of(job)]
+        rep.scheduled_lead = min(leads) if leads else None
+    stops: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for f in run.faults:
+        if isinstance(f, StopHolder):
+            for stop in f.stops:
+                stops[stop.victim.pid].append((stop.stopped_at,
+                                               stop.resumed_at or run.finished_at))
+    ends = {pid: _process_end(inc, logs[pid], run) for pid, inc in by_pid.items()}
+    overlaps = overlapping_deliveries(logs, ends, stops)
+    rep.overlapping = len(overlaps)
+    examples["overlapping"] = overlaps
+    rep.exclusive = run.exclusive
+    rep.outlived_lease = sum(1 for a, b in intervals if b - a > fleet.lease)
+    for inc in fleet.incarnations:
+        rep.process_deliveries[f"{inc.slot}.{inc.generation}"] = sum(
+            1 for e in logs[inc.pid] if e.kind == "claimed")
+        ready = [e for e in logs[inc.pid] if e.kind == "ready" and len(e.fields) > 1]
+        if ready:
+            rep.host_skews[f"{inc.slot}.{inc.generation}"] = float(ready[0].fields[1])
+
     # -- exits after SIGTERM, server leftovers -------------------------------------------
     for fault in run.faults:
         rep.exit_seconds += fault.observations.get("exit_seconds", [])
@@ -352,6 +401,67 @@ def check(run: Run) -> Report:
     if len(first_effect) > 1:
         rep.max_gap_s = max(b - a for a, b in zip(first_effect, first_effect[1:], strict=False))
     return rep
+
+
+def early_runs(deliveries: dict[int, list[tuple[float, int, int | None]]],
+               due: dict[int, float], offset: float,
+               slack: float = EARLY_SLACK) -> list[tuple[int, int, float]]:
+    """Deliveries that began before their job was due: (job, pid, seconds early).
+    `deliveries`: job -> (claimed at, pid, attempt) by the suite's clock; `due`: job -> due time
+    by the database's clock; `offset`: the database's clock minus the suite's."""
+    out = []
+    for job, seen in sorted(deliveries.items()):
+        if job not in due:
+            continue
+        for at, pid, _ in seen:
+            early = due[job] - (at + offset)
+            if early > slack:
+                out.append((job, pid, round(early, 3)))
+    return out
+
+
+def overlapping_deliveries(logs: dict[int, list[Event]], ends: dict[int, float],
+                           stops: dict[int, list[tuple[float, float]]] | None = None,
+                           ) -> list[tuple[int, int, int]]:
+    """Deliveries of a job that began while an earlier delivery of it was in work, in a process
+    that was alive and not stopped from that delivery's claim to the later one's: (job, pid of
+    the earlier, pid of the later). A delivery is in work from its claim to its settlement (or
+    rollback), or, never settled, until its process ended (`ends`: pid -> when)."""
+    spans: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
+    for pid, events in logs.items():
+        open_: dict[int, list[float]] = defaultdict(list)
+        for e in events:
+            if e.kind == "claimed":
+                open_[e.job].append(e.at)
+            elif e.kind in ("settled", "discarded") and open_.get(e.job):
+                spans[e.job].append((open_[e.job].pop(0), e.at, pid))
+        for job, begun in open_.items():
+            spans[job] += [(at, ends[pid], pid) for at in begun]
+
+    def stopped(pid: int, since: float, until: float) -> bool:
+        return any(a <= until and b >= since for a, b in (stops or {}).get(pid, []))
+
+    out = []
+    for job, seen in sorted(spans.items()):
+        seen.sort()
+        for i, (at, _, pid) in enumerate(seen):
+            for began, ended, holder in seen[:i]:
+                if began < at < ended and not stopped(holder, began, at):
+                    out.append((job, holder, pid))
+                    break
+    return out
+
+
+def _process_end(inc: Incarnation, events: list[Event], run: Run) -> float:
+    """When a worker process stopped holding anything: SIGKILLed by the suite, killed by its own
+    job, or exited (as it logged, else as the suite saw)."""
+    if inc.expected == "sigkill" and inc.signalled_at is not None:
+        return inc.signalled_at
+    killed = inc.selfkill()
+    if killed is not None:
+        return killed.at
+    exits = [e.at for e in events if e.kind == "exit"]
+    return exits[-1] if exits else inc.ended or run.finished_at
 
 
 def _read_tables(run: Run) -> tuple[dict[int, int], dict[int, int],

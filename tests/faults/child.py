@@ -11,6 +11,13 @@ whose payload says "selfkill" SIGKILLs this process instead. Events go to the lo
 "settled" and "discarded" are observed on the driver's connections (the runtime has no hook for
 a settlement): PostgreSQL and MySQL/MariaDB by wrapping the driver's commit and rollback, SQLite by
 a trace callback on the handler's connection that sees its COMMIT or ROLLBACK.
+
+The process may run with its clock off (the fleet preloads libfaketime): its log and ledger then
+keep the suite's time all the same, this process's monotonic clock (libfaketime leaves it alone)
+plus `--wall-anchor`, the suite's wall clock minus its monotonic clock. `ready` logs how far this
+process's own clock is off from that. Waits are relative (select): libfaketime fails time.sleep.
+`--own-clock` gives the worker this host's clock instead of the database's, to show what skew
+does without the runtime's correction (never in a passing scenario).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import json
 import logging
 import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -33,10 +41,16 @@ import attrs
 
 from inboxgen import Job, Worker, ack
 from inboxgen.errors import LeaseLost
+from inboxgen.runtime.clock import SystemClock
 
 from .eventlog import EventLog
 
 LEDGER = "fault_ledger"  # shapes.LEDGER (not imported: the build machinery is slow to import)
+
+
+def pause(seconds: float) -> None:
+    """A relative wait: under libfaketime, time.sleep fails (EINVAL)."""
+    select.select([], [], [], max(seconds, 0.0))
 
 
 def _conn(job: Job[Any]) -> Any:
@@ -164,9 +178,9 @@ def watchdog(max_seconds: float) -> None:
 
     def watch() -> None:
         while os.getppid() == parent and time.monotonic() - began < max_seconds:
-            time.sleep(0.5)
+            pause(0.5)
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(15)
+        pause(15)
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, daemon=True, name="watchdog").start()
@@ -194,6 +208,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--plain", action="store_true", help="handlers not transactional")
     p.add_argument("--skip-every", type=int, default=0,
                    help="ack every Nth job (by id) without writing its effect")
+    p.add_argument("--wall-anchor", type=float, default=None,
+                   help="log times as time.monotonic() + this (the suite's clock)")
+    p.add_argument("--own-clock", action="store_true",
+                   help="due times and leases by this host's clock, not the database's")
     return p.parse_args(argv)
 
 
@@ -202,12 +220,20 @@ def main(argv: list[str]) -> int:
     watchdog(args.max_seconds)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-    events = EventLog(args.log, fsync=not args.no_fsync)
+    anchor = args.wall_anchor
+
+    def now() -> float:
+        return time.time() if anchor is None else time.monotonic() + anchor
+
+    events = EventLog(args.log, fsync=not args.no_fsync, clock=now)
     module = load_module(args.module)
     settlements = Settlements(events)
     logging.getLogger("inboxgen.worker").addHandler(WorkerEvents(events))
     pid = os.getpid()
-    job_seconds = args.job_ms / 1000.0
+
+    def job_seconds(job: Job[Any]) -> float:
+        ms = job.payload.get("ms") if isinstance(job.payload, dict) else None
+        return (args.job_ms if ms is None else float(ms)) / 1000.0
     ph = "?" if args.dialect == "sqlite" else "%s"
     insert = f"INSERT INTO {LEDGER} (job_id, pid, attempt, at) VALUES ({ph}, {ph}, {ph}, {ph})"
 
@@ -217,15 +243,15 @@ def main(argv: list[str]) -> int:
         if kind == "selfkill":
             events.write("selfkill", job.id, job.attempt, sync=True)
             os.kill(pid, signal.SIGKILL)
-            time.sleep(10)  # not reached
+            pause(10)  # not reached
         events.write("started", job.id, job.attempt)
 
     outside: list[Any] = []
 
     async def pg_handler(job: Job[Any]) -> Any:
         begin(job)
-        if job_seconds:
-            await asyncio.sleep(job_seconds)
+        if job_seconds(job):
+            await asyncio.sleep(job_seconds(job))
         if args.skip_every and job.id % args.skip_every == 0:
             return ack()
         if args.effects == "outside":
@@ -236,7 +262,7 @@ def main(argv: list[str]) -> int:
                     outside[:] = [await psycopg.AsyncConnection.connect(args.database,
                                                                         autocommit=True)]
                 try:
-                    await outside[0].execute(insert, (job.id, pid, job.attempt, time.time()))
+                    await outside[0].execute(insert, (job.id, pid, job.attempt, now()))
                     break
                 except psycopg.OperationalError:
                     # The connection went with a server restart or a terminated session: the
@@ -246,7 +272,7 @@ def main(argv: list[str]) -> int:
                         raise
             events.write("settled", job.id, job.attempt)
             return ack()
-        await _conn(job).execute(insert, (job.id, pid, job.attempt, time.time()))
+        await _conn(job).execute(insert, (job.id, pid, job.attempt, now()))
         settlements.note(job.connection, job.id, job.attempt)
         return ack()
 
@@ -262,7 +288,7 @@ def main(argv: list[str]) -> int:
                 own.conn = pymysql.connect(**mysql_connect_args(args.database), autocommit=True)
             try:
                 with own.conn.cursor() as cur:
-                    cur.execute(insert, (job.id, pid, job.attempt, time.time()))
+                    cur.execute(insert, (job.id, pid, job.attempt, now()))
                 break
             except pymysql.OperationalError:
                 own.conn = None  # gone with a restart: connect again once
@@ -276,29 +302,27 @@ def main(argv: list[str]) -> int:
 
         if getattr(own, "conn", None) is None:
             own.conn = sqlite3.connect(args.database, isolation_level=None, timeout=30)
-        own.conn.execute(insert, (job.id, pid, job.attempt, time.time()))  # autocommit
+        own.conn.execute(insert, (job.id, pid, job.attempt, now()))  # autocommit
         events.write("settled", job.id, job.attempt)
         return ack()
 
     def mysql_handler(job: Job[Any]) -> Any:
         begin(job)
-        if job_seconds:
-            time.sleep(job_seconds)
+        pause(job_seconds(job))
         if args.effects == "outside":
             return mysql_outside(job)
         with _conn(job).cursor() as cur:
-            cur.execute(insert, (job.id, pid, job.attempt, time.time()))
+            cur.execute(insert, (job.id, pid, job.attempt, now()))
         settlements.note(job.connection, job.id, job.attempt)
         return ack()
 
     def sqlite_handler(job: Job[Any]) -> Any:
         begin(job)
-        if job_seconds:
-            time.sleep(job_seconds)
+        pause(job_seconds(job))
         if args.effects == "outside":
             return sqlite_outside(job)
         settlements.trace_sqlite(job.connection)
-        _conn(job).execute(insert, (job.id, pid, job.attempt, time.time()))
+        _conn(job).execute(insert, (job.id, pid, job.attempt, now()))
         settlements.note(job.connection, job.id, job.attempt)
         return ack()
 
@@ -313,18 +337,19 @@ def main(argv: list[str]) -> int:
 
     worker = Worker(module.DESCRIPTOR, handler, database=args.database, workers=args.workers,
                     batch=args.batch, lease=args.lease, poll_interval=args.poll_interval,
-                    shutdown_timeout=args.shutdown_timeout, transactional=not args.plain)
+                    shutdown_timeout=args.shutdown_timeout, transactional=not args.plain,
+                    clock=SystemClock() if args.own_clock else None)
 
     # Until run() installs its own handlers, a SIGTERM stops the worker before it serves.
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    events.write("ready", pid)
+    events.write("ready", pid, f"{time.time() - now():.3f}")
     if args.go:
         deadline = time.monotonic() + 60
         while not os.path.exists(args.go):
             if time.monotonic() > deadline:
                 events.write("exit", json.dumps({"error": "no go"}))
                 return 3
-            time.sleep(0.005)
+            pause(0.005)
     worker.run()
     events.write("exit", json.dumps(attrs.asdict(worker.stats)), sync=True)
     return 0

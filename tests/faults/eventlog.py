@@ -3,9 +3,12 @@ descriptor (so every line a process wrote survives its SIGKILL) and fsynced (see
 
     <unix time> <event> <fields...>
 
+The time is the suite's clock, also in a process whose own clock is off (child.py).
+
 Events (a worker process writes them; see child.py):
 
-    ready <pid>                  the process imported everything and built its worker
+    ready <pid> <skew>           the process imported everything and built its worker; its own
+                                 clock is <skew> seconds ahead of the suite's
     claimed <id> <attempt>       a delivery reached the handler (the earliest moment user code sees)
     started <id> <attempt>       the handler began its work
     selfkill <id> <attempt>      the handler is about to SIGKILL its own process
@@ -19,8 +22,10 @@ Events (a worker process writes them; see child.py):
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +37,9 @@ class EventLog:
     before a process kills itself). Handlers hold database locks while they log: an fsync per line
     would serialize them on the disk."""
 
-    def __init__(self, path: str | Path, *, fsync: bool = True, sync_every: float = 0.05) -> None:
+    def __init__(self, path: str | Path, *, fsync: bool = True, sync_every: float = 0.05,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
         self._fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._fsync = fsync
         self._lock = threading.Lock()  # handlers in threads share the descriptor
@@ -42,7 +49,7 @@ class EventLog:
                              name="eventlog-fsync").start()
 
     def write(self, event: str, *fields: object, sync: bool = False) -> None:
-        line = " ".join([f"{time.time():.6f}", event, *map(str, fields)]) + "\n"
+        line = " ".join([f"{self._clock():.6f}", event, *map(str, fields)]) + "\n"
         data = line.encode()
         with self._lock:
             os.write(self._fd, data)
@@ -63,7 +70,7 @@ class EventLog:
                 os.fsync(self._fd)
             except OSError:
                 return
-            time.sleep(every)
+            select.select([], [], [], every)  # a relative wait (time.sleep fails under faketime)
 
 
 @dataclass(frozen=True)

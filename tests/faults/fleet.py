@@ -3,6 +3,11 @@
 Each process slot runs one process at a time; every process (an incarnation) has an event log
 of its own, `<slot>.<generation>.log`, and a stderr file beside it. The fleet remembers why each
 process ended: killed by an injector, asked to stop (SIGTERM), or on its own.
+
+`skews` runs chosen slots on a host whose clock is off: libfaketime (Debian's faketime package,
+which scripts/test.sh installs) is preloaded into the worker process itself with FAKETIME
+(e.g. "+30s") and FAKETIME_DONT_FAKE_MONOTONIC=1, so its wall clock is off and its monotonic
+clock is not. Every process logs by the suite's clock (`--wall-anchor`, child.py).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
@@ -22,6 +28,17 @@ from .eventlog import Event, EventReader
 from .shapes import Target
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@cache
+def faketime_library() -> str:
+    """libfaketime's multi-threaded library; a clear error when it is not installed."""
+    found = sorted(Path("/usr").glob("lib/*/faketime/libfaketimeMT.so.1"))
+    if not found:
+        raise RuntimeError("libfaketimeMT.so.1 is not under /usr/lib/*/faketime/: install the "
+                           "Debian package faketime (scripts/test.sh does) to run workers whose "
+                           "clocks are off")
+    return str(found[0])
 
 
 @dataclass
@@ -109,6 +126,8 @@ class Fleet:
     effects: str = "transaction"
     skip_every: int = 0
     plain: bool = False  # handlers not transactional (effects on a connection of their own)
+    skews: tuple[str | None, ...] = ()  # FAKETIME of slot 0, 1, ... (None: the host's clock)
+    own_clock: bool = False  # workers judge time by their host's clock (child.py --own-clock)
     app_prefix: str = "fault"
     restart: bool = True  # start a new process in a slot whose process died
     restart_delay: float = 0.1
@@ -155,8 +174,18 @@ class Fleet:
             cmd += ["--skip-every", str(self.skip_every)]
         if self.plain:
             cmd += ["--plain"]
+        if self.own_clock:
+            cmd += ["--own-clock"]
+        # The suite's wall clock minus the monotonic clock all processes share (the child logs
+        # by this anchor, whatever its own wall clock says).
+        cmd += ["--wall-anchor", repr(time.time() - time.monotonic())]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+        skew = self.skews[slot] if slot < len(self.skews) else None
+        if skew is not None:
+            preload = [faketime_library(), *filter(None, [env.get("LD_PRELOAD")])]
+            env.update(LD_PRELOAD=":".join(preload), FAKETIME=skew,
+                       FAKETIME_DONT_FAKE_MONOTONIC="1")
         with open(err, "wb") as errfile:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                     stdout=errfile, stderr=errfile, start_new_session=True)
@@ -166,6 +195,8 @@ class Fleet:
 
     def start(self, ready_timeout: float = 60.0) -> None:
         """Start every slot, wait until all are ready, then let them claim together."""
+        if any(self.skews):
+            faketime_library()  # missing: an error before any process starts
         started = [self.spawn(slot) for slot in range(self.processes)]
         deadline = time.monotonic() + ready_timeout
         for inc in started:

@@ -51,12 +51,25 @@ class Scenario:
     # settler) write their effect on a connection of their own before they ack. A crash between
     # effect and settlement runs the job again, so duplicated effects are reported, not failed.
     plain: bool = False
+    # Hosts whose clocks are off: FAKETIME of worker process 0, 1, ... (fleet.py).
+    skews: tuple[str | None, ...] = ()
+    own_clock: bool = False  # workers judge time by their host's clock (to show the checker)
+    # Of the jobs, `scheduled` are enqueued due `scheduled_in` s later (a `-due` shape), each
+    # running `scheduled_ms` (else job_ms).
+    scheduled: int = 0
+    scheduled_in: float = 20.0
+    scheduled_ms: float | None = None
+    # No fault keeps a holder from renewing: a job delivered again while its holder lives and
+    # runs breaks an invariant (checker.py, overlapping).
+    exclusive: bool = False
 
     @property
     def fault_label(self) -> str:
         labels = [f.label for f in self.faults]
         if self.poison or self.selfkill:
             labels.append("bad jobs")
+        if any(self.skews):
+            labels.append("clock skew " + "/".join(s for s in self.skews if s))
         return "+".join(labels) or "clean"
 
 
@@ -71,6 +84,8 @@ class Run:
     pg_server: Any = None  # RestartablePostgres
     mariadb: Any = None  # RestartableMariaDB
     clean_rate: float | None = None
+    exclusive: bool = False
+    db_offset: float = 0.0  # the database's clock minus the suite's, in seconds
     progress: float = 0.0
     go_at: float = 0.0
     drained_at: float | None = None
@@ -158,17 +173,22 @@ class Run:
 
 def run_scenario(sc: Scenario, target: Target, folder: Path, *, pg_server: Any = None,
                  mariadb: Any = None) -> Report:
-    target.enqueue(sc.jobs - sc.poison - sc.selfkill, poison=sc.poison, selfkill=sc.selfkill,
-                   keys=sc.keys)
+    target.enqueue(sc.jobs - sc.poison - sc.selfkill - sc.scheduled, poison=sc.poison,
+                   selfkill=sc.selfkill, keys=sc.keys)
+    if sc.scheduled:
+        target.enqueue(sc.scheduled, due_in=sc.scheduled_in, ms=sc.scheduled_ms)
     fleet = Fleet(target, folder, processes=sc.processes, workers=sc.workers, lease=sc.lease,
                   job_ms=sc.job_ms, shutdown_timeout=sc.shutdown_timeout,
                   poll_interval=sc.poll_interval, batch=sc.batch, fsync=sc.fsync,
                   effects="outside" if sc.plain else sc.effects, skip_every=sc.skip_every,
-                  plain=sc.plain,
+                  plain=sc.plain, skews=sc.skews, own_clock=sc.own_clock,
                   max_seconds=sc.timeout + 120.0, max_restarts=max(200, sc.jobs // 10),
                   app_prefix=f"fault{os.getpid()}x{next(_prefixes)}")
     run = Run(sc.name, target, fleet, list(sc.faults), sc.fault_label, random.Random(sc.name),
-              pg_server=pg_server, mariadb=mariadb, clean_rate=sc.clean_rate)
+              pg_server=pg_server, mariadb=mariadb, clean_rate=sc.clean_rate,
+              exclusive=sc.exclusive)
+    if target.due:
+        run.db_offset = target.clock_offset()
     try:
         fleet.start()
         run.go_at = time.time()

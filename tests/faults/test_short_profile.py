@@ -4,8 +4,10 @@ servers and real worker processes (cases.py lists them; scenario.py runs them).
 `test_invariants` asserts the checker's invariants (checker.py): nothing lost, duplicated,
 stranded or torn, no effect of a fenced lease holder, poison and self-killing jobs dead-lettered
 and no healthy job dead-lettered but by crashes of its own deliveries, attempts as the form says,
-every process exit accounted for, nothing left on the server once the workers are gone; and that
-the fault really happened (processes killed, sessions terminated, a holder fenced, ...).
+every process exit accounted for, nothing left on the server once the workers are gone, no run
+before its due time, and (where every holder can renew) no job delivered again while its holder
+lives; and that the fault really happened (processes killed, sessions terminated, a holder
+fenced, hosts' clocks 30 s off and every process serving, ...).
 
 `test_recovery` asserts, for the cases sized to measure it, that within 3 s of the end of the
 last fault a 1 s window ran at 95 % or more of the clean rate (checker.py, `recovered_within_s`);
@@ -38,6 +40,17 @@ def _fault_happened(case_id: str, report: Report) -> list[str]:
                        "fencing went untested")
     if case.fault == "bad" and report.deaths < report.selfkill:
         missing.append(f"{report.deaths} deaths for {report.selfkill} self-killing jobs")
+    if case.fault == "skew":
+        skews = sorted(report.host_skews.values())
+        if not skews or skews[0] > -29.0 or skews[-1] < 29.0:
+            missing.append(f"no process ran 30 s fast and 30 s slow: {report.host_skews}")
+        idle = [p for p, n in report.process_deliveries.items() if not n]
+        if idle:
+            missing.append(f"processes {idle} delivered nothing")
+        if report.outlived_lease < 1:
+            missing.append("no delivery outlived its lease: renewals went untested")
+        if report.scheduled_runs < report.scheduled or not report.scheduled:
+            missing.append(f"{report.scheduled_runs} runs of {report.scheduled} scheduled jobs")
     return missing
 
 
