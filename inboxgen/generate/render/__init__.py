@@ -2,8 +2,9 @@
 
 The module's layout lives in the project's `templates/module.py.j2` (inside the package once
 installed); base.py decides the pieces, each dialect's module what its driver does otherwise,
-text.py the text every dialect shares. A function's body is written once and emitted twice where
-the driver has an async API (psycopg, asyncmy): once plain, once with `await`.
+text.py the text every dialect shares. Each function is written right under the SQL it runs, its
+body by the template's macro for its kind of result (base.Step): once plain and, where the
+driver has an async API (psycopg, asyncmy), once more with `await`.
 """
 
 from __future__ import annotations

@@ -4,11 +4,14 @@ module (postgres.py, mysql.py, sqlite.py) overrides what its driver does otherwi
 
 from __future__ import annotations
 
+import re
 import textwrap
+from collections.abc import Sequence
 
 import attrs
 
 from inboxgen.descriptor import Operations
+from inboxgen.errors import GeneratorBug
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE
 from inboxgen.generate.model import Field, Queue
@@ -37,11 +40,43 @@ _PY_TYPES = {
     cat.UUID: "uuid.UUID",
 }
 
+_NAME = re.compile(r"\b[A-Z][A-Z0-9_]*\b")
+
 OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
               "new_locked_until", "retry_after", "limit", "to_group", "reset_attempt", "before"]
+
+
+# The kinds of result a step makes of its statement, each written by the template's macro of
+# the same name (the one macro writes the plain function and its async twin):
+#   exec          nothing read; the function returns `result` when there is one
+#   rowcount      the number of rows the statement changed
+#   changed       whether it changed exactly one row
+#   one           `result` (made of `row`), or None when no row came back
+#   many          a list of `result` (made of `r`), one per row
+#   scalar        `result`, made of the one row read (`row`, None when there is none)
+#   returned_id   `result`, made of the row INSERT ... RETURNING gives (`new`)
+#   fetched_id    the same, read to the end (`new_id`): SQLite's statement must finish
+#   last_id       the cursor's lastrowid
+#   unless_duplicate  False when the row's key was already there, else True
+KINDS = frozenset({"exec", "rowcount", "changed", "one", "many", "scalar", "returned_id",
+                   "fetched_id", "last_id", "unless_duplicate"})
+
+
+@attrs.frozen
+class Step:
+    """One statement run, and what the function makes of its result: `run` holds the lines that
+    run it, leaving its cursor in `cur` ("AWAIT " marks where the async twin awaits), `after`
+    the lines run once the result is read, before it is returned. With `when`, the step runs
+    (and returns) only when that condition holds."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
+    run: tuple[str, ...]
+    result: str = ""
+    after: tuple[str, ...] = ()
+    when: str = ""
 
 
 @attrs.frozen
@@ -50,7 +85,16 @@ class Func:
     args: str  # after `conn`, e.g. "*, now: datetime.datetime"
     returns: str
     doc: str
-    body: tuple[str, ...]  # lines; "AWAIT " marks where the async twin awaits
+    steps: tuple[Step, ...]  # the last runs unconditionally
+    before: tuple[str, ...] = ()  # lines run first (a guard, a first statement)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.steps or self.steps[-1].when:
+            raise GeneratorBug(f"{self.name}(): its last step must run unconditionally")
+
+    def lines(self) -> list[str]:
+        """Every line of the body that the generator writes (the template writes the rest)."""
+        return [*self.before, *(line for s in self.steps for line in (*s.run, *s.after))]
 
 
 @attrs.frozen
@@ -240,6 +284,10 @@ class Renderer:
             parts.append(extra)
         return "*, " + ", ".join(parts) if parts else ""
 
+    def cur(self, name: str, items: list[str] | str) -> tuple[str, ...]:
+        """The lines that run statement `name`, its cursor in `cur`."""
+        return tuple(self.run("cur = ", name, items))
+
     def functions(self) -> list[Func]:
         q = self.q
         out: list[Func] = []
@@ -250,74 +298,56 @@ class Renderer:
             out.append(self.claim())
         if "CLAIM_GUARD" in st:
             for name in ("CLAIM_GUARD", "CLAIM_UNGUARD"):
-                turn = st[name]
-                out.append(Func(name.lower(), self.args(turn), "bool", turn.doc, (
-                    *self.run("cur = ", name, self.params(turn)),
-                    "row = AWAIT cur.fetchone()",
-                    "return row is not None and bool(row[0])")))
+                out.append(self.flag(name))
         if "RELEASE" in st:
             release = st["RELEASE"]
             id_t = self.raw_type(self.q.id).removesuffix(" | None")
             out.append(Func("release", f"*, id: Sequence[{id_t}]", "None", release.doc, (
-                *self.run("", "RELEASE", [f"{py_str(p)}: {self.param_value(p)}" if p != "id"
-                                          else f'"id": {self.batch_value("id")}'
-                                          for p in release.params]),)))
+                Step("exec", tuple(self.run("", "RELEASE", [
+                    f"{py_str(p)}: {self.param_value(p)}" if p != "id"
+                    else f'"id": {self.batch_value("id")}' for p in release.params]))),)))
         if "RELOCK" in st:
             relock = st["RELOCK"]
             out.append(Func("relock", self.args(relock), "ClaimedRow | None", relock.doc, (
-                *self.run("cur = ", "RELOCK", self.params(relock)),
-                "row = AWAIT cur.fetchone()",
-                "return None if row is None else _claimed(row)")))
+                Step("one", self.cur("RELOCK", self.params(relock)), "_claimed(row)"),)))
         if "CANDIDATES" in st:
             cand = st["CANDIDATES"]
             out.append(Func("candidates", self.args(cand, skip=("limit",),
                                                     extra="limit: int = 1"),
                             "list[ClaimedRow]", cand.doc, (
-                                *self.run("cur = ", "CANDIDATES", self.params(cand)),
-                                "return [_claimed(r) for r in AWAIT cur.fetchall()]")))
+                                Step("many", self.cur("CANDIDATES", self.params(cand)),
+                                     "_claimed(r)"),)))
             take = st["TAKE"]
-            body = [*self.run("cur = ", "TAKE", self.params(take)),
-                    "row = AWAIT cur.fetchone()"]
-            if "TAKE_COUNT" in st:
-                body += ["if row is None:", "    return None",
-                         *self.run("", "TAKE_COUNT", self.params(st["TAKE_COUNT"])),
-                         "return _claimed(row)"]
-            else:
-                body.append("return None if row is None else _claimed(row)")
+            count = (tuple(self.run("", "TAKE_COUNT", self.params(st["TAKE_COUNT"])))
+                     if "TAKE_COUNT" in st else ())
             out.append(Func("take", self.args(take), "ClaimedRow | None",
-                            take.doc + (" Counts the attempt." if "TAKE_COUNT" in st else ""),
-                            tuple(body)))
+                            take.doc + (" Counts the attempt." if count else ""), (
+                                Step("one", self.cur("TAKE", self.params(take)), "_claimed(row)",
+                                     after=count),)))
         if "LOCK" in st:
             for name in ("LOCK", "UNLOCK"):
-                s = st[name]
-                out.append(Func(name.lower(), self.args(s), "bool", s.doc, (
-                    *self.run("cur = ", name, self.params(s)),
-                    "row = AWAIT cur.fetchone()",
-                    "return row is not None and bool(row[0])")))
+                out.append(self.flag(name))
         if "FIFO_HEAD" in st:
             out.append(self.fifo_head_claim())
         if "FIFO_CLAIM" in st:
             fc = st["FIFO_CLAIM"]
-            body = []
+            guard: tuple[str, ...] = ()
             if "FIFO_GUARD" in st:
-                body += [*self.run("guard = ", "FIFO_GUARD", ['"fifo_key": TABLE + ":" + group']),
+                guard = (*self.run("guard = ", "FIFO_GUARD", ['"fifo_key": TABLE + ":" + group']),
                          "held = AWAIT guard.fetchone()",
                          "if held is None or not held[0]:",
-                         "    return None"]
-            body += [*self.run("cur = ", "FIFO_CLAIM", self.params(fc)),
-                     "row = AWAIT cur.fetchone()",
-                     "return None if row is None else _claimed(row)"]
-            doc = fc.doc + (" Takes the group's transaction-scoped guard first."
-                            if "FIFO_GUARD" in st else "")
-            out.append(Func("fifo_claim", self.args(fc), "ClaimedRow | None", doc, tuple(body)))
+                         "    return None")
+            doc = fc.doc + (" Takes the group's transaction-scoped guard first." if guard else "")
+            out.append(Func("fifo_claim", self.args(fc), "ClaimedRow | None", doc, (
+                Step("one", self.cur("FIFO_CLAIM", self.params(fc)), "_claimed(row)"),),
+                before=guard))
         for name, fname in (("RENEW", "renew"), ("FINISH", "finish"), ("RETRY", "retry"),
                             ("RETRY_AFTER", "retry_after"), ("DEAD_LETTER", "dead_letter")):
             if name not in st:
                 continue
             s = st[name]
             out.append(Func(fname, self.args(s), "bool", s.doc + lease_doc, (
-                *self.run("cur = ", name, self.params(s)),
-                "return cur.rowcount == 1")))
+                Step("changed", self.cur(name, self.params(s))),)))
         for name, fname in (("RENEW_MANY", "renew_many"), ("FINISH_MANY", "finish_many")):
             if name in st:
                 out.append(self.batch_settlement(st[name], fname))
@@ -326,16 +356,23 @@ class Renderer:
             out.append(Func("dead_letter", self.args(s), "bool",
                             "Move a spent row to the dead-letter table: copy, then delete. Run it "
                             "in one transaction and roll back when it returns False." + lease_doc,
-                            (*self.run("cur = ", "DEAD_LETTER_COPY", self.params(s)),
-                             "if cur.rowcount != 1:",
-                             "    return False",
-                             *self.run("cur = ", "DEAD_LETTER_DELETE",
-                                       self.params(st["DEAD_LETTER_DELETE"])),
-                             "return cur.rowcount == 1")))
+                            (Step("changed", self.cur("DEAD_LETTER_DELETE",
+                                                      self.params(st["DEAD_LETTER_DELETE"]))),),
+                            before=(*self.cur("DEAD_LETTER_COPY", self.params(s)),
+                                    "if cur.rowcount != 1:",
+                                    "    return False")))
+        out += self.inserts()
+        out += self.operations()
+        return out
+
+    def inserts(self) -> list[Func]:
+        """insert(), insert_unique(), insert_many() and notify(), where the module has them."""
+        q, st = self.q, self.st
+        out: list[Func] = []
         ins_params = "_insert_params(row)" if q.insert_fields else "{}"
-        returns, run_insert, give_id = self.insert_id(ins_params)
+        returns, insert, gives_id = self.insert_id(ins_params)
         doc = ("Enqueue one row on the caller's connection and return its id; nothing is "
-               "committed here." if give_id else
+               "committed here." if gives_id else
                "Enqueue one row on the caller's connection; nothing is committed here.")
         # Every enqueue function takes the same options: `notify` where the dialect has NOTIFY.
         notifies = "NOTIFY" in st
@@ -344,28 +381,26 @@ class Renderer:
                  if notifies else "")
         group = self.notify_group("row")
         if notifies:
-            out.append(Func("insert", "row: NewRow" + options, returns, doc + woken,
-                            (*self.insert_notify(group, ins_params, returns), *run_insert,
-                             *(() if "INSERT_NOTIFY" in st else (
-                                 "if notify:",
-                                 *("    " + line for line in self.notify_lines(group)))),
-                             *give_id)))
+            steps: tuple[Step, ...] = (insert,)
+            if "INSERT_NOTIFY" in st:
+                steps = (self.insert_notify(group, ins_params, returns), insert)
+            else:
+                steps = (attrs.evolve(insert, after=(
+                    *insert.after, "if notify:", *_indented(self.notify_lines(group)))),)
+            out.append(Func("insert", "row: NewRow" + options, returns, doc + woken, steps))
         else:
-            out.append(Func("insert", "row: NewRow", returns, doc, (*run_insert, *give_id)))
+            out.append(Func("insert", "row: NewRow", returns, doc, (insert,)))
         if q.unique and "INSERT_UNIQUE" not in st:
             out += self.insert_unique_by_error(ins_params)
         if "INSERT_UNIQUE" in st:
-            unique: tuple[str, ...] = (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
-                                       "return cur.rowcount == 1")
-            if notifies:  # a duplicate is not enqueued: nobody to wake
-                unique = (*self.run("cur = ", "INSERT_UNIQUE", ins_params),
-                        "inserted = cur.rowcount == 1",
-                        "if notify and inserted:",
-                        *("    " + line for line in self.notify_lines(group)),
-                        "return inserted")
+            # A duplicate is not enqueued: nobody to wake.
+            wake = ("if notify and changed:", *_indented(self.notify_lines(group))) \
+                if notifies else ()
             out.append(Func("insert_unique", "row: NewRow" + options, "bool",
                             "Enqueue one row unless its unique key is already queued; "
-                            "returns whether it was inserted." + woken, unique))
+                            "returns whether it was inserted." + woken, (
+                                Step("changed", self.cur("INSERT_UNIQUE", ins_params),
+                                     after=wake),)))
         many: Func | None = None
         if "INSERT_MANY" in st:
             many = self.insert_many()
@@ -375,21 +410,26 @@ class Renderer:
             g = q.role("group")
             if g is not None and not g.generated:
                 each = self.notify_group("r")
-                wake = ["if notify:", f"    for group in sorted({{{each} for r in rows}}):",
-                        *("        " + line for line in self.notify_lines("group"))]
+                wake = ("if notify:", f"    for group in sorted({{{each} for r in rows}}):",
+                        *_indented(self.notify_lines("group"), 2))
                 woken = woken.replace("workers wake", "workers of each group wake")
             else:
-                wake = ["if notify and rows:",
-                        *("    " + line for line in self.notify_lines('""'))]
+                wake = ("if notify and rows:", *_indented(self.notify_lines('""')))
+            *first, last = many.steps
             many = attrs.evolve(many, args=many.args + options, doc=many.doc + woken,
-                                body=(*many.body, *wake))
+                                steps=(*first, attrs.evolve(last, after=(*last.after, *wake))))
         if many is not None:
             out.append(many)
         if "NOTIFY" in st:
-            out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc,
-                            tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))))
-        out += self.operations()
+            out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc, (
+                Step("exec", tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))),)))
         return out
+
+    def flag(self, name: str) -> Func:
+        """A function returning whether its statement's one value is true (a lock taken)."""
+        s = self.st[name]
+        return Func(name.lower(), self.args(s), "bool", s.doc, (
+            Step("scalar", self.cur(name, self.params(s)), "row is not None and bool(row[0])"),))
 
     def scalar(self, fname: str, name: str, returns: str, args: str = "") -> Func:
         """A function returning the one value its statement selects."""
@@ -397,33 +437,24 @@ class Renderer:
         convert = "None if row is None or row[0] is None else float(row[0])" if \
             returns == "float | None" else "0 if row is None or row[0] is None else int(row[0])"
         return Func(fname, args, returns, s.doc, (
-            *self.run("cur = ", name, self.params(s)),
-            "row = AWAIT cur.fetchone()",
-            f"return {convert}"))
+            Step("scalar", self.cur(name, self.params(s)), convert),))
+
+    def status_oldest(self) -> str:
+        """The oldest ready row's retry_after as _status() reads it from STATUS's row `r`."""
+        ra = self.q.role("retry_after")
+        if ra is None:
+            return "None"
+        # MIN() of no rows is NULL, whatever the column allows.
+        conv = self.from_db(ra, "r[5]").replace("_or_none(", "(")
+        return "r[5]" if conv == "r[5]" else f"None if r[5] is None else {conv}"
 
     def operations(self) -> list[Func]:
         """What inboxgen status, requeue and prune run."""
-        q, st = self.q, self.st
+        st = self.st
         out: list[Func] = []
         s = st["STATUS"]
-        ra = q.role("retry_after")
-        oldest = "None"
-        if ra is not None:  # MIN() of no rows is NULL, whatever the column allows
-            conv = self.from_db(ra, "r[5]").replace("_or_none(", "(")
-            oldest = "r[5]" if conv == "r[5]" else f"None if r[5] is None else {conv}"
         out.append(Func("status", "*, now: datetime.datetime", "list[QueueStatus]", s.doc, (
-            *self.run("cur = ", "STATUS", self.params(s)),
-            "return [",
-            "    QueueStatus(",
-            "        group=r[0],",
-            "        ready=int(r[1] or 0),",
-            "        scheduled=int(r[2] or 0),",
-            "        in_work=None if r[3] is None else int(r[3]),",
-            "        finished=None if r[4] is None else int(r[4]),",
-            f"        oldest_ready={oldest},",
-            "    )",
-            "    for r in AWAIT cur.fetchall()",
-            "]")))
+            Step("many", self.cur("STATUS", self.params(s)), "_status(r)"),)))
         if "STATUS_DEAD" in st:
             out.append(self.scalar("dead_count", "STATUS_DEAD", "int"))
         if "OLDEST_TRANSACTION" in st:
@@ -433,8 +464,7 @@ class Renderer:
         if "PRUNE" in st:
             out.append(Func("prune", "*, before: datetime.datetime, limit: int", "int",
                             st["PRUNE"].doc + " Returns how many it deleted.", (
-                                *self.run("cur = ", "PRUNE", self.params(st["PRUNE"])),
-                                "return cur.rowcount")))
+                                Step("rowcount", self.cur("PRUNE", self.params(st["PRUNE"]))),)))
             out.append(self.scalar("prunable", "PRUNABLE", "int", "*, before: datetime.datetime"))
         moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
                  "into the queue, due at `now`; returns how many.")
@@ -456,16 +486,12 @@ class Renderer:
         id_t = self.raw_type(self.q.id).removesuffix(" | None")
         ids = self.ids_from("ids")
         items = self.params(self.st[name])
-        body = ["if ids is None:",
-                *("    " + line for line in self.run("cur = ", name, items)),
-                "else:",
-                *("    " + line for line in self.run("cur = ", f"{name}_IDS",
-                                                     [*items, f'"ids": {ids}'])),
-                *(("moved = cur.rowcount", *self.run("", then, "{}"), "return moved")
-                  if then else ("return cur.rowcount",))]
+        run = ("if ids is None:", *_indented(self.cur(name, items)),
+               "else:", *_indented(self.cur(f"{name}_IDS", [*items, f'"ids": {ids}'])))
         args = (f"*, {first}now: datetime.datetime, reset_attempt: bool = False, "
                 f"ids: Sequence[{id_t}] | None = None")
-        return Func("requeue", args, "int", doc, tuple(body))
+        return Func("requeue", args, "int", doc, (
+            Step("rowcount", run, after=tuple(self.run("", then, "{}")) if then else ()),))
 
     # The parameters a batch statement takes one entry per row of (the guard's); the others
     # (now, new_locked_until) are one value for the whole batch.
@@ -483,17 +509,16 @@ class Renderer:
                                  else f"{p}: {types[p]}" for p in names)
         items = [f"{py_str(p)}: {'_v.json_text(held)' if p == 'held' else self.batch_value(p)}"
                  for p in s.params]
-        first = self.held_rows(held) if "held" in s.params else []
+        first = tuple(self.held_rows(held)) if "held" in s.params else ()
         if self.q.lease:
             t = self.raw_type(self.q.id).removesuffix(" | None")
-            body = (*first, *self.run("cur = ", s.name, items),
-                    f"return [{self.id_cast(t).replace('new_id', 'r[0]')} for r in "
-                    f"AWAIT cur.fetchall()]")
+            step = Step("many", self.cur(s.name, items), self.id_cast(t, "r[0]"))
             returns = f"list[{t}]"
         else:
-            body = (*first, *self.run("cur = ", s.name, items), "return cur.rowcount")
+            step = Step("rowcount", self.cur(s.name, items))
             returns = "int"
-        return Func(fname, args, returns, s.doc + " The sequences hold one entry per row.", body)
+        return Func(fname, args, returns, s.doc + " The sequences hold one entry per row.",
+                    (step,), before=first)
 
     def batch_value(self, name: str) -> str:
         if name not in self._PER_ROW:
@@ -524,26 +549,18 @@ class Renderer:
     def notify_lines(self, group: str) -> list[str]:
         return self.run("", "NOTIFY", ['"channel": CHANNEL', f'"payload": {group}'])
 
-    def insert_notify(self, group: str, params: str, returns: str) -> list[str]:
-        """insert(notify=True) as one statement, where the module has it."""
-        if "INSERT_NOTIFY" not in self.st:
-            return []
+    def insert_notify(self, group: str, params: str, returns: str) -> Step:
+        """insert(notify=True) as one statement (INSERT_NOTIFY)."""
         spread = [f"**{params}"] if params != "{}" else []
         items = [*spread, '"notify_channel": CHANNEL', f'"notify_group": {group}']
-        return ["if notify:",
-                *("    " + line for line in self.run("cur = ", "INSERT_NOTIFY", items)),
-                "    new = AWAIT cur.fetchone()",
-                "    assert new is not None  # RETURNING gives the inserted row",
-                f"    return {self.id_cast(returns).replace('new_id', 'new[0]')}"]
+        return Step("returned_id", self.cur("INSERT_NOTIFY", items),
+                    self.id_cast(returns, "new[0]"), when="notify")
 
-    def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
-        """Hook: insert()'s return type, the lines that run INSERT, and those that return the
-        id: here from INSERT ... RETURNING."""
+    def insert_id(self, params: str) -> tuple[str, Step, bool]:
+        """Hook: insert()'s return type, the step that runs INSERT and reads the id, and
+        whether it returns one: here the id INSERT ... RETURNING gives."""
         t = self.raw_type(self.q.id).removesuffix(" | None")
-        return t, [*self.run("cur = ", "INSERT", params),
-                   "new = AWAIT cur.fetchone()",
-                   "assert new is not None  # RETURNING gives the inserted row",
-                   "new_id = new[0]"], [f"return {self.id_cast(t)}"]
+        return t, Step("returned_id", self.cur("INSERT", params), self.id_cast(t, "new[0]")), True
 
     def insert_unique_by_error(self, params: str) -> list[Func]:
         """Hook: insert_unique() where the dialect has no INSERT_UNIQUE statement."""
@@ -555,24 +572,24 @@ class Renderer:
                 for f in self.q.insert_fields]
         return Func("insert_many", "rows: Sequence[NewRow]", "None",
                     self.st["INSERT_MANY"].doc + " Nothing is committed here.",
-                    tuple(self.run("", "INSERT_MANY", cols)))
+                    (Step("exec", tuple(self.run("", "INSERT_MANY", cols))),))
 
     def insert_many_by_executemany(self) -> Func:
         """Hook: insert_many() as INSERT run by the driver's executemany."""
         return Func("insert_many", "rows: Sequence[NewRow]", "None",
                     "Enqueue many rows in one call (executemany); nothing is committed here.",
-                    ("conn.executemany(INSERT, [_insert_params(r) for r in rows])",))
+                    (Step("exec", (
+                        "conn.executemany(INSERT, [_insert_params(r) for r in rows])",)),))
 
     def claim(self) -> Func:
         """Hook: claim(), on a CLAIM that writes and returns the rows it claims."""
         q, claim = self.q, self.st["CLAIM"]
-        body = [*self.run("cur = ", "CLAIM", self.params(claim)),
-                "rows = [_claimed(r) for r in AWAIT cur.fetchall()]"]
-        if q.form == LEASE or q.count_crashes:
-            body.append("rows.sort(key=_claim_order)  # RETURNING keeps no order")
-        body.append("return rows")
+        order = (("rows.sort(key=_claim_order)  # RETURNING keeps no order",)
+                 if q.form == LEASE or q.count_crashes else ())
         return Func("claim", self.args(claim, skip=("limit",), extra="limit: int = 1"),
-                    "list[ClaimedRow]", claim.doc, tuple(body))
+                    "list[ClaimedRow]", claim.doc, (
+                        Step("many", self.cur("CLAIM", self.params(claim)), "_claimed(r)",
+                             after=order),))
 
     def fifo_head_claim(self) -> Func:
         """Hook: fifo_claim() on FIFO_HEAD, for dialects whose statements have it."""
@@ -587,9 +604,9 @@ class Renderer:
         return self.reads_before_leasing and self.q.lease
 
     @staticmethod
-    def id_cast(t: str) -> str:
-        """The id as its type (the driver hands back Any)."""
-        return f"cast({t}, new_id)"
+    def id_cast(t: str, value: str) -> str:
+        """The id `value` as its type (the driver hands back Any)."""
+        return f"cast({t}, {value})"
 
     def claimed(self, row: str) -> str:
         return f"_claimed({row}, locked_until)" if self.lease_after_read else f"_claimed({row})"
@@ -636,6 +653,9 @@ class Renderer:
                               f"(\n    {py_str(f'{q.table.schema}.')}\n    "
                               f"{py_str(q.table.name)}\n)"),
             "statements": [(s.name, sql_literal(s.sql), s.doc) for s in self.st.values()],
+            "sections": [([(n, sql_literal(self.st[n].sql), self.st[n].doc) for n in names], f)
+                         for names, f in self.sections(funcs)],
+            "status_oldest": self.status_oldest(),
             "rows": rows,
             "new_rows": new_rows,
             "claimed_from_db": [self.from_db(f, f"r[{i}]") for i, f in enumerate(q.fields)],
@@ -651,8 +671,7 @@ class Renderer:
             "comment": comment,
             "conn": self.connection_type,
             "async_conn": self.async_connection_type,
-            "sync_line": sync_line,
-            "async_line": async_line,
+            "code": lambda line, is_async: async_line(line) if is_async else sync_line(line),
             "twins": self.async_connection_type is not None,
             "decode_payload": decode,
             "advisory_key": key,
@@ -668,6 +687,34 @@ class Renderer:
             "count_crashes": q.count_crashes,
         }
         return ctx
+
+    def sections(self, funcs: list[Func]) -> list[tuple[list[str], Func | None]]:
+        """The module's statements, each followed by the function that runs it: (the names of
+        the constants written just above the function, the function), in the statements'
+        order. A function's own statements (those its steps run) go above it, and so does a
+        statement it runs besides them (a guard, a follow-up) unless a later function runs
+        that one as its own. The statements no function runs come last."""
+        uses = {f.name: self.statements_in(f.lines()) for f in funcs}
+        own = {f.name: set(self.statements_in([line for s in f.steps for line in s.run]))
+               for f in funcs}
+        placed: set[str] = set()
+        out: list[tuple[list[str], Func | None]] = []
+        for i, f in enumerate(funcs):
+            later = {n for g in funcs[i + 1:] for n in own[g.name]}
+            here = [n for n in uses[f.name]
+                    if n not in placed and (n in own[f.name] or n not in later)]
+            placed.update(here)
+            out.append((here, f))
+        rest = [n for n in self.st if n not in placed]
+        if rest:
+            out.append((rest, None))
+        return out
+
+    def statements_in(self, lines: list[str]) -> list[str]:
+        """The statement constants that lines of code name, in the statements' order."""
+        code = re.sub(r'"(?:[^"\\]|\\.)*"', '""', "\n".join(lines))  # not inside strings
+        named = set(_NAME.findall(code))
+        return [n for n in self.st if n in named]
 
     def decode_payload(self) -> tuple[str, str, list[str]] | None:
         """(raw argument type, return type, body lines) of decode_payload, if there is one."""
@@ -726,6 +773,10 @@ def signature(f: Func, conn: str, is_async: bool) -> str:
         return one
     inner = "".join(f"    {a},\n" for a in args)
     return f"{prefix} {name}(\n{inner}) -> {f.returns}:"
+
+
+def _indented(lines: Sequence[str], levels: int = 1) -> tuple[str, ...]:
+    return tuple("    " * levels + line for line in lines)
 
 
 def _split_args(args: str) -> list[str]:

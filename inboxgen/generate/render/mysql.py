@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
-from inboxgen.generate.render.base import Func, Renderer
+from inboxgen.generate.render.base import Func, Renderer, Step
 
 
 class MySQLRenderer(Renderer):
@@ -37,17 +37,18 @@ class MySQLRenderer(Renderer):
     def ids_from(self, name: str) -> str:
         return f"tuple({name})"
 
-    def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
+    def insert_id(self, params: str) -> tuple[str, Step, bool]:
         """From the cursor's lastrowid where the id is AUTO_INCREMENT, or from the row where
         the caller gave it. An id filled by another default cannot be read back: insert
         returns None then."""
         idf = self.q.id
         t = self.raw_type(idf).removesuffix(" | None")
         if idf.column.auto and idf.generated:
-            return "int", self.run("cur = ", "INSERT", params), ["return cur.lastrowid"]
+            return "int", Step("last_id", self.cur("INSERT", params)), True
+        run = tuple(self.run("", "INSERT", params))
         if not idf.generated and not idf.optional:
-            return t, self.run("", "INSERT", params), [f"return row.{idf.attr}"]
-        return "None", self.run("", "INSERT", params), []
+            return t, Step("exec", run, f"row.{idf.attr}"), True
+        return "None", Step("exec", run), False
 
     def insert_unique_by_error(self, params: str) -> list[Func]:
         # INSERT IGNORE would also swallow truncations and foreign-key errors: only a
@@ -56,82 +57,67 @@ class MySQLRenderer(Renderer):
                      "Enqueue one row unless its unique key is already queued; returns whether "
                      "it was inserted. Run it inside a transaction: only the statement is "
                      "undone by a duplicate.",
-                     ("try:", *("    " + line for line in self.run("", "INSERT", params)),
-                      "except Exception as err:  # either driver's error",
-                      "    if _v.mysql_duplicate_key(err):",
-                      "        return False",
-                      "    raise",
-                      "return True"))]
+                     (Step("unless_duplicate", tuple(self.run("", "INSERT", params))),))]
 
     def insert_many_by_executemany(self) -> Func:
         return Func("insert_many", "rows: Sequence[NewRow]", "None",
                     "Enqueue many rows in one statement (the driver's executemany writes one "
                     "multi-row INSERT); nothing is committed here.",
-                    ("AWAIT _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in "
-                     "rows])",))
+                    (Step("exec", ("AWAIT _v.mysql_executemany(conn, INSERT, [_insert_params(r) "
+                                   "for r in rows])",)),))
 
     def claim(self) -> Func:
         """MySQL has no UPDATE ... RETURNING: select and lock, then mark, in one transaction."""
         st = self.st
         claim = st["CLAIM"]
-        body = [*self.run("cur = ", "CLAIM", self.params(claim)),
-                f"rows = [{self.claimed('r')} for r in AWAIT cur.fetchall()]"]
         args = self.args(claim, skip=("limit",), extra="limit: int = 1")
         doc = claim.doc
+        then: tuple[str, ...] = ()
         if "CLAIM_MARK" in st:
-            mark = st["CLAIM_MARK"]
-            body += ["if rows:", *("    " + line for line in
-                                   self.run("", "CLAIM_MARK", self.params(mark))),
-                     "return rows"]
+            then = ("if rows:", *("    " + line for line in
+                                  self.run("", "CLAIM_MARK", self.params(st["CLAIM_MARK"]))))
             args = self.args(claim, skip=("limit",),
                              extra="locked_until: datetime.datetime, limit: int = 1")
             doc = "Claim up to `limit` rows under a lease ending at `locked_until`; run it in " \
                   "a transaction and commit."
         elif "CLAIM_COUNT" in st:
-            count = st["CLAIM_COUNT"]
-            body += ["if rows:", *("    " + line for line in
-                                   self.run("", "CLAIM_COUNT", self.params(count))),
-                     "return rows"]
+            then = ("if rows:", *("    " + line for line in
+                                  self.run("", "CLAIM_COUNT", self.params(st["CLAIM_COUNT"]))))
             doc = st["CLAIM_COUNT"].doc.replace("the claimed rows", "up to `limit` rows")
-        else:
-            body.append("return rows")
-        return Func("claim", args, "list[ClaimedRow]", doc, tuple(body))
+        return Func("claim", args, "list[ClaimedRow]", doc, (
+            Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then),))
 
     def fifo_head_claim(self) -> Func:
         q, st = self.q, self.st
         head = st["FIFO_HEAD"]
         ra = q.role("retry_after")
-        lines: list[str] = []
+        run: tuple[str, ...]
         if q.form == ROW_LOCK:
-            lines += ["try:", *("    " + line for line in
-                                self.run("", "FIFO_LOCK", self.params(st["FIFO_LOCK"]))),
-                      *("    " + line for line in
-                        self.run("cur = ", "FIFO_HEAD", self.params(head))),
-                      "except Exception as err:  # either driver's error",
-                      "    if _v.mysql_lock_unavailable(err):",
-                      "        return None  # another claim holds the group",
-                      "    raise"]
+            run = ("try:", *("    " + line for line in
+                             self.run("", "FIFO_LOCK", self.params(st["FIFO_LOCK"]))),
+                   *("    " + line for line in self.cur("FIFO_HEAD", self.params(head))),
+                   "except Exception as err:  # either driver's error",
+                   "    if _v.mysql_lock_unavailable(err):",
+                   "        return None  # another claim holds the group",
+                   "    raise")
         else:
-            lines += self.run("cur = ", "FIFO_HEAD", self.params(head))
-        lines += ["row = AWAIT cur.fetchone()", "if row is None:", "    return None",
-                  f"head = {self.claimed('row')}"]
+            run = self.cur("FIFO_HEAD", self.params(head))
+        # What the one-row step does with the head it read (`found`) before returning it.
+        then: list[str] = []
         if ra is not None:
-            lines += [f"if head.{ra.attr} > now:", "    return None  # the head is not due"]
+            then += [f"if found.{ra.attr} > now:", "    return None  # the head is not due"]
         extra = "now: datetime.datetime" if ra is not None else ""
         if q.form == LEASE:
             held = st["FIFO_HELD"]
-            lines += [*self.run("cur = ", "FIFO_HELD", self.params(held)),
-                      "held = AWAIT cur.fetchone()", "if held is not None and held[0]:",
-                      "    return None  # a row of the group is leased",
-                      *self.run("", "CLAIM_MARK", [
-                          f'"locked_until": {self.param_value("locked_until")}',
-                          f'"ids": (head.{q.id.attr},)']),
-                      "return head"]
+            then += [*self.run("cur = ", "FIFO_HELD", self.params(held)),
+                     "held = AWAIT cur.fetchone()", "if held is not None and held[0]:",
+                     "    return None  # a row of the group is leased",
+                     *self.run("", "CLAIM_MARK", [
+                         f'"locked_until": {self.param_value("locked_until")}',
+                         f'"ids": (found.{q.id.attr},)'])]
             extra = "now: datetime.datetime, locked_until: datetime.datetime"
-        else:
-            lines.append("return head")
         args = "*, group: str" + (f", {extra}" if extra else "")
         return Func("fifo_claim", args, "ClaimedRow | None",
                     "Claim the group's head, or nothing while it (or, under a lease, any row of "
                     "the group) is held or the head is not yet due; run it in a transaction.",
-                    tuple(lines))
+                    (Step("one", run, self.claimed("row"), after=tuple(then)),))

@@ -4,7 +4,7 @@ every function twinned for psycopg's async connections."""
 from __future__ import annotations
 
 from inboxgen.generate import catalog as cat
-from inboxgen.generate.render.base import Func, Renderer
+from inboxgen.generate.render.base import Func, Renderer, Step
 
 
 class PostgresRenderer(Renderer):
@@ -21,5 +21,6 @@ class PostgresRenderer(Renderer):
         return Func("insert_many", "rows: Sequence[NewRow]", "None",
                     "Enqueue many rows (executemany, pipelined by psycopg); nothing is "
                     "committed here.",
-                    ("cur = conn.cursor()",
-                     "AWAIT cur.executemany(INSERT, [_insert_params(r) for r in rows])"))
+                    (Step("exec", (
+                        "AWAIT cur.executemany(INSERT, [_insert_params(r) for r in rows])",)),),
+                    before=("cur = conn.cursor()",))

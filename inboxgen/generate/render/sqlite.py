@@ -4,7 +4,7 @@ inboxgen.values), arrays as JSON text, and no async twins."""
 from __future__ import annotations
 
 from inboxgen.generate import catalog as cat
-from inboxgen.generate.render.base import Func, Renderer
+from inboxgen.generate.render.base import Func, Renderer, Step
 
 # What sqlite3 hands back without type detection.
 _SQLITE_TYPES = {cat.INT: "int", cat.BOOL: "int", cat.TEXT: "str", cat.BYTES: "bytes",
@@ -22,13 +22,13 @@ class SqliteRenderer(Renderer):
         # sqlite3 binds no arrays: the statement reads a JSON array with json_each.
         return f"_v.json_text({value})"
 
-    def insert_id(self, params: str) -> tuple[str, list[str], list[str]]:
+    def insert_id(self, params: str) -> tuple[str, Step, bool]:
         t = self.raw_type(self.q.id).removesuffix(" | None")
-        # fetchall() finishes the statement: an unfinished one would block a COMMIT.
-        return t, [*self.run("cur = ", "INSERT", params),
-                   "((new_id,),) = cur.fetchall()"], [f"return {self.id_cast(t)}"]
+        # Read to the end: an unfinished statement would block a COMMIT.
+        return t, Step("fetched_id", self.cur("INSERT", params), self.id_cast(t, "new_id")), True
 
     def insert_many(self) -> Func:
         return Func("insert_many", "rows: Sequence[NewRow]", "None",
                     "Enqueue many rows in one call (executemany); nothing is committed here.",
-                    ("conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])",))
+                    (Step("exec", (
+                        "conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])",)),))
