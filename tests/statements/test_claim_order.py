@@ -167,3 +167,39 @@ def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whol
     scans = [n for n in plan_nodes(explained[0]["Plan"]) if n["Node Type"] == "Seq Scan"]
     assert scans == []
     assert len(q.claim(conn, limit=500)) == 500
+
+
+SCHEDULED_AHEAD = 50_000
+
+
+@pytest.mark.parametrize("layout", [
+    pytest.param(Layout(form="row_lock"), id="row_lock"),
+    pytest.param(Layout(form="row_lock", count_crashes=True), id="row_lock-count_crashes"),
+    pytest.param(Layout(form="lease"), id="lease"),
+    pytest.param(Layout(form="advisory"), id="advisory"),
+])
+def test_postgres_claim_reads_no_scheduled_rows_of_a_more_urgent_priority(
+        queue: MakeQueue, layout: Layout) -> None:
+    """Rows due tomorrow at priority 0 sort before today's due rows at priority 1: one scan in
+    claim order would read every one of them before it found a due row (thousands of buffers
+    at this size, growing with them). Read priority by priority, the claim reads a handful."""
+    q = queue("postgres", layout)
+    conn = q.connect()
+    later = T0 + dt.timedelta(days=1)
+    q.mod.insert_many(conn, [q.new(payload="later", priority=0, retry_after=later)
+                             for _ in range(SCHEDULED_AHEAD)])
+    conn.commit()
+    due = [q.add(conn, payload=f"due-{i}", priority=1, retry_after=at(-10)) for i in range(3)]
+    conn.execute(f"ANALYZE {q.table_sql()}")
+    conn.commit()
+    name = "CANDIDATES" if layout.form == "advisory" else "CLAIM"
+    args = {"now": T0, "limit": 2, "group": "g", "row_key": "inboxgen:jobs:",
+            "locked_until": T0 + dt.timedelta(seconds=LEASE)}
+    cur = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.STATEMENTS[name],
+                       {k: args[k] for k in q.mod.DESCRIPTOR.statement_params[name]})
+    ((explained,),) = cur.fetchall()
+    conn.rollback()
+    top = explained[0]["Plan"]
+    buffers = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+    assert buffers < 100, f"{buffers} buffers for a claim of 2 rows"
+    assert sorted(q.id_of(r) for r in q.claim(conn, limit=2)) == due[:2]

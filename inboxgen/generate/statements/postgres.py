@@ -15,6 +15,89 @@ _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BI
 class PostgresStatements(Statements):
     lease_pick_lock = "    FOR UPDATE SKIP LOCKED"
 
+    # -- claims that walk no scheduled rows ---------------------------------------------------
+
+    @property
+    def by_priority(self) -> bool:
+        """Whether claims read the due rows priority by priority. In (priority, retry_after, id)
+        order the rows of one priority that are due later sit before the due rows of the next
+        one: a single index scan walks every scheduled row of a more urgent priority before it
+        reaches a due row. Reading each priority's due rows on their own (a loose index scan:
+        the next priority is one index probe) stops at the first row due later. A nullable
+        priority keeps the single scan: a loose scan would never reach its NULLs."""
+        pr, ra = self.role("priority"), self.role("retry_after")
+        return pr is not None and ra is not None and not pr.column.nullable
+
+    def due_by_priority(self, columns: str, lock: str, also: tuple[str, ...] = ()) -> str:
+        """SELECT `columns` of the first `limit` due rows in claim order, priority by priority:
+        the priorities of unfinished rows, each found by one probe of the claim index, and for
+        each (in that order, until `limit` rows came) its due rows, locked as `lock` says. The
+        outer LIMIT stops the walk: priorities past it are never read, their rows never
+        locked."""
+        pr = self.role("priority")
+        assert pr is not None
+        prc, t = self.c(pr), self.t()
+        unfinished = self.group_or_none()
+        walk = "inboxgen_priorities"
+
+        def first_priority(extra: list[str], indent: str) -> str:
+            return "\n".join((f"{indent}SELECT {prc}", f"{indent}FROM {t}",
+                              self.where(unfinished + extra, indent),
+                              f"{indent}ORDER BY {prc}", f"{indent}LIMIT 1"))
+
+        due = [c for c in self.filters() if c not in unfinished]
+        order = ", ".join(self.c(f) for f in (self.role("retry_after"), self.q.id) if f)
+        inner = "\n".join(x for x in (
+            f"    SELECT {columns}",
+            f"    FROM {t}",
+            self.where(unfinished + [f"{prc} = {walk}.{prc}"] + due + list(also), "    "),
+            f"    ORDER BY {order}",
+            f"    LIMIT {self.p('limit')}",
+            f"    {lock.strip()}" if lock else "",
+        ) if x)
+        return "\n".join((
+            f"WITH RECURSIVE {walk} AS (",
+            "    (",
+            first_priority([], "        "),
+            "    )",
+            "    UNION ALL",
+            "    SELECT (",
+            first_priority([f"{prc} > {walk}.{prc}"], "        "),
+            "    )",
+            f"    FROM {walk}",
+            f"    WHERE {walk}.{prc} IS NOT NULL",
+            ")",
+            "SELECT due.*",
+            f"FROM {walk}",
+            "CROSS JOIN LATERAL (",
+            inner,
+            ") AS due",
+            f"LIMIT {self.p('limit')}",
+        ))
+
+    def group_or_none(self) -> list[str]:
+        """The conditions every unfinished row of the worker's group meets (none where the table
+        has neither groups nor processed_at)."""
+        g, pa = self.role("group"), self.role("processed_at")
+        out = [f"{self.c(g)} = {self.p('group')}"] if g is not None else []
+        if pa is not None:
+            out.append(f"{self.c(pa)} IS NULL")
+        return out
+
+    def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
+                         ) -> None:
+        if not self.by_priority:
+            super().select_claimable(name, doc, lock=lock)
+            return
+        self.add(name, self.due_by_priority(self.select_list(), lock), doc)
+
+    def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:
+        if not self.by_priority:
+            return super().picked(lock, also)
+        inner = self.due_by_priority(self.c(self.q.id), lock, also)
+        return self.d.picked_by(self.c(self.q.id),
+                                "\n".join("    " + line for line in inner.splitlines()))
+
     def held_batch(self) -> str:
         """One array per guard parameter, one entry per row (a row lock's rows are the
         transaction's: their ids are enough)."""

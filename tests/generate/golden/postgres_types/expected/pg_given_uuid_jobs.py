@@ -108,15 +108,43 @@ WITH counted AS (
     UPDATE "pg_given_uuid_jobs"
     SET "attempt" = "attempt" + 1
     WHERE "id" = ANY(ARRAY(
-        SELECT "id"
-        FROM "pg_given_uuid_jobs"
-        WHERE "queue" = %(group)s
-          AND "processed_at" IS NULL
-          AND "retry_after" <= %(now)s
-          AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
-        ORDER BY "priority", "retry_after", "id"
+        WITH RECURSIVE inboxgen_priorities AS (
+            (
+                SELECT "priority"
+                FROM "pg_given_uuid_jobs"
+                WHERE "queue" = %(group)s
+                  AND "processed_at" IS NULL
+                ORDER BY "priority"
+                LIMIT 1
+            )
+            UNION ALL
+            SELECT (
+                SELECT "priority"
+                FROM "pg_given_uuid_jobs"
+                WHERE "queue" = %(group)s
+                  AND "processed_at" IS NULL
+                  AND "priority" > inboxgen_priorities."priority"
+                ORDER BY "priority"
+                LIMIT 1
+            )
+            FROM inboxgen_priorities
+            WHERE inboxgen_priorities."priority" IS NOT NULL
+        )
+        SELECT due.*
+        FROM inboxgen_priorities
+        CROSS JOIN LATERAL (
+            SELECT "id"
+            FROM "pg_given_uuid_jobs"
+            WHERE "queue" = %(group)s
+              AND "processed_at" IS NULL
+              AND "priority" = inboxgen_priorities."priority"
+              AND "retry_after" <= %(now)s
+              AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
+            ORDER BY "retry_after", "id"
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS due
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ))
     RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt",
               "processed_at", "headers", "payload", "c_smallserial", "c_bigserial"

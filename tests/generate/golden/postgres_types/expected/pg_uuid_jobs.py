@@ -183,15 +183,43 @@ UPDATE "pg_uuid_jobs"
 SET "locked_until" = %(locked_until)s,
     "attempt" = "attempt" + 1
 WHERE "id" = ANY(ARRAY(
-    SELECT "id"
-    FROM "pg_uuid_jobs"
-    WHERE "queue" = %(group)s
-      AND "processed_at" IS NULL
-      AND "retry_after" <= %(now)s
-      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
-    ORDER BY "priority", "retry_after", "id"
+    WITH RECURSIVE inboxgen_priorities AS (
+        (
+            SELECT "priority"
+            FROM "pg_uuid_jobs"
+            WHERE "queue" = %(group)s
+              AND "processed_at" IS NULL
+            ORDER BY "priority"
+            LIMIT 1
+        )
+        UNION ALL
+        SELECT (
+            SELECT "priority"
+            FROM "pg_uuid_jobs"
+            WHERE "queue" = %(group)s
+              AND "processed_at" IS NULL
+              AND "priority" > inboxgen_priorities."priority"
+            ORDER BY "priority"
+            LIMIT 1
+        )
+        FROM inboxgen_priorities
+        WHERE inboxgen_priorities."priority" IS NOT NULL
+    )
+    SELECT due.*
+    FROM inboxgen_priorities
+    CROSS JOIN LATERAL (
+        SELECT "id"
+        FROM "pg_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+          AND "priority" = inboxgen_priorities."priority"
+          AND "retry_after" <= %(now)s
+          AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+        ORDER BY "retry_after", "id"
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS due
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ))
 RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", "processed_at",
           "locked_until", "headers", "payload", "c_smallint", "c_integer", "c_bigint",
