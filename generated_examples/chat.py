@@ -48,11 +48,7 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        MessageId=r[0],
-        conversation=r[1],
-        retry_after=r[2],
-        attempt=r[3],
-        locked_until=r[4],
+        MessageId=r[0], conversation=r[1], retry_after=r[2], attempt=r[3], locked_until=r[4],
         body=r[5],
     )
 
@@ -62,20 +58,13 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "conversation": row.conversation,
-        "retry_after": row.retry_after,
-        "body": row.body,
-    }
+    return {"conversation": row.conversation, "retry_after": row.retry_after, "body": row.body}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=r[5],
     )
 
@@ -106,46 +95,26 @@ RETURNING "MessageId", "conversation", "retry_after", "attempt" - 1 AS "attempt"
 
 
 def claim(
-    conn: psycopg.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": locked_until,
-            "group": group,
-            "now": now,
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": locked_until, "group": group, "now": now, "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = await conn.execute(
-        CLAIM,
-        {
-            "locked_until": locked_until,
-            "group": group,
-            "now": now,
-            "limit": limit,
-        },
-    )
+    cur = await conn.execute(CLAIM, {
+        "locked_until": locked_until, "group": group, "now": now, "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -182,10 +151,7 @@ RETURNING "MessageId", "conversation", "retry_after", "attempt" - 1 AS "attempt"
 
 
 def fifo_claim(
-    conn: psycopg.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime,
 ) -> ClaimedRow | None:
     """Claim the group's head under a lease, or nothing while any row of the group is leased or the
@@ -195,23 +161,13 @@ def fifo_claim(
     held = guard.fetchone()
     if held is None or not held[0]:
         return None
-    cur = conn.execute(
-        FIFO_CLAIM,
-        {
-            "locked_until": locked_until,
-            "group": group,
-            "now": now,
-        },
-    )
+    cur = conn.execute(FIFO_CLAIM, {"locked_until": locked_until, "group": group, "now": now})
     row = cur.fetchone()
     return None if row is None else _claimed(row)
 
 
 async def fifo_claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime,
 ) -> ClaimedRow | None:
     """Claim the group's head under a lease, or nothing while any row of the group is leased or the
@@ -221,14 +177,7 @@ async def fifo_claim_async(
     held = await guard.fetchone()
     if held is None or not held[0]:
         return None
-    cur = await conn.execute(
-        FIFO_CLAIM,
-        {
-            "locked_until": locked_until,
-            "group": group,
-            "now": now,
-        },
-    )
+    cur = await conn.execute(FIFO_CLAIM, {"locked_until": locked_until, "group": group, "now": now})
     row = await cur.fetchone()
     return None if row is None else _claimed(row)
 
@@ -244,48 +193,30 @@ WHERE "MessageId" = %(id)s
 
 
 def renew(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": new_locked_until,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": new_locked_until, "id": id, "locked_until": locked_until,
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def renew_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await conn.execute(
-        RENEW,
-        {
-            "new_locked_until": new_locked_until,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RENEW, {
+        "new_locked_until": new_locked_until, "id": id, "locked_until": locked_until,
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -299,44 +230,22 @@ WHERE "MessageId" = %(id)s
 
 
 def finish(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        FINISH,
-        {
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(FINISH, {"id": id, "locked_until": locked_until, "attempt": attempt})
     return cur.rowcount == 1
 
 
 async def finish_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await conn.execute(
-        FINISH,
-        {
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(FINISH, {"id": id, "locked_until": locked_until, "attempt": attempt})
     return cur.rowcount == 1
 
 
@@ -351,44 +260,22 @@ WHERE "MessageId" = %(id)s
 
 
 def retry(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
     return cur.rowcount == 1
 
 
 async def retry_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
     return cur.rowcount == 1
 
 
@@ -404,48 +291,28 @@ WHERE "MessageId" = %(id)s
 
 
 def retry_after(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
     retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RETRY_AFTER,
-        {
-            "retry_after": retry_after,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY_AFTER, {
+        "retry_after": retry_after, "id": id, "locked_until": locked_until, "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def retry_after_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
     retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await conn.execute(
-        RETRY_AFTER,
-        {
-            "retry_after": retry_after,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RETRY_AFTER, {
+        "retry_after": retry_after, "id": id, "locked_until": locked_until, "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -463,48 +330,31 @@ RETURNING "MessageId"
 
 
 def renew_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
-    new_locked_until: datetime.datetime,
+    conn: psycopg.Connection[Any], *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int], new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": new_locked_until,
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": new_locked_until, "id": list(id),
+        "locked_until": [t for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
 async def renew_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[int],
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
     new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = await conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": new_locked_until,
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = await conn.execute(RENEW_MANY, {
+        "new_locked_until": new_locked_until, "id": list(id),
+        "locked_until": [t for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
 
@@ -521,44 +371,28 @@ RETURNING "MessageId"
 
 
 def finish_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
+    conn: psycopg.Connection[Any], *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
     attempt: Sequence[int],
 ) -> list[int]:
     """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
     per row.
     """
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = conn.execute(FINISH_MANY, {
+        "id": list(id), "locked_until": [t for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
 async def finish_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[int],
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[int]:
     """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
     per row.
     """
-    cur = await conn.execute(
-        FINISH_MANY,
-        {
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = await conn.execute(FINISH_MANY, {
+        "id": list(id), "locked_until": [t for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
 
@@ -587,14 +421,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.conversation,
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.conversation,
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -605,23 +434,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.conversation,
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.conversation,
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -643,44 +464,30 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "conversation": [r.conversation for r in rows],
-            "retry_after": [r.retry_after for r in rows],
-            "body": [r.body for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "conversation": [r.conversation for r in rows],
+        "retry_after": [r.retry_after for r in rows], "body": [r.body for r in rows],
+    })
     if notify:
         for group in sorted({r.conversation for r in rows}):
             conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "conversation": [r.conversation for r in rows],
-            "retry_after": [r.retry_after for r in rows],
-            "body": [r.body for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "conversation": [r.conversation for r in rows],
+        "retry_after": [r.retry_after for r in rows], "body": [r.body for r in rows],
+    })
     if notify:
         for group in sorted({r.conversation for r in rows}):
             await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
@@ -725,9 +532,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {"now": now})
@@ -764,90 +569,37 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
 
 
 OPS: Final = Operations(
-    claim=claim,
-    fifo_claim=fifo_claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    retry_after=retry_after,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
-    notify=notify,
+    claim=claim, fifo_claim=fifo_claim, renew=renew, finish=finish, retry=retry,
+    retry_after=retry_after, renew_many=renew_many, finish_many=finish_many, insert=insert,
+    insert_many=insert_many, notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    fifo_claim=fifo_claim_async,
-    renew=renew_async,
-    finish=finish_async,
-    retry=retry_async,
-    retry_after=retry_after_async,
-    renew_many=renew_many_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
+    claim=claim_async, fifo_claim=fifo_claim_async, renew=renew_async, finish=finish_async,
+    retry=retry_async, retry_after=retry_after_async, renew_many=renew_many_async,
+    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
     notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "FIFO_GUARD": FIFO_GUARD,
-    "FIFO_CLAIM": FIFO_CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "RETRY_AFTER": RETRY_AFTER,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "FIFO_GUARD": FIFO_GUARD, "FIFO_CLAIM": FIFO_CLAIM, "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
+    "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="OutgoingMessages",
-    schema="Chat",
-    dialect="postgres",
-    form="lease",
-    fifo=True,
+    table="OutgoingMessages", schema="Chat", dialect="postgres", form="lease", fifo=True,
     count_crashes=False,
     roles={
-        "id": "MessageId",
-        "group": "conversation",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "locked_until": "locked_until",
-        "payload": "body",
+        "id": "MessageId", "group": "conversation", "retry_after": "retry_after",
+        "attempt": "attempt", "locked_until": "locked_until", "payload": "body",
     },
-    columns=(
-        "MessageId",
-        "conversation",
-        "retry_after",
-        "attempt",
-        "locked_until",
-        "body",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="text",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    columns=("MessageId", "conversation", "retry_after", "attempt", "locked_until", "body"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="text",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/chat.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/chat.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -50,12 +50,7 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        account_id=r[1],
-        retry_after=r[2],
-        attempt=r[3],
-        headers=r[4],
-        payload=r[5],
+        id=r[0], account_id=r[1], retry_after=r[2], attempt=r[3], headers=r[4], payload=r[5],
     )
 
 
@@ -69,11 +64,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=r[5],
     )
 
@@ -99,10 +91,7 @@ LIMIT %(limit)s
 
 
 def candidates(
-    conn: psycopg.Connection[Any],
-    *,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
     cur = conn.execute(CANDIDATES, {"now": now, "limit": limit})
@@ -110,10 +99,7 @@ def candidates(
 
 
 async def candidates_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
     cur = await conn.execute(CANDIDATES, {"now": now, "limit": limit})
@@ -138,10 +124,7 @@ def take(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> C
 
 
 async def take_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
 ) -> ClaimedRow | None:
     """Under its key's lock, confirm the row is still due and count the attempt."""
     cur = await conn.execute(TAKE, {"id": id, "now": now})
@@ -223,10 +206,7 @@ def retry_after(conn: psycopg.Connection[Any], *, id: int, retry_after: datetime
 
 
 async def retry_after_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    retry_after: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: int, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
     cur = await conn.execute(RETRY_AFTER, {"retry_after": retry_after, "id": id})
@@ -296,14 +276,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -314,23 +289,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -352,43 +319,31 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "account_id": [r.account_id for r in rows],
-            "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "account_id": [r.account_id for r in rows],
+        "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+    })
     if notify and rows:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "account_id": [r.account_id for r in rows],
-            "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "account_id": [r.account_id for r in rows],
+        "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+    })
     if notify and rows:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
@@ -428,9 +383,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {"now": now})
@@ -539,10 +492,7 @@ FROM moved
 
 
 def requeue(
-    conn: psycopg.Connection[Any],
-    *,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
+    conn: psycopg.Connection[Any], *, now: datetime.datetime, reset_attempt: bool = False,
     ids: Sequence[int] | None = None,
 ) -> int:
     """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
@@ -551,22 +501,14 @@ def requeue(
     if ids is None:
         cur = conn.execute(REQUEUE_MOVE, {"now": now, "reset_attempt": reset_attempt})
     else:
-        cur = conn.execute(
-            REQUEUE_MOVE_IDS,
-            {
-                "now": now,
-                "reset_attempt": reset_attempt,
-                "ids": list(ids),
-            },
-        )
+        cur = conn.execute(REQUEUE_MOVE_IDS, {
+            "now": now, "reset_attempt": reset_attempt, "ids": list(ids),
+        })
     return cur.rowcount
 
 
 async def requeue_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, reset_attempt: bool = False,
     ids: Sequence[int] | None = None,
 ) -> int:
     """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
@@ -575,102 +517,45 @@ async def requeue_async(
     if ids is None:
         cur = await conn.execute(REQUEUE_MOVE, {"now": now, "reset_attempt": reset_attempt})
     else:
-        cur = await conn.execute(
-            REQUEUE_MOVE_IDS,
-            {
-                "now": now,
-                "reset_attempt": reset_attempt,
-                "ids": list(ids),
-            },
-        )
+        cur = await conn.execute(REQUEUE_MOVE_IDS, {
+            "now": now, "reset_attempt": reset_attempt, "ids": list(ids),
+        })
     return cur.rowcount
 
 
 OPS: Final = Operations(
-    candidates=candidates,
-    take=take,
-    lock=lock,
-    unlock=unlock,
-    finish=finish,
-    retry_after=retry_after,
-    dead_letter=dead_letter,
-    insert=insert,
-    insert_many=insert_many,
+    candidates=candidates, take=take, lock=lock, unlock=unlock, finish=finish,
+    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_many=insert_many,
     notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    candidates=candidates_async,
-    take=take_async,
-    lock=lock_async,
-    unlock=unlock_async,
-    finish=finish_async,
-    retry_after=retry_after_async,
-    dead_letter=dead_letter_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    candidates=candidates_async, take=take_async, lock=lock_async, unlock=unlock_async,
+    finish=finish_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
+    insert=insert_async, insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CANDIDATES": CANDIDATES,
-    "TAKE": TAKE,
-    "LOCK": LOCK,
-    "UNLOCK": UNLOCK,
-    "FINISH": FINISH,
-    "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
-    "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "STATUS_DEAD": STATUS_DEAD,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "ADVISORY_LOCKS": ADVISORY_LOCKS,
-    "REQUEUE_MOVE": REQUEUE_MOVE,
-    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS,
-    "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CANDIDATES": CANDIDATES, "TAKE": TAKE, "LOCK": LOCK, "UNLOCK": UNLOCK, "FINISH": FINISH,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
+    "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "ADVISORY_LOCKS": ADVISORY_LOCKS, "REQUEUE_MOVE": REQUEUE_MOVE,
+    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="ledger_jobs",
-    schema=None,
-    dialect="postgres",
-    form="advisory",
-    fifo=False,
+    table="ledger_jobs", schema=None, dialect="postgres", form="advisory", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "headers": "headers",
+        "id": "id", "retry_after": "retry_after", "attempt": "attempt", "headers": "headers",
         "payload": "payload",
     },
-    columns=(
-        "id",
-        "account_id",
-        "retry_after",
-        "attempt",
-        "headers",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=advisory_key,
-    dead_letter_group=None,
-    dead_letter_table="ledger_jobs_dead",
+    columns=("id", "account_id", "retry_after", "attempt", "headers", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=advisory_key,
+    dead_letter_group=None, dead_letter_table="ledger_jobs_dead",
     defaults=RuntimeDefaults(
-        workers=4,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=3,
+        workers=4, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=3,
     ),
-    source="specs/ledger.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/ledger.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

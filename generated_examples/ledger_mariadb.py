@@ -50,11 +50,7 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        account_id=r[1],
-        retry_after=_v.aware(r[2]),
-        attempt=r[3],
-        headers=r[4],
+        id=r[0], account_id=r[1], retry_after=_v.aware(r[2]), attempt=r[3], headers=r[4],
         payload=r[5],
     )
 
@@ -69,11 +65,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
     )
 
@@ -99,38 +92,18 @@ LIMIT %(limit)s
 
 
 def candidates(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = _v.mysql_execute(
-        conn,
-        CANDIDATES,
-        {
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = _v.mysql_execute(conn, CANDIDATES, {"now": _v.naive_utc(now), "limit": limit})
     return [_claimed(r) for r in cur.fetchall()]
 
 
 async def candidates_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        CANDIDATES,
-        {
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, CANDIDATES, {"now": _v.naive_utc(now), "limit": limit})
     return [_claimed(r) for r in await cur.fetchall()]
 
 
@@ -151,10 +124,7 @@ WHERE `id` = %(id)s
 
 
 def take(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: int,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime,
 ) -> ClaimedRow | None:
     """Under its key's lock, confirm the row is still due. Counts the attempt."""
     cur = _v.mysql_execute(conn, TAKE, {"id": id, "now": _v.naive_utc(now)})
@@ -167,10 +137,7 @@ def take(
 
 
 async def take_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: int,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime,
 ) -> ClaimedRow | None:
     """Under its key's lock, confirm the row is still due. Counts the attempt."""
     cur = await _v.mysql_execute_async(conn, TAKE, {"id": id, "now": _v.naive_utc(now)})
@@ -252,38 +219,22 @@ WHERE `id` = %(id)s
 
 
 def retry_after(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: int,
-    retry_after: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: int, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
-    cur = _v.mysql_execute(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-        },
-    )
+    cur = _v.mysql_execute(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+    })
     return cur.rowcount == 1
 
 
 async def retry_after_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: int,
-    retry_after: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: int, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+    })
     return cur.rowcount == 1
 
 
@@ -371,9 +322,7 @@ FROM `ledger_jobs`
 
 
 def status(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = _v.mysql_execute(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -381,9 +330,7 @@ def status(
 
 
 async def status_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await _v.mysql_execute_async(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -438,45 +385,28 @@ WHERE `id` IN (SELECT `id` FROM `ledger_jobs`)
 
 
 def requeue(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[int] | None = None,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[int] | None = None,
 ) -> int:
     """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
     due at `now`; returns how many. Run it in one transaction. With `reset_attempt` their
     attempt count starts again.
     """
     if ids is None:
-        cur = _v.mysql_execute(
-            conn,
-            REQUEUE_COPY,
-            {
-                "now": _v.naive_utc(now),
-                "reset_attempt": reset_attempt,
-            },
-        )
+        cur = _v.mysql_execute(conn, REQUEUE_COPY, {
+            "now": _v.naive_utc(now), "reset_attempt": reset_attempt,
+        })
     else:
-        cur = _v.mysql_execute(
-            conn,
-            REQUEUE_COPY_IDS,
-            {
-                "now": _v.naive_utc(now),
-                "reset_attempt": reset_attempt,
-                "ids": tuple(ids),
-            },
-        )
+        cur = _v.mysql_execute(conn, REQUEUE_COPY_IDS, {
+            "now": _v.naive_utc(now), "reset_attempt": reset_attempt, "ids": tuple(ids),
+        })
     count = cur.rowcount
     _v.mysql_execute(conn, REQUEUE_DELETE, {})
     return count
 
 
 async def requeue_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, reset_attempt: bool = False,
     ids: Sequence[int] | None = None,
 ) -> int:
     """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
@@ -484,109 +414,49 @@ async def requeue_async(
     attempt count starts again.
     """
     if ids is None:
-        cur = await _v.mysql_execute_async(
-            conn,
-            REQUEUE_COPY,
-            {
-                "now": _v.naive_utc(now),
-                "reset_attempt": reset_attempt,
-            },
-        )
+        cur = await _v.mysql_execute_async(conn, REQUEUE_COPY, {
+            "now": _v.naive_utc(now), "reset_attempt": reset_attempt,
+        })
     else:
-        cur = await _v.mysql_execute_async(
-            conn,
-            REQUEUE_COPY_IDS,
-            {
-                "now": _v.naive_utc(now),
-                "reset_attempt": reset_attempt,
-                "ids": tuple(ids),
-            },
-        )
+        cur = await _v.mysql_execute_async(conn, REQUEUE_COPY_IDS, {
+            "now": _v.naive_utc(now), "reset_attempt": reset_attempt, "ids": tuple(ids),
+        })
     count = cur.rowcount
     await _v.mysql_execute_async(conn, REQUEUE_DELETE, {})
     return count
 
 
 OPS: Final = Operations(
-    candidates=candidates,
-    take=take,
-    lock=lock,
-    unlock=unlock,
-    finish=finish,
-    retry_after=retry_after,
-    dead_letter=dead_letter,
-    insert=insert,
-    insert_many=insert_many,
+    candidates=candidates, take=take, lock=lock, unlock=unlock, finish=finish,
+    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_many=insert_many,
 )
-
 ASYNC_OPS: Final = Operations(
-    candidates=candidates_async,
-    take=take_async,
-    lock=lock_async,
-    unlock=unlock_async,
-    finish=finish_async,
-    retry_after=retry_after_async,
-    dead_letter=dead_letter_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
+    candidates=candidates_async, take=take_async, lock=lock_async, unlock=unlock_async,
+    finish=finish_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
+    insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CANDIDATES": CANDIDATES,
-    "TAKE": TAKE,
-    "TAKE_COUNT": TAKE_COUNT,
-    "LOCK": LOCK,
-    "UNLOCK": UNLOCK,
-    "FINISH": FINISH,
-    "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
-    "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
-    "INSERT": INSERT,
-    "STATUS": STATUS,
-    "STATUS_DEAD": STATUS_DEAD,
-    "REQUEUE_COPY": REQUEUE_COPY,
-    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS,
-    "REQUEUE_DELETE": REQUEUE_DELETE,
+    "CANDIDATES": CANDIDATES, "TAKE": TAKE, "TAKE_COUNT": TAKE_COUNT, "LOCK": LOCK,
+    "UNLOCK": UNLOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER,
+    "DEAD_LETTER_COPY": DEAD_LETTER_COPY, "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
+    "INSERT": INSERT, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "REQUEUE_COPY": REQUEUE_COPY,
+    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="ledger_jobs",
-    schema=None,
-    dialect="mysql",
-    form="advisory",
-    fifo=False,
+    table="ledger_jobs", schema=None, dialect="mysql", form="advisory", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "headers": "headers",
+        "id": "id", "retry_after": "retry_after", "attempt": "attempt", "headers": "headers",
         "payload": "payload",
     },
-    columns=(
-        "id",
-        "account_id",
-        "retry_after",
-        "attempt",
-        "headers",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=advisory_key,
-    dead_letter_group=None,
-    dead_letter_table="ledger_jobs_dead",
+    columns=("id", "account_id", "retry_after", "attempt", "headers", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=advisory_key,
+    dead_letter_group=None, dead_letter_table="ledger_jobs_dead",
     defaults=RuntimeDefaults(
-        workers=4,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=3,
+        workers=4, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=3,
     ),
-    source="specs/ledger_mariadb.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/ledger_mariadb.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -44,12 +44,7 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
-    return ClaimedRow(
-        job_id=r[0],
-        name=r[1],
-        attempt=r[2],
-        payload=r[3],
-    )
+    return ClaimedRow(job_id=r[0], name=r[1], attempt=r[2], payload=r[3])
 
 
 def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
@@ -57,19 +52,13 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "name": row.name,
-        "payload": row.payload,
-    }
+    return {"name": row.name, "payload": row.payload}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -105,36 +94,23 @@ def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
     the attempt); each row's key stays locked for the session until RELEASE.
     """
-    cur = conn.execute(
-        CLAIM,
-        {
-            "group": group,
-            "row_key": f"inboxgen:{TABLE}:",
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    group: str,
-    limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
     the attempt); each row's key stays locked for the session until RELEASE.
     """
-    cur = await conn.execute(
-        CLAIM,
-        {
-            "group": group,
-            "row_key": f"inboxgen:{TABLE}:",
-            "limit": limit,
-        },
-    )
+    cur = await conn.execute(CLAIM, {
+        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -187,27 +163,17 @@ WHERE "job_id" = %(id)s
 
 def dead_letter(conn: psycopg.Connection[Any], *, id: int, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = conn.execute(
-        DEAD_LETTER,
-        {
-            "dead_group": "emails.dead",
-            "attempt": attempt,
-            "id": id,
-        },
-    )
+    cur = conn.execute(DEAD_LETTER, {
+        "dead_group": "emails.dead", "attempt": attempt, "id": id,
+    })
     return cur.rowcount == 1
 
 
 async def dead_letter_async(conn: psycopg.AsyncConnection[Any], *, id: int, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = await conn.execute(
-        DEAD_LETTER,
-        {
-            "dead_group": "emails.dead",
-            "attempt": attempt,
-            "id": id,
-        },
-    )
+    cur = await conn.execute(DEAD_LETTER, {
+        "dead_group": "emails.dead", "attempt": attempt, "id": id,
+    })
     return cur.rowcount == 1
 
 
@@ -255,14 +221,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.name,
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.name,
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -273,23 +234,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.name,
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.name,
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -310,42 +263,28 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "name": [r.name for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "name": [r.name for r in rows], "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.name for r in rows}):
             conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "name": [r.name for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "name": [r.name for r in rows], "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.name for r in rows}):
             await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
@@ -388,9 +327,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {})
@@ -447,144 +384,70 @@ WHERE "name" = %(dead_group)s
 
 
 def requeue(
-    conn: psycopg.Connection[Any],
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[int] | None = None,
+    conn: psycopg.Connection[Any], *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[int] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = conn.execute(
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-            },
-        )
+        cur = conn.execute(REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+        })
     else:
-        cur = conn.execute(
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-                "ids": list(ids),
-            },
-        )
+        cur = conn.execute(REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+            "ids": list(ids),
+        })
     return cur.rowcount
 
 
 async def requeue_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[int] | None = None,
+    conn: psycopg.AsyncConnection[Any], *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[int] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = await conn.execute(
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-            },
-        )
+        cur = await conn.execute(REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+        })
     else:
-        cur = await conn.execute(
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-                "ids": list(ids),
-            },
-        )
+        cur = await conn.execute(REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+            "ids": list(ids),
+        })
     return cur.rowcount
 
 
 OPS: Final = Operations(
-    claim=claim,
-    release=release,
-    finish=finish,
-    dead_letter=dead_letter,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
-    notify=notify,
+    claim=claim, release=release, finish=finish, dead_letter=dead_letter, finish_many=finish_many,
+    insert=insert, insert_many=insert_many, notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    release=release_async,
-    finish=finish_async,
-    dead_letter=dead_letter_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
+    claim=claim_async, release=release_async, finish=finish_async, dead_letter=dead_letter_async,
+    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
     notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RELEASE": RELEASE,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "DEAD_LETTER": DEAD_LETTER,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "REQUEUE": REQUEUE,
-    "REQUEUE_IDS": REQUEUE_IDS,
-    "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
+    "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="email_jobs",
-    schema=None,
-    dialect="postgres",
-    form="row_lock",
-    fifo=False,
+    table="email_jobs", schema=None, dialect="postgres", form="row_lock", fifo=False,
     count_crashes=True,
-    roles={
-        "id": "job_id",
-        "group": "name",
-        "attempt": "attempt",
-        "payload": "payload",
-    },
-    columns=(
-        "job_id",
-        "name",
-        "attempt",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="bytes",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group="emails.dead",
-    dead_letter_table=None,
+    roles={"id": "job_id", "group": "name", "attempt": "attempt", "payload": "payload"},
+    columns=("job_id", "name", "attempt", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group="emails.dead", dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=8,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=5,
+        workers=8, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=5,
     ),
-    source="specs/mailer.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/mailer.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -45,12 +45,7 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
-    return ClaimedRow(
-        job_id=r[0],
-        name=r[1],
-        attempt=r[2],
-        payload=r[3],
-    )
+    return ClaimedRow(job_id=r[0], name=r[1], attempt=r[2], payload=r[3])
 
 
 def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
@@ -58,19 +53,13 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "name": row.name,
-        "payload": row.payload,
-    }
+    return {"name": row.name, "payload": row.payload}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -100,10 +89,7 @@ WHERE `job_id` IN %(ids)s
 
 
 def claim(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    group: str,
-    limit: int = 1,
+    conn: pymysql.connections.Connection[Any], *, group: str, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt).
@@ -116,10 +102,7 @@ def claim(
 
 
 async def claim_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    group: str,
-    limit: int = 1,
+    conn: _v.AsyncMySQLConnection, *, group: str, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt).
@@ -184,10 +167,7 @@ FOR UPDATE SKIP LOCKED
 
 
 def relock(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: int,
-    attempt: int,
+    conn: pymysql.connections.Connection[Any], *, id: int, attempt: int,
 ) -> ClaimedRow | None:
     """Lock a counted row for the handler's transaction, unless another claim counted it since."""
     cur = _v.mysql_execute(conn, RELOCK, {"id": id, "attempt": attempt})
@@ -196,10 +176,7 @@ def relock(
 
 
 async def relock_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: int,
-    attempt: int,
+    conn: _v.AsyncMySQLConnection, *, id: int, attempt: int,
 ) -> ClaimedRow | None:
     """Lock a counted row for the handler's transaction, unless another claim counted it since."""
     cur = await _v.mysql_execute_async(conn, RELOCK, {"id": id, "attempt": attempt})
@@ -237,29 +214,17 @@ WHERE `job_id` = %(id)s
 
 def dead_letter(conn: pymysql.connections.Connection[Any], *, id: int, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = _v.mysql_execute(
-        conn,
-        DEAD_LETTER,
-        {
-            "dead_group": "emails.dead",
-            "attempt": attempt,
-            "id": id,
-        },
-    )
+    cur = _v.mysql_execute(conn, DEAD_LETTER, {
+        "dead_group": "emails.dead", "attempt": attempt, "id": id,
+    })
     return cur.rowcount == 1
 
 
 async def dead_letter_async(conn: _v.AsyncMySQLConnection, *, id: int, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        DEAD_LETTER,
-        {
-            "dead_group": "emails.dead",
-            "attempt": attempt,
-            "id": id,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, DEAD_LETTER, {
+        "dead_group": "emails.dead", "attempt": attempt, "id": id,
+    })
     return cur.rowcount == 1
 
 
@@ -311,9 +276,7 @@ ORDER BY `name`
 
 
 def status(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = _v.mysql_execute(conn, STATUS, {})
@@ -321,9 +284,7 @@ def status(
 
 
 async def status_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await _v.mysql_execute_async(conn, STATUS, {})
@@ -351,146 +312,69 @@ WHERE `name` = %(dead_group)s
 
 
 def requeue(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[int] | None = None,
+    conn: pymysql.connections.Connection[Any], *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[int] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = _v.mysql_execute(
-            conn,
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-            },
-        )
+        cur = _v.mysql_execute(conn, REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+        })
     else:
-        cur = _v.mysql_execute(
-            conn,
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-                "ids": tuple(ids),
-            },
-        )
+        cur = _v.mysql_execute(conn, REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+            "ids": tuple(ids),
+        })
     return cur.rowcount
 
 
 async def requeue_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[int] | None = None,
+    conn: _v.AsyncMySQLConnection, *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[int] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = await _v.mysql_execute_async(
-            conn,
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-            },
-        )
+        cur = await _v.mysql_execute_async(conn, REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+        })
     else:
-        cur = await _v.mysql_execute_async(
-            conn,
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "dead_group": "emails.dead",
-                "ids": tuple(ids),
-            },
-        )
+        cur = await _v.mysql_execute_async(conn, REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "dead_group": "emails.dead",
+            "ids": tuple(ids),
+        })
     return cur.rowcount
 
 
 OPS: Final = Operations(
-    claim=claim,
-    claim_guard=claim_guard,
-    claim_unguard=claim_unguard,
-    relock=relock,
-    finish=finish,
-    dead_letter=dead_letter,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, claim_guard=claim_guard, claim_unguard=claim_unguard, relock=relock, finish=finish,
+    dead_letter=dead_letter, insert=insert, insert_many=insert_many,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    claim_guard=claim_guard_async,
-    claim_unguard=claim_unguard_async,
-    relock=relock_async,
-    finish=finish_async,
-    dead_letter=dead_letter_async,
-    insert=insert_async,
+    claim=claim_async, claim_guard=claim_guard_async, claim_unguard=claim_unguard_async,
+    relock=relock_async, finish=finish_async, dead_letter=dead_letter_async, insert=insert_async,
     insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "CLAIM_COUNT": CLAIM_COUNT,
-    "CLAIM_GUARD": CLAIM_GUARD,
-    "CLAIM_UNGUARD": CLAIM_UNGUARD,
-    "RELOCK": RELOCK,
-    "FINISH": FINISH,
-    "DEAD_LETTER": DEAD_LETTER,
-    "INSERT": INSERT,
-    "STATUS": STATUS,
-    "REQUEUE": REQUEUE,
-    "REQUEUE_IDS": REQUEUE_IDS,
+    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "CLAIM_GUARD": CLAIM_GUARD,
+    "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "DEAD_LETTER": DEAD_LETTER,
+    "INSERT": INSERT, "STATUS": STATUS, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="email_jobs",
-    schema=None,
-    dialect="mysql",
-    form="row_lock",
-    fifo=False,
+    table="email_jobs", schema=None, dialect="mysql", form="row_lock", fifo=False,
     count_crashes=True,
-    roles={
-        "id": "job_id",
-        "group": "name",
-        "attempt": "attempt",
-        "payload": "payload",
-    },
-    columns=(
-        "job_id",
-        "name",
-        "attempt",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="bytes",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group="emails.dead",
-    dead_letter_table=None,
+    roles={"id": "job_id", "group": "name", "attempt": "attempt", "payload": "payload"},
+    columns=("job_id", "name", "attempt", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group="emails.dead", dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=8,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=5,
+        workers=8, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=5,
     ),
-    source="specs/mailer_mariadb.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/mailer_mariadb.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

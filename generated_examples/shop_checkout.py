@@ -44,11 +44,7 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
-    return ClaimedRow(
-        id=r[0],
-        locked_until=_v.parse_sqlite_time(r[1]),
-        payload=r[2],
-    )
+    return ClaimedRow(id=r[0], locked_until=_v.parse_sqlite_time(r[1]), payload=r[2])
 
 
 def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
@@ -56,18 +52,13 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "payload": _v.json_bytes(row.payload),
-    }
+    return {"payload": _v.json_bytes(row.payload)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -93,21 +84,13 @@ RETURNING "id", "locked_until", "payload"
 
 
 def claim(
-    conn: sqlite3.Connection,
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.sqlite_time(locked_until),
-            "now": _v.sqlite_time(now),
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now), "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -123,23 +106,16 @@ WHERE "id" = :id
 
 
 def renew(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "id": id,
+        "locked_until": _v.sqlite_time(locked_until),
+    })
     return cur.rowcount == 1
 
 
@@ -189,24 +165,16 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
+    conn: sqlite3.Connection, *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
     new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    held = [[i, _v.sqlite_time(t)]
-            for i, t in zip(id, locked_until, strict=True)]
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t)] for i, t in zip(id, locked_until, strict=True)]
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "held": _v.json_text(held),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
@@ -222,16 +190,12 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
+    conn: sqlite3.Connection, *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
 ) -> list[int]:
     """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
     per row.
     """
-    held = [[i, _v.sqlite_time(t)]
-            for i, t in zip(id, locked_until, strict=True)]
+    held = [[i, _v.sqlite_time(t)] for i, t in zip(id, locked_until, strict=True)]
     cur = conn.execute(FINISH_MANY, {"held": _v.json_text(held)})
     return [cast(int, r[0]) for r in cur.fetchall()]
 
@@ -283,61 +247,26 @@ def status(conn: sqlite3.Connection, *, now: datetime.datetime) -> list[QueueSta
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
+    finish_many=finish_many, insert=insert, insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="checkout_jobs",
-    schema=None,
-    dialect="sqlite",
-    form="lease",
-    fifo=False,
+    table="checkout_jobs", schema=None, dialect="sqlite", form="lease", fifo=False,
     count_crashes=False,
-    roles={
-        "id": "id",
-        "locked_until": "locked_until",
-        "payload": "payload",
-    },
-    columns=(
-        "id",
-        "locked_until",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    roles={"id": "id", "locked_until": "locked_until", "payload": "payload"},
+    columns=("id", "locked_until", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/shop_checkout.toml",
-    ops=OPS,
-    async_ops=None,
+    source="specs/shop_checkout.toml", ops=OPS, async_ops=None,
 )

@@ -55,15 +55,9 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        priority=r[1],
-        retry_after=_v.parse_sqlite_time(r[2]),
-        attempt=r[3],
-        processed_at=_v.parse_sqlite_time_or_none(r[4]),
-        locked_until=_v.parse_sqlite_time(r[5]),
-        order_id=r[6],
-        kind=r[7],
-        payload=r[8],
+        id=r[0], priority=r[1], retry_after=_v.parse_sqlite_time(r[2]), attempt=r[3],
+        processed_at=_v.parse_sqlite_time_or_none(r[4]), locked_until=_v.parse_sqlite_time(r[5]),
+        order_id=r[6], kind=r[7], payload=r[8],
     )
 
 
@@ -73,21 +67,15 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "priority": row.priority,
-        "retry_after": _v.sqlite_time(row.retry_after),
-        "order_id": row.order_id,
-        "kind": row.kind,
-        "payload": _v.json_bytes(row.payload),
+        "priority": row.priority, "retry_after": _v.sqlite_time(row.retry_after),
+        "order_id": row.order_id, "kind": row.kind, "payload": _v.json_bytes(row.payload),
     }
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.parse_sqlite_time(r[5]),
     )
 
@@ -117,21 +105,13 @@ RETURNING "id", "priority", "retry_after", "attempt" - 1 AS "attempt", "processe
 
 
 def claim(
-    conn: sqlite3.Connection,
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.sqlite_time(locked_until),
-            "now": _v.sqlite_time(now),
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now), "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -148,25 +128,16 @@ WHERE "id" = :id
 
 
 def renew(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -182,25 +153,16 @@ WHERE "id" = :id
 
 
 def finish(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: int, now: datetime.datetime, locked_until: datetime.datetime,
     attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = conn.execute(
-        FINISH,
-        {
-            "now": _v.sqlite_time(now),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(FINISH, {
+        "now": _v.sqlite_time(now), "id": id, "locked_until": _v.sqlite_time(locked_until),
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -215,23 +177,14 @@ WHERE "id" = :id
 
 
 def retry(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY, {
+        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -247,25 +200,16 @@ WHERE "id" = :id
 
 
 def retry_after(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
     retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RETRY_AFTER,
-        {
-            "retry_after": _v.sqlite_time(retry_after),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY_AFTER, {
+        "retry_after": _v.sqlite_time(retry_after), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -283,25 +227,16 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
-    new_locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int], new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "held": _v.json_text(held),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
@@ -320,25 +255,14 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: sqlite3.Connection, *, id: Sequence[int], now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[int]:
     """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
     entry per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "now": _v.sqlite_time(now),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(FINISH_MANY, {"now": _v.sqlite_time(now), "held": _v.json_text(held)})
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
@@ -364,34 +288,20 @@ WHERE "id" = :id
 
 
 def dead_letter(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
     roll back when it returns False. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        DEAD_LETTER_COPY,
-        {
-            "attempt": attempt,
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-        },
-    )
+    cur = conn.execute(DEAD_LETTER_COPY, {
+        "attempt": attempt, "id": id, "locked_until": _v.sqlite_time(locked_until),
+    })
     if cur.rowcount != 1:
         return False
-    cur = conn.execute(
-        DEAD_LETTER_DELETE,
-        {
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(DEAD_LETTER_DELETE, {
+        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -536,10 +446,7 @@ WHERE "id" IN (SELECT "id" FROM "email_jobs")
 
 
 def requeue(
-    conn: sqlite3.Connection,
-    *,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
+    conn: sqlite3.Connection, *, now: datetime.datetime, reset_attempt: bool = False,
     ids: Sequence[int] | None = None,
 ) -> int:
     """Move dead letters (all, or those of `ids`) from the dead-letter table back into the queue,
@@ -547,105 +454,50 @@ def requeue(
     attempt count starts again.
     """
     if ids is None:
-        cur = conn.execute(
-            REQUEUE_COPY,
-            {
-                "now": _v.sqlite_time(now),
-                "reset_attempt": reset_attempt,
-            },
-        )
+        cur = conn.execute(REQUEUE_COPY, {
+            "now": _v.sqlite_time(now), "reset_attempt": reset_attempt,
+        })
     else:
-        cur = conn.execute(
-            REQUEUE_COPY_IDS,
-            {
-                "now": _v.sqlite_time(now),
-                "reset_attempt": reset_attempt,
-                "ids": _v.json_text(list(ids)),
-            },
-        )
+        cur = conn.execute(REQUEUE_COPY_IDS, {
+            "now": _v.sqlite_time(now), "reset_attempt": reset_attempt,
+            "ids": _v.json_text(list(ids)),
+        })
     count = cur.rowcount
     conn.execute(REQUEUE_DELETE, {})
     return count
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    retry_after=retry_after,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    dead_letter=dead_letter,
-    insert=insert,
+    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
+    renew_many=renew_many, finish_many=finish_many, dead_letter=dead_letter, insert=insert,
     insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
-    "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
-    "INSERT": INSERT,
-    "INSERT_UNIQUE": INSERT_UNIQUE,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "STATUS_DEAD": STATUS_DEAD,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
-    "REQUEUE_COPY": REQUEUE_COPY,
-    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS,
-    "REQUEUE_DELETE": REQUEUE_DELETE,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER,
+    "DEAD_LETTER_COPY": DEAD_LETTER_COPY, "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
+    "INSERT": INSERT, "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE_COPY": REQUEUE_COPY,
+    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="email_jobs",
-    schema=None,
-    dialect="sqlite",
-    form="lease",
-    fifo=False,
+    table="email_jobs", schema=None, dialect="sqlite", form="lease", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "priority": "priority",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "locked_until": "locked_until",
-        "payload": "payload",
+        "id": "id", "priority": "priority", "retry_after": "retry_after", "attempt": "attempt",
+        "processed_at": "processed_at", "locked_until": "locked_until", "payload": "payload",
     },
     columns=(
-        "id",
-        "priority",
-        "retry_after",
-        "attempt",
-        "processed_at",
-        "locked_until",
-        "order_id",
-        "kind",
-        "payload",
+        "id", "priority", "retry_after", "attempt", "processed_at", "locked_until", "order_id",
+        "kind", "payload",
     ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table="email_jobs_dead",
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table="email_jobs_dead",
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=5,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=5,
     ),
-    source="specs/shop_emails.toml",
-    ops=OPS,
-    async_ops=None,
+    source="specs/shop_emails.toml", ops=OPS, async_ops=None,
 )

@@ -48,28 +48,19 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        image_path=r[1],
-        attempt=r[2],
-        processed_at=_v.parse_sqlite_time_or_none(r[3]),
+        id=r[0], image_path=r[1], attempt=r[2], processed_at=_v.parse_sqlite_time_or_none(r[3]),
         payload=r[4],
     )
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "image_path": row.image_path,
-        "payload": _v.json_text(row.payload),
-    }
+    return {"image_path": row.image_path, "payload": _v.json_text(row.payload)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -212,60 +203,24 @@ def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
 
 
 OPS: Final = Operations(
-    candidates=candidates,
-    take=take,
-    finish=finish,
-    insert=insert,
-    insert_many=insert_many,
+    candidates=candidates, take=take, finish=finish, insert=insert, insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
-    "CANDIDATES": CANDIDATES,
-    "TAKE": TAKE,
-    "FINISH": FINISH,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
+    "CANDIDATES": CANDIDATES, "TAKE": TAKE, "FINISH": FINISH, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="thumbnail_jobs",
-    schema=None,
-    dialect="sqlite",
-    form="advisory",
-    fifo=False,
+    table="thumbnail_jobs", schema=None, dialect="sqlite", form="advisory", fifo=False,
     count_crashes=False,
-    roles={
-        "id": "id",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "payload": "payload",
-    },
-    columns=(
-        "id",
-        "image_path",
-        "attempt",
-        "processed_at",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=advisory_key,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    roles={"id": "id", "attempt": "attempt", "processed_at": "processed_at", "payload": "payload"},
+    columns=("id", "image_path", "attempt", "processed_at", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=advisory_key,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/thumbnails.toml",
-    ops=OPS,
-    async_ops=None,
+    source="specs/thumbnails.toml", ops=OPS, async_ops=None,
 )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,79 @@ def test_each_async_twin_follows_its_function_and_differs_only_by_await(path: Pa
         for async_conn, conn in CONNECTIONS.items():
             text = text.replace(async_conn, conn)
         assert text == ast.unparse(plain), f"{_id(path)}: {twin.name} differs from {plain.name}"
+
+
+# -- compact text: a wrapped list of items is filled to the line length, as a person wraps it --
+
+LINE = 100
+
+
+def _items(text: str) -> list[str]:
+    """The comma-separated items of `text`, split outside brackets and strings."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote and text[i - 1] != "\\" else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    return [i for i in items if i]
+
+
+def _wrapped(lines: list[str]) -> list[tuple[int, str, list[str], str]]:
+    """Every bracket a line opens and a later line of the same indent closes: (line number, the
+    opening line, the item lines between, the closing line). The SQL is left out."""
+    found = []
+    in_sql = False
+    for n, line in enumerate(lines):
+        if line.count('"""') % 2 == 1 or line.count("'''") % 2 == 1:
+            in_sql = not in_sql
+        if in_sql or not line.rstrip().endswith(("(", "{", "[")) or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        end = next(k for k in range(n + 1, len(lines))
+                   if lines[k].strip() and len(lines[k]) - len(lines[k].lstrip()) <= indent)
+        found.append((n + 1, line, lines[n + 1:end], lines[end]))
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_id)
+def test_wrapped_items_fill_their_lines_and_only_wrap_when_they_must(path: Path) -> None:
+    """A call's parameter dict, a signature and the tail's Operations stay on one line when they
+    fit in 100 columns; otherwise their items fill the continuation lines (not one a line), and
+    the plain function wraps where its async twin must."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    twins = any(line.startswith("ASYNC_OPS") for line in lines)
+    wrong = []
+    for number, first, inner, close in _wrapped(lines):
+        if not inner or any(line.rstrip().endswith(("(", "{", "[")) for line in inner):
+            continue  # a nested block (a class or descriptor body), checked on its own lines
+        if first.startswith(("from ", "DESCRIPTOR")):
+            continue  # the import, as isort writes it; the descriptor, in groups of fields
+        items = [i for line in inner for i in _items(line)]
+        one = first.rstrip() + ", ".join(items) + close.strip().lstrip(",")
+        if twins and "await " not in one:  # the twin's line is longer; both wrap alike
+            one = one.replace("_v.mysql_execute(", "await _v.mysql_execute_async(").replace(
+                " conn.execute(", " await conn.execute(")
+        if len(one) <= LINE:
+            wrong.append(f"line {number}: fits on one line: {one.strip()}")
+        for k, (line, below) in enumerate(zip(inner, inner[1:], strict=False)):
+            if len(line) + 1 + len(_items(below)[0]) + 1 <= LINE:
+                wrong.append(f"line {number + 1 + k}: not filled: {line.strip()}")
+    assert wrong == [], f"{_id(path)}:\n" + "\n".join(wrong)
+
+
+def test_modules_keep_the_blank_lines_pep8_asks_for_and_no_more() -> None:
+    """Two blank lines around each top-level definition, one at most elsewhere: ruff's
+    pycodestyle blank-line rules (E301-E306, in preview) pass on every committed module."""
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated",
+                             "--preview", "--select", "E3", "--line-length", "100",
+                             *map(str, MODULES)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -46,13 +46,7 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
-    return ClaimedRow(
-        id=r[0],
-        attempt=r[1],
-        locked_until=r[2],
-        processed_at=r[3],
-        payload=r[4],
-    )
+    return ClaimedRow(id=r[0], attempt=r[1], locked_until=r[2], processed_at=r[3], payload=r[4])
 
 
 def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
@@ -60,18 +54,13 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "payload": Jsonb(row.payload, dumps=_v.json_text),
-    }
+    return {"payload": Jsonb(row.payload, dumps=_v.json_text)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -100,10 +89,7 @@ RETURNING "id", "attempt" - 1 AS "attempt", "locked_until", "processed_at", "pay
 
 
 def claim(
-    conn: psycopg.Connection[Any],
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
@@ -114,10 +100,7 @@ def claim(
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
@@ -138,48 +121,30 @@ WHERE "id" = %(id)s
 
 
 def renew(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": new_locked_until,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": new_locked_until, "id": id, "locked_until": locked_until,
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def renew_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await conn.execute(
-        RENEW,
-        {
-            "new_locked_until": new_locked_until,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RENEW, {
+        "new_locked_until": new_locked_until, "id": id, "locked_until": locked_until,
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -195,48 +160,28 @@ WHERE "id" = %(id)s
 
 
 def finish(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime,
+    locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = conn.execute(
-        FINISH,
-        {
-            "now": now,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(FINISH, {
+        "now": now, "id": id, "locked_until": locked_until, "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def finish_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+    locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = await conn.execute(
-        FINISH,
-        {
-            "now": now,
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(FINISH, {
+        "now": now, "id": id, "locked_until": locked_until, "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -251,44 +196,22 @@ WHERE "id" = %(id)s
 
 
 def retry(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
     return cur.rowcount == 1
 
 
 async def retry_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": locked_until,
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
     return cur.rowcount == 1
 
 
@@ -306,48 +229,31 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
-    new_locked_until: datetime.datetime,
+    conn: psycopg.Connection[Any], *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int], new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": new_locked_until,
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": new_locked_until, "id": list(id),
+        "locked_until": [t for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
 async def renew_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[int],
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
     new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = await conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": new_locked_until,
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = await conn.execute(RENEW_MANY, {
+        "new_locked_until": new_locked_until, "id": list(id),
+        "locked_until": [t for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
 
@@ -366,48 +272,30 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[int],
-    now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.Connection[Any], *, id: Sequence[int], now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[int]:
     """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
     entry per row.
     """
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "now": now,
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = conn.execute(FINISH_MANY, {
+        "now": now, "id": list(id), "locked_until": [t for t in locked_until],
+        "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
 async def finish_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[int],
-    now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[int], now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[int]:
     """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
     entry per row.
     """
-    cur = await conn.execute(
-        FINISH_MANY,
-        {
-            "now": now,
-            "id": list(id),
-            "locked_until": [t for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = await conn.execute(FINISH_MANY, {
+        "now": now, "id": list(id), "locked_until": [t for t in locked_until],
+        "attempt": list(attempt),
+    })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
 
@@ -436,14 +324,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -454,23 +337,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -490,39 +365,27 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+    })
     if notify and rows:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+    })
     if notify and rows:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
@@ -564,9 +427,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {"now": now})
@@ -623,10 +484,7 @@ def prune(conn: psycopg.Connection[Any], *, before: datetime.datetime, limit: in
 
 
 async def prune_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: psycopg.AsyncConnection[Any], *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
@@ -658,83 +516,35 @@ async def prunable_async(conn: psycopg.AsyncConnection[Any], *, before: datetime
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
-    notify=notify,
+    claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
+    finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    renew=renew_async,
-    finish=finish_async,
-    retry=retry_async,
-    renew_many=renew_many_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
+    renew_many=renew_many_async, finish_many=finish_many_async, insert=insert_async,
+    insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
-    "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="bench_lease",
-    schema=None,
-    dialect="postgres",
-    form="lease",
-    fifo=False,
+    table="bench_lease", schema=None, dialect="postgres", form="lease", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "attempt": "attempt",
-        "locked_until": "locked_until",
-        "processed_at": "processed_at",
-        "payload": "payload",
+        "id": "id", "attempt": "attempt", "locked_until": "locked_until",
+        "processed_at": "processed_at", "payload": "payload",
     },
-    columns=(
-        "id",
-        "attempt",
-        "locked_until",
-        "processed_at",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    columns=("id", "attempt", "locked_until", "processed_at", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/bench_lease.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/bench_lease.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -45,27 +45,17 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
-    return ClaimedRow(
-        id=r[0],
-        attempt=r[1],
-        processed_at=r[2],
-        payload=r[3],
-    )
+    return ClaimedRow(id=r[0], attempt=r[1], processed_at=r[2], payload=r[3])
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "payload": Jsonb(row.payload, dumps=_v.json_text),
-    }
+    return {"payload": Jsonb(row.payload, dumps=_v.json_text)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -113,10 +103,7 @@ def finish(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) ->
 
 
 async def finish_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit)."""
     cur = await conn.execute(FINISH, {"now": now, "id": id})
@@ -158,10 +145,7 @@ def finish_many(conn: psycopg.Connection[Any], *, id: Sequence[int], now: dateti
 
 
 async def finish_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[int],
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[int], now: datetime.datetime,
 ) -> int:
     """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
     cur = await conn.execute(FINISH_MANY, {"now": now, "id": list(id)})
@@ -193,14 +177,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -211,23 +190,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -247,39 +218,27 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+    })
     if notify and rows:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+    })
     if notify and rows:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
@@ -319,9 +278,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {})
@@ -378,10 +335,7 @@ def prune(conn: psycopg.Connection[Any], *, before: datetime.datetime, limit: in
 
 
 async def prune_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: psycopg.AsyncConnection[Any], *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
@@ -413,75 +367,30 @@ async def prunable_async(conn: psycopg.AsyncConnection[Any], *, before: datetime
 
 
 OPS: Final = Operations(
-    claim=claim,
-    finish=finish,
-    retry=retry,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
-    notify=notify,
+    claim=claim, finish=finish, retry=retry, finish_many=finish_many, insert=insert,
+    insert_many=insert_many, notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    finish=finish_async,
-    retry=retry_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, finish=finish_async, retry=retry_async, finish_many=finish_many_async,
+    insert=insert_async, insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
-    "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="bench_row_lock",
-    schema=None,
-    dialect="postgres",
-    form="row_lock",
-    fifo=False,
+    table="bench_row_lock", schema=None, dialect="postgres", form="row_lock", fifo=False,
     count_crashes=False,
-    roles={
-        "id": "id",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "payload": "payload",
-    },
-    columns=(
-        "id",
-        "attempt",
-        "processed_at",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    roles={"id": "id", "attempt": "attempt", "processed_at": "processed_at", "payload": "payload"},
+    columns=("id", "attempt", "processed_at", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/bench_row_lock.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/bench_row_lock.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

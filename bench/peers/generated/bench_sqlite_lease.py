@@ -47,11 +47,8 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        attempt=r[1],
-        locked_until=_v.parse_sqlite_time(r[2]),
-        processed_at=_v.parse_sqlite_time_or_none(r[3]),
-        payload=r[4],
+        id=r[0], attempt=r[1], locked_until=_v.parse_sqlite_time(r[2]),
+        processed_at=_v.parse_sqlite_time_or_none(r[3]), payload=r[4],
     )
 
 
@@ -60,18 +57,13 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "payload": _v.json_text(row.payload),
-    }
+    return {"payload": _v.json_text(row.payload)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -99,21 +91,13 @@ RETURNING "id", "attempt" - 1 AS "attempt", "locked_until", "processed_at", "pay
 
 
 def claim(
-    conn: sqlite3.Connection,
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.sqlite_time(locked_until),
-            "now": _v.sqlite_time(now),
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now), "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -130,25 +114,16 @@ WHERE "id" = :id
 
 
 def renew(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -164,25 +139,16 @@ WHERE "id" = :id
 
 
 def finish(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: int, now: datetime.datetime, locked_until: datetime.datetime,
     attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = conn.execute(
-        FINISH,
-        {
-            "now": _v.sqlite_time(now),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(FINISH, {
+        "now": _v.sqlite_time(now), "id": id, "locked_until": _v.sqlite_time(locked_until),
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -197,23 +163,14 @@ WHERE "id" = :id
 
 
 def retry(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY, {
+        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -231,25 +188,16 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
-    new_locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int], new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "held": _v.json_text(held),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
@@ -268,25 +216,14 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: sqlite3.Connection, *, id: Sequence[int], now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[int]:
     """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
     entry per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "now": _v.sqlite_time(now),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(FINISH_MANY, {"now": _v.sqlite_time(now), "held": _v.json_text(held)})
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
@@ -373,67 +310,29 @@ def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
+    finish_many=finish_many, insert=insert, insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="bench_sqlite_lease",
-    schema=None,
-    dialect="sqlite",
-    form="lease",
-    fifo=False,
+    table="bench_sqlite_lease", schema=None, dialect="sqlite", form="lease", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "attempt": "attempt",
-        "locked_until": "locked_until",
-        "processed_at": "processed_at",
-        "payload": "payload",
+        "id": "id", "attempt": "attempt", "locked_until": "locked_until",
+        "processed_at": "processed_at", "payload": "payload",
     },
-    columns=(
-        "id",
-        "attempt",
-        "locked_until",
-        "processed_at",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    columns=("id", "attempt", "locked_until", "processed_at", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/bench_sqlite_lease.toml",
-    ops=OPS,
-    async_ops=None,
+    source="specs/bench_sqlite_lease.toml", ops=OPS, async_ops=None,
 )

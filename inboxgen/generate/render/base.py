@@ -17,12 +17,13 @@ from inboxgen.generate.dialects import LEASE
 from inboxgen.generate.model import Field, Queue
 from inboxgen.generate.render.text import (
     LINE_LENGTH,
-    async_line,
+    body_line,
     comment,
     docstring,
+    fill,
+    filled,
     py_str,
     sql_literal,
-    sync_line,
 )
 from inboxgen.generate.statements import Statement
 
@@ -253,15 +254,11 @@ class Renderer:
         return [f"{py_str(p)}: {self.param_value(p)}" for p in st.params]
 
     def run(self, head: str, name: str, items: list[str] | str) -> list[str]:
-        """`head` + `conn.execute(NAME, {params})` (the dialect's `executor`), wrapped when the
-        line gets long (in the async twin, the longer of the two)."""
+        """`head` + `conn.execute(NAME, {params})` (the dialect's `executor`), as one line: the
+        template wraps it (text.body_line) where it is too long."""
         first = "".join(f"{a}, " for a in self.executor_args)
         params = items if isinstance(items, str) else f"{{{', '.join(items)}}}"
-        one = f"{head}AWAIT {self.executor}({first}{name}, {params})"
-        if len(async_line(one)) + 8 <= 100 or isinstance(items, str):
-            return [one]
-        return [f"{head}AWAIT {self.executor}(", *[f"    {a}," for a in self.executor_args],
-                f"    {name},", "    {", *[f"        {i}," for i in items], "    },", ")"]
+        return [f"{head}AWAIT {self.executor}({first}{name}, {params})"]
 
     def arg_types(self) -> dict[str, str]:
         types = {
@@ -535,9 +532,11 @@ class Renderer:
         short = {"id": "i", "locked_until": "t", "attempt": "a"}
         entry = {"id": "i", "locked_until": self.time_encoder(self.q.role("locked_until"), "t"),
                  "attempt": "a"}
-        return [f"held = [[{', '.join(entry[p] for p in held)}]",
-                f"        for {', '.join(short[p] for p in held)} in zip({', '.join(held)}, "
-                f"strict=True)]"]
+        first = f"held = [[{', '.join(entry[p] for p in held)}]"
+        then = f"for {', '.join(short[p] for p in held)} in zip({', '.join(held)}, strict=True)]"
+        if len(f"    {first} {then}") <= LINE_LENGTH:  # the function body's indent
+            return [f"{first} {then}"]
+        return [first, f"        {then}"]
 
     def notify_group(self, row: str) -> str:
         """The NOTIFY payload for a new row: its group ("" wakes every worker)."""
@@ -639,6 +638,7 @@ class Renderer:
         new_rows.sort(key=lambda r: r.new_default is not None)
         order = [f for f in (q.role(r) for r in ("priority", "retry_after", "id")) if f]
         funcs = self.functions()
+        twins = self.async_connection_type is not None
         decode = self.decode_payload()
         key = self.advisory_key_expr()
         roles = {f.role: f.name for f in q.fields if f.role}
@@ -652,32 +652,38 @@ class Renderer:
             "table_literal": (py_str(qualified) if len(qualified) < 80 else
                               f"(\n    {py_str(f'{q.table.schema}.')}\n    "
                               f"{py_str(q.table.name)}\n)"),
-            "statements": [(s.name, sql_literal(s.sql), s.doc) for s in self.st.values()],
             "sections": [([(n, sql_literal(self.st[n].sql), self.st[n].doc) for n in names], f)
                          for names, f in self.sections(funcs)],
             "status_oldest": self.status_oldest(),
             "rows": rows,
             "new_rows": new_rows,
-            "claimed_from_db": [self.from_db(f, f"r[{i}]") for i, f in enumerate(q.fields)],
             "claimed_args": ", locked_until: datetime.datetime" if self.lease_after_read else "",
-            "insert_params": [(f.attr, self.to_db(f, "row." + f.attr)) for f in
-                              q.insert_fields],
             "order_key": ", ".join(f"row.{f.attr}" for f in order) + ("," if len(order) == 1
                                                                          else ""),
-            "funcs": funcs,
+            "op_items": [f"{f.name}={f.name}" for f in funcs if f.name in OPERATION_NAMES],
+            "async_op_items": [f"{f.name}={f.name}_async" for f in funcs
+                               if f.name in OPERATION_NAMES],
+            "statement_items": [f"{py_str(s.name)}: {s.name}" for s in self.st.values()],
+            "claimed_items": [f"{f.attr}={self.from_db(f, f'r[{i}]')}"
+                              for i, f in enumerate(q.fields)],
+            "insert_items": [f"{py_str(f.attr)}: {self.to_db(f, 'row.' + f.attr)}"
+                             for f in q.insert_fields],
             "signature": signature,
-            "op_names": OPERATION_NAMES,
             "docstring": docstring,
             "comment": comment,
             "conn": self.connection_type,
             "async_conn": self.async_connection_type,
-            "code": lambda line, is_async: async_line(line) if is_async else sync_line(line),
-            "twins": self.async_connection_type is not None,
+            "code": lambda line, is_async, indent: body_line(line, is_async, indent, twins),
+            "fill": lambda head, items, close, indent="": "\n".join(
+                fill(head, items, close, indent)),
+            "items": lambda items: "\n".join(filled(items, "    ")),
+            "twins": twins,
             "decode_payload": decode,
             "advisory_key": key,
             "py_str": py_str,
-            "roles": [(py_str(k), py_str(v)) for k, v in roles.items()],
-            "columns": [py_str(f.name) for f in q.fields],
+            "roles": [f"{py_str(k)}: {py_str(v)}" for k, v in roles.items()],
+            # A tuple of one needs its comma.
+            "columns": [py_str(f.name) + ("," if len(q.fields) == 1 else "") for f in q.fields],
             "dead_letter_table": py_str(f"{d_table.schema}.{d_table.name}" if d_table and
                                         d_table.schema else d_table.name) if d_table else "None",
             "dead_letter_group": py_str(q.dead_letter_group) if q.dead_letter_group else "None",
@@ -764,15 +770,12 @@ class Renderer:
 
 
 def signature(f: Func, conn: str, is_async: bool) -> str:
-    """The `def` line of a generated function, one argument a line when it gets long."""
+    """The `def` line of a generated function; when it gets long, its arguments fill the lines
+    below it."""
     prefix = "async def" if is_async else "def"
     name = f"{f.name}_async" if is_async else f.name
     args = [f"conn: {conn}"] + ([a.strip() for a in _split_args(f.args)] if f.args else [])
-    one = f"{prefix} {name}({', '.join(args)}) -> {f.returns}:"
-    if len(one) <= 100:
-        return one
-    inner = "".join(f"    {a},\n" for a in args)
-    return f"{prefix} {name}(\n{inner}) -> {f.returns}:"
+    return "\n".join(fill(f"{prefix} {name}(", args, f") -> {f.returns}:"))
 
 
 def _indented(lines: Sequence[str], levels: int = 1) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The text of a generated module that is the same on every dialect: docstrings, comments and
 literals, the plain and async renderings of a function body, the template, the imports the body
-uses, and the wrapping of lines that names near the servers' limits make too long."""
+uses, the filling of long calls, signatures and lists to the line length, and the wrapping of
+lines that names near the servers' limits make too long."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import re
 import textwrap
 import tokenize
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -88,6 +90,73 @@ def template() -> jinja2.Template:
 
 
 LINE_LENGTH = 100
+
+
+def fill(head: str, items: Sequence[str], close: str, indent: str = "",
+         width: int = 0) -> list[str]:
+    """`head` + the items joined by commas + `close`, on one line when it fits in the line
+    length (measured as `width` long when that is more, the async twin's line); else the items
+    fill the lines under `head`, one indent deeper, each line ending with a comma, and `close`
+    gets a line of its own."""
+    one = f"{indent}{head}{', '.join(items)}{close}"
+    if max(len(one), width) <= LINE_LENGTH or not items:
+        return [one]
+    return [f"{indent}{head}", *filled(items, indent + "    "), f"{indent}{close}"]
+
+
+def filled(items: Sequence[str], indent: str) -> list[str]:
+    """The items on as few lines at `indent` as the line length allows, each line ending with
+    a comma."""
+    out: list[str] = []
+    line = ""
+    for item in items:
+        if line and len(f"{line} {item},") > LINE_LENGTH:
+            out.append(line)
+            line = ""
+        line = f"{line} {item}," if line else f"{indent}{item},"
+    return [*out, line] if line else out
+
+
+def split_items(text: str) -> list[str]:
+    """The comma-separated items of a Python expression list, split outside brackets and
+    strings (an f-string's fields are in brackets)."""
+    items: list[str] = []
+    depth, quote, start, escaped = 0, "", 0, False
+    for i, ch in enumerate(text):
+        if quote:
+            if not escaped and ch == quote:
+                quote = ""
+            escaped = not escaped and ch == "\\"
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    return [item for item in items if item]
+
+
+def body_line(line: str, is_async: bool, indent: str, twins: bool) -> str:
+    """A line of a generated function's body, plain or async, at `indent`. A statement run
+    whose line is too long keeps its call on the first line and fills the lines below with
+    its parameters; where the module has async twins, the twin's longer line decides, so both
+    wrap alike."""
+    text = async_line(line) if is_async else sync_line(line)
+    indent += text[:len(text) - len(text.lstrip())]
+    text = text.lstrip()
+    longest = len(indent + async_line(line).lstrip()) if twins else 0
+    head, brace, rest = text.partition("{")
+    if not (brace and rest.endswith("})") and _RUN.fullmatch(head)):
+        return indent + text
+    return "\n".join(fill(head + brace, split_items(rest[:-2]), "})", indent, longest))
+
+
+# The start of a statement run, up to its parameter dict: `[x = ][await ]f([conn, ]NAME, `.
+_RUN = re.compile(r"(\w+ = )?(await )?[\w.]+\((\w+, )?[A-Z][A-Z0-9_]*, ")
 
 
 def wrap_long_lines(text: str) -> str:

@@ -45,12 +45,7 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...], locked_until: datetime.datetime) -> ClaimedRow:
-    return ClaimedRow(
-        id=r[0],
-        locked_until=locked_until,
-        payload=r[2],
-        headers=r[3],
-    )
+    return ClaimedRow(id=r[0], locked_until=locked_until, payload=r[2], headers=r[3])
 
 
 def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
@@ -66,11 +61,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -99,11 +91,8 @@ WHERE `id` IN %(ids)s
 
 
 def claim(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
     commit.
@@ -111,22 +100,14 @@ def claim(
     cur = _v.mysql_execute(conn, CLAIM, {"now": _v.naive_utc(now), "limit": limit})
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
-        _v.mysql_execute(
-            conn,
-            CLAIM_MARK,
-            {
-                "locked_until": _v.naive_utc(locked_until),
-                "ids": tuple(r.id for r in rows),
-            },
-        )
+        _v.mysql_execute(conn, CLAIM_MARK, {
+            "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
+        })
     return rows
 
 
 async def claim_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
@@ -135,14 +116,9 @@ async def claim_async(
     cur = await _v.mysql_execute_async(conn, CLAIM, {"now": _v.naive_utc(now), "limit": limit})
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:
-        await _v.mysql_execute_async(
-            conn,
-            CLAIM_MARK,
-            {
-                "locked_until": _v.naive_utc(locked_until),
-                "ids": tuple(r.id for r in rows),
-            },
-        )
+        await _v.mysql_execute_async(conn, CLAIM_MARK, {
+            "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
+        })
     return rows
 
 
@@ -156,46 +132,30 @@ WHERE `id` = %(id)s
 
 
 def renew(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: int, locked_until: datetime.datetime,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = _v.mysql_execute(
-        conn,
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = _v.mysql_execute(conn, RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
 async def renew_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: int, locked_until: datetime.datetime,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
@@ -208,42 +168,26 @@ WHERE `id` = %(id)s
 
 
 def finish(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: int, locked_until: datetime.datetime,
 ) -> bool:
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = _v.mysql_execute(
-        conn,
-        FINISH,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = _v.mysql_execute(conn, FINISH, {
+        "id": id, "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
 async def finish_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: int, locked_until: datetime.datetime,
 ) -> bool:
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        FINISH,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, FINISH, {
+        "id": id, "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
@@ -257,42 +201,26 @@ WHERE `id` = %(id)s
 
 
 def retry(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: int, locked_until: datetime.datetime,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = _v.mysql_execute(
-        conn,
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = _v.mysql_execute(conn, RETRY, {
+        "id": id, "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
 async def retry_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: int, locked_until: datetime.datetime,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RETRY, {
+        "id": id, "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
@@ -343,9 +271,7 @@ FROM `my_blob_jobs`
 
 
 def status(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = _v.mysql_execute(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -353,9 +279,7 @@ def status(
 
 
 async def status_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await _v.mysql_execute_async(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -363,68 +287,28 @@ async def status_async(
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, renew=renew, finish=finish, retry=retry, insert=insert, insert_many=insert_many,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    renew=renew_async,
-    finish=finish_async,
-    retry=retry_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
+    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
+    insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "CLAIM_MARK": CLAIM_MARK,
-    "RENEW": RENEW,
-    "FINISH": FINISH,
-    "RETRY": RETRY,
-    "INSERT": INSERT,
-    "STATUS": STATUS,
+    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
+    "INSERT": INSERT, "STATUS": STATUS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="my_blob_jobs",
-    schema=None,
-    dialect="mysql",
-    form="lease",
-    fifo=False,
+    table="my_blob_jobs", schema=None, dialect="mysql", form="lease", fifo=False,
     count_crashes=False,
-    roles={
-        "id": "id",
-        "locked_until": "locked_until",
-        "payload": "payload",
-        "headers": "headers",
-    },
-    columns=(
-        "id",
-        "locked_until",
-        "payload",
-        "headers",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="bytes",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    roles={"id": "id", "locked_until": "locked_until", "payload": "payload", "headers": "headers"},
+    columns=("id", "locked_until", "payload", "headers"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/my_blob_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/my_blob_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

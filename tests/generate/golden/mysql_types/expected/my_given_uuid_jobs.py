@@ -54,14 +54,8 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        priority=r[2],
-        retry_after=_v.aware(r[3]),
-        attempt=r[4],
-        processed_at=_v.aware_or_none(r[5]),
-        headers=r[6],
-        payload=r[7],
+        id=r[0], queue=r[1], priority=r[2], retry_after=_v.aware(r[3]), attempt=r[4],
+        processed_at=_v.aware_or_none(r[5]), headers=r[6], payload=r[7],
     )
 
 
@@ -71,9 +65,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "queue": row.queue,
-        "priority": row.priority,
+        "id": row.id, "queue": row.queue, "priority": row.priority,
         "retry_after": _v.naive_utc_or_none(row.retry_after),
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
         "payload": row.payload,
@@ -82,11 +74,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
     )
 
@@ -118,24 +107,15 @@ WHERE `id` IN %(ids)s
 
 
 def claim(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt).
     """
-    cur = _v.mysql_execute(
-        conn,
-        CLAIM,
-        {
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = _v.mysql_execute(conn, CLAIM, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     if rows:
         _v.mysql_execute(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
@@ -143,24 +123,14 @@ def claim(
 
 
 async def claim_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    group: str,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        CLAIM,
-        {
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, CLAIM, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
@@ -221,10 +191,7 @@ FOR UPDATE SKIP LOCKED
 
 
 def relock(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    attempt: int,
+    conn: pymysql.connections.Connection[Any], *, id: str, attempt: int,
 ) -> ClaimedRow | None:
     """Lock a counted row for the handler's transaction, unless another claim counted it since."""
     cur = _v.mysql_execute(conn, RELOCK, {"id": id, "attempt": attempt})
@@ -233,10 +200,7 @@ def relock(
 
 
 async def relock_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    attempt: int,
+    conn: _v.AsyncMySQLConnection, *, id: str, attempt: int,
 ) -> ClaimedRow | None:
     """Lock a counted row for the handler's transaction, unless another claim counted it since."""
     cur = await _v.mysql_execute_async(conn, RELOCK, {"id": id, "attempt": attempt})
@@ -273,38 +237,22 @@ WHERE `id` = %(id)s
 
 
 def retry_after(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    retry_after: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: str, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
-    cur = _v.mysql_execute(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-        },
-    )
+    cur = _v.mysql_execute(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+    })
     return cur.rowcount == 1
 
 
 async def retry_after_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    retry_after: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: str, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+    })
     return cur.rowcount == 1
 
 
@@ -319,29 +267,17 @@ WHERE `id` = %(id)s
 
 def dead_letter(conn: pymysql.connections.Connection[Any], *, id: str, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = _v.mysql_execute(
-        conn,
-        DEAD_LETTER,
-        {
-            "dead_group": "dead",
-            "attempt": attempt,
-            "id": id,
-        },
-    )
+    cur = _v.mysql_execute(conn, DEAD_LETTER, {
+        "dead_group": "dead", "attempt": attempt, "id": id,
+    })
     return cur.rowcount == 1
 
 
 async def dead_letter_async(conn: _v.AsyncMySQLConnection, *, id: str, attempt: int) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        DEAD_LETTER,
-        {
-            "dead_group": "dead",
-            "attempt": attempt,
-            "id": id,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, DEAD_LETTER, {
+        "dead_group": "dead", "attempt": attempt, "id": id,
+    })
     return cur.rowcount == 1
 
 
@@ -425,9 +361,7 @@ ORDER BY `queue`
 
 
 def status(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = _v.mysql_execute(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -435,9 +369,7 @@ def status(
 
 
 async def status_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await _v.mysql_execute_async(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -453,42 +385,26 @@ LIMIT %(limit)s
 
 
 def prune(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: pymysql.connections.Connection[Any], *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
     """
-    cur = _v.mysql_execute(
-        conn,
-        PRUNE,
-        {
-            "before": _v.naive_utc(before),
-            "limit": limit,
-        },
-    )
+    cur = _v.mysql_execute(conn, PRUNE, {
+        "before": _v.naive_utc(before), "limit": limit,
+    })
     return cur.rowcount
 
 
 async def prune_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: _v.AsyncMySQLConnection, *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        PRUNE,
-        {
-            "before": _v.naive_utc(before),
-            "limit": limit,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, PRUNE, {
+        "before": _v.naive_utc(before), "limit": limit,
+    })
     return cur.rowcount
 
 
@@ -537,163 +453,78 @@ WHERE `queue` = %(dead_group)s
 
 
 def requeue(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[str] | None = None,
+    conn: pymysql.connections.Connection[Any], *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[str] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = _v.mysql_execute(
-            conn,
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": _v.naive_utc(now),
-                "dead_group": "dead",
-            },
-        )
+        cur = _v.mysql_execute(conn, REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": _v.naive_utc(now),
+            "dead_group": "dead",
+        })
     else:
-        cur = _v.mysql_execute(
-            conn,
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": _v.naive_utc(now),
-                "dead_group": "dead",
-                "ids": tuple(ids),
-            },
-        )
+        cur = _v.mysql_execute(conn, REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": _v.naive_utc(now),
+            "dead_group": "dead", "ids": tuple(ids),
+        })
     return cur.rowcount
 
 
 async def requeue_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[str] | None = None,
+    conn: _v.AsyncMySQLConnection, *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[str] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = await _v.mysql_execute_async(
-            conn,
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": _v.naive_utc(now),
-                "dead_group": "dead",
-            },
-        )
+        cur = await _v.mysql_execute_async(conn, REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": _v.naive_utc(now),
+            "dead_group": "dead",
+        })
     else:
-        cur = await _v.mysql_execute_async(
-            conn,
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": _v.naive_utc(now),
-                "dead_group": "dead",
-                "ids": tuple(ids),
-            },
-        )
+        cur = await _v.mysql_execute_async(conn, REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": _v.naive_utc(now),
+            "dead_group": "dead", "ids": tuple(ids),
+        })
     return cur.rowcount
 
 
 OPS: Final = Operations(
-    claim=claim,
-    claim_guard=claim_guard,
-    claim_unguard=claim_unguard,
-    relock=relock,
-    finish=finish,
-    retry_after=retry_after,
-    dead_letter=dead_letter,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, claim_guard=claim_guard, claim_unguard=claim_unguard, relock=relock, finish=finish,
+    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_many=insert_many,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    claim_guard=claim_guard_async,
-    claim_unguard=claim_unguard_async,
-    relock=relock_async,
-    finish=finish_async,
-    retry_after=retry_after_async,
-    dead_letter=dead_letter_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
+    claim=claim_async, claim_guard=claim_guard_async, claim_unguard=claim_unguard_async,
+    relock=relock_async, finish=finish_async, retry_after=retry_after_async,
+    dead_letter=dead_letter_async, insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "CLAIM_COUNT": CLAIM_COUNT,
-    "CLAIM_GUARD": CLAIM_GUARD,
-    "CLAIM_UNGUARD": CLAIM_UNGUARD,
-    "RELOCK": RELOCK,
-    "FINISH": FINISH,
-    "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER": DEAD_LETTER,
-    "INSERT": INSERT,
-    "STATUS": STATUS,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
-    "REQUEUE": REQUEUE,
-    "REQUEUE_IDS": REQUEUE_IDS,
+    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "CLAIM_GUARD": CLAIM_GUARD,
+    "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER,
+    "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="my_given_uuid_jobs",
-    schema=None,
-    dialect="mysql",
-    form="row_lock",
-    fifo=False,
+    table="my_given_uuid_jobs", schema=None, dialect="mysql", form="row_lock", fifo=False,
     count_crashes=True,
     roles={
-        "id": "id",
-        "group": "queue",
-        "priority": "priority",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "headers": "headers",
+        "id": "id", "group": "queue", "priority": "priority", "retry_after": "retry_after",
+        "attempt": "attempt", "processed_at": "processed_at", "headers": "headers",
         "payload": "payload",
     },
     columns=(
-        "id",
-        "queue",
-        "priority",
-        "retry_after",
-        "attempt",
-        "processed_at",
-        "headers",
-        "payload",
+        "id", "queue", "priority", "retry_after", "attempt", "processed_at", "headers", "payload",
     ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="bytes",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group="dead",
-    dead_letter_table=None,
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group="dead", dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=3,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=3,
     ),
-    source="specs/my_given_uuid_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/my_given_uuid_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

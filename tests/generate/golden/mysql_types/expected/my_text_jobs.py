@@ -51,20 +51,13 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        attempt=r[2],
-        retry_after=_v.aware(r[3]),
-        headers=r[4],
-        payload=r[5],
+        id=r[0], queue=r[1], attempt=r[2], retry_after=_v.aware(r[3]), headers=r[4], payload=r[5],
     )
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "queue": row.queue,
-        "retry_after": _v.naive_utc(row.retry_after),
+        "id": row.id, "queue": row.queue, "retry_after": _v.naive_utc(row.retry_after),
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
         "payload": row.payload,
     }
@@ -72,11 +65,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
     )
 
@@ -103,42 +93,23 @@ LIMIT %(limit)s
 
 
 def candidates(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = _v.mysql_execute(
-        conn,
-        CANDIDATES,
-        {
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = _v.mysql_execute(conn, CANDIDATES, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
 async def candidates_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    group: str,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        CANDIDATES,
-        {
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, CANDIDATES, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 
@@ -160,22 +131,12 @@ WHERE `id` = %(id)s
 
 
 def take(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    group: str,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: str, group: str, now: datetime.datetime,
 ) -> ClaimedRow | None:
     """Under its key's lock, confirm the row is still due. Counts the attempt."""
-    cur = _v.mysql_execute(
-        conn,
-        TAKE,
-        {
-            "id": id,
-            "group": group,
-            "now": _v.naive_utc(now),
-        },
-    )
+    cur = _v.mysql_execute(conn, TAKE, {
+        "id": id, "group": group, "now": _v.naive_utc(now),
+    })
     row = cur.fetchone()
     if row is None:
         return None
@@ -185,22 +146,12 @@ def take(
 
 
 async def take_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    group: str,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: str, group: str, now: datetime.datetime,
 ) -> ClaimedRow | None:
     """Under its key's lock, confirm the row is still due. Counts the attempt."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        TAKE,
-        {
-            "id": id,
-            "group": group,
-            "now": _v.naive_utc(now),
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, TAKE, {
+        "id": id, "group": group, "now": _v.naive_utc(now),
+    })
     row = await cur.fetchone()
     if row is None:
         return None
@@ -279,38 +230,22 @@ WHERE `id` = %(id)s
 
 
 def retry_after(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    retry_after: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: str, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
-    cur = _v.mysql_execute(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-        },
-    )
+    cur = _v.mysql_execute(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+    })
     return cur.rowcount == 1
 
 
 async def retry_after_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    retry_after: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, id: str, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
-    cur = await _v.mysql_execute_async(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+    })
     return cur.rowcount == 1
 
 
@@ -362,9 +297,7 @@ ORDER BY `queue`
 
 
 def status(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = _v.mysql_execute(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -372,9 +305,7 @@ def status(
 
 
 async def status_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await _v.mysql_execute_async(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -382,78 +313,34 @@ async def status_async(
 
 
 OPS: Final = Operations(
-    candidates=candidates,
-    take=take,
-    lock=lock,
-    unlock=unlock,
-    finish=finish,
-    retry_after=retry_after,
-    insert=insert,
-    insert_many=insert_many,
+    candidates=candidates, take=take, lock=lock, unlock=unlock, finish=finish,
+    retry_after=retry_after, insert=insert, insert_many=insert_many,
 )
-
 ASYNC_OPS: Final = Operations(
-    candidates=candidates_async,
-    take=take_async,
-    lock=lock_async,
-    unlock=unlock_async,
-    finish=finish_async,
-    retry_after=retry_after_async,
-    insert=insert_async,
+    candidates=candidates_async, take=take_async, lock=lock_async, unlock=unlock_async,
+    finish=finish_async, retry_after=retry_after_async, insert=insert_async,
     insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CANDIDATES": CANDIDATES,
-    "TAKE": TAKE,
-    "TAKE_COUNT": TAKE_COUNT,
-    "LOCK": LOCK,
-    "UNLOCK": UNLOCK,
-    "FINISH": FINISH,
-    "RETRY_AFTER": RETRY_AFTER,
-    "INSERT": INSERT,
+    "CANDIDATES": CANDIDATES, "TAKE": TAKE, "TAKE_COUNT": TAKE_COUNT, "LOCK": LOCK,
+    "UNLOCK": UNLOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
     "STATUS": STATUS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="my_text_jobs",
-    schema=None,
-    dialect="mysql",
-    form="advisory",
-    fifo=False,
+    table="my_text_jobs", schema=None, dialect="mysql", form="advisory", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "group": "queue",
-        "attempt": "attempt",
-        "retry_after": "retry_after",
-        "headers": "headers",
-        "payload": "payload",
+        "id": "id", "group": "queue", "attempt": "attempt", "retry_after": "retry_after",
+        "headers": "headers", "payload": "payload",
     },
-    columns=(
-        "id",
-        "queue",
-        "attempt",
-        "retry_after",
-        "headers",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="text",
-    decode_payload=decode_payload,
-    advisory_key=advisory_key,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    columns=("id", "queue", "attempt", "retry_after", "headers", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="text",
+    decode_payload=decode_payload, advisory_key=advisory_key,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/my_text_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/my_text_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -116,45 +116,15 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...], locked_until: datetime.datetime) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        priority=r[2],
-        retry_after=_v.aware(r[3]),
-        attempt=r[4],
-        processed_at=_v.aware_or_none(r[5]),
-        locked_until=locked_until,
-        headers=r[7],
-        payload=r[8],
-        c_tinyint=r[9],
-        c_smallint=r[10],
-        c_mediumint=r[11],
-        c_int=r[12],
-        c_bigint=r[13],
-        c_int_unsigned=r[14],
-        c_bigint_unsigned=r[15],
-        c_varchar=r[16],
-        c_char=r[17],
-        c_tinytext=r[18],
-        c_text=r[19],
-        c_mediumtext=r[20],
-        c_longtext=r[21],
-        c_uuid=r[22],
-        c_uuid_null=r[23],
-        c_datetime=_v.aware(r[24]),
-        c_timestamp=_v.aware_or_none(r[25]),
-        c_json=r[26],
-        c_tinyblob=r[27],
-        c_blob=r[28],
-        c_mediumblob=r[29],
-        c_longblob=r[30],
-        c_binary=r[31],
-        c_varbinary=r[32],
-        c_boolean=r[33],
-        c_float=r[34],
-        c_double=r[35],
-        c_decimal=r[36],
-        c_date=r[37],
-        c_time=r[38],
+        id=r[0], queue=r[1], priority=r[2], retry_after=_v.aware(r[3]), attempt=r[4],
+        processed_at=_v.aware_or_none(r[5]), locked_until=locked_until, headers=r[7], payload=r[8],
+        c_tinyint=r[9], c_smallint=r[10], c_mediumint=r[11], c_int=r[12], c_bigint=r[13],
+        c_int_unsigned=r[14], c_bigint_unsigned=r[15], c_varchar=r[16], c_char=r[17],
+        c_tinytext=r[18], c_text=r[19], c_mediumtext=r[20], c_longtext=r[21], c_uuid=r[22],
+        c_uuid_null=r[23], c_datetime=_v.aware(r[24]), c_timestamp=_v.aware_or_none(r[25]),
+        c_json=r[26], c_tinyblob=r[27], c_blob=r[28], c_mediumblob=r[29], c_longblob=r[30],
+        c_binary=r[31], c_varbinary=r[32], c_boolean=r[33], c_float=r[34], c_double=r[35],
+        c_decimal=r[36], c_date=r[37], c_time=r[38],
     )
 
 
@@ -164,51 +134,27 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "queue": row.queue,
-        "priority": row.priority,
-        "retry_after": _v.naive_utc(row.retry_after),
+        "queue": row.queue, "priority": row.priority, "retry_after": _v.naive_utc(row.retry_after),
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
-        "payload": _v.json_text(row.payload),
-        "c_tinyint": row.c_tinyint,
-        "c_smallint": row.c_smallint,
-        "c_mediumint": row.c_mediumint,
-        "c_int": row.c_int,
-        "c_bigint": row.c_bigint,
-        "c_int_unsigned": row.c_int_unsigned,
-        "c_bigint_unsigned": row.c_bigint_unsigned,
-        "c_varchar": row.c_varchar,
-        "c_char": row.c_char,
-        "c_tinytext": row.c_tinytext,
-        "c_text": row.c_text,
-        "c_mediumtext": row.c_mediumtext,
-        "c_longtext": row.c_longtext,
-        "c_uuid": row.c_uuid,
-        "c_uuid_null": row.c_uuid_null,
-        "c_datetime": _v.naive_utc(row.c_datetime),
-        "c_timestamp": _v.naive_utc_or_none(row.c_timestamp),
-        "c_json": row.c_json,
-        "c_tinyblob": row.c_tinyblob,
-        "c_blob": row.c_blob,
-        "c_mediumblob": row.c_mediumblob,
-        "c_longblob": row.c_longblob,
-        "c_binary": row.c_binary,
-        "c_varbinary": row.c_varbinary,
-        "c_boolean": row.c_boolean,
-        "c_float": row.c_float,
-        "c_double": row.c_double,
-        "c_decimal": row.c_decimal,
-        "c_date": row.c_date,
-        "c_time": row.c_time,
+        "payload": _v.json_text(row.payload), "c_tinyint": row.c_tinyint,
+        "c_smallint": row.c_smallint, "c_mediumint": row.c_mediumint, "c_int": row.c_int,
+        "c_bigint": row.c_bigint, "c_int_unsigned": row.c_int_unsigned,
+        "c_bigint_unsigned": row.c_bigint_unsigned, "c_varchar": row.c_varchar,
+        "c_char": row.c_char, "c_tinytext": row.c_tinytext, "c_text": row.c_text,
+        "c_mediumtext": row.c_mediumtext, "c_longtext": row.c_longtext, "c_uuid": row.c_uuid,
+        "c_uuid_null": row.c_uuid_null, "c_datetime": _v.naive_utc(row.c_datetime),
+        "c_timestamp": _v.naive_utc_or_none(row.c_timestamp), "c_json": row.c_json,
+        "c_tinyblob": row.c_tinyblob, "c_blob": row.c_blob, "c_mediumblob": row.c_mediumblob,
+        "c_longblob": row.c_longblob, "c_binary": row.c_binary, "c_varbinary": row.c_varbinary,
+        "c_boolean": row.c_boolean, "c_float": row.c_float, "c_double": row.c_double,
+        "c_decimal": row.c_decimal, "c_date": row.c_date, "c_time": row.c_time,
     }
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
     )
 
@@ -246,68 +192,38 @@ WHERE `id` IN %(ids)s
 
 
 def claim(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
     commit.
     """
-    cur = _v.mysql_execute(
-        conn,
-        CLAIM,
-        {
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = _v.mysql_execute(conn, CLAIM, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+    })
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
-        _v.mysql_execute(
-            conn,
-            CLAIM_MARK,
-            {
-                "locked_until": _v.naive_utc(locked_until),
-                "ids": tuple(r.id for r in rows),
-            },
-        )
+        _v.mysql_execute(conn, CLAIM_MARK, {
+            "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
+        })
     return rows
 
 
 async def claim_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
     commit.
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        CLAIM,
-        {
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, CLAIM, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+    })
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:
-        await _v.mysql_execute_async(
-            conn,
-            CLAIM_MARK,
-            {
-                "locked_until": _v.naive_utc(locked_until),
-                "ids": tuple(r.id for r in rows),
-            },
-        )
+        await _v.mysql_execute_async(conn, CLAIM_MARK, {
+            "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
+        })
     return rows
 
 
@@ -322,50 +238,30 @@ WHERE `id` = %(id)s
 
 
 def renew(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
-    new_locked_until: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: str, locked_until: datetime.datetime,
+    attempt: int, new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = _v.mysql_execute(
-        conn,
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = _v.mysql_execute(conn, RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def renew_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: _v.AsyncMySQLConnection, *, id: str, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -381,50 +277,30 @@ WHERE `id` = %(id)s
 
 
 def finish(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime,
+    locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = _v.mysql_execute(
-        conn,
-        FINISH,
-        {
-            "now": _v.naive_utc(now),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = _v.mysql_execute(conn, FINISH, {
+        "now": _v.naive_utc(now), "id": id, "locked_until": _v.naive_utc(locked_until),
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def finish_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime,
+    locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        FINISH,
-        {
-            "now": _v.naive_utc(now),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, FINISH, {
+        "now": _v.naive_utc(now), "id": id, "locked_until": _v.naive_utc(locked_until),
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -439,46 +315,27 @@ WHERE `id` = %(id)s
 
 
 def retry(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    locked_until: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: str, locked_until: datetime.datetime,
     attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = _v.mysql_execute(
-        conn,
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = _v.mysql_execute(conn, RETRY, {
+        "id": id, "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def retry_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: _v.AsyncMySQLConnection, *, id: str, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RETRY, {
+        "id": id, "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -494,50 +351,30 @@ WHERE `id` = %(id)s
 
 
 def retry_after(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
-    retry_after: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, id: str, locked_until: datetime.datetime,
+    attempt: int, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = _v.mysql_execute(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = _v.mysql_execute(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def retry_after_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: _v.AsyncMySQLConnection, *, id: str, locked_until: datetime.datetime, attempt: int,
     retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -603,9 +440,7 @@ ORDER BY `queue`
 
 
 def status(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = _v.mysql_execute(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -613,9 +448,7 @@ def status(
 
 
 async def status_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection, *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await _v.mysql_execute_async(conn, STATUS, {"now": _v.naive_utc(now)})
@@ -631,42 +464,26 @@ LIMIT %(limit)s
 
 
 def prune(
-    conn: pymysql.connections.Connection[Any],
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: pymysql.connections.Connection[Any], *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
     """
-    cur = _v.mysql_execute(
-        conn,
-        PRUNE,
-        {
-            "before": _v.naive_utc(before),
-            "limit": limit,
-        },
-    )
+    cur = _v.mysql_execute(conn, PRUNE, {
+        "before": _v.naive_utc(before), "limit": limit,
+    })
     return cur.rowcount
 
 
 async def prune_async(
-    conn: _v.AsyncMySQLConnection,
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: _v.AsyncMySQLConnection, *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
     """
-    cur = await _v.mysql_execute_async(
-        conn,
-        PRUNE,
-        {
-            "before": _v.naive_utc(before),
-            "limit": limit,
-        },
-    )
+    cur = await _v.mysql_execute_async(conn, PRUNE, {
+        "before": _v.naive_utc(before), "limit": limit,
+    })
     return cur.rowcount
 
 
@@ -693,113 +510,41 @@ async def prunable_async(conn: _v.AsyncMySQLConnection, *, before: datetime.date
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    retry_after=retry_after,
-    insert=insert,
+    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after, insert=insert,
     insert_many=insert_many,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    renew=renew_async,
-    finish=finish_async,
-    retry=retry_async,
-    retry_after=retry_after_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
+    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
+    retry_after=retry_after_async, insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "CLAIM_MARK": CLAIM_MARK,
-    "RENEW": RENEW,
-    "FINISH": FINISH,
-    "RETRY": RETRY,
-    "RETRY_AFTER": RETRY_AFTER,
-    "INSERT": INSERT,
-    "STATUS": STATUS,
-    "PRUNE": PRUNE,
+    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
+    "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="my_uuid_jobs",
-    schema=None,
-    dialect="mysql",
-    form="lease",
-    fifo=False,
+    table="my_uuid_jobs", schema=None, dialect="mysql", form="lease", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "group": "queue",
-        "priority": "priority",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "locked_until": "locked_until",
-        "headers": "headers",
-        "payload": "payload",
+        "id": "id", "group": "queue", "priority": "priority", "retry_after": "retry_after",
+        "attempt": "attempt", "processed_at": "processed_at", "locked_until": "locked_until",
+        "headers": "headers", "payload": "payload",
     },
     columns=(
-        "id",
-        "queue",
-        "priority",
-        "retry_after",
-        "attempt",
-        "processed_at",
-        "locked_until",
-        "headers",
-        "payload",
-        "c_tinyint",
-        "c_smallint",
-        "c_mediumint",
-        "c_int",
-        "c_bigint",
-        "c_int_unsigned",
-        "c_bigint_unsigned",
-        "c_varchar",
-        "c_char",
-        "c_tinytext",
-        "c_text",
-        "c_mediumtext",
-        "c_longtext",
-        "c_uuid",
-        "c_uuid_null",
-        "c_datetime",
-        "c_timestamp",
-        "c_json",
-        "c_tinyblob",
-        "c_blob",
-        "c_mediumblob",
-        "c_longblob",
-        "c_binary",
-        "c_varbinary",
-        "c_boolean",
-        "c_float",
-        "c_double",
-        "c_decimal",
-        "c_date",
-        "c_time",
+        "id", "queue", "priority", "retry_after", "attempt", "processed_at", "locked_until",
+        "headers", "payload", "c_tinyint", "c_smallint", "c_mediumint", "c_int", "c_bigint",
+        "c_int_unsigned", "c_bigint_unsigned", "c_varchar", "c_char", "c_tinytext", "c_text",
+        "c_mediumtext", "c_longtext", "c_uuid", "c_uuid_null", "c_datetime", "c_timestamp",
+        "c_json", "c_tinyblob", "c_blob", "c_mediumblob", "c_longblob", "c_binary", "c_varbinary",
+        "c_boolean", "c_float", "c_double", "c_decimal", "c_date", "c_time",
     ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/my_uuid_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/my_uuid_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -57,16 +57,8 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        priority=r[2],
-        retry_after=r[3],
-        attempt=r[4],
-        processed_at=r[5],
-        headers=r[6],
-        payload=r[7],
-        c_smallserial=r[8],
-        c_bigserial=r[9],
+        id=r[0], queue=r[1], priority=r[2], retry_after=r[3], attempt=r[4], processed_at=r[5],
+        headers=r[6], payload=r[7], c_smallserial=r[8], c_bigserial=r[9],
     )
 
 
@@ -76,10 +68,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "queue": row.queue,
-        "priority": row.priority,
-        "retry_after": row.retry_after,
+        "id": row.id, "queue": row.queue, "priority": row.priority, "retry_after": row.retry_after,
         "headers": None if row.headers is None else Jsonb(dict(row.headers)),
         "payload": row.payload,
     }
@@ -87,11 +76,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=r[5],
     )
 
@@ -155,48 +141,28 @@ FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::tex
 
 
 def claim(
-    conn: psycopg.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
     the attempt); each row's key stays locked for the session until RELEASE.
     """
-    cur = conn.execute(
-        CLAIM,
-        {
-            "group": group,
-            "now": now,
-            "row_key": f"inboxgen:{TABLE}:",
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "group": group, "now": now, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
     the attempt); each row's key stays locked for the session until RELEASE.
     """
-    cur = await conn.execute(
-        CLAIM,
-        {
-            "group": group,
-            "now": now,
-            "row_key": f"inboxgen:{TABLE}:",
-            "limit": limit,
-        },
-    )
+    cur = await conn.execute(CLAIM, {
+        "group": group, "now": now, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -234,10 +200,7 @@ def finish(conn: psycopg.Connection[Any], *, id: uuid.UUID, now: datetime.dateti
 
 
 async def finish_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: uuid.UUID,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, now: datetime.datetime,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit)."""
     cur = await conn.execute(FINISH, {"now": now, "id": id})
@@ -253,10 +216,7 @@ WHERE "id" = %(id)s
 
 
 def retry_after(
-    conn: psycopg.Connection[Any],
-    *,
-    id: uuid.UUID,
-    retry_after: datetime.datetime,
+    conn: psycopg.Connection[Any], *, id: uuid.UUID, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
     cur = conn.execute(RETRY_AFTER, {"retry_after": retry_after, "id": id})
@@ -264,10 +224,7 @@ def retry_after(
 
 
 async def retry_after_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: uuid.UUID,
-    retry_after: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
     cur = await conn.execute(RETRY_AFTER, {"retry_after": retry_after, "id": id})
@@ -290,10 +247,7 @@ def dead_letter(conn: psycopg.Connection[Any], *, id: uuid.UUID, attempt: int) -
 
 
 async def dead_letter_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: uuid.UUID,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, attempt: int,
 ) -> bool:
     """Move a spent row to the dead-letter group, keeping its attempt count."""
     cur = await conn.execute(DEAD_LETTER, {"dead_group": "dead", "attempt": attempt, "id": id})
@@ -309,10 +263,7 @@ WHERE "id" = ANY(%(id)s::UUID[])
 
 
 def finish_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[uuid.UUID],
-    now: datetime.datetime,
+    conn: psycopg.Connection[Any], *, id: Sequence[uuid.UUID], now: datetime.datetime,
 ) -> int:
     """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
     cur = conn.execute(FINISH_MANY, {"now": now, "id": list(id)})
@@ -320,10 +271,7 @@ def finish_many(
 
 
 async def finish_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[uuid.UUID],
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[uuid.UUID], now: datetime.datetime,
 ) -> int:
     """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
     cur = await conn.execute(FINISH_MANY, {"now": now, "id": list(id)})
@@ -357,14 +305,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(uuid.UUID, new[0])
@@ -375,23 +318,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> uuid.UUID:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(uuid.UUID, new[0])
@@ -422,10 +357,7 @@ def insert_unique(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = 
 
 
 async def insert_unique_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> bool:
     """Enqueue one row unless its unique key is already queued; returns whether it was inserted.
     With notify, listening workers wake when the transaction commits.
@@ -453,50 +385,34 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "id": [r.id for r in rows],
-            "queue": [r.queue for r in rows],
-            "priority": [r.priority for r in rows],
-            "retry_after": [r.retry_after for r in rows],
-            "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "id": [r.id for r in rows], "queue": [r.queue for r in rows],
+        "priority": [r.priority for r in rows], "retry_after": [r.retry_after for r in rows],
+        "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
+        "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "id": [r.id for r in rows],
-            "queue": [r.queue for r in rows],
-            "priority": [r.priority for r in rows],
-            "retry_after": [r.retry_after for r in rows],
-            "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "id": [r.id for r in rows], "queue": [r.queue for r in rows],
+        "priority": [r.priority for r in rows], "retry_after": [r.retry_after for r in rows],
+        "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
+        "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
@@ -542,9 +458,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {"now": now})
@@ -601,10 +515,7 @@ def prune(conn: psycopg.Connection[Any], *, before: datetime.datetime, limit: in
 
 
 async def prune_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: psycopg.AsyncConnection[Any], *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
@@ -658,164 +569,79 @@ WHERE "queue" = %(dead_group)s
 
 
 def requeue(
-    conn: psycopg.Connection[Any],
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[uuid.UUID] | None = None,
+    conn: psycopg.Connection[Any], *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[uuid.UUID] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = conn.execute(
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": now,
-                "dead_group": "dead",
-            },
-        )
+        cur = conn.execute(REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": now, "dead_group": "dead",
+        })
     else:
-        cur = conn.execute(
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": now,
-                "dead_group": "dead",
-                "ids": list(ids),
-            },
-        )
+        cur = conn.execute(REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": now, "dead_group": "dead",
+            "ids": list(ids),
+        })
     return cur.rowcount
 
 
 async def requeue_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    to_group: str,
-    now: datetime.datetime,
-    reset_attempt: bool = False,
-    ids: Sequence[uuid.UUID] | None = None,
+    conn: psycopg.AsyncConnection[Any], *, to_group: str, now: datetime.datetime,
+    reset_attempt: bool = False, ids: Sequence[uuid.UUID] | None = None,
 ) -> int:
     """Put dead letters (all, or those of `ids`) back into group `to_group`, due at `now`; returns
     how many. With `reset_attempt` their attempt count starts again.
     """
     if ids is None:
-        cur = await conn.execute(
-            REQUEUE,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": now,
-                "dead_group": "dead",
-            },
-        )
+        cur = await conn.execute(REQUEUE, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": now, "dead_group": "dead",
+        })
     else:
-        cur = await conn.execute(
-            REQUEUE_IDS,
-            {
-                "to_group": to_group,
-                "reset_attempt": reset_attempt,
-                "now": now,
-                "dead_group": "dead",
-                "ids": list(ids),
-            },
-        )
+        cur = await conn.execute(REQUEUE_IDS, {
+            "to_group": to_group, "reset_attempt": reset_attempt, "now": now, "dead_group": "dead",
+            "ids": list(ids),
+        })
     return cur.rowcount
 
 
 OPS: Final = Operations(
-    claim=claim,
-    release=release,
-    finish=finish,
-    retry_after=retry_after,
-    dead_letter=dead_letter,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
-    notify=notify,
+    claim=claim, release=release, finish=finish, retry_after=retry_after, dead_letter=dead_letter,
+    finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    release=release_async,
-    finish=finish_async,
-    retry_after=retry_after_async,
-    dead_letter=dead_letter_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, release=release_async, finish=finish_async, retry_after=retry_after_async,
+    dead_letter=dead_letter_async, finish_many=finish_many_async, insert=insert_async,
+    insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RELEASE": RELEASE,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER": DEAD_LETTER,
-    "INSERT": INSERT,
-    "INSERT_UNIQUE": INSERT_UNIQUE,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
-    "REQUEUE": REQUEUE,
-    "REQUEUE_IDS": REQUEUE_IDS,
-    "NOTIFY": NOTIFY,
+    "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
+    "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
+    "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="pg_given_uuid_jobs",
-    schema=None,
-    dialect="postgres",
-    form="row_lock",
-    fifo=False,
+    table="pg_given_uuid_jobs", schema=None, dialect="postgres", form="row_lock", fifo=False,
     count_crashes=True,
     roles={
-        "id": "id",
-        "group": "queue",
-        "priority": "priority",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "headers": "headers",
+        "id": "id", "group": "queue", "priority": "priority", "retry_after": "retry_after",
+        "attempt": "attempt", "processed_at": "processed_at", "headers": "headers",
         "payload": "payload",
     },
     columns=(
-        "id",
-        "queue",
-        "priority",
-        "retry_after",
-        "attempt",
-        "processed_at",
-        "headers",
-        "payload",
-        "c_smallserial",
-        "c_bigserial",
+        "id", "queue", "priority", "retry_after", "attempt", "processed_at", "headers", "payload",
+        "c_smallserial", "c_bigserial",
     ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="bytes",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group="dead",
-    dead_letter_table=None,
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group="dead", dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=3,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=3,
     ),
-    source="specs/pg_given_uuid_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/pg_given_uuid_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

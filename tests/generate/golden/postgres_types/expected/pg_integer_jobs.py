@@ -44,28 +44,17 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
-    return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        payload=r[2],
-    )
+    return ClaimedRow(id=r[0], queue=r[1], payload=r[2])
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "queue": row.queue,
-        "payload": row.payload,
-    }
+    return {"id": row.id, "queue": row.queue, "payload": row.payload}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -93,10 +82,7 @@ def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    group: str,
-    limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows; the claim's open transaction holds them."""
     cur = await conn.execute(CLAIM, {"group": group, "limit": limit})
@@ -166,14 +152,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -184,23 +165,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -222,44 +195,30 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "id": [r.id for r in rows],
-            "queue": [r.queue for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "id": [r.id for r in rows], "queue": [r.queue for r in rows],
+        "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "id": [r.id for r in rows],
-            "queue": [r.queue for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "id": [r.id for r in rows], "queue": [r.queue for r in rows],
+        "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
@@ -302,9 +261,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {})
@@ -341,68 +298,30 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
 
 
 OPS: Final = Operations(
-    claim=claim,
-    finish=finish,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, finish=finish, finish_many=finish_many, insert=insert, insert_many=insert_many,
     notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    finish=finish_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, finish=finish_async, finish_many=finish_many_async, insert=insert_async,
+    insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="pg_integer_jobs",
-    schema=None,
-    dialect="postgres",
-    form="row_lock",
-    fifo=False,
+    table="pg_integer_jobs", schema=None, dialect="postgres", form="row_lock", fifo=False,
     count_crashes=False,
-    roles={
-        "id": "id",
-        "group": "queue",
-        "payload": "payload",
-    },
-    columns=(
-        "id",
-        "queue",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="bytes",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    roles={"id": "id", "group": "queue", "payload": "payload"},
+    columns=("id", "queue", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/pg_integer_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/pg_integer_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

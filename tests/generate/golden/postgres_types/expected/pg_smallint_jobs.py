@@ -44,11 +44,7 @@ class NewRow:
 
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
-    return ClaimedRow(
-        id=r[0],
-        locked_until=_v.aware(r[1]),
-        payload=r[2],
-    )
+    return ClaimedRow(id=r[0], locked_until=_v.aware(r[1]), payload=r[2])
 
 
 def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
@@ -56,18 +52,13 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {
-        "payload": _v.json_text(row.payload),
-    }
+    return {"payload": _v.json_text(row.payload)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -94,42 +85,26 @@ RETURNING "id", "locked_until", "payload"
 
 
 def claim(
-    conn: psycopg.Connection[Any],
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.naive_utc(locked_until),
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": _v.naive_utc(locked_until), "now": _v.naive_utc(now), "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = await conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.naive_utc(locked_until),
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = await conn.execute(CLAIM, {
+        "locked_until": _v.naive_utc(locked_until), "now": _v.naive_utc(now), "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -145,44 +120,30 @@ WHERE "id" = %(id)s
 
 
 def renew(
-    conn: psycopg.Connection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
 async def renew_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-        },
-    )
+    cur = await conn.execute(RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until),
+    })
     return cur.rowcount == 1
 
 
@@ -203,10 +164,7 @@ def finish(conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.dat
 
 
 async def finish_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime,
 ) -> bool:
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
@@ -233,10 +191,7 @@ def retry(conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.date
 
 
 async def retry_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: int,
-    locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
@@ -259,44 +214,30 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
+    conn: psycopg.Connection[Any], *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
     new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-        },
-    )
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": list(id),
+        "locked_until": [_v.naive_utc(t) for t in locked_until],
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
 async def renew_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    new_locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[int],
+    locked_until: Sequence[datetime.datetime], new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = await conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-        },
-    )
+    cur = await conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": list(id),
+        "locked_until": [_v.naive_utc(t) for t in locked_until],
+    })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
 
@@ -313,40 +254,27 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
+    conn: psycopg.Connection[Any], *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
 ) -> list[int]:
     """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
     per row.
     """
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-        },
-    )
+    cur = conn.execute(FINISH_MANY, {
+        "id": list(id), "locked_until": [_v.naive_utc(t) for t in locked_until],
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
 async def finish_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[int],
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[int],
     locked_until: Sequence[datetime.datetime],
 ) -> list[int]:
     """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
     per row.
     """
-    cur = await conn.execute(
-        FINISH_MANY,
-        {
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-        },
-    )
+    cur = await conn.execute(FINISH_MANY, {
+        "id": list(id), "locked_until": [_v.naive_utc(t) for t in locked_until],
+    })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
 
@@ -375,14 +303,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -393,23 +316,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": "",
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(int, new[0])
@@ -429,10 +344,7 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
@@ -443,10 +355,7 @@ def insert_many(
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
@@ -492,9 +401,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {"now": _v.naive_utc(now)})
@@ -531,77 +438,32 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
-    notify=notify,
+    claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
+    finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    renew=renew_async,
-    finish=finish_async,
-    retry=retry_async,
-    renew_many=renew_many_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
+    renew_many=renew_many_async, finish_many=finish_many_async, insert=insert_async,
+    insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "NOTIFY": NOTIFY,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="pg_smallint_jobs",
-    schema=None,
-    dialect="postgres",
-    form="lease",
-    fifo=False,
+    table="pg_smallint_jobs", schema=None, dialect="postgres", form="lease", fifo=False,
     count_crashes=False,
-    roles={
-        "id": "id",
-        "locked_until": "locked_until",
-        "payload": "payload",
-    },
-    columns=(
-        "id",
-        "locked_until",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    roles={"id": "id", "locked_until": "locked_until", "payload": "payload"},
+    columns=("id", "locked_until", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/pg_smallint_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/pg_smallint_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

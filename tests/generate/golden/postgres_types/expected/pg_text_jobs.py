@@ -50,19 +50,13 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        attempt=r[2],
-        retry_after=r[3],
-        headers=r[4],
-        payload=r[5],
+        id=r[0], queue=r[1], attempt=r[2], retry_after=r[3], headers=r[4], payload=r[5],
     )
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "queue": row.queue,
+        "id": row.id, "queue": row.queue,
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
         "payload": row.payload,
     }
@@ -70,11 +64,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=r[5],
     )
 
@@ -101,11 +92,7 @@ LIMIT %(limit)s
 
 
 def candidates(
-    conn: psycopg.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
     cur = conn.execute(CANDIDATES, {"group": group, "now": now, "limit": limit})
@@ -113,11 +100,7 @@ def candidates(
 
 
 async def candidates_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Rows due for a claim, in claim order; each is then locked by its key."""
     cur = await conn.execute(CANDIDATES, {"group": group, "now": now, "limit": limit})
@@ -136,11 +119,7 @@ RETURNING "id", "queue", "attempt" - 1 AS "attempt", "retry_after", "headers", "
 
 
 def take(
-    conn: psycopg.Connection[Any],
-    *,
-    id: str,
-    group: str,
-    now: datetime.datetime,
+    conn: psycopg.Connection[Any], *, id: str, group: str, now: datetime.datetime,
 ) -> ClaimedRow | None:
     """Under its key's lock, confirm the row is still due and count the attempt."""
     cur = conn.execute(TAKE, {"id": id, "group": group, "now": now})
@@ -149,11 +128,7 @@ def take(
 
 
 async def take_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: str,
-    group: str,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: str, group: str, now: datetime.datetime,
 ) -> ClaimedRow | None:
     """Under its key's lock, confirm the row is still due and count the attempt."""
     cur = await conn.execute(TAKE, {"id": id, "group": group, "now": now})
@@ -235,10 +210,7 @@ def retry_after(conn: psycopg.Connection[Any], *, id: str, retry_after: datetime
 
 
 async def retry_after_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: str,
-    retry_after: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: str, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`."""
     cur = await conn.execute(RETRY_AFTER, {"retry_after": retry_after, "id": id})
@@ -270,14 +242,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(str, new[0])
@@ -288,23 +255,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> str:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(str, new[0])
@@ -327,46 +286,32 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "id": [r.id for r in rows],
-            "queue": [r.queue for r in rows],
-            "headers": [None if r.headers is None else _v.json_text(dict(r.headers)) for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "id": [r.id for r in rows], "queue": [r.queue for r in rows],
+        "headers": [None if r.headers is None else _v.json_text(dict(r.headers)) for r in rows],
+        "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "id": [r.id for r in rows],
-            "queue": [r.queue for r in rows],
-            "headers": [None if r.headers is None else _v.json_text(dict(r.headers)) for r in rows],
-            "payload": [r.payload for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "id": [r.id for r in rows], "queue": [r.queue for r in rows],
+        "headers": [None if r.headers is None else _v.json_text(dict(r.headers)) for r in rows],
+        "payload": [r.payload for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
@@ -409,9 +354,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {"now": now})
@@ -471,84 +414,35 @@ async def advisory_locks_async(conn: psycopg.AsyncConnection[Any]) -> int:
 
 
 OPS: Final = Operations(
-    candidates=candidates,
-    take=take,
-    lock=lock,
-    unlock=unlock,
-    finish=finish,
-    retry_after=retry_after,
-    insert=insert,
-    insert_many=insert_many,
-    notify=notify,
+    candidates=candidates, take=take, lock=lock, unlock=unlock, finish=finish,
+    retry_after=retry_after, insert=insert, insert_many=insert_many, notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    candidates=candidates_async,
-    take=take_async,
-    lock=lock_async,
-    unlock=unlock_async,
-    finish=finish_async,
-    retry_after=retry_after_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    candidates=candidates_async, take=take_async, lock=lock_async, unlock=unlock_async,
+    finish=finish_async, retry_after=retry_after_async, insert=insert_async,
+    insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CANDIDATES": CANDIDATES,
-    "TAKE": TAKE,
-    "LOCK": LOCK,
-    "UNLOCK": UNLOCK,
-    "FINISH": FINISH,
-    "RETRY_AFTER": RETRY_AFTER,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "ADVISORY_LOCKS": ADVISORY_LOCKS,
-    "NOTIFY": NOTIFY,
+    "CANDIDATES": CANDIDATES, "TAKE": TAKE, "LOCK": LOCK, "UNLOCK": UNLOCK, "FINISH": FINISH,
+    "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "ADVISORY_LOCKS": ADVISORY_LOCKS, "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="pg_text_jobs",
-    schema=None,
-    dialect="postgres",
-    form="advisory",
-    fifo=False,
+    table="pg_text_jobs", schema=None, dialect="postgres", form="advisory", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "group": "queue",
-        "attempt": "attempt",
-        "retry_after": "retry_after",
-        "headers": "headers",
-        "payload": "payload",
+        "id": "id", "group": "queue", "attempt": "attempt", "retry_after": "retry_after",
+        "headers": "headers", "payload": "payload",
     },
-    columns=(
-        "id",
-        "queue",
-        "attempt",
-        "retry_after",
-        "headers",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="text",
-    decode_payload=decode_payload,
-    advisory_key=advisory_key,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    columns=("id", "queue", "attempt", "retry_after", "headers", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="text",
+    decode_payload=decode_payload, advisory_key=advisory_key,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/pg_text_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/pg_text_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -96,34 +96,12 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        priority=r[2],
-        retry_after=_v.aware(r[3]),
-        attempt=r[4],
-        processed_at=_v.aware_or_none(r[5]),
-        locked_until=_v.aware(r[6]),
-        headers=r[7],
-        payload=r[8],
-        c_smallint=r[9],
-        c_integer=r[10],
-        c_bigint=r[11],
-        c_serial=r[12],
-        c_text=r[13],
-        c_varchar=r[14],
-        c_char=r[15],
-        c_uuid=r[16],
-        c_uuid_null=r[17],
-        c_timestamp=_v.aware(r[18]),
-        c_timestamptz=r[19],
-        c_json=r[20],
-        c_jsonb=r[21],
-        c_bytea=r[22],
-        c_boolean=r[23],
-        c_real=r[24],
-        c_double=r[25],
-        c_numeric=r[26],
-        c_date=r[27],
+        id=r[0], queue=r[1], priority=r[2], retry_after=_v.aware(r[3]), attempt=r[4],
+        processed_at=_v.aware_or_none(r[5]), locked_until=_v.aware(r[6]), headers=r[7],
+        payload=r[8], c_smallint=r[9], c_integer=r[10], c_bigint=r[11], c_serial=r[12],
+        c_text=r[13], c_varchar=r[14], c_char=r[15], c_uuid=r[16], c_uuid_null=r[17],
+        c_timestamp=_v.aware(r[18]), c_timestamptz=r[19], c_json=r[20], c_jsonb=r[21],
+        c_bytea=r[22], c_boolean=r[23], c_real=r[24], c_double=r[25], c_numeric=r[26], c_date=r[27],
         c_time=r[28],
     )
 
@@ -134,40 +112,25 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "queue": row.queue,
-        "priority": row.priority,
+        "queue": row.queue, "priority": row.priority,
         "retry_after": _v.naive_utc_or_none(row.retry_after),
         "headers": None if row.headers is None else Jsonb(dict(row.headers)),
-        "payload": Jsonb(row.payload, dumps=_v.json_text),
-        "c_smallint": row.c_smallint,
-        "c_integer": row.c_integer,
-        "c_bigint": row.c_bigint,
-        "c_text": row.c_text,
-        "c_varchar": row.c_varchar,
-        "c_char": row.c_char,
-        "c_uuid": row.c_uuid,
-        "c_uuid_null": row.c_uuid_null,
-        "c_timestamp": _v.naive_utc(row.c_timestamp),
+        "payload": Jsonb(row.payload, dumps=_v.json_text), "c_smallint": row.c_smallint,
+        "c_integer": row.c_integer, "c_bigint": row.c_bigint, "c_text": row.c_text,
+        "c_varchar": row.c_varchar, "c_char": row.c_char, "c_uuid": row.c_uuid,
+        "c_uuid_null": row.c_uuid_null, "c_timestamp": _v.naive_utc(row.c_timestamp),
         "c_timestamptz": row.c_timestamptz,
-        "c_json": None if row.c_json is None else Jsonb(row.c_json),
-        "c_jsonb": Jsonb(row.c_jsonb),
-        "c_bytea": row.c_bytea,
-        "c_boolean": row.c_boolean,
-        "c_real": row.c_real,
-        "c_double": row.c_double,
-        "c_numeric": row.c_numeric,
-        "c_date": row.c_date,
+        "c_json": None if row.c_json is None else Jsonb(row.c_json), "c_jsonb": Jsonb(row.c_jsonb),
+        "c_bytea": row.c_bytea, "c_boolean": row.c_boolean, "c_real": row.c_real,
+        "c_double": row.c_double, "c_numeric": row.c_numeric, "c_date": row.c_date,
         "c_time": row.c_time,
     }
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
     )
 
@@ -230,46 +193,28 @@ RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", 
 
 
 def claim(
-    conn: psycopg.Connection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.naive_utc(locked_until),
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": _v.naive_utc(locked_until), "group": group, "now": _v.naive_utc(now),
+        "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = await conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.naive_utc(locked_until),
-            "group": group,
-            "now": _v.naive_utc(now),
-            "limit": limit,
-        },
-    )
+    cur = await conn.execute(CLAIM, {
+        "locked_until": _v.naive_utc(locked_until), "group": group, "now": _v.naive_utc(now),
+        "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -286,48 +231,30 @@ WHERE "id" = %(id)s
 
 
 def renew(
-    conn: psycopg.Connection[Any],
-    *,
-    id: uuid.UUID,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: uuid.UUID, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def renew_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: uuid.UUID,
-    locked_until: datetime.datetime,
-    attempt: int,
-    new_locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, locked_until: datetime.datetime,
+    attempt: int, new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RENEW, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -343,48 +270,30 @@ WHERE "id" = %(id)s
 
 
 def finish(
-    conn: psycopg.Connection[Any],
-    *,
-    id: uuid.UUID,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: uuid.UUID, now: datetime.datetime,
+    locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = conn.execute(
-        FINISH,
-        {
-            "now": _v.naive_utc(now),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(FINISH, {
+        "now": _v.naive_utc(now), "id": id, "locked_until": _v.naive_utc(locked_until),
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def finish_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: uuid.UUID,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, now: datetime.datetime,
+    locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = await conn.execute(
-        FINISH,
-        {
-            "now": _v.naive_utc(now),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(FINISH, {
+        "now": _v.naive_utc(now), "id": id, "locked_until": _v.naive_utc(locked_until),
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -399,44 +308,27 @@ WHERE "id" = %(id)s
 
 
 def retry(
-    conn: psycopg.Connection[Any],
-    *,
-    id: uuid.UUID,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: uuid.UUID, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY, {
+        "id": id, "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def retry_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: uuid.UUID,
-    locked_until: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, locked_until: datetime.datetime,
     attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = await conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RETRY, {
+        "id": id, "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -452,48 +344,30 @@ WHERE "id" = %(id)s
 
 
 def retry_after(
-    conn: psycopg.Connection[Any],
-    *,
-    id: uuid.UUID,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: psycopg.Connection[Any], *, id: uuid.UUID, locked_until: datetime.datetime, attempt: int,
     retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def retry_after_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: uuid.UUID,
-    locked_until: datetime.datetime,
-    attempt: int,
-    retry_after: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, locked_until: datetime.datetime,
+    attempt: int, retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = await conn.execute(
-        RETRY_AFTER,
-        {
-            "retry_after": _v.naive_utc(retry_after),
-            "id": id,
-            "locked_until": _v.naive_utc(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = await conn.execute(RETRY_AFTER, {
+        "retry_after": _v.naive_utc(retry_after), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -511,48 +385,32 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[uuid.UUID],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.Connection[Any], *, id: Sequence[uuid.UUID],
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
     new_locked_until: datetime.datetime,
 ) -> list[uuid.UUID]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": list(id),
+        "locked_until": [_v.naive_utc(t) for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(uuid.UUID, r[0]) for r in cur.fetchall()]
 
 
 async def renew_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[uuid.UUID],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[uuid.UUID],
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
     new_locked_until: datetime.datetime,
 ) -> list[uuid.UUID]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    cur = await conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.naive_utc(new_locked_until),
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = await conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.naive_utc(new_locked_until), "id": list(id),
+        "locked_until": [_v.naive_utc(t) for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(uuid.UUID, r[0]) for r in await cur.fetchall()]
 
 
@@ -571,48 +429,30 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: psycopg.Connection[Any],
-    *,
-    id: Sequence[uuid.UUID],
-    now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.Connection[Any], *, id: Sequence[uuid.UUID], now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[uuid.UUID]:
     """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
     entry per row.
     """
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "now": _v.naive_utc(now),
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = conn.execute(FINISH_MANY, {
+        "now": _v.naive_utc(now), "id": list(id),
+        "locked_until": [_v.naive_utc(t) for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(uuid.UUID, r[0]) for r in cur.fetchall()]
 
 
 async def finish_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    id: Sequence[uuid.UUID],
-    now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: psycopg.AsyncConnection[Any], *, id: Sequence[uuid.UUID], now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[uuid.UUID]:
     """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
     entry per row.
     """
-    cur = await conn.execute(
-        FINISH_MANY,
-        {
-            "now": _v.naive_utc(now),
-            "id": list(id),
-            "locked_until": [_v.naive_utc(t) for t in locked_until],
-            "attempt": list(attempt),
-        },
-    )
+    cur = await conn.execute(FINISH_MANY, {
+        "now": _v.naive_utc(now), "id": list(id),
+        "locked_until": [_v.naive_utc(t) for t in locked_until], "attempt": list(attempt),
+    })
     return [cast(uuid.UUID, r[0]) for r in await cur.fetchall()]
 
 
@@ -659,14 +499,9 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(uuid.UUID, new[0])
@@ -677,23 +512,15 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any],
-    row: NewRow,
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
 ) -> uuid.UUID:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
     if notify:
-        cur = await conn.execute(
-            INSERT_NOTIFY,
-            {
-                **_insert_params(row),
-                "notify_channel": CHANNEL,
-                "notify_group": row.queue,
-            },
-        )
+        cur = await conn.execute(INSERT_NOTIFY, {
+            **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
+        })
         new = await cur.fetchone()
         assert new is not None  # RETURNING gives the inserted row
         return cast(uuid.UUID, new[0])
@@ -747,88 +574,58 @@ FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column; a None takes the column's DDL
     default. Nothing is committed here. With notify, listening workers of each group wake when
     the transaction commits.
     """
-    conn.execute(
-        INSERT_MANY,
-        {
-            "queue": [r.queue for r in rows],
-            "priority": [r.priority for r in rows],
-            "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],
-            "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-            "c_smallint": [r.c_smallint for r in rows],
-            "c_integer": [r.c_integer for r in rows],
-            "c_bigint": [r.c_bigint for r in rows],
-            "c_text": [r.c_text for r in rows],
-            "c_varchar": [r.c_varchar for r in rows],
-            "c_char": [r.c_char for r in rows],
-            "c_uuid": [r.c_uuid for r in rows],
-            "c_uuid_null": [r.c_uuid_null for r in rows],
-            "c_timestamp": [_v.naive_utc(r.c_timestamp) for r in rows],
-            "c_timestamptz": [r.c_timestamptz for r in rows],
-            "c_json": [None if r.c_json is None else Jsonb(r.c_json) for r in rows],
-            "c_jsonb": [Jsonb(r.c_jsonb) for r in rows],
-            "c_bytea": [r.c_bytea for r in rows],
-            "c_boolean": [r.c_boolean for r in rows],
-            "c_real": [r.c_real for r in rows],
-            "c_double": [r.c_double for r in rows],
-            "c_numeric": [r.c_numeric for r in rows],
-            "c_date": [r.c_date for r in rows],
-            "c_time": [r.c_time for r in rows],
-        },
-    )
+    conn.execute(INSERT_MANY, {
+        "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
+        "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],
+        "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "c_smallint": [r.c_smallint for r in rows], "c_integer": [r.c_integer for r in rows],
+        "c_bigint": [r.c_bigint for r in rows], "c_text": [r.c_text for r in rows],
+        "c_varchar": [r.c_varchar for r in rows], "c_char": [r.c_char for r in rows],
+        "c_uuid": [r.c_uuid for r in rows], "c_uuid_null": [r.c_uuid_null for r in rows],
+        "c_timestamp": [_v.naive_utc(r.c_timestamp) for r in rows],
+        "c_timestamptz": [r.c_timestamptz for r in rows],
+        "c_json": [None if r.c_json is None else Jsonb(r.c_json) for r in rows],
+        "c_jsonb": [Jsonb(r.c_jsonb) for r in rows], "c_bytea": [r.c_bytea for r in rows],
+        "c_boolean": [r.c_boolean for r in rows], "c_real": [r.c_real for r in rows],
+        "c_double": [r.c_double for r in rows], "c_numeric": [r.c_numeric for r in rows],
+        "c_date": [r.c_date for r in rows], "c_time": [r.c_time for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    rows: Sequence[NewRow],
-    *,
-    notify: bool = False,
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column; a None takes the column's DDL
     default. Nothing is committed here. With notify, listening workers of each group wake when
     the transaction commits.
     """
-    await conn.execute(
-        INSERT_MANY,
-        {
-            "queue": [r.queue for r in rows],
-            "priority": [r.priority for r in rows],
-            "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],
-            "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-            "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-            "c_smallint": [r.c_smallint for r in rows],
-            "c_integer": [r.c_integer for r in rows],
-            "c_bigint": [r.c_bigint for r in rows],
-            "c_text": [r.c_text for r in rows],
-            "c_varchar": [r.c_varchar for r in rows],
-            "c_char": [r.c_char for r in rows],
-            "c_uuid": [r.c_uuid for r in rows],
-            "c_uuid_null": [r.c_uuid_null for r in rows],
-            "c_timestamp": [_v.naive_utc(r.c_timestamp) for r in rows],
-            "c_timestamptz": [r.c_timestamptz for r in rows],
-            "c_json": [None if r.c_json is None else Jsonb(r.c_json) for r in rows],
-            "c_jsonb": [Jsonb(r.c_jsonb) for r in rows],
-            "c_bytea": [r.c_bytea for r in rows],
-            "c_boolean": [r.c_boolean for r in rows],
-            "c_real": [r.c_real for r in rows],
-            "c_double": [r.c_double for r in rows],
-            "c_numeric": [r.c_numeric for r in rows],
-            "c_date": [r.c_date for r in rows],
-            "c_time": [r.c_time for r in rows],
-        },
-    )
+    await conn.execute(INSERT_MANY, {
+        "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
+        "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],
+        "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
+        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "c_smallint": [r.c_smallint for r in rows], "c_integer": [r.c_integer for r in rows],
+        "c_bigint": [r.c_bigint for r in rows], "c_text": [r.c_text for r in rows],
+        "c_varchar": [r.c_varchar for r in rows], "c_char": [r.c_char for r in rows],
+        "c_uuid": [r.c_uuid for r in rows], "c_uuid_null": [r.c_uuid_null for r in rows],
+        "c_timestamp": [_v.naive_utc(r.c_timestamp) for r in rows],
+        "c_timestamptz": [r.c_timestamptz for r in rows],
+        "c_json": [None if r.c_json is None else Jsonb(r.c_json) for r in rows],
+        "c_jsonb": [Jsonb(r.c_jsonb) for r in rows], "c_bytea": [r.c_bytea for r in rows],
+        "c_boolean": [r.c_boolean for r in rows], "c_real": [r.c_real for r in rows],
+        "c_double": [r.c_double for r in rows], "c_numeric": [r.c_numeric for r in rows],
+        "c_date": [r.c_date for r in rows], "c_time": [r.c_time for r in rows],
+    })
     if notify:
         for group in sorted({r.queue for r in rows}):
             await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
@@ -875,9 +672,7 @@ def status(conn: psycopg.Connection[Any], *, now: datetime.datetime) -> list[Que
 
 
 async def status_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime,
 ) -> list[QueueStatus]:
     """Count the rows of each group by state at `now` (inboxgen status)."""
     cur = await conn.execute(STATUS, {"now": _v.naive_utc(now)})
@@ -934,10 +729,7 @@ def prune(conn: psycopg.Connection[Any], *, before: datetime.datetime, limit: in
 
 
 async def prune_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    before: datetime.datetime,
-    limit: int,
+    conn: psycopg.AsyncConnection[Any], *, before: datetime.datetime, limit: int,
 ) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
@@ -969,114 +761,42 @@ async def prunable_async(conn: psycopg.AsyncConnection[Any], *, before: datetime
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    retry_after=retry_after,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
+    renew_many=renew_many, finish_many=finish_many, insert=insert, insert_many=insert_many,
     notify=notify,
 )
-
 ASYNC_OPS: Final = Operations(
-    claim=claim_async,
-    renew=renew_async,
-    finish=finish_async,
-    retry=retry_async,
-    retry_after=retry_after_async,
-    renew_many=renew_many_async,
-    finish_many=finish_many_async,
-    insert=insert_async,
-    insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
+    retry_after=retry_after_async, renew_many=renew_many_async, finish_many=finish_many_async,
+    insert=insert_async, insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "RETRY_AFTER": RETRY_AFTER,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
-    "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="pg_uuid_jobs",
-    schema=None,
-    dialect="postgres",
-    form="lease",
-    fifo=False,
+    table="pg_uuid_jobs", schema=None, dialect="postgres", form="lease", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "group": "queue",
-        "priority": "priority",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "locked_until": "locked_until",
-        "headers": "headers",
-        "payload": "payload",
+        "id": "id", "group": "queue", "priority": "priority", "retry_after": "retry_after",
+        "attempt": "attempt", "processed_at": "processed_at", "locked_until": "locked_until",
+        "headers": "headers", "payload": "payload",
     },
     columns=(
-        "id",
-        "queue",
-        "priority",
-        "retry_after",
-        "attempt",
-        "processed_at",
-        "locked_until",
-        "headers",
-        "payload",
-        "c_smallint",
-        "c_integer",
-        "c_bigint",
-        "c_serial",
-        "c_text",
-        "c_varchar",
-        "c_char",
-        "c_uuid",
-        "c_uuid_null",
-        "c_timestamp",
-        "c_timestamptz",
-        "c_json",
-        "c_jsonb",
-        "c_bytea",
-        "c_boolean",
-        "c_real",
-        "c_double",
-        "c_numeric",
-        "c_date",
-        "c_time",
+        "id", "queue", "priority", "retry_after", "attempt", "processed_at", "locked_until",
+        "headers", "payload", "c_smallint", "c_integer", "c_bigint", "c_serial", "c_text",
+        "c_varchar", "c_char", "c_uuid", "c_uuid_null", "c_timestamp", "c_timestamptz", "c_json",
+        "c_jsonb", "c_bytea", "c_boolean", "c_real", "c_double", "c_numeric", "c_date", "c_time",
     ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/pg_uuid_jobs.toml",
-    ops=OPS,
-    async_ops=ASYNC_OPS,
+    source="specs/pg_uuid_jobs.toml", ops=OPS, async_ops=ASYNC_OPS,
 )

@@ -79,27 +79,11 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        priority=r[2],
-        retry_after=_v.parse_sqlite_time(r[3]),
-        attempt=r[4],
-        processed_at=_v.parse_sqlite_time_or_none(r[5]),
-        locked_until=_v.parse_sqlite_time(r[6]),
-        headers=r[7],
-        payload=r[8],
-        c_integer=r[9],
-        c_int=r[10],
-        c_text=r[11],
-        c_varchar=r[12],
-        c_blob=r[13],
-        c_json=r[14],
-        c_real=r[15],
-        c_numeric=r[16],
-        c_boolean=r[17],
-        c_uuid=r[18],
-        c_date=r[19],
-        c_datetime=r[20],
+        id=r[0], queue=r[1], priority=r[2], retry_after=_v.parse_sqlite_time(r[3]), attempt=r[4],
+        processed_at=_v.parse_sqlite_time_or_none(r[5]), locked_until=_v.parse_sqlite_time(r[6]),
+        headers=r[7], payload=r[8], c_integer=r[9], c_int=r[10], c_text=r[11], c_varchar=r[12],
+        c_blob=r[13], c_json=r[14], c_real=r[15], c_numeric=r[16], c_boolean=r[17], c_uuid=r[18],
+        c_date=r[19], c_datetime=r[20],
     )
 
 
@@ -109,33 +93,21 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "queue": row.queue,
-        "priority": row.priority,
+        "queue": row.queue, "priority": row.priority,
         "retry_after": _v.sqlite_time_or_none(row.retry_after),
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
-        "payload": _v.json_bytes(row.payload),
-        "c_integer": row.c_integer,
-        "c_int": row.c_int,
-        "c_text": row.c_text,
-        "c_varchar": row.c_varchar,
-        "c_blob": row.c_blob,
-        "c_json": row.c_json,
-        "c_real": row.c_real,
-        "c_numeric": row.c_numeric,
-        "c_boolean": row.c_boolean,
-        "c_uuid": row.c_uuid,
-        "c_date": row.c_date,
+        "payload": _v.json_bytes(row.payload), "c_integer": row.c_integer, "c_int": row.c_int,
+        "c_text": row.c_text, "c_varchar": row.c_varchar, "c_blob": row.c_blob,
+        "c_json": row.c_json, "c_real": row.c_real, "c_numeric": row.c_numeric,
+        "c_boolean": row.c_boolean, "c_uuid": row.c_uuid, "c_date": row.c_date,
         "c_datetime": row.c_datetime,
     }
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.parse_sqlite_time(r[5]),
     )
 
@@ -168,23 +140,14 @@ RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", 
 
 
 def claim(
-    conn: sqlite3.Connection,
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: sqlite3.Connection, *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.sqlite_time(locked_until),
-            "group": group,
-            "now": _v.sqlite_time(now),
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": _v.sqlite_time(locked_until), "group": group, "now": _v.sqlite_time(now),
+        "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -201,25 +164,16 @@ WHERE "id" = :id
 
 
 def renew(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -235,25 +189,16 @@ WHERE "id" = :id
 
 
 def finish(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: int, now: datetime.datetime, locked_until: datetime.datetime,
     attempt: int,
 ) -> bool:
     """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
     longer held (the row is untouched).
     """
-    cur = conn.execute(
-        FINISH,
-        {
-            "now": _v.sqlite_time(now),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(FINISH, {
+        "now": _v.sqlite_time(now), "id": id, "locked_until": _v.sqlite_time(locked_until),
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -268,23 +213,14 @@ WHERE "id" = :id
 
 
 def retry(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY, {
+        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -300,25 +236,16 @@ WHERE "id" = :id
 
 
 def retry_after(
-    conn: sqlite3.Connection,
-    *,
-    id: int,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
     retry_after: datetime.datetime,
 ) -> bool:
     """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RETRY_AFTER,
-        {
-            "retry_after": _v.sqlite_time(retry_after),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY_AFTER, {
+        "retry_after": _v.sqlite_time(retry_after), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -336,25 +263,16 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
-    new_locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int], new_locked_until: datetime.datetime,
 ) -> list[int]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "held": _v.json_text(held),
+    })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
@@ -373,25 +291,14 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[int],
-    now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
+    conn: sqlite3.Connection, *, id: Sequence[int], now: datetime.datetime,
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[int]:
     """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
     entry per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
-    cur = conn.execute(
-        FINISH_MANY,
-        {
-            "now": _v.sqlite_time(now),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(FINISH_MANY, {"now": _v.sqlite_time(now), "held": _v.json_text(held)})
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
@@ -509,90 +416,35 @@ def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    retry_after=retry_after,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
+    renew_many=renew_many, finish_many=finish_many, insert=insert, insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "RETRY_AFTER": RETRY_AFTER,
-    "INSERT": INSERT,
-    "INSERT_UNIQUE": INSERT_UNIQUE,
-    "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
-    "PRUNE": PRUNE,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
+    "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="lite_lease_jobs",
-    schema=None,
-    dialect="sqlite",
-    form="lease",
-    fifo=False,
+    table="lite_lease_jobs", schema=None, dialect="sqlite", form="lease", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "group": "queue",
-        "priority": "priority",
-        "retry_after": "retry_after",
-        "attempt": "attempt",
-        "processed_at": "processed_at",
-        "locked_until": "locked_until",
-        "headers": "headers",
-        "payload": "payload",
+        "id": "id", "group": "queue", "priority": "priority", "retry_after": "retry_after",
+        "attempt": "attempt", "processed_at": "processed_at", "locked_until": "locked_until",
+        "headers": "headers", "payload": "payload",
     },
     columns=(
-        "id",
-        "queue",
-        "priority",
-        "retry_after",
-        "attempt",
-        "processed_at",
-        "locked_until",
-        "headers",
-        "payload",
-        "c_integer",
-        "c_int",
-        "c_text",
-        "c_varchar",
-        "c_blob",
-        "c_json",
-        "c_real",
-        "c_numeric",
-        "c_boolean",
-        "c_uuid",
-        "c_date",
-        "c_datetime",
+        "id", "queue", "priority", "retry_after", "attempt", "processed_at", "locked_until",
+        "headers", "payload", "c_integer", "c_int", "c_text", "c_varchar", "c_blob", "c_json",
+        "c_real", "c_numeric", "c_boolean", "c_uuid", "c_date", "c_datetime",
     ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/lite_lease_jobs.toml",
-    ops=OPS,
-    async_ops=None,
+    source="specs/lite_lease_jobs.toml", ops=OPS, async_ops=None,
 )

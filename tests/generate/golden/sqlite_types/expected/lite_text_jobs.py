@@ -51,11 +51,7 @@ class NewRow:
 
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
-        id=r[0],
-        queue=r[1],
-        attempt=r[2],
-        locked_until=_v.parse_sqlite_time(r[3]),
-        headers=r[4],
+        id=r[0], queue=r[1], attempt=r[2], locked_until=_v.parse_sqlite_time(r[3]), headers=r[4],
         payload=r[5],
     )
 
@@ -66,8 +62,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "queue": row.queue,
+        "id": row.id, "queue": row.queue,
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
         "payload": _v.json_text(row.payload),
     }
@@ -75,11 +70,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
     return QueueStatus(
-        group=r[0],
-        ready=int(r[1] or 0),
-        scheduled=int(r[2] or 0),
-        in_work=None if r[3] is None else int(r[3]),
-        finished=None if r[4] is None else int(r[4]),
+        group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
+        in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
     )
 
@@ -108,23 +100,14 @@ RETURNING "id", "queue", "attempt" - 1 AS "attempt", "locked_until", "headers", 
 
 
 def claim(
-    conn: sqlite3.Connection,
-    *,
-    group: str,
-    now: datetime.datetime,
-    locked_until: datetime.datetime,
-    limit: int = 1,
+    conn: sqlite3.Connection, *, group: str, now: datetime.datetime,
+    locked_until: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(
-        CLAIM,
-        {
-            "locked_until": _v.sqlite_time(locked_until),
-            "group": group,
-            "now": _v.sqlite_time(now),
-            "limit": limit,
-        },
-    )
+    cur = conn.execute(CLAIM, {
+        "locked_until": _v.sqlite_time(locked_until), "group": group, "now": _v.sqlite_time(now),
+        "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -141,25 +124,16 @@ WHERE "id" = :id
 
 
 def renew(
-    conn: sqlite3.Connection,
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: str, locked_until: datetime.datetime, attempt: int,
     new_locked_until: datetime.datetime,
 ) -> bool:
     """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
     held (the row is untouched).
     """
-    cur = conn.execute(
-        RENEW,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RENEW, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -173,23 +147,14 @@ WHERE "id" = :id
 
 
 def finish(
-    conn: sqlite3.Connection,
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: str, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Ack or drop: delete the row. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        FINISH,
-        {
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(FINISH, {
+        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -204,23 +169,14 @@ WHERE "id" = :id
 
 
 def retry(
-    conn: sqlite3.Connection,
-    *,
-    id: str,
-    locked_until: datetime.datetime,
-    attempt: int,
+    conn: sqlite3.Connection, *, id: str, locked_until: datetime.datetime, attempt: int,
 ) -> bool:
     """Return the row to the queue now. Returns False when the lease is no longer held (the row is
     untouched).
     """
-    cur = conn.execute(
-        RETRY,
-        {
-            "id": id,
-            "locked_until": _v.sqlite_time(locked_until),
-            "attempt": attempt,
-        },
-    )
+    cur = conn.execute(RETRY, {
+        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
@@ -238,25 +194,16 @@ RETURNING "id"
 
 
 def renew_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[str],
-    locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int],
-    new_locked_until: datetime.datetime,
+    conn: sqlite3.Connection, *, id: Sequence[str], locked_until: Sequence[datetime.datetime],
+    attempt: Sequence[int], new_locked_until: datetime.datetime,
 ) -> list[str]:
     """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
     one entry per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
-    cur = conn.execute(
-        RENEW_MANY,
-        {
-            "new_locked_until": _v.sqlite_time(new_locked_until),
-            "held": _v.json_text(held),
-        },
-    )
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    cur = conn.execute(RENEW_MANY, {
+        "new_locked_until": _v.sqlite_time(new_locked_until), "held": _v.json_text(held),
+    })
     return [cast(str, r[0]) for r in cur.fetchall()]
 
 
@@ -273,17 +220,13 @@ RETURNING "id"
 
 
 def finish_many(
-    conn: sqlite3.Connection,
-    *,
-    id: Sequence[str],
-    locked_until: Sequence[datetime.datetime],
+    conn: sqlite3.Connection, *, id: Sequence[str], locked_until: Sequence[datetime.datetime],
     attempt: Sequence[int],
 ) -> list[str]:
     """Ack or drop many rows: delete them. Returns the ids settled. The sequences hold one entry
     per row.
     """
-    held = [[i, _v.sqlite_time(t), a]
-            for i, t, a in zip(id, locked_until, attempt, strict=True)]
+    held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
     cur = conn.execute(FINISH_MANY, {"held": _v.json_text(held)})
     return [cast(str, r[0]) for r in cur.fetchall()]
 
@@ -337,67 +280,29 @@ def status(conn: sqlite3.Connection, *, now: datetime.datetime) -> list[QueueSta
 
 
 OPS: Final = Operations(
-    claim=claim,
-    renew=renew,
-    finish=finish,
-    retry=retry,
-    renew_many=renew_many,
-    finish_many=finish_many,
-    insert=insert,
-    insert_many=insert_many,
+    claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
+    finish_many=finish_many, insert=insert, insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM,
-    "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY,
-    "RETRY": RETRY,
-    "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY,
+    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
-    table="lite_text_jobs",
-    schema=None,
-    dialect="sqlite",
-    form="lease",
-    fifo=False,
+    table="lite_text_jobs", schema=None, dialect="sqlite", form="lease", fifo=False,
     count_crashes=False,
     roles={
-        "id": "id",
-        "group": "queue",
-        "attempt": "attempt",
-        "locked_until": "locked_until",
-        "headers": "headers",
-        "payload": "payload",
+        "id": "id", "group": "queue", "attempt": "attempt", "locked_until": "locked_until",
+        "headers": "headers", "payload": "payload",
     },
-    columns=(
-        "id",
-        "queue",
-        "attempt",
-        "locked_until",
-        "headers",
-        "payload",
-    ),
-    statements=STATEMENTS,
-    claimed_row=ClaimedRow,
-    new_row=NewRow,
-    codec="json",
-    decode_payload=decode_payload,
-    advisory_key=None,
-    dead_letter_group=None,
-    dead_letter_table=None,
+    columns=("id", "queue", "attempt", "locked_until", "headers", "payload"),
+    statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
+    decode_payload=decode_payload, advisory_key=None,
+    dead_letter_group=None, dead_letter_table=None,
     defaults=RuntimeDefaults(
-        workers=1,
-        batch=1,
-        lease_seconds=30,
-        poll_interval=1.0,
-        max_attempts=None,
+        workers=1, batch=1, lease_seconds=30, poll_interval=1.0, max_attempts=None,
     ),
-    source="specs/lite_text_jobs.toml",
-    ops=OPS,
-    async_ops=None,
+    source="specs/lite_text_jobs.toml", ops=OPS, async_ops=None,
 )
