@@ -417,6 +417,7 @@ class Server:
     label: str
     cpu: Callable[[], float] | None
     stop: Callable[[], None] = lambda: None
+    errors: Callable[[], str] = lambda: ""  # the server log's last error, where it has one
 
 
 def postgres(dsn: str | None) -> Server:
@@ -428,7 +429,8 @@ def postgres(dsn: str | None) -> Server:
     server = PostgresServer()
     root = int((server.data_dir / "postmaster.pid").read_text().split()[0])
     return Server("postgres", server.create_database("backlog"), "PostgreSQL (private server)",
-                  lambda: server_cpu("postgres", root), server.stop)
+                  lambda: server_cpu("postgres", root), server.stop,
+                  lambda: last_error(server.log_tail(200)))
 
 
 def mysql(url: str | None) -> Server:
@@ -440,7 +442,13 @@ def mysql(url: str | None) -> Server:
     assert server._proc is not None
     pid = server._proc.pid
     return Server("mysql", server.create_database("backlog"), "MariaDB (private server)",
-                  lambda: server_cpu("mariadbd", pid), server.stop)
+                  lambda: server_cpu("mariadbd", pid), server.stop,
+                  lambda: last_error(server.log_tail(400)))
+
+
+def last_error(log: str) -> str:
+    lines = [x for x in log.splitlines() if "ERROR" in x or "FATAL" in x or "PANIC" in x]
+    return lines[-1].strip() if lines else ""
 
 
 def sqlite(folder: Path) -> Server:
@@ -579,8 +587,18 @@ async def drain_async(q: Queue, server: Server, n: int, budget: float, tenths: b
     return Drain(jobs, done, seconds, here, there if server.cpu else None, marks)
 
 
+# How long a drain may take beyond its budget (the Worker's start and shutdown) before the run
+# gives up on it.
+DRAIN_GRACE_S = 120.0
+
+
 def drain(q: Queue, server: Server, n: int, budget: float, tenths: bool = False) -> Drain:
-    return asyncio.run(drain_async(q, server, n, budget, tenths))
+    try:
+        return asyncio.run(asyncio.wait_for(drain_async(q, server, n, budget, tenths),
+                                            budget + DRAIN_GRACE_S))
+    except TimeoutError:
+        raise RuntimeError(f"the Worker's drain did not end within {DRAIN_GRACE_S:g} s of "
+                           f"its {budget:g} s budget") from None
 
 
 # -- one measurement --------------------------------------------------------------------------
@@ -620,6 +638,9 @@ def measure(q: Queue, server: Server, size: int, jobs: int, budget: float) -> Fi
         rate=d.rate, server_us=None if d.server_s is None else d.server_s / max(d.jobs, 1) * 1e6,
         here_us=d.here_s / max(d.jobs, 1) * 1e6, buffers=buffers, rounds=len(seconds),
         jobs=d.jobs, cut=len(seconds) < jobs or d.total < jobs)
+
+
+MEASURING = ["start-up"]  # what is being measured, for a message when it fails
 
 
 # -- printing ---------------------------------------------------------------------------------
@@ -676,6 +697,7 @@ def run_backlog(args: argparse.Namespace, server: Server, folder: Path) -> None:
             indexes.setdefault(kind, set()).add(q.index or "(none: the build asked for none)")
             base: Figures | None = None
             for size in args.sizes:
+                MEASURING[0] = f"{form} {kind} backlog {size:,}"
                 f = measure(q, server, size, args.jobs, args.budget)
                 if size == 0:
                     base = f
@@ -734,6 +756,7 @@ def run_continuous(args: argparse.Namespace, server: Server, folder: Path) -> No
         if form not in DIALECT_FORMS[server.dialect]:
             continue
         for kind in args.kinds:
+            MEASURING[0] = f"{form} {kind} continuous"
             q = build(server.dialect, form, kind, folder)
             # the due jobs filled as a backlog would be: n rows in one statement
             make_table(q, server, due_values(q.dialect, q.kind), n, 0)
@@ -797,16 +820,33 @@ def main(argv: list[str] | None = None) -> None:
     args.budget_continuous = args.budget or 3600.0
     args.budget = args.budget or (10.0 if args.quick else 20.0)
     folder = Path(tempfile.mkdtemp(prefix="inboxgen-backlog-"))
+    failed = False
     for dialect in args.dialects:
-        server = start(dialect, args, folder)
+        MEASURING[0] = "start-up"
+        try:
+            server = start(dialect, args, folder)
+        except Exception as err:  # a server that does not start: its first line says why
+            failed = True
+            first = (str(err).strip().splitlines() or [""])[0]
+            print(f"backlog.py: {dialect}: the server did not start: {type(err).__name__}: "
+                  f"{first}", flush=True)
+            continue
         try:
             if args.continuous:
                 run_continuous(args, server, folder / dialect)
             else:
                 run_backlog(args, server, folder / dialect)
+        except Exception as err:  # a server that died, a drain that hung: say so, go on
+            failed = True
+            log = server.errors()
+            print(f"backlog.py: {server.label}: stopped at {MEASURING[0]}: "
+                  f"{type(err).__name__}: {err}" + (f" (server log: {log})" if log else ""),
+                  flush=True)
         finally:
             server.stop()
     shutil.rmtree(folder, ignore_errors=True)
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
