@@ -713,9 +713,10 @@ def sizes_now(s: Session) -> dict[str, float]:
         r = s.conn.execute(
             f"SELECT pg_relation_size('{TABLE}'), pg_indexes_size('{TABLE}'), "
             f"pg_total_relation_size('{TABLE}'), n_live_tup, n_dead_tup, n_tup_upd, "
-            f"n_tup_hot_upd, n_tup_del, autovacuum_count "
+            f"n_tup_hot_upd, n_tup_del, autovacuum_count, (SELECT count(*) FROM {TABLE}) "
             f"FROM pg_stat_user_tables WHERE relname = '{TABLE}'").fetchone()
-        keys = ("table", "indexes", "total", "live", "dead", "upd", "hot", "del", "autovacuum")
+        keys = ("table", "indexes", "total", "live", "dead", "upd", "hot", "del", "autovacuum",
+                "rows")
         return dict(zip(keys, (float(v) for v in r), strict=True))
     if s.dialect == "sqlite":
         pages = s.conn.execute("PRAGMA page_count").fetchone()[0]
@@ -739,7 +740,8 @@ def describe(dialect: str, where: str, v: dict[str, float]) -> str:
     if dialect == "postgres":
         hot = f"{v['hot'] / v['upd']:.0%}" if v["upd"] else "-"
         return (f"  {where:17} total {mb(v['total'])} (table {mb(v['table'])}, indexes "
-                f"{mb(v['indexes'])}); live {v['live']:,.0f}, dead {v['dead']:,.0f}; updates "
+                f"{mb(v['indexes'])}); rows {v['rows']:,.0f} (n_live_tup {v['live']:,.0f}), "
+                f"dead {v['dead']:,.0f}; updates "
                 f"{v['upd']:,.0f} ({hot} HOT), deletes {v['del']:,.0f}, autovacuums "
                 f"{v['autovacuum']:.0f}")
     if dialect == "sqlite":
