@@ -58,17 +58,20 @@ async def noop(job: object) -> None:
     return None
 
 
-def server_cpu() -> float:
-    """CPU seconds of the postgres processes so far (the postmaster counts the backends that
-    ended)."""
+def server_cpu(name: str = "postgres", root: int | None = None) -> float:
+    """CPU seconds of the server's processes so far (the postmaster counts the backends that
+    ended): every process called `name`, or with `root` (the server's main process id) only
+    that one and its children, so that other servers on the machine do not count."""
     total = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        if stat[stat.index("(") + 1:stat.rindex(")")] == "postgres":
+        if stat[stat.index("(") + 1:stat.rindex(")")] == name:
             fields = stat[stat.rindex(")") + 2:].split()
+            if root is not None and root not in (int(pid), int(fields[1])):
+                continue  # fields[1]: the parent's id
             total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
     return total / os.sysconf("SC_CLK_TCK")
 

@@ -46,6 +46,7 @@ class InboxgenPeer(AsyncPeer):
     backend = "postgres"
     form = "row_lock"
     batch = 1
+    group: str | None = None  # the table's group (column queue) where it has one
     bulk_api = "insert_many_async(conn, rows) (one INSERT ... SELECT FROM unnest)"
 
     @property
@@ -82,23 +83,29 @@ class InboxgenPeer(AsyncPeer):
                                                          autocommit=True) as conn:
             yield self.enqueuer(generated(self.form), conn)
 
+    def new_row(self, mod: ModuleType, i: int) -> Any:
+        if self.group is None:
+            return mod.NewRow(payload={"n": i})
+        return mod.NewRow(queue=self.group, payload={"n": i})
+
     def enqueuer(self, mod: ModuleType, conn: Any) -> Any:
+        peer = self
+
         class Client:
             async def enqueue_one(self, i: int) -> None:
-                await mod.insert_async(conn, mod.NewRow(payload={"n": i}), notify=True)
+                await mod.insert_async(conn, peer.new_row(mod, i), notify=True)
 
             async def enqueue_many(self, ids: list[int]) -> None:
                 async with conn.transaction():
-                    await mod.insert_many_async(conn, [mod.NewRow(payload={"n": i})
-                                                       for i in ids])
-                    await mod.notify_async(conn)
+                    await mod.insert_many_async(conn, [peer.new_row(mod, i) for i in ids])
+                    await mod.notify_async(conn, peer.group or "")
 
         return Client()
 
     async def aworker(self, target: Target, opts: WorkerOpts, stop: asyncio.Event) -> None:
         worker = Worker(generated(self.form).DESCRIPTOR, _handler, database=target.conninfo,
-                        workers=opts.concurrency, batch=self.batch, listen=True,
-                        poll_interval=1.0)
+                        group=self.group, workers=opts.concurrency, batch=self.batch,
+                        listen=True, poll_interval=1.0)
         await worker.start()
         try:
             await stop.wait()

@@ -14,4 +14,4 @@ def test_bench_modules_are_up_to_date() -> None:
     result = subprocess.run([sys.executable, "-m", "inboxgen", "verify"], cwd=BENCH,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "verified 3 module(s)" in result.stdout
+    assert "verified 4 module(s)" in result.stdout

@@ -15,3 +15,14 @@ CREATE TABLE bench_lease (
     payload JSONB NOT NULL
 );
 CREATE INDEX bench_lease_ready ON bench_lease (id) WHERE processed_at IS NULL;
+
+-- Row lock counting every claim (max_attempts and a dead-letter group): one group, "jobs".
+CREATE TABLE bench_row_lock_counted (
+    id BIGSERIAL PRIMARY KEY,
+    queue TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    processed_at TIMESTAMPTZ,
+    payload JSONB NOT NULL
+);
+CREATE INDEX bench_row_lock_counted_ready ON bench_row_lock_counted (queue, id)
+    WHERE processed_at IS NULL;
