@@ -304,9 +304,16 @@ class Layout:
                              for r in roles)
 
         body = ",\n".join(f"    {ident(name, dialect)} {sql}" for _, name, sql in cols)
-        order = names(*(["group"] if self.group else []), "priority", "retry_after", "id")
+        # The claim index the build asks for: over unfinished rows only where finished rows are
+        # kept (partial; on MySQL keyed by processed_at after the group).
+        key = [*(["group"] if self.group else []), "priority", "retry_after", "id"]
+        where = ""
+        if self.processed and dialect == "mysql":
+            key.insert(1 if self.group else 0, "processed_at")
+        elif self.processed:
+            where = f" WHERE {names('processed_at')} IS NULL"
         out = [f"CREATE TABLE jobs (\n{body}\n){options};",
-               f"CREATE INDEX jobs_claim ON jobs ({order});"]
+               f"CREATE INDEX jobs_claim ON jobs ({names(*key)}){where};"]
         if self.unique:
             out.append(f"CREATE UNIQUE INDEX jobs_once ON jobs "
                        f"({names('account', *(['group'] if self.group else []))});")
