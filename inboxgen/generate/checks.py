@@ -560,8 +560,7 @@ class _Checker:
                                       f"non-HOT update", i.path)
         # Without the index asked for, a MySQL claim still reads one in the claim order (over
         # finished rows too) rather than sorting, which would lock every due row it examines.
-        ordered = [i for i in indexes
-                   if [c.lower() for c in i.columns[:len(order)]] == [c.lower() for c in order]]
+        ordered = [i for i in indexes if wanted.ordered_by(i.columns)]
         for index in serving or ordered:
             if index.name:
                 return index.name, wanted

@@ -78,6 +78,10 @@ class ClaimIndex:
             return _leads(columns, self.order)
         return _leads(columns, self.keyed_by_finished())
 
+    def ordered_by(self, columns: Sequence[str]) -> bool:
+        """Whether a key leads with the claim order (over every row, finished ones too)."""
+        return _leads(columns, self.order)
+
     def ddl(self, d: Dialect) -> str:
         """The CREATE INDEX statement, as messages suggest it."""
         n = d.advice_name
