@@ -19,6 +19,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 from psycopg.types.json import Jsonb
 
@@ -123,6 +124,17 @@ FROM pg_stat_activity
 WHERE xact_start IS NOT NULL
   AND pid <> pg_backend_pid()
   AND datname = current_database()
+"""
+
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
 """
 
 # Count the advisory locks held in the database (every table's).
@@ -371,6 +383,23 @@ def advisory_locks(conn: psycopg.Connection[Any]) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"ledger_jobs\""})
+    row = cur.fetchone()
+    if row is None:  # no such table on the search path
+        return None
+    return TableHealth(
+        dead_tuples=int(row[0]),
+        live_tuples=int(row[1]),
+        hot_share=None if row[2] is None else float(row[2]),
+        last_autovacuum=row[3],
+    )
+
+
 def requeue(
     conn: psycopg.Connection[Any],
     *,
@@ -557,6 +586,23 @@ async def advisory_locks_async(conn: psycopg.AsyncConnection[Any]) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"ledger_jobs\""})
+    row = await cur.fetchone()
+    if row is None:  # no such table on the search path
+        return None
+    return TableHealth(
+        dead_tuples=int(row[0]),
+        live_tuples=int(row[1]),
+        hot_share=None if row[2] is None else float(row[2]),
+        last_autovacuum=row[3],
+    )
+
+
 async def requeue_async(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -621,6 +667,7 @@ STATEMENTS: Final = {
     "STATUS": STATUS,
     "STATUS_DEAD": STATUS_DEAD,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "TABLE_HEALTH": TABLE_HEALTH,
     "ADVISORY_LOCKS": ADVISORY_LOCKS,
     "REQUEUE_MOVE": REQUEUE_MOVE,
     "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS,

@@ -257,7 +257,7 @@ def _status(project: Project, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status.as_json(tables), indent=2))
     else:
-        sys.stdout.write(status.as_text(tables))
+        sys.stdout.write(status.as_text(tables, now))
     return EXIT_OK
 
 

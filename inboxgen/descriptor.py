@@ -42,6 +42,16 @@ class QueueStatus:
 
 
 @attrs.frozen(kw_only=True)
+class TableHealth:
+    """A PostgreSQL queue table as the server's statistics count it (pg_stat_user_tables)."""
+
+    dead_tuples: int  # row versions dead and not yet vacuumed away
+    live_tuples: int
+    hot_share: float | None  # the share of its updates that were HOT; None before any update
+    last_autovacuum: datetime.datetime | None  # None: never since the statistics were reset
+
+
+@attrs.frozen(kw_only=True)
 class Operations:
     """The generated functions of one table (sync or async); None where the form has none.
 

@@ -1056,7 +1056,7 @@ def tour(q: Queue) -> list[str]:
         conn.commit()
     # What inboxgen status, requeue and prune run.
     assert m.status(conn, now=T0)
-    for name in ("dead_count", "oldest_transaction", "advisory_locks"):
+    for name in ("dead_count", "oldest_transaction", "advisory_locks", "table_health"):
         if hasattr(m, name):
             getattr(m, name)(conn)
     if hasattr(m, "requeue"):

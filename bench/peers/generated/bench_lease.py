@@ -19,6 +19,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 from psycopg.types.json import Jsonb
 
@@ -131,6 +132,17 @@ FROM pg_stat_activity
 WHERE xact_start IS NOT NULL
   AND pid <> pg_backend_pid()
   AND datname = current_database()
+"""
+
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
 """
 
 # Delete up to `limit` rows processed before `before` (inboxgen prune).
@@ -411,6 +423,23 @@ def oldest_transaction(conn: psycopg.Connection[Any]) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"bench_lease\""})
+    row = cur.fetchone()
+    if row is None:  # no such table on the search path
+        return None
+    return TableHealth(
+        dead_tuples=int(row[0]),
+        live_tuples=int(row[1]),
+        hot_share=None if row[2] is None else float(row[2]),
+        last_autovacuum=row[3],
+    )
+
+
 def prune(conn: psycopg.Connection[Any], *, before: datetime.datetime, limit: int) -> int:
     """Delete up to `limit` rows processed before `before` (inboxgen prune). Returns how many it
     deleted.
@@ -634,6 +663,23 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
     return None if row is None or row[0] is None else float(row[0])
 
 
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"bench_lease\""})
+    row = await cur.fetchone()
+    if row is None:  # no such table on the search path
+        return None
+    return TableHealth(
+        dead_tuples=int(row[0]),
+        live_tuples=int(row[1]),
+        hot_share=None if row[2] is None else float(row[2]),
+        last_autovacuum=row[3],
+    )
+
+
 async def prune_async(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -689,6 +735,7 @@ STATEMENTS: Final = {
     "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "TABLE_HEALTH": TABLE_HEALTH,
     "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE,
     "NOTIFY": NOTIFY,

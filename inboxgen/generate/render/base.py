@@ -421,6 +421,19 @@ class Renderer:
             out.append(self.scalar("oldest_transaction", "OLDEST_TRANSACTION", "float | None"))
         if "ADVISORY_LOCKS" in st:
             out.append(self.scalar("advisory_locks", "ADVISORY_LOCKS", "int"))
+        if "TABLE_HEALTH" in st:
+            table = py_str(q.dialect.qualified(q.table.schema, q.table.name))
+            out.append(Func("table_health", "", "TableHealth | None", st["TABLE_HEALTH"].doc, (
+                *self.run("cur = ", "TABLE_HEALTH", [f'"table": {table}']),
+                "row = AWAIT cur.fetchone()",
+                "if row is None:  # no such table on the search path",
+                "    return None",
+                "return TableHealth(",
+                "    dead_tuples=int(row[0]),",
+                "    live_tuples=int(row[1]),",
+                "    hot_share=None if row[2] is None else float(row[2]),",
+                "    last_autovacuum=row[3],",
+                ")")))
         if "PRUNE" in st:
             out.append(Func("prune", "*, before: datetime.datetime, limit: int", "int",
                             st["PRUNE"].doc + " Returns how many it deleted.", (

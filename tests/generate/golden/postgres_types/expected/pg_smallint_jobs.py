@@ -20,6 +20,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 
 TABLE: Final = "pg_smallint_jobs"
@@ -121,6 +122,17 @@ FROM pg_stat_activity
 WHERE xact_start IS NOT NULL
   AND pid <> pg_backend_pid()
   AND datname = current_database()
+"""
+
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
 """
 
 # Wake workers listening on the table's channel; the payload is the group.
@@ -345,6 +357,23 @@ def oldest_transaction(conn: psycopg.Connection[Any]) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"pg_smallint_jobs\""})
+    row = cur.fetchone()
+    if row is None:  # no such table on the search path
+        return None
+    return TableHealth(
+        dead_tuples=int(row[0]),
+        live_tuples=int(row[1]),
+        hot_share=None if row[2] is None else float(row[2]),
+        last_autovacuum=row[3],
+    )
+
+
 async def claim_async(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -529,6 +558,23 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
     return None if row is None or row[0] is None else float(row[0])
 
 
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"pg_smallint_jobs\""})
+    row = await cur.fetchone()
+    if row is None:  # no such table on the search path
+        return None
+    return TableHealth(
+        dead_tuples=int(row[0]),
+        live_tuples=int(row[1]),
+        hot_share=None if row[2] is None else float(row[2]),
+        last_autovacuum=row[3],
+    )
+
+
 OPS: Final = Operations(
     claim=claim,
     renew=renew,
@@ -564,6 +610,7 @@ STATEMENTS: Final = {
     "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "TABLE_HEALTH": TABLE_HEALTH,
     "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }
