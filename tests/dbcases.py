@@ -309,11 +309,12 @@ class Layout:
 
         body = ",\n".join(f"    {ident(name, dialect)} {sql}" for _, name, sql in cols)
         # The claim index the build asks for: over unfinished rows only where finished rows are
-        # kept (partial; on MySQL keyed by processed_at after the group).
+        # kept (partial; on MySQL keyed by processed_at after the group, but for a FIFO lease).
         key = [*(["group"] if self.group else []), "priority", "retry_after", "id"]
         where = ""
         if self.processed and dialect == "mysql":
-            key.insert(1 if self.group else 0, "processed_at")
+            if not (self.fifo and self.form == "lease"):
+                key.insert(1 if self.group else 0, "processed_at")
         elif self.processed:
             where = f" WHERE {names('processed_at')} IS NULL"
         out = [f"CREATE TABLE jobs (\n{body}\n){options};",

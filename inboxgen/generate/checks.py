@@ -133,8 +133,8 @@ class _Checker:
         dead_table = self.dead_letter(table, roles)
         unique = self.unique(table, fields)
         # Roles whose column is missing were reported; the index advice would be off by them.
-        claim_index, suggested = (self.indexes(table, roles) if self.declared <= roles.keys()
-                                  else (None, None))
+        claim_index, suggested = (self.indexes(table, roles, form)
+                                  if self.declared <= roles.keys() else (None, None))
         if any(d.severity == "error" for d in self.found):
             return None
         self.table_settings(table)  # advice for a table that builds
@@ -531,7 +531,7 @@ class _Checker:
                          f"\"{table.name}\": the insert's conflict clause needs one")
         return tuple(out)
 
-    def indexes(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]]
+    def indexes(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]], form: str
                 ) -> tuple[str | None, ClaimIndex | None]:
         """Warn about indexes. Returns the name of the index that serves the claim (MySQL
         claims name it, see statements/mysql.py), or None, and the claim index the build asks
@@ -540,8 +540,14 @@ class _Checker:
                  if r in roles]
         if not order:
             return None, None
-        wanted = ClaimIndex(TableRef(table.schema, table.name), tuple(order),
-                            roles["processed_at"][1].name if "processed_at" in roles else None,
+        finished = roles["processed_at"][1].name if "processed_at" in roles else None
+        if not self.d.partial_indexes and form == LEASE and self.spec.fifo:
+            # A MySQL FIFO lease claim waits for its group's head (FOR UPDATE) through the index
+            # it names, and finishing a row moves the row's entry in an index keyed by
+            # processed_at: the two deadlock, and InnoDB may roll the finish back. There the
+            # claim order over every row stays.
+            finished = None
+        wanted = ClaimIndex(TableRef(table.schema, table.name), tuple(order), finished,
                             "group" in roles)
         indexes = self.catalog.indexes_of(table)
         serving = [i for i in indexes if wanted.served_by(self.d, i.columns, i.where_null)]

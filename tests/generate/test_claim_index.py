@@ -80,3 +80,21 @@ def test_the_catalog_keeps_the_column_a_partial_index_requires_null() -> None:
     # As PostgreSQL's pg_get_expr() gives an index's predicate back.
     assert null_column("(processed_at IS NULL)", pg) == "processed_at"
     assert null_column("(processed_at IS NULL) AND (x > 1)", pg) is None
+
+
+def test_a_mysql_fifo_lease_keeps_the_claim_order_over_every_row(tmp_path: Path) -> None:
+    """Its claim waits for the group's head through the index it names; finishing a row would
+    move the row's entry in an index keyed by processed_at, and the two would deadlock."""
+    spec = MYSQL_SPEC.replace("[columns]", "fifo = true\n\n[columns]") + \
+        'until = "locked_until"\n'
+    table = MYSQL_TABLE.replace("processed_at DATETIME(6) NULL,",
+                                "processed_at DATETIME(6) NULL,\n    until DATETIME NULL,")
+    project = make_project(tmp_path, spec, table + (
+        "CREATE INDEX jobs_order ON jobs (grp, priority, id);\n"
+        "CREATE INDEX jobs_unfinished ON jobs (grp, processed_at, priority, id);\n"))
+    generated = generate(project, [project.specs / "jobs.toml"])
+    assert generated.ok, [d.format() for d in generated.diagnostics]
+    ((_, text),) = generated.outputs.items()
+    assert "FROM `jobs` FORCE INDEX (`jobs_order`)" in text
+    assert "jobs_unfinished" not in text
+    assert [d.message for d in generated.diagnostics] == []
