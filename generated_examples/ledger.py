@@ -20,6 +20,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 from psycopg.types.json import Jsonb
 
@@ -463,6 +464,38 @@ async def advisory_locks_async(conn: psycopg.AsyncConnection[Any]) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
+"""
+
+
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"ledger_jobs\""})
+    row = cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"ledger_jobs\""})
+    row = await cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
 # Move dead letters from the dead-letter table back into the queue, due at `now`; `reset_attempt`
 # starts their attempt count again.
 REQUEUE_MOVE: Final[LiteralString] = """
@@ -539,7 +572,7 @@ STATEMENTS: Final = {
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "ADVISORY_LOCKS": ADVISORY_LOCKS, "REQUEUE_MOVE": REQUEUE_MOVE,
+    "TABLE_HEALTH": TABLE_HEALTH, "ADVISORY_LOCKS": ADVISORY_LOCKS, "REQUEUE_MOVE": REQUEUE_MOVE,
     "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 

@@ -19,6 +19,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 
 TABLE: Final = "email_jobs"
@@ -363,6 +364,38 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
     return None if row is None or row[0] is None else float(row[0])
 
 
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
+"""
+
+
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"email_jobs\""})
+    row = cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"email_jobs\""})
+    row = await cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -434,8 +467,8 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "REQUEUE": REQUEUE,
+    "REQUEUE_IDS": REQUEUE_IDS, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -202,7 +202,7 @@ def _verify_live(project: Project, generated: Generated, url: str) -> int:
             module = load_one(project, path, generated.queues[path])
             conn, label = connected(module)
             labels.add(label)
-            for finding in live.check(module, generated.queues[path], conn):
+            for finding in live.check(module, generated.queues[path], conn, label):
                 _say(f"{shown_path(project, path)}: {finding}")
                 failed = True
     if failed:
@@ -257,7 +257,7 @@ def _status(project: Project, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status.as_json(tables), indent=2))
     else:
-        sys.stdout.write(status.as_text(tables))
+        sys.stdout.write(status.as_text(tables, now))
     return EXIT_OK
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -39,6 +39,22 @@ class QueueStatus:
     in_work: int | None  # under a live lease; None where the database cannot tell
     finished: int | None  # processed and kept; None where finishing deletes the row
     oldest_ready: datetime.datetime | None  # when the longest-waiting ready row became due
+
+
+@attrs.frozen(kw_only=True)
+class TableHealth:
+    """A PostgreSQL queue table as the server's statistics count it (pg_stat_user_tables)."""
+
+    dead_tuples: int  # row versions dead and not yet vacuumed away
+    live_tuples: int
+    hot_share: float | None  # the share of its updates that were HOT; None before any update
+    last_autovacuum: datetime.datetime | None  # None: never since the statistics were reset
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> TableHealth:
+        """From TABLE_HEALTH's row: dead, live, HOT share, last autovacuum."""
+        return cls(dead_tuples=int(row[0]), live_tuples=int(row[1]),
+                   hot_share=None if row[2] is None else float(row[2]), last_autovacuum=row[3])
 
 
 @attrs.frozen(kw_only=True)

@@ -94,6 +94,9 @@ class Index:
     partial: bool
     path: str
     line: int
+    # A partial index whose WHERE is exactly `<column> IS NULL`: that column (the claim index
+    # over unfinished rows has `processed_at IS NULL`); None for any other predicate or none.
+    where_null: str | None = None
 
 
 @attrs.define
@@ -108,6 +111,9 @@ class Table:
     gone: dict[str, tuple[str, int, str]] = attrs.field(factory=dict)
     # SQLite's WITHOUT ROWID: no rowid, so no INTEGER PRIMARY KEY that SQLite fills.
     without_rowid: bool = False
+    # PostgreSQL storage parameters set by CREATE TABLE ... WITH (...) or ALTER TABLE ... SET
+    # (...): lower-case name -> value as written.
+    settings: dict[str, str] = attrs.field(factory=dict)
 
     def column(self, name: str, dialect: Dialect) -> Column | None:
         for col in self.columns:
@@ -655,6 +661,14 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     without_rowid = getattr(exp, "WithoutRowidProperty", None)
     table.without_rowid = (without_rowid is not None and isinstance(props, exp.Expression)
                            and props.find(without_rowid) is not None)
+    if d.table_settings and isinstance(props, exp.Properties):
+        # WITH (fillfactor = 70, ...): sqlglot gives each as a plain Property.
+        for prop in props.expressions:
+            if type(prop) is exp.Property and isinstance(prop.this, (exp.Var, exp.Identifier)):
+                value = prop.args.get("value")
+                table.settings[str(prop.this.name).lower()] = (
+                    value.sql(dialect=d.sqlglot_name) if isinstance(value, exp.Expression)
+                    else str(value))
     for item in _table_items(schema_node):
         if isinstance(item, exp.LikeProperty):
             _copy_like(catalog, table, item, st)
@@ -760,12 +774,37 @@ def _create_index(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     params = idx.args.get("params")
     cols_nodes = params.args.get("columns") or [] if isinstance(params, exp.IndexParameters) else []
     cols = [_index_column(c.this if isinstance(c, exp.Ordered) else c, d) for c in cols_nodes]
-    partial = isinstance(params, exp.IndexParameters) and params.args.get("where") is not None
+    where = params.args.get("where") if isinstance(params, exp.IndexParameters) else None
     name = _ident(idx.this, d) or None
     if name and any(i.name == name for i in catalog.indexes) and tree.args.get("exists"):
         return
     catalog.indexes.append(Index(name, schema, tname, cols, bool(tree.args.get("unique")),
-                                 partial, st.path, st.line))
+                                 where is not None, st.path, st.line,
+                                 _null_column(where, d) if where is not None else None))
+
+
+def _null_column(node: exp.Expr, d: Dialect) -> str | None:
+    """The column of a predicate that is exactly `<column> IS NULL` (in parentheses or not)."""
+    if isinstance(node, exp.Where):
+        node = node.this
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if (isinstance(node, exp.Is) and isinstance(node.expression, exp.Null)
+            and not node.args.get("negate")  # IS NOT NULL
+            and isinstance(node.this, exp.Column) and not node.this.table):
+        return _ident(node.this, d)
+    return None
+
+
+def null_column(predicate: str, d: Dialect) -> str | None:
+    """`_null_column` of a predicate given as SQL text (as a server reports an index's);
+    None when it is any other condition or does not parse."""
+    try:
+        node = sqlglot.parse_one(predicate, read=d.sqlglot_name,
+                                 error_level=sqlglot.ErrorLevel.RAISE)
+    except Exception:  # any failure inside sqlglot: not the predicate looked for
+        return None
+    return _null_column(node, d)
 
 
 def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
@@ -838,6 +877,13 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
                 cols = [_index_column(e, d) for e in _index_exprs(index)]
                 catalog.indexes.append(Index(_ident(index.this, d) or None, table.schema,
                                              table.name, cols, False, False, st.path, st.line))
+        elif (isinstance(action, exp.AlterSet) and d.table_settings and action.expressions
+              and all(isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)
+                      for e in action.expressions)):
+            # SET (fillfactor = 70, ...): storage parameters.
+            for e in action.expressions:
+                table.settings[str(e.this.name).lower()] = e.expression.sql(
+                    dialect=d.sqlglot_name)
         elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "INDEX":
             for target in action.args.get("tables") or action.expressions:
                 gone = _ident(target, d)

@@ -14,7 +14,7 @@ from inboxgen.errors import Diagnostic
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.catalog import Catalog, Column, Table
 from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
-from inboxgen.generate.model import Field, Queue, TableRef, attr_name
+from inboxgen.generate.model import ClaimIndex, Field, Queue, TableRef, attr_name
 from inboxgen.generate.spec import RoleBinding, Spec
 
 # Which column kinds each role accepts (SQLite keeps its times as TEXT).
@@ -133,9 +133,11 @@ class _Checker:
         dead_table = self.dead_letter(table, roles)
         unique = self.unique(table, fields)
         # Roles whose column is missing were reported; the index advice would be off by them.
-        claim_index = self.indexes(table, roles) if self.declared <= roles.keys() else None
+        claim_index, suggested = (self.indexes(table, roles, form)
+                                  if self.declared <= roles.keys() else (None, None))
         if any(d.severity == "error" for d in self.found):
             return None
+        self.table_settings(table)  # advice for a table that builds
         return Queue(
             spec=spec, dialect=self.d, table=TableRef(table.schema, table.name), form=form,
             fifo=spec.fifo, count_crashes=self.counts_crashes(form, roles), fields=tuple(fields),
@@ -143,7 +145,7 @@ class _Checker:
             payload_type=next((b.type for b in spec.bindings if b.role == "payload"), None),
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
-            claim_index=claim_index,
+            claim_index=claim_index, suggested_index=suggested,
         )
 
     def ddl_names(self) -> str:
@@ -529,22 +531,32 @@ class _Checker:
                          f"\"{table.name}\": the insert's conflict clause needs one")
         return tuple(out)
 
-    def indexes(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]]
-                ) -> str | None:
-        """Warn about indexes; returns the name of the index that serves the claim order (MySQL
-        claims name it, see statements.py), or None."""
+    def indexes(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]], form: str
+                ) -> tuple[str | None, ClaimIndex | None]:
+        """Warn about indexes. Returns the name of the index that serves the claim (MySQL
+        claims name it, see statements/mysql.py), or None, and the claim index the build asks
+        for."""
         order = [roles[r][1].name for r in ("group", "priority", "retry_after", "id")
                  if r in roles]
         if not order:
-            return None
+            return None, None
+        finished = roles["processed_at"][1].name if "processed_at" in roles else None
+        if not self.d.partial_indexes and form == LEASE and self.spec.fifo:
+            # A MySQL FIFO lease claim waits for its group's head (FOR UPDATE) through the index
+            # it names, and finishing a row moves the row's entry in an index keyed by
+            # processed_at: the two deadlock, and InnoDB may roll the finish back. There the
+            # claim order over every row stays.
+            finished = None
+        wanted = ClaimIndex(TableRef(table.schema, table.name), tuple(order), finished,
+                            "group" in roles)
         indexes = self.catalog.indexes_of(table)
-        serving = [i for i in indexes
-                   if [c.lower() for c in i.columns[:len(order)]] == [c.lower() for c in order]]
+        serving = [i for i in indexes if wanted.served_by(self.d, i.columns, i.where_null)]
         if not serving:
+            cost = ("; claims will scan" if wanted.finished is None else
+                    " over unfinished rows only; claims walk every finished row")
             self.warn(self.spec.line("table"),
                       f"no index serves the claim order ({', '.join(order)}) of table "
-                      f"\"{table.name}\"; claims will scan: CREATE INDEX {table.name}_claim ON "
-                      f"{table.name} ({', '.join(order)})")
+                      f"\"{table.name}\"{cost}: {wanted.ddl(self.d)}")
         lease = roles.get("locked_until")
         if lease is not None and self.d.indexed_updates_cost:
             for i in indexes:
@@ -552,12 +564,46 @@ class _Checker:
                     self.warn(i.line, f"index {i.name or '(unnamed)'} on \"{table.name}\" "
                                       f"mentions {lease[1].name}: every lease renewal becomes a "
                                       f"non-HOT update", i.path)
-        for index in serving:
+        # Without the index asked for, a MySQL claim still reads one in the claim order (over
+        # finished rows too) rather than sorting, which would lock every due row it examines.
+        ordered = [i for i in indexes if wanted.ordered_by(i.columns)]
+        for index in serving or ordered:
             if index.name:
-                return index.name
+                return index.name, wanted
             if index.columns == table.primary_key and index is indexes[0]:
-                return "PRIMARY"
-        return None
+                return "PRIMARY", wanted
+        return None, wanted
+
+    def table_settings(self, table: Table) -> None:
+        """PostgreSQL: a queue table's rows are updated (claims, lease renewals, retries) and
+        deleted or finished all day. The defaults fill pages to the brim, so an update's new
+        version lands on another page (not HOT: every index gets an entry), and vacuum waits
+        until a fifth of the table is dead, which on a table that keeps finished rows is a
+        great many. See docs/operations.md."""
+        if not self.d.table_settings:
+            return
+        missing = [(k, v) for k, v in QUEUE_SETTINGS if k not in table.settings]
+        v = self.spec.server_version
+        if v is not None and v < (13,):  # no insert-driven vacuum before PostgreSQL 13
+            missing = [(k, x) for k, x in missing if "insert" not in k]
+        if not missing:
+            return
+        n = self.d.advice_name
+        name = f"{n(table.schema)}.{n(table.name)}" if table.schema else n(table.name)
+        pairs = ", ".join(f"{k} = {x}" for k, x in missing)
+        self.warn(self.spec.line("table"),
+                  f"table \"{table.name}\" keeps PostgreSQL's default storage settings, made "
+                  f"for tables that change little: claim and lease updates find no room on "
+                  f"their page to stay HOT, and dead rows wait until a fifth of the table is "
+                  f"dead: ALTER TABLE {name} SET ({pairs})")
+
+
+# A queue table's storage parameters (PostgreSQL), as the build suggests them: room on each
+# page for the new version of an updated row (70% full), and vacuum after a fixed number of
+# dead (or inserted) rows, whatever the size of the table. docs/operations.md says why.
+QUEUE_SETTINGS = (("fillfactor", "70"), ("autovacuum_vacuum_scale_factor", "0"),
+                  ("autovacuum_vacuum_threshold", "5000"),
+                  ("autovacuum_vacuum_insert_scale_factor", "0"))
 
 
 def resolve(spec: Spec, catalog: Catalog) -> tuple[Queue | None, list[Diagnostic]]:

@@ -56,6 +56,11 @@ class Dialect:
     integer_key_is_rowid: bool = False
     # MySQL: sqlglot reads an index's prefix part `col(191)` as a function call.
     prefix_parts_parse_as_calls: bool = False
+    # CREATE INDEX ... WHERE: PostgreSQL and SQLite. MySQL/MariaDB has none, so its claim index
+    # over unfinished rows leads with processed_at instead (`IS NULL` is then a lookup).
+    partial_indexes: bool = True
+    # PostgreSQL's per-table storage parameters (fillfactor, autovacuum_*).
+    table_settings: bool = False
 
     def quote(self, name: str) -> str:
         q = self.quote_char
@@ -98,6 +103,25 @@ class Dialect:
 
     def same_name(self, a: str, b: str) -> bool:
         return a.lower() == b.lower() if self.case_insensitive else a == b
+
+    def advice_name(self, name: str) -> str:
+        """A name as DDL a person copies from a message writes it: plain where it can be, else
+        quoted (upper case on PostgreSQL, which folds plain names; other characters; keywords
+        tables and columns are often named after)."""
+        plain = _PLAIN_LOWER if self.folds_to_lower else _PLAIN
+        if plain.fullmatch(name) and name.lower() not in _KEYWORDS:
+            return name
+        return self.quote(name)
+
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_LOWER = re.compile(r"[a-z_][a-z0-9_]*")
+# Reserved words a queue's table or columns are plausibly named after.
+_KEYWORDS = frozenset("""
+    all and any as asc by case check column constraint create default desc distinct else end
+    from grant group having in index is key limit not null offset on or order primary
+    references select table then to union unique user using when where window with
+""".split())
 
 
 def _postgres_too_old(v: tuple[int, ...], hashing: str) -> str | None:
@@ -146,6 +170,7 @@ POSTGRES = Dialect(
     default_schema="public",
     time_types_must_match=True,
     indexed_updates_cost=True,
+    table_settings=True,
 )
 MYSQL = Dialect(
     name="mysql",
@@ -159,6 +184,7 @@ MYSQL = Dialect(
     driver="pymysql",
     too_old=_mysql_too_old,
     prefix_parts_parse_as_calls=True,
+    partial_indexes=False,
 )
 SQLITE = Dialect(
     name="sqlite",

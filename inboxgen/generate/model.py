@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Sequence
 
 import attrs
 
@@ -39,6 +40,66 @@ class TableRef:
 
 
 @attrs.frozen
+class ClaimIndex:
+    """The index that serves a table's claim: its key in claim `order` over the unfinished
+    rows only, where the table keeps finished ones (`finished`, the processed_at column). On
+    PostgreSQL and SQLite that is a partial index, `WHERE <finished> IS NULL`; MySQL/MariaDB
+    has none, so there `finished` comes right after the group in the key instead: `IS NULL` is
+    then a lookup, and the scan reads unfinished rows only, in order."""
+
+    table: TableRef
+    order: tuple[str, ...]
+    finished: str | None = None
+    grouped: bool = False  # the order starts with the group column
+
+    @property
+    def name(self) -> str:
+        return f"{self.table.name}_claim"
+
+    def columns(self, d: Dialect) -> tuple[str, ...]:
+        if self.finished is None or d.partial_indexes:
+            return self.order
+        return self.keyed_by_finished()
+
+    def keyed_by_finished(self) -> tuple[str, ...]:
+        assert self.finished is not None
+        g = 1 if self.grouped else 0
+        return (*self.order[:g], self.finished, *self.order[g:])
+
+    def where_null(self, d: Dialect) -> str | None:
+        return self.finished if d.partial_indexes else None
+
+    def served_by(self, d: Dialect, columns: Sequence[str], where_null: str | None) -> bool:
+        """Whether an index with these key columns (and a WHERE that is exactly `<where_null>
+        IS NULL`, where it has one) serves the claim. The key with processed_at after the group
+        serves on every database."""
+        if self.finished is None or (where_null is not None
+                                     and d.same_name(where_null, self.finished)):
+            return _leads(columns, self.order)
+        return _leads(columns, self.keyed_by_finished())
+
+    def ordered_by(self, columns: Sequence[str]) -> bool:
+        """Whether a key leads with the claim order (over every row, finished ones too)."""
+        return _leads(columns, self.order)
+
+    def ddl(self, d: Dialect) -> str:
+        """The CREATE INDEX statement, as messages suggest it."""
+        n = d.advice_name
+        table = (f"{n(self.table.schema)}.{n(self.table.name)}" if self.table.schema
+                 else n(self.table.name))
+        where = self.where_null(d)
+        return (f"CREATE INDEX {n(self.name)} ON {table} "
+                f"({', '.join(n(c) for c in self.columns(d))})"
+                + (f" WHERE {n(where)} IS NULL" if where else ""))
+
+
+def _leads(columns: Sequence[str], order: Sequence[str]) -> bool:
+    """Whether the key `columns` start with `order` (index names as written: compared without
+    regard to case, as the claim-order check always has)."""
+    return [c.lower() for c in columns[:len(order)]] == [c.lower() for c in order]
+
+
+@attrs.frozen
 class Queue:
     spec: Spec
     dialect: Dialect
@@ -55,6 +116,8 @@ class Queue:
     unique: tuple[Field, ...]
     runtime: RuntimeDefaults
     claim_index: str | None = None  # the index serving the claim order, where it has a name
+    # The claim index the build asks for (verify --database-url looks for it on the server).
+    suggested_index: ClaimIndex | None = None
 
     def role(self, role: str) -> Field | None:
         return next((f for f in self.fields if f.role == role), None)

@@ -18,7 +18,7 @@ from inboxgen.generate.model import Queue
 from inboxgen.generate.statements import Statement
 
 # PostgreSQL's views that status statements read; their columns are the server's.
-_SERVER_VIEWS = frozenset({"pg_stat_activity", "pg_locks", "pg_database"})
+_SERVER_VIEWS = frozenset({"pg_stat_activity", "pg_locks", "pg_database", "pg_stat_user_tables"})
 
 
 def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog) -> None:

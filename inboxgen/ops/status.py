@@ -1,6 +1,7 @@
 """`inboxgen status`: per table and group, how many jobs are ready, scheduled, in work,
 finished and dead, how long the oldest ready job has waited, and (PostgreSQL) the oldest open
-transaction. Runs the modules' STATUS statements and nothing else."""
+transaction, and each table's dead rows, HOT updates and last autovacuum. Runs the modules' STATUS
+statements and nothing else."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ class TableStatus:
     dead_table: int | None  # rows in the dead-letter table, where there is one
     advisory_locks: int | None  # PostgreSQL advisory form: locks held in the database
     oldest_transaction_s: float | None  # PostgreSQL: the oldest open transaction's age
+    # PostgreSQL, from the server's statistics: row versions dead and not yet vacuumed, the
+    # share of updates that were HOT (None before any), the last autovacuum (ISO 8601).
+    dead_tuples: int | None = None
+    live_tuples: int | None = None
+    hot_update_share: float | None = None
+    last_autovacuum: str | None = None
 
 
 def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableStatus:
@@ -36,17 +43,25 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
         locks = module.advisory_locks(conn) if hasattr(module, "advisory_locks") else None
         oldest = (module.oldest_transaction(conn) if hasattr(module, "oldest_transaction")
                   else None)
+        health = module.table_health(conn) if hasattr(module, "table_health") else None
     finally:
         conn.rollback()  # read only: nothing to keep
-    return TableStatus(d.qualified_name, label, groups, dead, locks,
-                       None if oldest is None else round(oldest, 3))
+    vacuumed = None if health is None or health.last_autovacuum is None else \
+        health.last_autovacuum.isoformat()
+    return TableStatus(
+        d.qualified_name, label, groups, dead, locks, None if oldest is None else round(oldest, 3),
+        dead_tuples=None if health is None else health.dead_tuples,
+        live_tuples=None if health is None else health.live_tuples,
+        hot_update_share=(None if health is None or health.hot_share is None
+                          else round(health.hot_share, 3)),
+        last_autovacuum=vacuumed)
 
 
 def as_json(tables: list[TableStatus]) -> list[dict[str, Any]]:
     return [attrs.asdict(t) for t in tables]
 
 
-def as_text(tables: list[TableStatus]) -> str:
+def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
     heads = ["table", "group", "ready", "scheduled", "in work", "finished", "dead",
              "oldest ready"]
     rows: list[list[str]] = []
@@ -69,10 +84,25 @@ def as_text(tables: list[TableStatus]) -> str:
         if t.oldest_transaction_s is not None:
             notes.append(f"{t.table}: oldest open transaction in the database: "
                          f"{_age(t.oldest_transaction_s)}")
+        if t.dead_tuples is not None:
+            notes.append(_health(t, now))
     widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in [heads, *rows]]
     return "\n".join(lines + notes) + "\n"
+
+
+def _health(t: TableStatus, now: _dt.datetime | None) -> str:
+    hot = ("no updates yet" if t.hot_update_share is None else
+           f"{t.hot_update_share:.0%} of updates HOT")
+    if t.last_autovacuum is None:
+        vacuum = "never autovacuumed"
+    else:
+        at = _dt.datetime.fromisoformat(t.last_autovacuum)
+        vacuum = (f"last autovacuum {_age(max((now - at).total_seconds(), 0.0))} ago"
+                  if now is not None else f"last autovacuum {t.last_autovacuum}")
+    return (f"{t.table}: {t.dead_tuples} dead row version(s) beside {t.live_tuples} live, "
+            f"{hot}, {vacuum}")
 
 
 def _n(value: int | None) -> str:

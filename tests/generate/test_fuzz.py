@@ -413,7 +413,10 @@ ddl = "{ddl}"
 id = {{ role = "id", generated = true }}
 payload = "payload"
 '''
-CREATE = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload BYTEA NOT NULL);\n"
+# With the table settings the build asks for, so that its output is only what a test looks for.
+CREATE = ("CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload BYTEA NOT NULL) WITH (fillfactor = "
+          "70, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000, "
+          "autovacuum_vacuum_insert_scale_factor = 0);\n")
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -96,6 +96,45 @@ def test_status_counts_each_state_of_each_group(project: Callable[..., Project],
     assert any(r.split()[:6] == ["jobs", "g", "2", "1", "1", "1"] for r in rows), text.stdout
 
 
+def test_status_shows_dead_rows_hot_updates_and_autovacuum_on_postgres(
+        project: Callable[..., Project]) -> None:
+    root, q, url = project("postgres", Layout(form="lease", group=True, dead="group"))
+    ids = mix(q)  # claims (HOT: the lease is in no index), a finish and a dead letter (not HOT)
+    conn = q.connect()
+    conn.execute(f"DELETE FROM jobs WHERE id = {ids['ready-2']}")
+    conn.commit()
+    for c in q.connections:  # each session's counts, for status to read
+        c.execute("SELECT pg_stat_force_next_flush()")
+        c.commit()
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    assert table["dead_tuples"] > 0  # the deleted row and the old versions of updated ones
+    assert table["live_tuples"] >= 0
+    assert 0 < table["hot_update_share"] < 1
+    assert table["last_autovacuum"] is None  # far below the table's vacuum threshold
+    text = run(root, "status", "--database-url", url)
+    assert text.returncode == 0, text.stderr
+    notes = [line for line in text.stdout.splitlines() if "dead row version" in line]
+    assert len(notes) == 1 and notes[0].startswith("jobs: "), text.stdout
+    assert "% of updates HOT, never autovacuumed" in notes[0], notes
+
+
+@pytest.mark.parametrize("dialect", ["mysql", "sqlite"])
+def test_status_elsewhere_shows_no_table_health(project: Callable[..., Project],
+                                                dialect: str) -> None:
+    root, q, url = project(dialect, Layout(form="lease", group=True, dead="group"))
+    mix(q)
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    assert (table["dead_tuples"], table["hot_update_share"], table["last_autovacuum"]) == (
+        None, None, None)
+    text = run(root, "status", "--database-url", url)
+    assert text.returncode == 0, text.stderr
+    assert "dead row version" not in text.stdout
+
+
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_requeue_puts_dead_letters_back_and_dry_run_changes_nothing(
         project: Callable[..., Project], dialect: str) -> None:

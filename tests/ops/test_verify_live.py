@@ -154,3 +154,59 @@ def test_a_dropped_unique_index_is_named(project: Callable[..., tuple[Path, str]
     assert ("generated/jobs.py: table jobs, unique key (account, grp): no unique index on these "
             "columns in the database, which enqueue's duplicate check needs") \
         in result.stderr.splitlines(), result.stderr
+
+
+# The claim index as the build asked for it before finished rows were considered: in the claim
+# order over every row, finished ones too.
+OVER_FINISHED_ROWS = {
+    "postgres": "DROP INDEX jobs_claim; "
+                "CREATE INDEX jobs_claim ON jobs (grp, priority, retry_after, id);",
+    "mysql": "ALTER TABLE jobs DROP INDEX jobs_claim, "
+             "ADD INDEX jobs_claim (grp, priority, retry_after, id)",
+    "sqlite": "DROP INDEX jobs_claim; "
+              "CREATE INDEX jobs_claim ON jobs (grp, priority, retry_after, id);",
+}
+ADVICE = {
+    "postgres": "CREATE INDEX jobs_claim ON jobs (grp, priority, retry_after, id) "
+                "WHERE processed_at IS NULL",
+    "mysql": "CREATE INDEX jobs_claim ON jobs (grp, processed_at, priority, retry_after, id)",
+    "sqlite": "CREATE INDEX jobs_claim ON jobs (grp, priority, retry_after, id) "
+              "WHERE processed_at IS NULL",
+}
+DATABASE = {"postgres": "(PostgreSQL at ", "mysql": "(MySQL/MariaDB at ", "sqlite": "(SQLite file "}
+
+
+@pytest.mark.parametrize("dialect", [*SERVERS, "sqlite"])
+def test_a_claim_index_that_holds_finished_rows_is_named(
+        project: Callable[[str], tuple[Path, str]], dialect: str) -> None:
+    root, url = project(dialect)
+    alter(dialect, url, OVER_FINISHED_ROWS[dialect])
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("generated/jobs.py: table jobs, claim index: jobs_claim holds "
+                           f"finished rows too {DATABASE[dialect]}"), line
+    assert line.endswith(f"); claims walk every finished row: {ADVICE[dialect]}"), line
+
+
+@pytest.mark.parametrize("predicate", ["processed_at IS NOT NULL", "attempt < 5"])
+def test_a_partial_claim_index_on_another_condition_is_named(
+        project: Callable[[str], tuple[Path, str]], predicate: str) -> None:
+    root, url = project("postgres")
+    alter("postgres", url, "DROP INDEX jobs_claim; CREATE INDEX jobs_other ON jobs "
+                           f"(grp, priority, retry_after, id) WHERE {predicate};")
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    assert ("table jobs, claim index: jobs_other holds finished rows too (PostgreSQL at "
+            in result.stderr), result.stderr
+
+
+def test_a_dropped_claim_index_names_the_one_to_create(
+        project: Callable[[str], tuple[Path, str]]) -> None:
+    root, url = project("sqlite")
+    alter("sqlite", url, "DROP INDEX jobs_claim;")
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    assert (f"generated/jobs.py: table jobs, claim index: none serves the claim order (grp, "
+            f"priority, retry_after, id) over unfinished rows only (SQLite file {url}); claims "
+            f"walk every finished row: {ADVICE['sqlite']}") in result.stderr.splitlines()

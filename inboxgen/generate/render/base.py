@@ -458,6 +458,13 @@ class Renderer:
             out.append(self.scalar("oldest_transaction", "OLDEST_TRANSACTION", "float | None"))
         if "ADVISORY_LOCKS" in st:
             out.append(self.scalar("advisory_locks", "ADVISORY_LOCKS", "int"))
+        if "TABLE_HEALTH" in st:
+            q = self.q
+            table = py_str(q.dialect.qualified(q.table.schema, q.table.name))
+            # None where no such table is on the search path.
+            out.append(Func("table_health", "", "TableHealth | None", st["TABLE_HEALTH"].doc, (
+                Step("one", self.cur("TABLE_HEALTH", [f'"table": {table}']),
+                     "TableHealth.from_row(row)"),)))
         if "PRUNE" in st:
             out.append(Func("prune", "*, before: datetime.datetime, limit: int", "int",
                             st["PRUNE"].doc + " Returns how many it deleted.", (

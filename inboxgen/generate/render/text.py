@@ -252,8 +252,9 @@ def with_imports(body: str, q: Queue) -> str:
     if "_v." in uses:
         third_from.append("from inboxgen import values as _v")
     # Wrapped as isort wraps a line past 88 characters (ruff's default line length).
+    health = "    TableHealth,\n" if "TableHealth" in uses else ""
     third_from.append("from inboxgen.descriptor import (\n    Operations,\n    QueueStatus,\n"
-                      "    RuntimeDefaults,\n    TableDescriptor,\n)")
+                      f"    RuntimeDefaults,\n    TableDescriptor,\n{health})")
     if "Jsonb(" in uses:
         third_from.append("from psycopg.types.json import Jsonb")
     # isort's order: plain imports first, then from-imports, each sorted by module.

@@ -160,6 +160,18 @@ class PostgresStatements(Statements):
                  "  AND datname = current_database()",
                  "The age in seconds of the database's oldest open transaction (a row-lock "
                  "worker's, or one that holds back vacuum).")
+        # The table by its quoted name, bound as a value: the statistics views key tables by
+        # oid, found on the search path as the other statements find the table.
+        self.add("TABLE_HEALTH",
+                 "SELECT n_dead_tup,\n"
+                 "       n_live_tup,\n"
+                 "       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,\n"
+                 "       last_autovacuum\n"
+                 "FROM pg_stat_user_tables\n"
+                 "WHERE relid = to_regclass(%(table)s)",
+                 "The table's dead and live row versions, the share of its updates that were "
+                 "HOT (wrote no index entry), and its last autovacuum, as the server's "
+                 "statistics count them (inboxgen status).")
         if self.q.form == ADVISORY:
             self.add("ADVISORY_LOCKS",
                      "SELECT COUNT(*)\nFROM pg_locks\n"

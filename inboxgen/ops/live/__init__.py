@@ -1,8 +1,9 @@
 """`inboxgen verify --database-url`: the committed modules against the live database. Every
 generated statement is planned there (EXPLAIN, so nothing runs), each claim is checked for an
 index that serves its order, and the live table is compared with the one the migrations build
-(a column missing, its type or its nullability changed, the unique key's index gone). Every
-finding is reported, each naming the table and the statement, column or key."""
+(a column missing, its type or its nullability changed, the unique key's index gone), and the
+claim index the build asks for is looked for (over unfinished rows only, where finished rows
+are kept). Every finding is reported, each naming the table and the statement, column or key."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from inboxgen.generate.catalog import load_catalog
 from inboxgen.generate.model import Queue
-from inboxgen.ops.live.base import LiveDatabase
+from inboxgen.ops.live.base import LiveDatabase, LiveIndex
 from inboxgen.ops.live.mysql import MySQLLive
 from inboxgen.ops.live.postgres import PostgresLive
 from inboxgen.ops.live.sqlite import SqliteLive
@@ -24,7 +25,7 @@ _BY_DIALECT: dict[str, type[LiveDatabase]] = {
 _CLAIMS = ("CLAIM", "CANDIDATES", "FIFO_HEAD")
 
 
-def check(module: ModuleType, queue: Queue, conn: Any) -> list[str]:
+def check(module: ModuleType, queue: Queue, conn: Any, database: str) -> list[str]:
     d = module.DESCRIPTOR
     db = _BY_DIALECT[d.dialect](conn)
     found: list[str] = []
@@ -36,6 +37,7 @@ def check(module: ModuleType, queue: Queue, conn: Any) -> list[str]:
     # went (a statement naming a missing column is reported too: it fails when it runs).
     found += _drift(queue, live, table)
     found += _unique(queue, db.unique_keys(d.schema, d.table), table)
+    found += _claim_index(queue, db.indexes(d.schema, d.table), table, database)
     for name, sql in d.statements.items():
         params = d.statement_params[name]
         # A claim is planned with a group and a time, so its plan is the real one; the rest
@@ -93,6 +95,25 @@ def _unique(queue: Queue, live: list[tuple[str, ...]], table: str) -> list[str]:
         return []
     return [f"table {table}, unique key ({', '.join(key)}): no unique index on these columns "
             f"in the database, which enqueue's duplicate check needs"]
+
+
+def _claim_index(queue: Queue, live: list[LiveIndex], table: str, database: str) -> list[str]:
+    """The claim index the build asks for (see checks.indexes): one that serves the claim over
+    unfinished rows only, where the table keeps finished rows."""
+    wanted = queue.suggested_index
+    d = queue.dialect
+    if wanted is None or any(wanted.served_by(d, i.columns, i.where_null) for i in live):
+        return []
+    advice = wanted.ddl(d)
+    order = ", ".join(wanted.order)
+    if wanted.finished is None:
+        return [f"table {table}, claim index: none serves the claim order ({order}) "
+                f"({database}); claims will scan: {advice}"]
+    near = next((i.name for i in live if wanted.ordered_by(i.columns)), None)
+    what = (f"{near} holds finished rows too" if near else
+            f"none serves the claim order ({order}) over unfinished rows only")
+    return [f"table {table}, claim index: {what} ({database}); claims walk every finished row: "
+            f"{advice}"]
 
 
 _TIMES = ("now", "locked_until", "new_locked_until", "retry_after", "before")

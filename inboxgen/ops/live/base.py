@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
+
+@attrs.frozen
+class LiveIndex:
+    name: str
+    columns: list[str]  # key columns; an expression's part is "(expression)"
+    # Where its WHERE is exactly `<column> IS NULL`: that column (see catalog.null_column).
+    where_null: str | None = None
+
 
 class LiveDatabase:
     def __init__(self, conn: Any) -> None:
@@ -17,6 +27,10 @@ class LiveDatabase:
     def unique_keys(self, schema: str | None, table: str) -> list[tuple[str, ...]]:
         """The columns of each unique index or constraint over plain columns, without a WHERE
         (the primary key included)."""
+        raise NotImplementedError
+
+    def indexes(self, schema: str | None, table: str) -> list[LiveIndex]:
+        """Every valid index of the table (the primary key included)."""
         raise NotImplementedError
 
     def sample_time(self) -> Any:

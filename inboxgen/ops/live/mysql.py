@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from inboxgen.ops.live.base import LiveDatabase
+from inboxgen.ops.live.base import LiveDatabase, LiveIndex
 
 
 class MySQLLive(LiveDatabase):
@@ -32,6 +32,18 @@ class MySQLLive(LiveDatabase):
             keys.setdefault(index, []).append(column)
         # A functional key part (MySQL 8.0.13) has no column name: that index is none.
         return [tuple(c for c in cols if c) for cols in keys.values() if all(cols)]
+
+    def indexes(self, schema: str | None, table: str) -> list[LiveIndex]:
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+                        "WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s "
+                        "ORDER BY INDEX_NAME, SEQ_IN_INDEX", (schema, table))
+            rows = cur.fetchall()
+        self.conn.rollback()
+        keys: dict[str, list[str]] = {}
+        for index, column in rows:
+            keys.setdefault(index, []).append(column or "(expression)")
+        return [LiveIndex(name, cols) for name, cols in keys.items()]
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)  # naive UTC

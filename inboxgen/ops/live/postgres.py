@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from inboxgen.ops.live.base import LiveDatabase
+from inboxgen.generate.catalog import null_column
+from inboxgen.generate.dialects import POSTGRES
+from inboxgen.ops.live.base import LiveDatabase, LiveIndex
 
 
 class PostgresLive(LiveDatabase):
@@ -31,6 +33,20 @@ class PostgresLive(LiveDatabase):
             "GROUP BY i.indexrelid", (name,)).fetchall()
         self.conn.rollback()
         return [tuple(r[0]) for r in rows]
+
+    def indexes(self, schema: str | None, table: str) -> list[LiveIndex]:
+        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
+        rows = self.conn.execute(
+            "SELECT c.relname, ARRAY(SELECT COALESCE(a.attname, '(expression)') "
+            "FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) "
+            "LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE k.n <= i.indnkeyatts ORDER BY k.n), pg_get_expr(i.indpred, i.indrelid) "
+            "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisvalid ORDER BY c.relname",
+            (name,)).fetchall()
+        self.conn.rollback()
+        return [LiveIndex(r[0], list(r[1]), null_column(r[2], POSTGRES) if r[2] else None)
+                for r in rows]
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC)

@@ -7,7 +7,9 @@ import datetime as _dt
 import re
 from typing import Any
 
-from inboxgen.ops.live.base import LiveDatabase
+from inboxgen.generate.catalog import load_catalog
+from inboxgen.generate.dialects import SQLITE
+from inboxgen.ops.live.base import LiveDatabase, LiveIndex
 
 
 class SqliteLive(LiveDatabase):
@@ -28,6 +30,30 @@ class SqliteLive(LiveDatabase):
                 if all(cols):  # an index over an expression has no column name
                     keys.append(tuple(cols))
         return keys
+
+    def indexes(self, schema: str | None, table: str) -> list[LiveIndex]:
+        quoted = table.replace('"', '""')
+        out: list[LiveIndex] = []
+        pk = sorted((r[5], r[1]) for r in self.conn.execute(f'PRAGMA table_info("{quoted}")')
+                    if r[5])
+        if pk:  # an INTEGER PRIMARY KEY is the rowid, which index_list leaves out
+            out.append(LiveIndex("PRIMARY", [name for _, name in pk]))
+        for _, index, _, origin, partial in self.conn.execute(f'PRAGMA index_list("{quoted}")'):
+            if origin == "pk":
+                continue
+            name = index.replace('"', '""')
+            cols = [r[2] or "(expression)" for r in self.conn.execute(
+                f'PRAGMA index_info("{name}")')]
+            where_null = None
+            if partial:
+                # Its WHERE, read back from the CREATE INDEX the file keeps.
+                row = self.conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' "
+                                        "AND name = ?", (index,)).fetchone()
+                catalog = load_catalog([("(the live database)", row[0] if row else "")],
+                                       SQLITE)
+                where_null = catalog.indexes[0].where_null if catalog.indexes else None
+            out.append(LiveIndex(index, cols, where_null))
+        return out
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")  # as the roles store it

@@ -8,3 +8,6 @@ CREATE TABLE "Chat"."OutgoingMessages" (
     body TEXT NOT NULL
 );
 CREATE INDEX outgoing_claim ON "Chat"."OutgoingMessages" (conversation, retry_after, "MessageId");
+-- Queue churn: room on each page for updated rows, vacuum after a fixed count of dead rows.
+ALTER TABLE "Chat"."OutgoingMessages" SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);

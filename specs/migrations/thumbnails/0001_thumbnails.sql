@@ -6,3 +6,5 @@ CREATE TABLE thumbnail_jobs (
     processed_at TEXT,
     payload TEXT NOT NULL
 );
+-- The claim order, over the rows still to do: claims never walk the finished ones.
+CREATE INDEX thumbnail_jobs_claim ON thumbnail_jobs (id) WHERE processed_at IS NULL;

@@ -41,7 +41,7 @@ CREATE TABLE my_uuid_jobs (
     c_decimal DECIMAL(10, 2) NOT NULL,
     c_date DATE,
     c_time TIME NOT NULL,
-    KEY my_uuid_jobs_claim (queue, priority, retry_after, id)
+    KEY my_uuid_jobs_claim (queue, processed_at, priority, retry_after, id)
 );
 
 -- An id the caller gives (insert() returns the id given).
@@ -54,7 +54,7 @@ CREATE TABLE my_given_uuid_jobs (
     processed_at DATETIME(6) NULL,
     headers TEXT,
     payload LONGBLOB NOT NULL,
-    KEY my_given_uuid_jobs_claim (queue, priority, retry_after, id)
+    KEY my_given_uuid_jobs_claim (queue, processed_at, priority, retry_after, id)
 );
 
 CREATE TABLE my_text_jobs (

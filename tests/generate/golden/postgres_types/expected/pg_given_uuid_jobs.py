@@ -20,6 +20,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 from psycopg.types.json import Jsonb
 
@@ -494,6 +495,38 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
     return None if row is None or row[0] is None else float(row[0])
 
 
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
+"""
+
+
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"pg_given_uuid_jobs\""})
+    row = cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"pg_given_uuid_jobs\""})
+    row = await cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
 # Delete up to `limit` rows processed before `before` (inboxgen prune).
 PRUNE: Final[LiteralString] = """
 DELETE FROM "pg_given_uuid_jobs"
@@ -620,8 +653,8 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
     "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
-    "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "NOTIFY": NOTIFY,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 

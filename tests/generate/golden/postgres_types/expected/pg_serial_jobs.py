@@ -20,6 +20,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 from psycopg.types.json import Jsonb
 
@@ -435,6 +436,38 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
     return None if row is None or row[0] is None else float(row[0])
 
 
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
+"""
+
+
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"pg_serial_jobs\""})
+    row = cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"pg_serial_jobs\""})
+    row = await cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
     finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
@@ -448,8 +481,8 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

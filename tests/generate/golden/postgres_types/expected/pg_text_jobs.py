@@ -20,6 +20,7 @@ from inboxgen.descriptor import (
     QueueStatus,
     RuntimeDefaults,
     TableDescriptor,
+    TableHealth,
 )
 
 TABLE: Final = "pg_text_jobs"
@@ -413,6 +414,38 @@ async def advisory_locks_async(conn: psycopg.AsyncConnection[Any]) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# The table's dead and live row versions, the share of its updates that were HOT (wrote no index
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+TABLE_HEALTH: Final[LiteralString] = """
+SELECT n_dead_tup,
+       n_live_tup,
+       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
+"""
+
+
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = conn.execute(TABLE_HEALTH, {"table": "\"pg_text_jobs\""})
+    row = cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
+async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
+    """The table's dead and live row versions, the share of its updates that were HOT (wrote no
+    index entry), and its last autovacuum, as the server's statistics count them (inboxgen
+    status).
+    """
+    cur = await conn.execute(TABLE_HEALTH, {"table": "\"pg_text_jobs\""})
+    row = await cur.fetchone()
+    return None if row is None else TableHealth.from_row(row)
+
+
 OPS: Final = Operations(
     candidates=candidates, take=take, lock=lock, unlock=unlock, finish=finish,
     retry_after=retry_after, insert=insert, insert_many=insert_many, notify=notify,
@@ -426,8 +459,8 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CANDIDATES": CANDIDATES, "TAKE": TAKE, "LOCK": LOCK, "UNLOCK": UNLOCK, "FINISH": FINISH,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "ADVISORY_LOCKS": ADVISORY_LOCKS, "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
+    "ADVISORY_LOCKS": ADVISORY_LOCKS, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -31,7 +31,8 @@ CREATE TABLE pg_uuid_jobs (
     c_date DATE,
     c_time TIME NOT NULL
 );
-CREATE INDEX pg_uuid_jobs_claim ON pg_uuid_jobs (queue, priority, retry_after, id);
+CREATE INDEX pg_uuid_jobs_claim ON pg_uuid_jobs (queue, priority, retry_after, id)
+    WHERE processed_at IS NULL;
 
 -- An id the caller gives (insert() returns it as the database hands it back).
 CREATE TABLE pg_given_uuid_jobs (
@@ -46,7 +47,8 @@ CREATE TABLE pg_given_uuid_jobs (
     c_smallserial SMALLSERIAL,
     c_bigserial BIGSERIAL
 );
-CREATE INDEX pg_given_uuid_jobs_claim ON pg_given_uuid_jobs (queue, priority, retry_after, id);
+CREATE INDEX pg_given_uuid_jobs_claim ON pg_given_uuid_jobs (queue, priority, retry_after, id)
+    WHERE processed_at IS NULL;
 
 CREATE TABLE pg_text_jobs (
     id TEXT PRIMARY KEY,
@@ -76,3 +78,17 @@ CREATE TABLE pg_integer_jobs (
     payload BYTEA NOT NULL
 );
 CREATE INDEX pg_integer_jobs_claim ON pg_integer_jobs (queue, id);
+
+-- Room on each page for updated rows, and vacuum after a fixed number of dead rows.
+ALTER TABLE pg_uuid_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+ALTER TABLE pg_given_uuid_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+ALTER TABLE pg_text_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+ALTER TABLE pg_smallint_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+ALTER TABLE pg_serial_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+ALTER TABLE pg_integer_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);

@@ -23,7 +23,8 @@ CREATE TABLE lite_lease_jobs (
     c_date DATE,
     c_datetime DATETIME
 );
-CREATE INDEX lite_lease_jobs_claim ON lite_lease_jobs (queue, priority, retry_after, id);
+CREATE INDEX lite_lease_jobs_claim ON lite_lease_jobs (queue, priority, retry_after, id)
+    WHERE processed_at IS NULL;
 CREATE UNIQUE INDEX lite_lease_jobs_once ON lite_lease_jobs (c_integer);
 
 CREATE TABLE lite_text_jobs (
@@ -42,3 +43,4 @@ CREATE TABLE lite_advisory_jobs (
     processed_at TEXT,
     payload TEXT NOT NULL
 );
+CREATE INDEX lite_advisory_jobs_claim ON lite_advisory_jobs (id) WHERE processed_at IS NULL;

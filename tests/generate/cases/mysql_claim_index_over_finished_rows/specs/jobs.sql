@@ -1,0 +1,8 @@
+CREATE TABLE jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    grp VARCHAR(64) NOT NULL,
+    priority TINYINT UNSIGNED NOT NULL DEFAULT 100,
+    processed_at DATETIME(6) NULL,
+    payload JSON NOT NULL,
+    KEY jobs_claim (grp, priority, id)
+) ENGINE=InnoDB;

@@ -1,0 +1,132 @@
+"""The claim index the build asks for, on a table that keeps its finished rows, read by the real
+servers: the generated claim reads it, and reads unfinished rows only, however many finished
+rows the table keeps (PostgreSQL: the partial index, `WHERE processed_at IS NULL`; MariaDB:
+processed_at after the group in the key, named by the claim's FORCE INDEX)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from dbcases import T0, Layout, MakeQueue, mysql_connect
+
+FINISHED = 200_000
+DUE = 50
+LIMIT = 10
+# Blocks (8 kB pages, index and table) the search for LIMIT due rows may touch: the index's root
+# and a leaf or two, and the heap pages of the rows it locks.
+FEW_BLOCKS = 32
+# A whole claim also updates the rows it found (lease: by id, through the primary key) and
+# writes their index entries.
+PER_ROW = 16
+
+FILL = """
+INSERT INTO jobs (grp, priority, retry_after, attempt, processed_at, account, payload)
+SELECT 'g', 0, %(t0)s - interval '1 day' + n * interval '1 ms', 1,
+       CASE WHEN n <= %(finished)s THEN %(t0)s - interval '1 hour' END, 'a', 'x'
+FROM generate_series(1, %(rows)s) AS n
+"""
+
+
+def _bound(q: Any, name: str) -> dict[str, Any]:
+    values = {"group": "g", "now": T0, "limit": LIMIT,
+              "locked_until": T0 + dt.timedelta(seconds=30)}
+    return {p: values[p] for p in q.mod.DESCRIPTOR.statement_params[name]}
+
+
+def _claim_plan(conn: psycopg.Connection[Any], q: Any) -> dict[str, Any]:
+    """The CLAIM's plan as it ran (EXPLAIN ANALYZE runs it: rolled back after)."""
+    try:
+        rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.CLAIM,
+                            _bound(q, "CLAIM")).fetchone()
+        assert rows is not None
+        plan: dict[str, Any] = rows[0][0]
+        return plan
+    finally:
+        conn.rollback()
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node] + [n for child in node.get("Plans", []) for n in _nodes(child)]
+
+
+def _blocks(node: dict[str, Any]) -> int:
+    return int(node["Shared Hit Blocks"] + node["Shared Read Blocks"])
+
+
+def _search(plan: dict[str, Any]) -> dict[str, Any]:
+    """The part of the plan that finds the rows to claim: its LIMIT (with what it reads)."""
+    return next(n for n in _nodes(plan["Plan"]) if n["Node Type"] == "Limit")
+
+
+@pytest.mark.parametrize("form", ["lease", "row_lock"])
+def test_a_postgres_claim_reads_the_partial_index_and_never_the_finished_rows(
+        queue: MakeQueue, form: str) -> None:
+    q = queue("postgres", Layout(form=form, group=True))
+    with psycopg.connect(q.target) as conn:
+        conn.execute(FILL, {"t0": T0, "finished": FINISHED, "rows": FINISHED + DUE})
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE jobs")
+        conn.autocommit = False
+
+        plan = _claim_plan(conn, q)
+        scans = [n for n in _nodes(plan["Plan"]) if n.get("Relation Name") == "jobs"
+                 and n["Node Type"].startswith("Index")]
+        assert any(n.get("Index Name") == "jobs_claim" for n in scans), json.dumps(plan)
+        claimed = [n for n in _nodes(plan["Plan"]) if n.get("Index Name") == "jobs_claim"]
+        assert all(n["Actual Rows"] <= LIMIT for n in claimed), json.dumps(plan)
+        partial = _blocks(_search(plan))
+        assert partial < FEW_BLOCKS, json.dumps(plan)
+        assert _blocks(plan["Plan"]) < PER_ROW * LIMIT, json.dumps(plan)
+
+        # The index the build used to suggest holds the finished rows too: the same claim
+        # walks them (or scans the table), and its buffers grow with them.
+        conn.execute("DROP INDEX jobs_claim")
+        conn.execute("CREATE INDEX jobs_claim_all ON jobs (grp, priority, retry_after, id)")
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("ANALYZE jobs")
+        conn.autocommit = False
+        full = _blocks(_search(_claim_plan(conn, q)))
+        assert full > 100 * partial, (partial, full)
+
+
+MYSQL_FILL = """
+INSERT INTO jobs (grp, priority, retry_after, attempt, processed_at, account, payload)
+SELECT 'g', 0, %(t0)s - INTERVAL 1 DAY + INTERVAL seq MICROSECOND, 1,
+       IF(seq <= %(finished)s, %(t0)s - INTERVAL 1 HOUR, NULL), 'a', 'x'
+FROM seq_1_to_{rows}
+"""
+
+
+@pytest.mark.parametrize("form", ["lease", "row_lock"])
+def test_a_mariadb_claim_reads_the_index_keyed_by_processed_at_without_a_sort(
+        queue: MakeQueue, form: str) -> None:
+    q = queue("mysql", Layout(form=form, group=True))
+    assert "FORCE INDEX (`jobs_claim`)" in q.mod.CLAIM
+    conn: Any = mysql_connect(q.target, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            naive = T0.replace(tzinfo=None)
+            cur.execute(MYSQL_FILL.format(rows=FINISHED // 10 + DUE),
+                        {"t0": naive, "finished": FINISHED // 10})
+            cur.execute("ANALYZE TABLE jobs")
+            cur.fetchall()
+            bound = _bound(q, "CLAIM")
+            bound.update(now=naive, locked_until=naive + dt.timedelta(seconds=30))
+            cur.execute("EXPLAIN " + q.mod.CLAIM, bound)
+            cols = [c[0] for c in cur.description]
+            (row,) = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+    assert row["key"] == "jobs_claim", row
+    # Both leading parts used as a lookup (group = ?, processed_at IS NULL), then read in order.
+    assert row["type"] == "ref", row
+    assert row["key_len"] and row["ref"] == "const,const", row
+    assert "filesort" not in str(row["Extra"]), row
+    # The rows it expects to read are the unfinished ones, not the finished.
+    assert int(row["rows"]) < FINISHED // 100, row
