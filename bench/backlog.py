@@ -168,6 +168,7 @@ class Queue:
     module: Any
     create_table: str
     index: str | None  # the claim index statement, or None where the build asked for none
+    settings: tuple[str, ...] = ()  # the table settings the build asks for (ALTER TABLE ...)
 
 
 def ddl_of(dialect: str, form: str, kind: str) -> str:
@@ -196,7 +197,8 @@ def spec_of(dialect: str, form: str, kind: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-_SUGGESTION = re.compile(r"claims will scan: (CREATE INDEX .+)$")
+_SUGGESTION = re.compile(r"claims (?:will scan|walk every finished row): (CREATE INDEX .+)$")
+_SETTINGS = re.compile(r"storage settings.*: (ALTER TABLE \S+ SET \(.+\))$")
 
 
 def build(dialect: str, form: str, kind: str, folder: Path) -> Queue:
@@ -213,16 +215,22 @@ def build(dialect: str, form: str, kind: str, folder: Path) -> Queue:
              if (m := _SUGGESTION.search(d.message))]
     index = CLAIM_INDEX[dialect]
     index = index.format(table=TABLE) if index else (found[0] if found else None)
-    if index:
-        project = make_project(root, spec, f"{create}{index};\n", name)
+    # The table settings the build asks for (PostgreSQL), as a user following it has them.
+    settings = [m.group(1) for d in generated.diagnostics
+                if (m := _SETTINGS.search(d.message))]
+    if index or settings:
+        extras = "".join(f"{extra};\n" for extra in [*settings, index] if extra)
+        project = make_project(root, spec, create + extras, name)
         generated = generate(project, [project.specs / f"{name}.toml"])
     problems = [f"{d.path}:{d.line}: {d.message}" for d in generated.diagnostics
-                if d.severity == "error" or _SUGGESTION.search(d.message)]
+                if d.severity == "error" or _SUGGESTION.search(d.message)
+                or _SETTINGS.search(d.message)]
     if not generated.ok or problems:
         raise SystemExit(f"backlog.py: the bench table of {name} does not build: "
                          + "; ".join(problems))
     ((path, _),) = write(generated)
-    return Queue(dialect, form, kind, import_path(path, f"_bench_{name}"), create, index)
+    return Queue(dialect, form, kind, import_path(path, f"_bench_{name}"), create, index,
+                 tuple(settings))
 
 
 # -- sessions: one connection of the latency loop, begin and commit as the runtime sends them ---
@@ -493,6 +501,8 @@ def make_table(q: Queue, server: Server, backlog: dict[str, str] | None, size: i
         if d != "sqlite":
             s.execute(f"DROP TABLE IF EXISTS {TABLE}")
         s.execute(q.create_table)
+        for setting in q.settings:
+            s.execute(setting)
         if d == "mysql":
             # MariaDB's recursion limit (MySQL's is cte_max_recursion_depth): a chunk's rows
             with contextlib.suppress(Exception):
