@@ -1,4 +1,5 @@
--- The benchmark's queue tables: one per claim form, same columns as the peers' workloads need.
+-- The benchmark's queue tables: one per claim form, same columns as the peers' workloads need,
+-- with the claim index and the storage settings `inboxgen build` asks for.
 CREATE TABLE bench_row_lock (
     id BIGSERIAL PRIMARY KEY,
     attempt INTEGER NOT NULL DEFAULT 0,
@@ -26,3 +27,10 @@ CREATE TABLE bench_row_lock_counted (
 );
 CREATE INDEX bench_row_lock_counted_ready ON bench_row_lock_counted (queue, id)
     WHERE processed_at IS NULL;
+
+ALTER TABLE bench_row_lock SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+ALTER TABLE bench_lease SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+ALTER TABLE bench_row_lock_counted SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
