@@ -316,6 +316,19 @@ def one_round(q: Queue, s: Session) -> bool:
             call(m, "finish", conn, id=r.id, now=now())
         s.commit()
         return bool(rows)
+    if q.form == "row_lock_counted" and hasattr(m, "release"):
+        # PostgreSQL: the count commits and the rows' keys keep them; RELEASE after the
+        # settlement's commit.
+        s.begin()
+        rows = claim(m, "claim", group=WORK, now=now(), limit=1)
+        s.commit()
+        s.begin()
+        for r in rows:
+            call(m, "finish", conn, id=r.id, now=now())
+        s.commit()
+        if rows:
+            m.release(conn, id=[r.id for r in rows])
+        return bool(rows)
     if q.form == "row_lock_counted":
         key = f"{m.DESCRIPTOR.qualified_name}:claim"
         s.begin()
@@ -398,7 +411,7 @@ def claim_buffers(q: Queue, database: str) -> int | None:
     sql = getattr(m, "CLAIM", None) or m.CANDIDATES
     at = now()
     known = {"group": WORK, "now": at, "locked_until": at + dt.timedelta(seconds=30),
-             "limit": 1}
+             "limit": 1, "row_key": f"inboxgen:{m.TABLE}:"}
     params = {k: known[k] for k in re.findall(r"%\((\w+)\)s", sql)}
     s = Session("postgres", database)
     try:
