@@ -93,14 +93,12 @@ def test_session_insert_joins_the_orm_transaction(sa_queue: tuple[Queue, sa.Engi
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
 def test_connection_that_ran_nothing_yet_settles_the_jobs(sa_queue: tuple[Queue, sa.Engine],
                                                           commit: bool) -> None:
-    """The jobs are the first thing on the Connection: its commit() or rollback() settles them
-    all the same."""
+    """The jobs are all the Connection ran: its commit() or rollback() settles them all the
+    same."""
     q, engine = sa_queue
     with engine.connect() as conn:
         enqueue_three(q, conn)
-        conn.execute(sa.insert(Order).values(note="paid"))
         conn.commit() if commit else conn.rollback()
-    assert orders(engine) == (["paid"] if commit else [])
     assert len(q.ids()) == (3 if commit else 0)
 
 
