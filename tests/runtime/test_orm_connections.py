@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
 
+import attrs
 import psycopg
 import pymysql
 import pytest
@@ -154,7 +157,7 @@ def django_connection(q: Queue) -> Any:
     alias = f"{q.dialect}_{u.database}".replace("/", "_").replace(".", "_")
     engine = {"postgres": "postgresql", "mysql": "mysql", "sqlite": "sqlite3"}[q.dialect]
     db = {"ENGINE": f"django.db.backends.{engine}", "NAME": u.database}
-    if not q.dialect == "sqlite":
+    if q.dialect != "sqlite":
         db.update(HOST=u.host, PORT=str(u.port), USER=u.username, PASSWORD="")
     filled = connections.configure_settings({"default": connections.settings["default"],
                                              alias: db})
@@ -258,3 +261,23 @@ def test_a_connection_of_the_wrong_kind_is_named(queue: MakeQueue, dialect: str,
     # The async twins take no sync connection, not even their driver's plain one.
     with pytest.raises(WrongConnection, match=rf"^{table}\.insert_async\(\) needs an? \w+ "):
         asyncio.run(q.mod.insert_async(q.connect(), q.new()))
+
+
+def test_modules_enqueue_where_neither_sqlalchemy_nor_django_is_installed(
+        queue: MakeQueue) -> None:
+    q = queue("sqlite", SHAPE)
+    script = f"""
+import datetime, importlib.util, sqlite3, sys
+sys.modules["sqlalchemy"] = sys.modules["django"] = None  # as if not installed
+spec = importlib.util.spec_from_file_location("jobs", {q.mod.__file__!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+conn = sqlite3.connect({q.target!r})
+mod.insert(conn, mod.NewRow(**{attrs.asdict(q.new())!r}))
+conn.commit()
+print(sorted(m for m in sys.modules if m.startswith(("sqlalchemy", "django"))))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "['django', 'sqlalchemy']"  # only the blocked entries
+    assert len(q.ids()) == 1
