@@ -14,7 +14,6 @@ from typing import Any
 
 import attrs
 import psycopg
-import pymysql
 import pytest
 import sqlalchemy as sa
 from dbcases import Layout, MakeQueue, Queue
@@ -142,8 +141,17 @@ def django_connection(q: Queue) -> Any:
     from django.conf import settings
 
     if q.mysql:
-        # Django's MySQL backend loads MySQLdb (mysqlclient); PyMySQL stands in for it.
+        # Django's MySQL backend loads MySQLdb (mysqlclient); PyMySQL stands in for it. Its
+        # submodules are named under MySQLdb too: imported afresh there they would replace
+        # pymysql.err (and the rest) with copies, whose errors the other tests would not catch.
+        import pymysql.constants.CLIENT
+        import pymysql.constants.FIELD_TYPE
+        import pymysql.converters  # noqa: F401
+
         pymysql.install_as_MySQLdb()
+        for name, module in list(sys.modules.items()):
+            if name.startswith("pymysql."):
+                sys.modules.setdefault("MySQLdb." + name.removeprefix("pymysql."), module)
     if not settings.configured:
         settings.configure(DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3",
                                                   "NAME": ":memory:"}},
