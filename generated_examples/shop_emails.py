@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import msgspec
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -313,8 +314,9 @@ RETURNING "id"
 """
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> int:
+def insert(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "email_jobs.insert")
     cur = conn.execute(INSERT, _insert_params(row))
     ((new_id,),) = cur.fetchall()
     return cast(int, new_id)
@@ -328,8 +330,9 @@ ON CONFLICT ("order_id", "kind") DO NOTHING
 """
 
 
-def insert_unique(conn: sqlite3.Connection, row: NewRow) -> bool:
+def insert_unique(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> bool:
     """Enqueue one row unless its unique key is already queued; returns whether it was inserted."""
+    conn = _c.sqlite_connection(conn, "email_jobs.insert_unique")
     cur = conn.execute(INSERT_UNIQUE, _insert_params(row))
     return cur.rowcount == 1
 
@@ -341,8 +344,9 @@ VALUES (:priority, :retry_after, :order_id, :kind, :payload)
 """
 
 
-def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
+def insert_many(conn: sqlite3.Connection | _c.ConnectionHolder, rows: Sequence[NewRow]) -> None:
     """Enqueue many rows in one call (executemany); nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "email_jobs.insert_many")
     conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])
 
 

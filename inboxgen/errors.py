@@ -4,6 +4,7 @@
     ├── ConfigError        project settings ([tool.inboxgen]) or command-line usage are wrong
     ├── CheckFailed        one or more specs failed their checks; carries the diagnostics
     ├── GeneratorBug       a rendered statement did not survive its own check (a bug in inboxgen)
+    ├── WrongConnection    an enqueue function was given a connection it cannot run on (TypeError)
     └── WorkerError        the runtime failed; names the worker, table and statement
         ├── ConnectFailed      the database refused the worker or stayed out of reach
         ├── SchemaError        a statement does not prepare against the live database
@@ -63,6 +64,11 @@ class CheckFailed(InboxgenError):
 
 class GeneratorBug(InboxgenError):
     """A statement inboxgen rendered names a table or column the catalog does not have."""
+
+
+class WrongConnection(InboxgenError, TypeError):
+    """A generated enqueue function was given a connection of the wrong kind (another driver's,
+    an engine rather than a connection): names what was given and what the function needs."""
 
 
 class WorkerError(InboxgenError):

@@ -18,7 +18,9 @@ MODULES = sorted([*(REPO / "generated_examples").glob("*.py"),
                   *(REPO / "bench" / "peers" / "generated").glob("*.py")])
 # The connection types of the plain functions and of their async twins.
 CONNECTIONS = {"psycopg.AsyncConnection[Any]": "psycopg.Connection[Any]",
-               "_v.AsyncMySQLConnection": "pymysql.connections.Connection[Any]"}
+               "_v.AsyncMySQLConnection": "pymysql.connections.Connection[Any]",
+               # What the enqueue functions also take (inboxgen.connections).
+               "_c.AsyncHolder": "_c.ConnectionHolder"}
 
 
 def _statement(node: ast.stmt) -> str | None:

@@ -88,6 +88,9 @@ class Func:
     doc: str
     steps: tuple[Step, ...]  # the last runs unconditionally
     before: tuple[str, ...] = ()  # lines run first (a guard, a first statement)
+    # An enqueue function: its `conn` may also be a SQLAlchemy or Django connection over the
+    # driver's (inboxgen.connections), turned into the driver's first.
+    enqueue: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.steps or self.steps[-1].when:
@@ -113,6 +116,9 @@ class Renderer:
     # Hook: what the plain functions' `conn` is, and the async twins' (None: no twins).
     connection_type = ""
     async_connection_type: str | None = None
+    # Hook: the inboxgen.connections function that finds the driver connection in what an
+    # enqueue function is given (its `_async` twin for the async twins).
+    connection_helper = ""
     # Hook: the column kinds whose values travel as naive UTC datetimes.
     naive_utc_kinds: frozenset[str] = frozenset({cat.TIMESTAMP})
     # Hook: whether JSON columns are bound as Jsonb and arrive decoded (psycopg).
@@ -358,9 +364,17 @@ class Renderer:
                             before=(*self.cur("DEAD_LETTER_COPY", self.params(s)),
                                     "if cur.rowcount != 1:",
                                     "    return False")))
-        out += self.inserts()
+        out += [self.enqueue(f) for f in self.inserts()]
         out += self.operations()
         return out
+
+    def enqueue(self, f: Func) -> Func:
+        """An enqueue function (not notify) that first finds the driver connection in `conn`."""
+        if f.name not in ("insert", "insert_unique", "insert_many"):
+            return f
+        where = py_str(f"{self.q.table.name}.{f.name}")
+        return attrs.evolve(f, enqueue=True, before=(
+            f"conn = AWAIT _c.{self.connection_helper}(conn, {where})", *f.before))
 
     def inserts(self) -> list[Func]:
         """insert(), insert_unique(), insert_many() and notify(), where the module has them."""
@@ -680,6 +694,8 @@ class Renderer:
             "comment": comment,
             "conn": self.connection_type,
             "async_conn": self.async_connection_type,
+            "holder": "_c.ConnectionHolder",
+            "async_holder": "_c.AsyncHolder",
             "code": lambda line, is_async, indent: body_line(line, is_async, indent, twins),
             "fill": lambda head, items, close, indent="": "\n".join(
                 fill(head, items, close, indent)),

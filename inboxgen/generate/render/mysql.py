@@ -13,6 +13,7 @@ class MySQLRenderer(Renderer):
     connection_type = "pymysql.connections.Connection[Any]"
     # Named in inboxgen.values, not imported: a module loads where asyncmy is not installed.
     async_connection_type = "_v.AsyncMySQLConnection"
+    connection_helper = "mysql_connection"
     # DATETIME and TIMESTAMP both travel as naive UTC (the worker's sessions run with
     # time_zone '+00:00').
     naive_utc_kinds = frozenset({cat.TIMESTAMP, cat.TIMESTAMPTZ})

@@ -10,6 +10,7 @@ from inboxgen.generate.render.base import Func, Renderer, Step
 class PostgresRenderer(Renderer):
     connection_type = "psycopg.Connection[Any]"
     async_connection_type = "psycopg.AsyncConnection[Any]"
+    connection_helper = "postgres_connection"
     binds_jsonb = True
 
     def driver_type(self, kind: str) -> str:

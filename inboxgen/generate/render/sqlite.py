@@ -13,6 +13,7 @@ _SQLITE_TYPES = {cat.INT: "int", cat.BOOL: "int", cat.TEXT: "str", cat.BYTES: "b
 
 class SqliteRenderer(Renderer):
     connection_type = "sqlite3.Connection"
+    connection_helper = "sqlite_connection"
     naive_utc_kinds: frozenset[str] = frozenset()  # the time roles are text here
 
     def driver_type(self, kind: str) -> str:

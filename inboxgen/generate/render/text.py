@@ -56,9 +56,10 @@ def sync_line(line: str) -> str:
 
 
 def async_line(line: str) -> str:
-    """A body line as the async twin runs it: a helper of inboxgen.values that is awaited is
-    that helper's `_async` twin."""
-    return re.sub(r"AWAIT _v\.(\w+)\(", r"await _v.\1_async(", line).replace("AWAIT ", "await ")
+    """A body line as the async twin runs it: a helper of inboxgen.values or
+    inboxgen.connections that is awaited is that helper's `_async` twin."""
+    return re.sub(r"AWAIT (_v|_c)\.(\w+)\(", r"await \1.\2_async(", line).replace("AWAIT ",
+                                                                                 "await ")
 
 
 def template_folder() -> Path:
@@ -249,6 +250,8 @@ def with_imports(body: str, q: Queue) -> str:
     if re.search(r"\bpymysql\.", uses):
         third.append("import pymysql")
     third_from = []
+    if re.search(r"\b_c\.", uses):
+        third_from.append("from inboxgen import connections as _c")
     if "_v." in uses:
         third_from.append("from inboxgen import values as _v")
     # Wrapped as isort wraps a line past 88 characters (ruff's default line length).

@@ -14,6 +14,7 @@ from typing import Any, Final, LiteralString
 
 import attrs
 import pymysql
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -231,29 +232,37 @@ VALUES (%(payload)s, %(headers)s)
 """
 
 
-def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> int:
+def insert(conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, row: NewRow) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = _c.mysql_connection(conn, "my_blob_jobs.insert")
     cur = _v.mysql_execute(conn, INSERT, _insert_params(row))
     return cur.lastrowid
 
 
-async def insert_async(conn: _v.AsyncMySQLConnection, row: NewRow) -> int:
+async def insert_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, row: NewRow) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = await _c.mysql_connection_async(conn, "my_blob_jobs.insert")
     cur = await _v.mysql_execute_async(conn, INSERT, _insert_params(row))
     return cur.lastrowid
 
 
-def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow]) -> None:
+def insert_many(
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, rows: Sequence[NewRow],
+) -> None:
     """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
+    conn = _c.mysql_connection(conn, "my_blob_jobs.insert_many")
     _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in rows])
 
 
-async def insert_many_async(conn: _v.AsyncMySQLConnection, rows: Sequence[NewRow]) -> None:
+async def insert_many_async(
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, rows: Sequence[NewRow],
+) -> None:
     """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
+    conn = await _c.mysql_connection_async(conn, "my_blob_jobs.insert_many")
     await _v.mysql_executemany_async(conn, INSERT, [_insert_params(r) for r in rows])
 
 

@@ -14,6 +14,7 @@ from typing import Any, Final, LiteralString
 
 import attrs
 import pymysql
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -291,22 +292,27 @@ VALUES (%(id)s, %(queue)s, %(priority)s, COALESCE(%(retry_after)s, CURRENT_TIMES
 """
 
 
-def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> str:
+def insert(conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, row: NewRow) -> str:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = _c.mysql_connection(conn, "my_given_uuid_jobs.insert")
     _v.mysql_execute(conn, INSERT, _insert_params(row))
     return row.id
 
 
-async def insert_async(conn: _v.AsyncMySQLConnection, row: NewRow) -> str:
+async def insert_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, row: NewRow) -> str:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.insert")
     await _v.mysql_execute_async(conn, INSERT, _insert_params(row))
     return row.id
 
 
-def insert_unique(conn: pymysql.connections.Connection[Any], row: NewRow) -> bool:
+def insert_unique(
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, row: NewRow,
+) -> bool:
     """Enqueue one row unless its unique key is already queued; returns whether it was inserted.
     Run it inside a transaction: only the statement is undone by a duplicate.
     """
+    conn = _c.mysql_connection(conn, "my_given_uuid_jobs.insert_unique")
     try:
         _v.mysql_execute(conn, INSERT, _insert_params(row))
     except Exception as err:  # either driver's error
@@ -316,10 +322,11 @@ def insert_unique(conn: pymysql.connections.Connection[Any], row: NewRow) -> boo
     return True
 
 
-async def insert_unique_async(conn: _v.AsyncMySQLConnection, row: NewRow) -> bool:
+async def insert_unique_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, row: NewRow) -> bool:
     """Enqueue one row unless its unique key is already queued; returns whether it was inserted.
     Run it inside a transaction: only the statement is undone by a duplicate.
     """
+    conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.insert_unique")
     try:
         await _v.mysql_execute_async(conn, INSERT, _insert_params(row))
     except Exception as err:  # either driver's error
@@ -329,17 +336,23 @@ async def insert_unique_async(conn: _v.AsyncMySQLConnection, row: NewRow) -> boo
     return True
 
 
-def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow]) -> None:
+def insert_many(
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, rows: Sequence[NewRow],
+) -> None:
     """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
+    conn = _c.mysql_connection(conn, "my_given_uuid_jobs.insert_many")
     _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in rows])
 
 
-async def insert_many_async(conn: _v.AsyncMySQLConnection, rows: Sequence[NewRow]) -> None:
+async def insert_many_async(
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, rows: Sequence[NewRow],
+) -> None:
     """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
+    conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.insert_many")
     await _v.mysql_executemany_async(conn, INSERT, [_insert_params(r) for r in rows])
 
 

@@ -16,6 +16,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import msgspec
 import pymysql
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -397,27 +398,35 @@ VALUES (%(queue)s, COALESCE(%(priority)s, 0), %(retry_after)s, %(headers)s, %(pa
 """
 
 
-def insert(conn: pymysql.connections.Connection[Any], row: NewRow) -> None:
+def insert(conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, row: NewRow) -> None:
     """Enqueue one row on the caller's connection; nothing is committed here."""
+    conn = _c.mysql_connection(conn, "my_uuid_jobs.insert")
     _v.mysql_execute(conn, INSERT, _insert_params(row))
 
 
-async def insert_async(conn: _v.AsyncMySQLConnection, row: NewRow) -> None:
+async def insert_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, row: NewRow) -> None:
     """Enqueue one row on the caller's connection; nothing is committed here."""
+    conn = await _c.mysql_connection_async(conn, "my_uuid_jobs.insert")
     await _v.mysql_execute_async(conn, INSERT, _insert_params(row))
 
 
-def insert_many(conn: pymysql.connections.Connection[Any], rows: Sequence[NewRow]) -> None:
+def insert_many(
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, rows: Sequence[NewRow],
+) -> None:
     """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
+    conn = _c.mysql_connection(conn, "my_uuid_jobs.insert_many")
     _v.mysql_executemany(conn, INSERT, [_insert_params(r) for r in rows])
 
 
-async def insert_many_async(conn: _v.AsyncMySQLConnection, rows: Sequence[NewRow]) -> None:
+async def insert_many_async(
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, rows: Sequence[NewRow],
+) -> None:
     """Enqueue many rows in one statement (the driver's executemany writes one multi-row INSERT);
     nothing is committed here.
     """
+    conn = await _c.mysql_connection_async(conn, "my_uuid_jobs.insert_many")
     await _v.mysql_executemany_async(conn, INSERT, [_insert_params(r) for r in rows])
 
 

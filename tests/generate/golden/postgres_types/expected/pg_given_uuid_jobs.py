@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
+from inboxgen import connections as _c
 from inboxgen.descriptor import (
     Operations,
     QueueStatus,
@@ -301,10 +302,13 @@ FROM new
 """
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> uuid.UUID:
+def insert(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, row: NewRow, *, notify: bool = False,
+) -> uuid.UUID:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_given_uuid_jobs.insert")
     if notify:
         cur = conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
@@ -319,11 +323,12 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, row: NewRow, *, notify: bool = False,
 ) -> uuid.UUID:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_given_uuid_jobs.insert")
     if notify:
         cur = await conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
@@ -346,10 +351,13 @@ ON CONFLICT ("id") DO NOTHING
 """
 
 
-def insert_unique(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> bool:
+def insert_unique(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, row: NewRow, *, notify: bool = False,
+) -> bool:
     """Enqueue one row unless its unique key is already queued; returns whether it was inserted.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_given_uuid_jobs.insert_unique")
     cur = conn.execute(INSERT_UNIQUE, _insert_params(row))
     changed = cur.rowcount == 1
     if notify and changed:
@@ -358,11 +366,12 @@ def insert_unique(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = 
 
 
 async def insert_unique_async(
-    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, row: NewRow, *, notify: bool = False,
 ) -> bool:
     """Enqueue one row unless its unique key is already queued; returns whether it was inserted.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_given_uuid_jobs.insert_unique")
     cur = await conn.execute(INSERT_UNIQUE, _insert_params(row))
     changed = cur.rowcount == 1
     if notify and changed:
@@ -386,11 +395,13 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_given_uuid_jobs.insert_many")
     conn.execute(INSERT_MANY, {
         "id": [r.id for r in rows], "queue": [r.queue for r in rows],
         "priority": [r.priority for r in rows], "retry_after": [r.retry_after for r in rows],
@@ -403,11 +414,13 @@ def insert_many(
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_given_uuid_jobs.insert_many")
     await conn.execute(INSERT_MANY, {
         "id": [r.id for r in rows], "queue": [r.queue for r in rows],
         "priority": [r.priority for r in rows], "retry_after": [r.retry_after for r in rows],

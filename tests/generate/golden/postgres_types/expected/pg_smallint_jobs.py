@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import msgspec
 import psycopg
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -299,10 +300,13 @@ FROM new
 """
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> int:
+def insert(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, row: NewRow, *, notify: bool = False,
+) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_smallint_jobs.insert")
     if notify:
         cur = conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
@@ -317,11 +321,12 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, row: NewRow, *, notify: bool = False,
 ) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_smallint_jobs.insert")
     if notify:
         cur = await conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": "",
@@ -345,22 +350,26 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_smallint_jobs.insert_many")
     conn.execute(INSERT_MANY, {"payload": [_v.json_text(r.payload) for r in rows]})
     if notify and rows:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_smallint_jobs.insert_many")
     await conn.execute(INSERT_MANY, {"payload": [_v.json_text(r.payload) for r in rows]})
     if notify and rows:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})

@@ -14,6 +14,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -238,10 +239,13 @@ FROM new
 """
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> str:
+def insert(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, row: NewRow, *, notify: bool = False,
+) -> str:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_text_jobs.insert")
     if notify:
         cur = conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
@@ -256,11 +260,12 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, row: NewRow, *, notify: bool = False,
 ) -> str:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_text_jobs.insert")
     if notify:
         cur = await conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
@@ -287,11 +292,13 @@ SELECT * FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_text_jobs.insert_many")
     conn.execute(INSERT_MANY, {
         "id": [r.id for r in rows], "queue": [r.queue for r in rows],
         "headers": [None if r.headers is None else _v.json_text(dict(r.headers)) for r in rows],
@@ -303,11 +310,13 @@ def insert_many(
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column. Nothing is committed here. With
     notify, listening workers of each group wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_text_jobs.insert_many")
     await conn.execute(INSERT_MANY, {
         "id": [r.id for r in rows], "queue": [r.queue for r in rows],
         "headers": [None if r.headers is None else _v.json_text(dict(r.headers)) for r in rows],

@@ -16,6 +16,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import psycopg
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -495,10 +496,13 @@ FROM new
 """
 
 
-def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) -> uuid.UUID:
+def insert(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, row: NewRow, *, notify: bool = False,
+) -> uuid.UUID:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_uuid_jobs.insert")
     if notify:
         cur = conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
@@ -513,11 +517,12 @@ def insert(conn: psycopg.Connection[Any], row: NewRow, *, notify: bool = False) 
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any], row: NewRow, *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, row: NewRow, *, notify: bool = False,
 ) -> uuid.UUID:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here.
     With notify, listening workers wake when the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_uuid_jobs.insert")
     if notify:
         cur = await conn.execute(INSERT_NOTIFY, {
             **_insert_params(row), "notify_channel": CHANNEL, "notify_group": row.queue,
@@ -575,12 +580,14 @@ FROM unnest(
 
 
 def insert_many(
-    conn: psycopg.Connection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column; a None takes the column's DDL
     default. Nothing is committed here. With notify, listening workers of each group wake when
     the transaction commits.
     """
+    conn = _c.postgres_connection(conn, "pg_uuid_jobs.insert_many")
     conn.execute(INSERT_MANY, {
         "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
         "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],
@@ -604,12 +611,14 @@ def insert_many(
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[NewRow], *, notify: bool = False,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, rows: Sequence[NewRow], *,
+    notify: bool = False,
 ) -> None:
     """Enqueue many rows in one statement: one array per column; a None takes the column's DDL
     default. Nothing is committed here. With notify, listening workers of each group wake when
     the transaction commits.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_uuid_jobs.insert_many")
     await conn.execute(INSERT_MANY, {
         "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
         "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],

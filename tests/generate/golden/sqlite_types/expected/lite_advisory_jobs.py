@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Final, LiteralString, cast
 
 import attrs
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -126,8 +127,9 @@ RETURNING "id"
 """
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> int:
+def insert(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "lite_advisory_jobs.insert")
     cur = conn.execute(INSERT, _insert_params(row))
     ((new_id,),) = cur.fetchall()
     return cast(int, new_id)
@@ -140,8 +142,9 @@ VALUES (:image, :payload)
 """
 
 
-def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
+def insert_many(conn: sqlite3.Connection | _c.ConnectionHolder, rows: Sequence[NewRow]) -> None:
     """Enqueue many rows in one call (executemany); nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "lite_advisory_jobs.insert_many")
     conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])
 
 

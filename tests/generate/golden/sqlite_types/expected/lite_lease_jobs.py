@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import msgspec
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -315,8 +316,9 @@ RETURNING "id"
 """
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> int:
+def insert(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> int:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "lite_lease_jobs.insert")
     cur = conn.execute(INSERT, _insert_params(row))
     ((new_id,),) = cur.fetchall()
     return cast(int, new_id)
@@ -334,8 +336,9 @@ ON CONFLICT ("c_integer") DO NOTHING
 """
 
 
-def insert_unique(conn: sqlite3.Connection, row: NewRow) -> bool:
+def insert_unique(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> bool:
     """Enqueue one row unless its unique key is already queued; returns whether it was inserted."""
+    conn = _c.sqlite_connection(conn, "lite_lease_jobs.insert_unique")
     cur = conn.execute(INSERT_UNIQUE, _insert_params(row))
     return cur.rowcount == 1
 
@@ -351,8 +354,9 @@ VALUES (:queue, COALESCE(:priority, 0), COALESCE(:retry_after, CURRENT_TIMESTAMP
 """
 
 
-def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
+def insert_many(conn: sqlite3.Connection | _c.ConnectionHolder, rows: Sequence[NewRow]) -> None:
     """Enqueue many rows in one call (executemany); nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "lite_lease_jobs.insert_many")
     conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])
 
 

@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 import msgspec
+from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
     Operations,
@@ -239,8 +240,9 @@ RETURNING "id"
 """
 
 
-def insert(conn: sqlite3.Connection, row: NewRow) -> str:
+def insert(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> str:
     """Enqueue one row on the caller's connection and return its id; nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "lite_text_jobs.insert")
     cur = conn.execute(INSERT, _insert_params(row))
     ((new_id,),) = cur.fetchall()
     return cast(str, new_id)
@@ -253,8 +255,9 @@ VALUES (:id, :queue, :headers, :payload)
 """
 
 
-def insert_many(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> None:
+def insert_many(conn: sqlite3.Connection | _c.ConnectionHolder, rows: Sequence[NewRow]) -> None:
     """Enqueue many rows in one call (executemany); nothing is committed here."""
+    conn = _c.sqlite_connection(conn, "lite_text_jobs.insert_many")
     conn.executemany(INSERT_MANY, [_insert_params(r) for r in rows])
 
 
