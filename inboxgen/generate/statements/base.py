@@ -293,10 +293,14 @@ class Statements:
 
     def group_filters(self) -> list[str]:
         """The unfinished rows of the worker's group (a FIFO group's members)."""
-        g = self.role("group")
-        assert g is not None
-        out = [f"{self.c(g)} = {self.p('group')}"]
-        pa = self.role("processed_at")
+        assert self.role("group") is not None
+        return self.unfinished()
+
+    def unfinished(self) -> list[str]:
+        """The conditions every unfinished row of the worker's group meets (none where the
+        table has neither groups nor processed_at)."""
+        g, pa = self.role("group"), self.role("processed_at")
+        out = [f"{self.c(g)} = {self.p('group')}"] if g is not None else []
         if pa is not None:
             out.append(f"{self.c(pa)} IS NULL")
         return out

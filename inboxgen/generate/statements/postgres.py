@@ -37,7 +37,7 @@ class PostgresStatements(Statements):
         pr = self.role("priority")
         assert pr is not None
         prc, t = self.c(pr), self.t()
-        unfinished = self.group_or_none()
+        unfinished = self.unfinished()
         walk = "inboxgen_priorities"
 
         def first_priority(extra: list[str], indent: str) -> str:
@@ -74,15 +74,6 @@ class PostgresStatements(Statements):
             ") AS due",
             f"LIMIT {self.p('limit')}",
         ))
-
-    def group_or_none(self) -> list[str]:
-        """The conditions every unfinished row of the worker's group meets (none where the table
-        has neither groups nor processed_at)."""
-        g, pa = self.role("group"), self.role("processed_at")
-        out = [f"{self.c(g)} = {self.p('group')}"] if g is not None else []
-        if pa is not None:
-            out.append(f"{self.c(pa)} IS NULL")
-        return out
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
                          ) -> None:
