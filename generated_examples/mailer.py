@@ -79,9 +79,9 @@ WITH counted AS (
     WHERE "job_id" = ANY(ARRAY(
         SELECT "job_id"
         FROM "email_jobs"
-        WHERE "name" = %(group)s
+        WHERE "name" = ANY(ARRAY[%(group)s])
           AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "job_id"::text, 0))
-        ORDER BY "job_id"
+        ORDER BY "name", "job_id"
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ))

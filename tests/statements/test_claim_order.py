@@ -4,9 +4,12 @@ of another group stay; the claim's plan uses the index."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from dbcases import (
     CLAIM_FORMS,
@@ -19,7 +22,9 @@ from dbcases import (
     at,
     commit_claim,
     finish,
+    spec_toml,
 )
+from genutil import build_module, ddl_of
 
 ORDER_ROWS = [  # payload, priority, due (seconds from T0); inserted in this order
     ("p1-due-10", 1, -10),
@@ -203,3 +208,65 @@ def test_postgres_claim_reads_no_scheduled_rows_of_a_more_urgent_priority(
     buffers = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
     assert buffers < 100, f"{buffers} buffers for a claim of 2 rows"
     assert sorted(q.id_of(r) for r in q.claim(conn, limit=2)) == due[:2]
+
+
+KEPT = 20_000
+
+
+@pytest.mark.parametrize("form", ["row_lock", "lease"])
+def test_postgres_claim_reads_the_claim_index_however_stale_the_statistics(
+        tmp_path: Path, pg_dsn: str, form: str) -> None:
+    """A grouped table claimed in id order, analysed while its rows were unfinished (a burst
+    about to be drained), then drained but for the last rows. By those statistics the primary
+    key finds an unfinished row at once, so a claim ordered by id alone read it and every
+    finished row before the first claimable one (the drain ran at a fifth of a deleting
+    table's). Ordered by (group, id), only the claim index gives the order."""
+    lease = {"locked_until": "locked_until"} if form == "lease" else {}
+    mod = build_module(tmp_path, spec_toml(
+        "kept_jobs", {"id": "id generated", "queue": "group", "processed_at": "processed_at",
+                      **lease, "payload": "payload text"}, claim=form), f"""
+        CREATE TABLE kept_jobs (
+            id BIGSERIAL PRIMARY KEY,
+            queue TEXT NOT NULL,
+            processed_at TIMESTAMPTZ,
+            {"locked_until TIMESTAMPTZ," if lease else ""}
+            payload TEXT NOT NULL
+        ) WITH (fillfactor = 70);
+        CREATE INDEX kept_jobs_claim ON kept_jobs (queue, id) WHERE processed_at IS NULL;
+    """)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(ddl_of(tmp_path))
+        mod.insert_many(conn, [mod.NewRow(queue="q", payload="x") for _ in range(KEPT)])
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE kept_jobs")
+        conn.autocommit = False
+        conn.execute("UPDATE kept_jobs SET processed_at = now() WHERE id <= %s", (KEPT - 5,))
+        conn.commit()
+        args = {"group": "q", "limit": 1, "now": T0,
+                "locked_until": T0 + dt.timedelta(seconds=LEASE)}
+        params = {k: args[k] for k in mod.DESCRIPTOR.statement_params["CLAIM"]}
+        # As in a drain, earlier claims have read past the finished rows' old versions and
+        # marked them dead in the index they read; the statistics still say unfinished.
+        conn.execute(mod.CLAIM, params)
+        conn.rollback()
+        # The plan a long-running worker gets: psycopg prepares a statement it runs often, and
+        # the server settles on a generic plan, planned without the group's value.
+        names = list(params)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        types = {"group": "text", "limit": "bigint", "now": "timestamptz",
+                 "locked_until": "timestamptz"}
+        conn.execute(f"PREPARE claim({', '.join(types[n] for n in names)}) AS " + re.sub(
+            r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", mod.CLAIM))
+        cur = psycopg.ClientCursor(conn).execute(  # EXECUTE's arguments as literals
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim("
+            + ", ".join(f"%s::{types[n]}" for n in names) + ")", list(params.values()))
+        ((explained,),) = cur.fetchall()
+        conn.rollback()
+        top = explained[0]["Plan"]
+        buffers = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+        # the claim index's leaf pages, which still hold the finished rows' (dead) entries
+        assert buffers < 500, f"{buffers} buffers for a claim of 1 row"
+        claimed = mod.claim(conn, group="q", limit=1, **(
+            {"now": T0, "locked_until": T0 + dt.timedelta(seconds=LEASE)} if lease else {}))
+        assert [r.id for r in claimed] == [KEPT - 4]

@@ -82,10 +82,10 @@ WITH counted AS (
     WHERE "id" = ANY(ARRAY(
         SELECT "id"
         FROM "bench_row_lock_counted"
-        WHERE "queue" = %(group)s
+        WHERE "queue" = ANY(ARRAY[%(group)s])
           AND "processed_at" IS NULL
           AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
-        ORDER BY "id"
+        ORDER BY "queue", "id"
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ))

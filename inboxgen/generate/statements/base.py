@@ -78,7 +78,7 @@ class Statements:
         g, pa, ra, lu = (self.role(r) for r in ("group", "processed_at", "retry_after",
                                                   "locked_until"))
         if g is not None and with_group:
-            out.append(f"{self.c(g)} = {self.p('group')}")
+            out.append(self.in_group(g))
         if pa is not None:
             out.append(f"{self.c(pa)} IS NULL")
         if ra is not None:
@@ -86,6 +86,10 @@ class Statements:
         if lu is not None:
             out.append(f"({self.c(lu)} IS NULL OR {self.c(lu)} <= {self.p('now')})")
         return out
+
+    def in_group(self, group: Field) -> str:
+        """The condition a claim puts on the group column."""
+        return f"{self.c(group)} = {self.p('group')}"
 
     def order(self) -> str:
         return ", ".join(self.c(f) for f in (self.role(r) for r in
@@ -300,7 +304,7 @@ class Statements:
         """The conditions every unfinished row of the worker's group meets (none where the
         table has neither groups nor processed_at)."""
         g, pa = self.role("group"), self.role("processed_at")
-        out = [f"{self.c(g)} = {self.p('group')}"] if g is not None else []
+        out = [self.in_group(g)] if g is not None else []
         if pa is not None:
             out.append(f"{self.c(pa)} IS NULL")
         return out

@@ -15,6 +15,33 @@ _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BI
 class PostgresStatements(Statements):
     lease_pick_lock = "    FOR UPDATE SKIP LOCKED"
 
+    # -- claims the primary key cannot serve ---------------------------------------------------
+
+    @property
+    def group_then_id(self) -> bool:
+        """Whether claims order by (group, id): a grouped table with neither priority nor
+        retry_after. Ordered by id alone, the primary key's index also gives the claim its
+        order, and the planner takes it whenever its statistics say most rows are unfinished
+        (a table analysed before a burst was drained, or a fresh one): that scan then reads
+        every finished row and every other group's row ahead of the first claimable one.
+        Matching the group with `= ANY(ARRAY[...])` keeps the group out of the planner's
+        constants, so only the claim index, keyed (group, id), gives the order and the claim
+        reads it whatever the statistics say."""
+        return (self.role("group") is not None and self.role("priority") is None
+                and self.role("retry_after") is None)
+
+    def in_group(self, group: Field) -> str:
+        if not self.group_then_id:
+            return super().in_group(group)
+        return f"{self.c(group)} = ANY(ARRAY[{self.p('group')}])"
+
+    def order(self) -> str:
+        if not self.group_then_id:
+            return super().order()
+        group = self.role("group")
+        assert group is not None
+        return f"{self.c(group)}, {self.c(self.q.id)}"
+
     # -- claims that walk no scheduled rows ---------------------------------------------------
 
     @property

@@ -70,8 +70,8 @@ def decode_payload(raw: bytes) -> bytes:
 CLAIM: Final[LiteralString] = """
 SELECT "id", "queue", "payload"
 FROM "pg_integer_jobs"
-WHERE "queue" = %(group)s
-ORDER BY "id"
+WHERE "queue" = ANY(ARRAY[%(group)s])
+ORDER BY "queue", "id"
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
