@@ -158,3 +158,49 @@ def test_a_drained_queue_commits_its_last_batch_at_once(queue: MakeQueue) -> Non
 
     assert asyncio.run(main()) == []
     assert done == 3
+
+
+def _deletes_reported(dsn: str) -> int:
+    """The table's deletes as the statistics autovacuum reads show them."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT n_tup_del FROM pg_stat_user_tables "
+                           "WHERE relid = 'jobs'::regclass").fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("count_crashes", [False, True])
+def test_a_busy_worker_reports_its_deletes_for_autovacuum(
+        queue: MakeQueue, count_crashes: bool) -> None:
+    """PostgreSQL reports a session's table statistics, which autovacuum decides on, only while
+    the session is idle outside a transaction. A pipelined round's COMMIT is followed by the
+    next BEGIN, so a worker that never ran out of jobs never reported a finished row, autovacuum
+    never ran, and claims slowed as they read past ever more dead index entries."""
+    spec = SPEC.replace("count_crashes = false", f"count_crashes = {str(count_crashes).lower()}")
+    q = queue("postgres", spec=spec, ddl=DDL)
+    total = 3000
+    with psycopg.connect(q.target) as conn:
+        q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"kind": "ack", "n": i})
+                                 for i in range(total)])
+
+    def handler(job: Job[Any]) -> None:
+        time.sleep(0.002)  # a drain of a few seconds
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="work", workers=2,
+                    listen=False)
+
+    async def watch() -> tuple[int, int]:
+        """(deletes reported, jobs left) once a report came or the queue was nearly empty."""
+        await worker.start()
+        try:
+            while True:
+                left = len(await asyncio.to_thread(_rows, q.target))
+                reported = await asyncio.to_thread(_deletes_reported, q.target)
+                if reported or left < total // 10:
+                    return reported, left
+                await asyncio.sleep(0.1)
+        finally:
+            await worker.shutdown()
+
+    reported, left = asyncio.run(watch())
+    assert reported > 0, f"no delete reported with {left} of {total} jobs left"
+    assert left >= total // 10

@@ -10,6 +10,7 @@ COMMIT travel with the next claim (PipelinedRowLock).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,12 @@ from inboxgen.runtime.outcomes import FINISH, Settlement
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
+
+# How often a pipelined session goes idle outside a transaction between two rounds. PostgreSQL
+# reports a session's table statistics (what autovacuum decides on) only there, at most once a
+# second: a session whose every COMMIT is followed by the next BEGIN in one round trip never
+# reports, and autovacuum never cleans the rows its jobs finished.
+IDLE_EVERY = 1.0
 
 # How long a counted claim waits for the table's claim turn (MySQL's GET_LOCK; on PostgreSQL
 # the wait is the session's lock_timeout).
@@ -210,15 +217,31 @@ class PipelinedRowLock(RowLock):
             self.report_lost(held, err)
             raise
 
+    async def together(self, conn: Any, pipe: Any, steps: list[Step], *,
+                       idle: bool) -> list[Any]:
+        """`Backend.together`. With `idle`, the steps through the COMMIT are synced first, so
+        the session waits idle outside a transaction (and reports its statistics) before the
+        rest: one more round trip, once per IDLE_EVERY."""
+        if not idle or COMMIT not in steps:
+            return await self.backend.together(conn, steps)
+        cut = steps.index(COMMIT) + 1
+        first = await self.backend.together(conn, steps[:cut])
+        await self.backend.sync(pipe)
+        try:
+            return first + await self.backend.together(conn, steps[cut:])
+        except StepFailed as err:
+            raise StepFailed(cut + err.done, err.cause) from err.cause
+
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
         backend, slots, batch = self.backend, self.slots, self.settings.batch
+        idle = Idle()
         async with backend.session() as conn, backend.pipeline(conn) as pipe:
             in_tx = False  # a claim's transaction is open on the connection
             pending: Pending = []
             while True:
                 claim = not slots.stopping
                 rows = await self._send_round(conn, pipe, pending, held, commit=in_tx,
-                                              claim=claim)
+                                              claim=claim, idle=idle.due())
                 in_tx, pending = claim, []
                 held.clear()  # committed
                 worked()
@@ -236,7 +259,7 @@ class PipelinedRowLock(RowLock):
                     await slots.wait(index, self.settings.poll_interval)
 
     async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
-                          commit: bool, claim: bool) -> list[Any]:
+                          commit: bool, claim: bool, idle: bool = False) -> list[Any]:
         """Send the batch's settlements, COMMIT, BEGIN and a claim together, and wait for the
         server. Returns the claimed rows."""
         steps: list[Step] = []
@@ -250,7 +273,7 @@ class PipelinedRowLock(RowLock):
             steps += [BEGIN, self.calls.step(*self.claim_call(self.clock.now(),
                                                               self.settings.batch))]
         try:
-            results = await self.backend.together(conn, steps)
+            results = await self.together(conn, pipe, steps, idle=idle)
         except StepFailed as err:
             if commit and err.done >= committed_after:
                 held.clear()  # the batch committed; what failed came after
@@ -285,13 +308,14 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     async def _counted_rounds(self, conn: Any, index: int, worked: Callable[[], None],
                               held: list[Held]) -> None:
         backend, slots, batch = self.backend, self.slots, self.settings.batch
+        idle = Idle()
         async with backend.pipeline(conn) as pipe:
             in_tx = False  # a transaction is open on the connection for the next settlements
             pending: Pending = []
             while True:
                 claim = not slots.stopping
                 rows = await self._send_counted(conn, pipe, pending, held, in_tx=in_tx,
-                                                claim=claim)
+                                                claim=claim, idle=idle.due())
                 in_tx, pending = claim, []
                 held.clear()  # committed, and their keys unlocked
                 worked()
@@ -310,7 +334,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                     await slots.wait(index, self.settings.poll_interval)
 
     async def _send_counted(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
-                            in_tx: bool, claim: bool) -> list[Any]:
+                            in_tx: bool, claim: bool, idle: bool = False) -> list[Any]:
         """Send the batch's settlements and a claim in one transaction, its COMMIT, the
         RELEASE of the settled rows' keys and (when claiming) the next BEGIN; wait for the
         server. Returns the claimed rows."""
@@ -328,7 +352,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         if claim:
             steps.append(BEGIN)
         try:
-            results = await self.backend.together(conn, steps)
+            results = await self.together(conn, pipe, steps, idle=idle)
         except StepFailed as err:
             if err.done >= committed_after:
                 held.clear()  # the batch committed; what failed came after
@@ -338,3 +362,17 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             return []
         # The claim is the last call before the COMMIT; the RELEASE's result follows it.
         return self.claimed(results[-2] if held else results[-1])
+
+
+class Idle:
+    """When a pipelined session is next due to go idle outside a transaction (IDLE_EVERY)."""
+
+    def __init__(self) -> None:
+        self.next = time.monotonic() + IDLE_EVERY
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self.next:
+            return False
+        self.next = now + IDLE_EVERY
+        return True
