@@ -1,7 +1,8 @@
 """inboxgen: job queues in your own SQL tables.
 
 The generator (`inboxgen build` / `inboxgen verify`) writes one typed module per queue table; the
-runtime here serves those tables: `Worker(module.DESCRIPTOR, handler, database=...)`.
+runtime here serves those tables: `Worker(module.DESCRIPTOR, handler, database=...)`, or
+several of them in one process: `Service(database=...)`.
 """
 
 from inboxgen.errors import (
@@ -13,11 +14,13 @@ from inboxgen.errors import (
     LeaseLost,
     SchemaError,
     ServerTooOld,
+    ServiceStartFailed,
     WorkerConfigError,
     WorkerError,
 )
 from inboxgen.runtime.clock import Clock, SystemClock
 from inboxgen.runtime.outcomes import Backoff, Outcome, ack, drop, retry, retry_after
+from inboxgen.runtime.service import Service
 from inboxgen.runtime.worker import Job, Stats, Worker
 
 __all__ = [
@@ -33,6 +36,8 @@ __all__ = [
     "Outcome",
     "SchemaError",
     "ServerTooOld",
+    "Service",
+    "ServiceStartFailed",
     "Stats",
     "SystemClock",
     "Worker",

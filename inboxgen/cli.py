@@ -88,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
                                        "returning one (e.g. myapp.queues:mailer)")
     worker.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve = sub.add_parser("serve", help="run a service (several queues) defined in your code")
+    serve.add_argument("target", help="module:attribute naming a Service, or a function "
+                                      "returning one (e.g. myapp.queues:service)")
+    serve.add_argument("--log-level", default="INFO",
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
 
@@ -107,23 +112,23 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _run_worker(target: str, level: str) -> int:
+def _run_worker(target: str, level: str, *, service: bool = False) -> int:
     from inboxgen.errors import WorkerError
-    from inboxgen.ops.user_code import load_worker
+    from inboxgen.ops.user_code import load_service, load_worker
 
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        worker = load_worker(target, Path.cwd())
-        worker.run()
+        runs = (load_service if service else load_worker)(target, Path.cwd())
+        runs.run()
     except WorkerError as err:
         print(f"inboxgen: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FAILED
-    if worker.abandoned_threads:
+    abandoned = runs.abandoned_threads
+    if abandoned:
         # Python waits for every thread at exit, and a handler's thread cannot be stopped: the
         # worker was told to stop at once, so exit without waiting for them.
         logging.getLogger("inboxgen.worker").warning(
-            "%s: exiting with %d handler thread(s) still running", worker.name,
-            worker.abandoned_threads)
+            "%s: exiting with %d handler thread(s) still running", runs.name, abandoned)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -315,8 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # inboxgen reports statements sqlglot cannot parse itself, with file and line.
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
     try:
-        if args.command == "worker":  # needs no project settings
-            return _run_worker(args.target, args.log_level)
+        if args.command in ("worker", "serve"):  # need no project settings
+            return _run_worker(args.target, args.log_level, service=args.command == "serve")
         project = find_project(Path.cwd())
         if args.command == "build":
             return _build(project, args.specs)
@@ -333,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"inboxgen: internal error, please report it: {err}")
         return EXIT_FAILED
     except Exception as err:
-        if args.command == "worker":  # the traceback of the service's own code is its to read
+        if args.command in ("worker", "serve"):  # the service's own code: its traceback
             raise
         # build and verify: the last resort, one line and never a traceback
         first = next(iter(str(err).splitlines()), "")

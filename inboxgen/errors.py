@@ -104,6 +104,16 @@ class WorkerConfigError(WorkerError):
     """The worker's settings contradict each other or the table (e.g. max_attempts alone)."""
 
 
+class ServiceStartFailed(WorkerError):
+    """Queues of a service could not start: `problems` holds each queue's error, and the
+    message lists them all (not only the first)."""
+
+    def __init__(self, problems: list[WorkerError]) -> None:
+        self.problems = problems
+        super().__init__(f"{len(problems)} queue(s) cannot start: "
+                         + "; ".join(str(p) for p in problems))
+
+
 class ConnectFailed(WorkerError):
     """The database cannot be reached: refused for good (authentication, an unknown database, a
     missing SQLite file) or still unreachable when the connect timeout ran out. The message names

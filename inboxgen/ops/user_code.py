@@ -16,8 +16,6 @@ from typing import Any
 
 from inboxgen.errors import ConfigError
 
-MUST = "the target must be a Worker or a function returning one"
-
 
 def on_path(folder: Path) -> None:
     """Make the packages in `folder` importable, as `python -m` does for the working folder."""
@@ -69,9 +67,22 @@ def load_worker(target: str, folder: Path) -> Any:
     arguments that returns one. Anything else is a ConfigError saying what it is instead."""
     from inboxgen.runtime.worker import Worker
 
+    return _load(target, folder, Worker, "worker")
+
+
+def load_service(target: str, folder: Path) -> Any:
+    """The Service `target` names (or a function taking no arguments that returns one)."""
+    from inboxgen.runtime.service import Service
+
+    return _load(target, folder, Service, "service")
+
+
+def _load(target: str, folder: Path, kind: type, noun: str) -> Any:
+    name = kind.__name__
+    must = f"the target must be a {name} or a function returning one"
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise ConfigError(f"worker target must look like package.module:name, not {target!r}")
+        raise ConfigError(f"{noun} target must look like package.module:name, not {target!r}")
     module, failed = _import(module_name, folder)
     if module is None:
         raise ConfigError(f"{target}: cannot import {module_name}: {failed}")
@@ -79,25 +90,25 @@ def load_worker(target: str, folder: Path) -> Any:
         obj = getattr(module, attr)
     except AttributeError:
         raise ConfigError(f"{target}: module {module_name} has no attribute {attr!r}") from None
-    if isinstance(obj, Worker):
+    if isinstance(obj, kind):
         return obj
     if callable(obj) and not isinstance(obj, type):
         try:
             inspect.signature(obj).bind()
         except TypeError:  # a handler, most likely: it takes the job
             params = ", ".join(inspect.signature(obj).parameters)
-            raise ConfigError(f"{target} is not an inboxgen Worker but a function that takes "
-                              f"arguments ({params}): {MUST}") from None
+            raise ConfigError(f"{target} is not an inboxgen {name} but a function that takes "
+                              f"arguments ({params}): {must}") from None
         except ValueError:  # no signature to read: calling it is the only way to know
             pass
         made = obj()
-        if isinstance(made, Worker):
+        if isinstance(made, kind):
             return made
         if inspect.iscoroutine(made):
             made.close()  # never awaited, and saying so would only add a warning
-        raise ConfigError(f"{target} is not an inboxgen Worker but a function that returned "
-                          f"{_what(made)}: {MUST}")
-    raise ConfigError(f"{target} is not an inboxgen Worker but {_what(obj)}: {MUST}")
+        raise ConfigError(f"{target} is not an inboxgen {name} but a function that returned "
+                          f"{_what(made)}: {must}")
+    raise ConfigError(f"{target} is not an inboxgen {name} but {_what(obj)}: {must}")
 
 
 def _what(obj: object) -> str:

@@ -128,7 +128,7 @@ class Worker:
             return
         log.warning("%s: %s again: stopping at once (%s)", self.name, sig.name,
                     self.form.unfinished)
-        self._hurry.set()
+        self.hurry()
 
     async def serve(self) -> None:
         """Start, serve until `stop()`, then shut down."""
@@ -228,6 +228,12 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; `serve()` then lets jobs in work finish and returns."""
         self.slots.stop()
+
+    def hurry(self) -> None:
+        """Stop without waiting for the jobs in work: they are cancelled, and their rows left
+        as the form's rule says (a second signal does this)."""
+        self.slots.stop()
+        self._hurry.set()
 
     def wake(self) -> None:
         """Claim now instead of waiting out the poll interval (every waiting slot); call it on

@@ -1,0 +1,275 @@
+"""The service: several queues in one process, one pool per PostgreSQL database, start-up and
+shutdown hooks, one start-up check, one shutdown and one signal handling for all.
+
+Each queue is a Worker; the service builds them, shares a pool between the PostgreSQL ones of
+one database, and runs them together. The pool is sized as the seeds of this design size it:
+each queue's `workers` count, plus one per queue (for its claims, renewals and settlements),
+plus what the service's handlers take for their own work (`handler_connections`). A worker
+never takes more than its slots and that one, so the pool is never exceeded, and no queue waits
+on another's connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import attrs
+
+from inboxgen.descriptor import TableDescriptor
+from inboxgen.errors import ServiceStartFailed, WorkerConfigError, WorkerError
+from inboxgen.runtime.backends.base import Database
+from inboxgen.runtime.clock import Clock
+from inboxgen.runtime.jobs import Handler
+from inboxgen.runtime.outcomes import Backoff
+from inboxgen.runtime.settings import UNSET, settings_for
+from inboxgen.runtime.worker import Worker
+
+__all__ = ["Service"]
+
+log = logging.getLogger("inboxgen.service")
+
+Hook = Callable[[], "Awaitable[None] | None"]
+H = TypeVar("H", bound=Hook)
+
+
+class Service:
+    """Serve several queue tables in one process.
+
+    `database` is where queues go unless `queue(..., database=...)` says otherwise. Register
+    queues with `queue()`, hooks with `on_startup` / `on_shutdown`, then `run()` (signals
+    included), or `await serve()` on a loop of yours.
+    """
+
+    def __init__(self, database: Database = None, *, name: str = "service",
+                 handler_connections: int = 0, shutdown_timeout: float = 30.0,
+                 connect_timeout: float = 30.0, clock: Clock | None = None) -> None:
+        if handler_connections < 0:
+            raise WorkerConfigError("handler_connections must be 0 or more", worker=name)
+        self.name = name
+        self.database = database
+        self.handler_connections = handler_connections
+        self.shutdown_timeout = shutdown_timeout
+        self.connect_timeout = connect_timeout
+        self.clock = clock
+        self.workers: list[Worker] = []
+        self._queued: list[_Queue] = []
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = []
+        self._pools: dict[str, Any] = {}
+        self._stop = asyncio.Event()
+        self.started = False
+        # Handler threads the last shutdown stopped waiting for (see Worker.abandoned_threads).
+        self.abandoned_threads = 0
+
+    # -- what the service serves ----------------------------------------------------------
+
+    def queue(self, descriptor: TableDescriptor, handler: Handler, *,
+              database: Database = None, group: str | None = None, name: str | None = None,
+              workers: int | None = None, batch: int | None = None, lease: int | None = None,
+              poll_interval: float | None = None, max_attempts: int | None = UNSET,
+              backoff: Backoff | None = None, transactional: bool = False,
+              listen: bool | None = None) -> None:
+        """Serve `descriptor`'s table (and `group`) with `handler`; the settings are a
+        Worker's. The queue's settings are checked now; the database is reached at start."""
+        if self.started:
+            raise WorkerConfigError("queues are added before the service starts",
+                                    worker=self.name)
+        where = database if database is not None else self.database
+        if where is None:
+            raise WorkerConfigError("the service has no database: give Service(database=...) "
+                                    "or queue(..., database=...)", worker=self.name,
+                                    table=descriptor.qualified_name)
+        # The Worker's own checks, now rather than at start: a settings mistake is the
+        # caller's, and says so where the queue is added.
+        s = settings_for(descriptor, group=group, name=name, workers=workers, batch=batch,
+                         lease=lease, poll_interval=poll_interval, max_attempts=max_attempts,
+                         backoff=backoff, transactional=transactional)
+        if any(q.name == s.name for q in self._queued):
+            raise WorkerConfigError(f"two queues are named {s.name!r}: give one a name=",
+                                    worker=self.name, table=descriptor.qualified_name)
+        self._queued.append(_Queue(
+            descriptor=descriptor, handler=handler, database=where, name=s.name,
+            workers=s.workers, options=dict(
+                group=group, name=name, workers=workers, batch=batch, lease=lease,
+                poll_interval=poll_interval, max_attempts=max_attempts, backoff=backoff,
+                transactional=transactional, listen=listen)))
+
+    def on_startup(self, hook: H) -> H:
+        """Run `hook` (a function taking nothing, sync or async) at start, before any queue
+        checks its table: migrations go here. Hooks run in the order they were added."""
+        self._startup.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: H) -> H:
+        """Run `hook` once every queue has stopped, in the order added."""
+        self._shutdown.append(hook)
+        return hook
+
+    def pool_size(self, database: Database = None) -> int:
+        """The connections the service's pool on `database` (a PostgreSQL one) holds at most:
+        each queue's workers, one more per queue, and `handler_connections`."""
+        key = str(database if database is not None else self.database)
+        return sum(q.workers + 1 for q in self._queued
+                   if str(q.database) == key) + self.handler_connections
+
+    def pool(self, database: Database = None) -> Any:
+        """The service's psycopg_pool.AsyncConnectionPool on a PostgreSQL `database` (open
+        while the service runs): handlers take their own connections from it."""
+        key = str(database if database is not None else self.database)
+        try:
+            return self._pools[key]
+        except KeyError:
+            raise WorkerConfigError("no PostgreSQL queue of the service is on that database "
+                                    "(or the service has not started)",
+                                    worker=self.name) from None
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until SIGINT or SIGTERM, then shut down gracefully; a second signal stops at
+        once."""
+        asyncio.run(self._run_with_signals())
+
+    async def _run_with_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._signalled, sig)
+        try:
+            await self.serve()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    def _signalled(self, sig: signal.Signals) -> None:
+        if not self._stop.is_set():
+            log.info("%s: %s: stopping", self.name, sig.name)
+            self.stop()
+            return
+        log.warning("%s: %s again: stopping at once", self.name, sig.name)
+        for w in self.workers:
+            w.hurry()
+
+    async def serve(self) -> None:
+        """Start, serve until `stop()`, then shut down."""
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.shutdown()
+
+    async def start(self) -> None:
+        """Run the start-up hooks, open the pools, start every queue. When any queue cannot
+        start, stop the others and raise ServiceStartFailed naming every problem."""
+        if not self._queued:
+            raise WorkerConfigError("the service has no queues: add them with queue()",
+                                    worker=self.name)
+        self._stop = asyncio.Event()
+        for hook in self._startup:
+            await _call(hook)
+        self._open_pools()
+        try:
+            self.workers = [self._worker(q) for q in self._queued]
+        except BaseException:
+            await self._close_pools()
+            raise
+        for pool in self._pools.values():
+            await pool.open(wait=False)  # the workers wait for the database, each saying why
+        results = await asyncio.gather(*(w.start() for w in self.workers),
+                                       return_exceptions=True)
+        problems = [r for r in results if isinstance(r, BaseException)]
+        if problems or self._stop.is_set():
+            await asyncio.gather(*(w.shutdown() for w in self.workers if w.started),
+                                 return_exceptions=True)
+            await self._close_pools()
+            self.workers = []
+            other = [p for p in problems if not isinstance(p, WorkerError)]
+            if other:
+                raise other[0]
+            if problems:
+                raise ServiceStartFailed([p for p in problems if isinstance(p, WorkerError)])
+            return
+        self.started = True
+        log.info("%s: serving %d queue(s)%s", self.name, len(self.workers), "".join(
+            f"; pool of {p.max_size} on {_label(w)}" for w, p in self._labelled_pools()))
+
+    def stop(self) -> None:
+        """Stop claiming on every queue; `serve()` then lets jobs in work finish and returns."""
+        self._stop.set()
+        for w in self.workers:
+            w.stop()
+
+    async def shutdown(self) -> None:
+        """Stop every queue (each waits up to shutdown_timeout for its jobs in work), close the
+        pools, then run the shutdown hooks."""
+        self._stop.set()
+        workers, self.workers = self.workers, []
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        self.abandoned_threads = sum(w.abandoned_threads for w in workers)
+        await self._close_pools()
+        if self.started:
+            self.started = False
+            for hook in self._shutdown:
+                await _call(hook)
+        self._stop = asyncio.Event()
+
+    # -- parts ----------------------------------------------------------------------------
+
+    def _open_pools(self) -> None:
+        from inboxgen.runtime.backends import BACKENDS
+
+        for q in self._queued:
+            kind = BACKENDS.get(q.descriptor.dialect)
+            key = str(q.database)
+            if kind is None or not kind.takes_pool or key in self._pools:
+                continue
+            from psycopg_pool import AsyncConnectionPool
+
+            size = self.pool_size(q.database)
+            self._pools[key] = AsyncConnectionPool(key, min_size=1, max_size=size, open=False,
+                                                   name=f"inboxgen-{self.name}-{len(self._pools)}")
+
+    async def _close_pools(self) -> None:
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            await pool.close()
+
+    def _labelled_pools(self) -> list[tuple[Worker, Any]]:
+        seen: dict[int, tuple[Worker, Any]] = {}
+        for w in self.workers:
+            pool = getattr(w.backend, "pool", None)
+            if pool is not None and pool in self._pools.values():
+                seen.setdefault(id(pool), (w, pool))
+        return list(seen.values())
+
+    def _worker(self, q: _Queue) -> Worker:
+        pool = self._pools.get(str(q.database))
+        return Worker(q.descriptor, q.handler, database=None if pool is not None else q.database,
+                      pool=pool, clock=self.clock, shutdown_timeout=self.shutdown_timeout,
+                      connect_timeout=self.connect_timeout, **q.options)
+
+
+@attrs.frozen
+class _Queue:
+    """A queue as added: what its Worker is built from."""
+
+    descriptor: TableDescriptor
+    handler: Handler
+    database: Database
+    name: str
+    workers: int
+    options: dict[str, Any]  # the Worker's keyword arguments, as given
+
+
+def _label(worker: Worker) -> str:
+    return str(getattr(worker.backend, "label", worker.backend.dialect))
+
+
+async def _call(hook: Hook) -> None:
+    result = hook()
+    if inspect.isawaitable(result):
+        await result
