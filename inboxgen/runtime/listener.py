@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -25,11 +25,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("inboxgen.worker")
 
 
-async def listen(conninfo: str | None, connect_kwargs: Mapping[str, Any], channel: str,
-                 wakes: Wakes) -> None:
-    """Listen on `channel` with connections opened as `conninfo` and `connect_kwargs` say, and
-    wake as `wakes` says, until cancelled."""
-    name, group = wakes.name, wakes.group
+async def listen(conninfo: str | None, connect_kwargs: Mapping[str, Any],
+                 routes: Sequence[tuple[str, Wakes]], name: str | None = None) -> None:
+    """Listen on each route's channel (a table's name) with connections opened as `conninfo`
+    and `connect_kwargs` say, and wake the route's worker for its group's rows, until
+    cancelled. One session serves every route: a service's queues on one database share it."""
+    name = name or routes[0][1].name
+    channels = sorted({channel for channel, _ in routes})
+    everyone = [wakes for _, wakes in routes]
     first = True
     lost = ""  # why the last listening connection ended, said once it is known whether alone
     failures = 0  # connection attempts failed in a row: one line per outage, not per attempt
@@ -39,8 +42,10 @@ async def listen(conninfo: str | None, connect_kwargs: Mapping[str, Any], channe
                 conninfo or "", **{**connect_kwargs, "autocommit": True})
         except (psycopg.Error, OSError) as err:
             failures += 1
-            # The database is out of reach: the worker's outage (one line for all of it).
-            if failures == 1 and not wakes.lost_connection(err, "listening"):
+            # The database is out of reach: the workers' outage (one line for all of it).
+            reported = [w.lost_connection(err, "listening") for w in everyone] if \
+                failures == 1 else [True]
+            if not any(reported):
                 log.error("%s: cannot open the listening connection, trying again shortly: %s",
                           name, first_line(err))
             else:
@@ -54,17 +59,22 @@ async def listen(conninfo: str | None, connect_kwargs: Mapping[str, Any], channe
         failures = 0
         try:
             async with conn:
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                wakes.listening_on(conn.info.backend_pid)
+                for channel in channels:
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                for wakes in everyone:
+                    wakes.listening_on(conn.info.backend_pid)
                 if not first:
                     (log.warning if alone else log.debug)(
                         "%s: the listening connection was lost (%s); listening again on %s, "
-                        "waking every worker once", name, lost, channel)
-                    wakes.wake_all()
+                        "waking every worker once", name, lost, ", ".join(channels))
+                    for wakes in everyone:
+                        wakes.wake_all()
                 first = False
                 async for note in conn.notifies():
-                    if group is None or note.payload in ("", group):
-                        wakes.wake_one()  # one slot per job; a full claim wakes the next
+                    for channel, wakes in routes:
+                        if channel == note.channel and (
+                                wakes.group is None or note.payload in ("", wakes.group)):
+                            wakes.wake_one()  # one slot per job; a full claim wakes the next
         except (psycopg.Error, OSError) as err:
             lost = first_line(err)
             log.debug("%s: the listening connection was lost (%s); reconnecting", name,

@@ -6,7 +6,8 @@ one database, and runs them together. The pool is sized as the seeds of this des
 each queue's `workers` count, plus one per queue (for its claims, renewals and settlements),
 plus what the service's handlers take for their own work (`handler_connections`). A worker
 never takes more than its slots and that one, so the pool is never exceeded, and no queue waits
-on another's connections.
+on another's connections. The PostgreSQL queues of one database that listen share one LISTEN
+session, the one connection kept outside the pool there.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import attrs
 
 from inboxgen.descriptor import TableDescriptor
 from inboxgen.errors import ServiceStartFailed, WorkerConfigError, WorkerError
-from inboxgen.runtime.backends.base import Database
+from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.clock import Clock
 from inboxgen.runtime.jobs import Handler
 from inboxgen.runtime.outcomes import Backoff
 from inboxgen.runtime.settings import UNSET, settings_for
+from inboxgen.runtime.tasks import cancel_and_wait
 from inboxgen.runtime.worker import Worker
 
 __all__ = ["Service"]
@@ -61,6 +63,7 @@ class Service:
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._pools: dict[str, Any] = {}
+        self._listeners: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self.started = False
         # Handler threads the last shutdown stopped waiting for (see Worker.abandoned_threads).
@@ -194,6 +197,7 @@ class Service:
                 raise ServiceStartFailed([p for p in problems if isinstance(p, WorkerError)])
             return
         self.started = True
+        self._listen()
         log.info("%s: serving %d queue(s)%s", self.name, len(self.workers), "".join(
             f"; pool of {p.max_size} on {_label(w)}" for w, p in self._labelled_pools()))
 
@@ -207,6 +211,9 @@ class Service:
         """Stop every queue (each waits up to shutdown_timeout for its jobs in work), close the
         pools, then run the shutdown hooks."""
         self._stop.set()
+        listeners, self._listeners = self._listeners, []
+        for task in listeners:
+            await cancel_and_wait(task)
         workers, self.workers = self.workers, []
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         self.abandoned_threads = sum(w.abandoned_threads for w in workers)
@@ -218,6 +225,33 @@ class Service:
         self._stop = asyncio.Event()
 
     # -- parts ----------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """One LISTEN session per PostgreSQL database for all of its queues that listen, the
+        one connection the service keeps outside its pools there."""
+        from inboxgen.runtime.listener import listen
+
+        routes: dict[str, list[tuple[str, Wakes]]] = {}
+        for q, w in zip(self._queued, self.workers, strict=True):
+            if not self._shares_listener(q):
+                continue
+            if not w.one_session:
+                log.warning("%s: behind a transaction pooler LISTEN cannot work: polling "
+                            "every %g s instead", w.name, w.poll_interval)
+                continue
+            routes.setdefault(str(q.database), []).append((q.descriptor.table, w.wakes()))
+        self._listeners = [
+            asyncio.create_task(listen(database, {}, routed, name=self.name),
+                                name=f"{self.name}:listen")
+            for database, routed in routes.items()]
+
+    def _shares_listener(self, q: _Queue) -> bool:
+        """Whether the queue is woken by the service's listener rather than its own."""
+        from inboxgen.runtime.backends import BACKENDS
+
+        kind = BACKENDS.get(q.descriptor.dialect)
+        return (kind is not None and kind.takes_pool and kind.can_listen
+                and q.options["listen"] is not False)
 
     def _open_pools(self) -> None:
         from inboxgen.runtime.backends import BACKENDS
@@ -248,9 +282,12 @@ class Service:
 
     def _worker(self, q: _Queue) -> Worker:
         pool = self._pools.get(str(q.database))
+        options = dict(q.options)
+        if self._shares_listener(q):
+            options["listen"] = False  # the service's listener wakes it
         return Worker(q.descriptor, q.handler, database=None if pool is not None else q.database,
                       pool=pool, clock=self.clock, shutdown_timeout=self.shutdown_timeout,
-                      connect_timeout=self.connect_timeout, **q.options)
+                      connect_timeout=self.connect_timeout, **options)
 
 
 @attrs.frozen

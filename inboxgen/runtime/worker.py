@@ -88,6 +88,9 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: asyncio.Task[None] | None = None
         self.listener_pid: int | None = None  # the listening session, where there is one
+        # Whether the connections keep one server session (False behind a transaction pooler,
+        # where LISTEN cannot work); known once started.
+        self.one_session: bool | None = None
         self.calls = Calls(d, self.backend)
         self.outage = Outage(s.name, self.clock, self.backend, self.stats)
         self.runner = HandlerRunner(
@@ -181,10 +184,7 @@ class Worker:
             raise
         form.start()
         self.runner.start()
-        listening = backend.listener(Wakes(
-            self.name, self.group, self.slots.wake, self.slots.wake_one,
-            self.slots.wake_waiting_slot, self.outage.lost_connection,
-            self._listening_on)) if self.listen else None
+        listening = backend.listener(self.wakes()) if self.listen else None
         if listening is not None:
             self._listener = asyncio.create_task(listening, name=f"{self.name}:listen")
         self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
@@ -197,6 +197,13 @@ class Worker:
                  ", FIFO" if self.descriptor.fifo else "", backend.driver, self.workers,
                  self.batch)
 
+    def wakes(self) -> Wakes:
+        """What a listener wakes as this worker's rows arrive (a service's shared listener
+        takes it too)."""
+        return Wakes(self.name, self.group, self.slots.wake, self.slots.wake_one,
+                     self.slots.wake_waiting_slot, self.outage.lost_connection,
+                     self._listening_on)
+
     def _listening_on(self, pid: int) -> None:
         self.listener_pid = pid
 
@@ -205,6 +212,7 @@ class Worker:
         d = self.descriptor
         async with self.backend.connection() as conn:
             offers = await self.backend.check_server(conn, self._where)
+            self.one_session = offers.one_session
             if self._clock_sync is not None:
                 await self._clock_sync.measure(conn)
             if not offers.one_session:

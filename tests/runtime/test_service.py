@@ -92,10 +92,45 @@ def test_three_queues_on_two_databases_drain_within_the_pool(queue: MakeQueue) -
     took = asyncio.run(run())
     assert seen == {"a": 60, "b": 40, "lite": 50}
     assert pg.rows() == [] and lite.rows() == []
-    # The pool, plus the one listening session each PostgreSQL queue keeps.
-    assert 0 < most <= service.pool_size() + 2
+    # The pool, plus the one listening session the service keeps on the database.
+    assert 0 < most <= service.pool_size() + 1
     assert took < 5
     assert _sessions_back_to(pg.target, mine) == mine  # the pool is closed
+
+
+def test_an_enqueue_with_notify_wakes_its_queue_at_once(queue: MakeQueue) -> None:
+    """The queues of one database share the service's listening session: a job enqueued with
+    notify=True is taken at once by its group's queue, not at the next poll."""
+    pg = queue("postgres", Layout(group=True, form="lease", processed=False))
+    ran: dict[str, float] = {}
+    got = threading.Event()
+
+    def handler(group: str) -> Any:
+        def run(job: Job[Any]) -> None:
+            ran[group] = time.monotonic()
+            got.set()
+        return run
+
+    service = Service(pg.target)
+    for group in ("a", "b"):
+        service.queue(pg.mod.DESCRIPTOR, handler(group), group=group, poll_interval=60)
+
+    async def run() -> float:
+        await service.start()
+        try:
+            await asyncio.sleep(0.5)  # every slot has claimed nothing and waits
+            conn = await asyncio.to_thread(pg.connect)
+            sent = time.monotonic()
+            pg.mod.insert(conn, pg.new(grp="b", retry_after=_due()), notify=True)
+            conn.commit()
+            await asyncio.to_thread(got.wait, 10)
+            return sent
+        finally:
+            await service.shutdown()
+
+    sent = asyncio.run(run())
+    assert list(ran) == ["b"]
+    assert ran["b"] - sent < 2  # not the 60 s poll
 
 
 def test_every_queue_that_cannot_start_is_named_at_once(queue: MakeQueue) -> None:

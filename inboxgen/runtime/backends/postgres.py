@@ -70,7 +70,7 @@ class PostgresBackend(Backend):
     def listener(self, wakes: Wakes) -> Coroutine[Any, Any, None]:
         from inboxgen.runtime.listener import listen
 
-        return listen(self.conninfo, self.connect_kwargs, self.descriptor.table, wakes)
+        return listen(self.conninfo, self.connect_kwargs, [(self.descriptor.table, wakes)])
 
     async def check_server(self, conn: Any, where: Mapping[str, str]) -> ServerOffers:
         """Advisory locks and LISTEN live on a server session. Behind a transaction pooler
