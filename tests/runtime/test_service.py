@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from dbcases import Layout, MakeQueue
+from dbcases import Layout, MakeQueue, mysql_connect
 
 from inboxgen import Job, Service, ServiceStartFailed, WorkerConfigError
 
@@ -245,3 +245,54 @@ def test_inboxgen_serve_runs_a_service_until_sigterm(queue: MakeQueue, tmp_path:
     assert proc.returncode == 0, err
     assert out.count("ran ") == 10
     assert "serving 2 queue(s)" in err
+
+
+def _mysql_sessions(target: str) -> int:
+    """Sessions on the MariaDB database other than this one (its processlist)."""
+    conn = mysql_connect(target)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                        "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()")
+            (count,) = cur.fetchone()
+    finally:
+        conn.close()
+    return int(count)
+
+
+@pytest.mark.parametrize("form", ["row_lock", "lease"])
+def test_mariadb_queues_keep_within_the_documented_connections(
+        queue: MakeQueue, form: str) -> None:
+    """MariaDB queues keep connections of their own: at most one per worker slot and one
+    more each, the pool rule's count."""
+    q = queue("mysql", Layout(group=True, form=form, processed=False))
+    _add(q, 60, grp="a")
+    _add(q, 40, grp="b")
+    done = {"a": 0, "b": 0}
+
+    def handler(group: str) -> Any:
+        def run(job: Job[Any]) -> None:
+            time.sleep(0.005)
+            done[group] += 1
+        return run
+
+    service = Service(q.target, shutdown_timeout=5)
+    service.queue(q.mod.DESCRIPTOR, handler("a"), group="a", workers=3)
+    service.queue(q.mod.DESCRIPTOR, handler("b"), group="b", workers=2)
+    mine = _mysql_sessions(q.target)
+    most = 0
+
+    async def run() -> None:
+        nonlocal most
+        await service.start()
+        try:
+            deadline = time.monotonic() + 30
+            while sum(done.values()) < 100 and time.monotonic() < deadline:
+                most = max(most, await asyncio.to_thread(_mysql_sessions, q.target) - mine)
+                await asyncio.sleep(0.02)
+        finally:
+            await service.shutdown()
+
+    asyncio.run(run())
+    assert done == {"a": 60, "b": 40}
+    assert 0 < most <= service.pool_size()
