@@ -4,6 +4,10 @@ Python and the driver) and the server's processes. CPU per job moves less from r
 jobs/s on a shared machine. Not a test: numbers depend on the machine.
 
     python bench/drain.py [N] [FORM ...]     # forms: row_lock row_lock_counted lease advisory
+    python bench/drain.py --service [N] [FORM ...]
+
+With --service, each form and batch drains twice, as a lone Worker and as the one queue of a
+Service (its pool, its shared listener), each timed until its table is empty.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import psycopg  # noqa: E402
 from genutil import build_module, ddl_of  # noqa: E402
 from servers import PostgresServer  # noqa: E402
 
-from inboxgen import Worker  # noqa: E402
+from inboxgen import Service, Worker  # noqa: E402
 from inboxgen.testing import run_until_idle  # noqa: E402
 
 DDL = """
@@ -81,36 +85,62 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def drain(server: PostgresServer, form: str, batch: int, n: int) -> tuple[float, float, float]:
-    """jobs/s, and this process's and the server's CPU microseconds per job."""
+def drain(server: PostgresServer, form: str, batch: int, n: int,
+          served_by: str = "") -> tuple[float, float, float]:
+    """jobs/s, and this process's and the server's CPU microseconds per job. `served_by`
+    "worker" or "service": that, timed until the table is empty (both the same way)."""
     root = Path(tempfile.mkdtemp())
     module: Any = build_module(root, SPECS[form], DDL.replace(
         "    locked_until TIMESTAMPTZ,\n", "" if form != "lease" else "    locked_until "
         "TIMESTAMPTZ,\n"), name=f"jobs_{form}_{batch}")
-    dsn = server.create_database(f"{form}_{batch}")
+    dsn = server.create_database(f"{form}_{batch}{served_by}")
     with psycopg.connect(dsn) as conn:
         conn.execute(ddl_of(root, f"jobs_{form}_{batch}"))
         module.insert_many(conn, [module.NewRow(payload={"n": i}) for i in range(n)])
-    worker = Worker(module.DESCRIPTOR, noop, database=dsn, workers=10, batch=batch,
-                    poll_interval=0.05, listen=False)
+    settings: dict[str, Any] = dict(workers=10, batch=batch, poll_interval=0.05, listen=False)
     cpu, server_before, started = own_cpu(), server_cpu(), time.perf_counter()
-    asyncio.run(run_until_idle(worker, timeout=600))
+    if served_by:
+        asyncio.run(until_empty(module, dsn, settings, served_by == "service"))
+    else:
+        asyncio.run(run_until_idle(Worker(module.DESCRIPTOR, noop, database=dsn, **settings),
+                                   timeout=600))
     seconds = time.perf_counter() - started
     return (n / seconds, (own_cpu() - cpu) / n * 1e6, (server_cpu() - server_before) / n * 1e6)
 
 
-def main(n: int, forms: list[str]) -> None:
+async def until_empty(module: Any, dsn: str, settings: dict[str, Any], service: bool) -> None:
+    """Serve the table with a Worker or a one-queue Service until it is empty."""
+    if service:
+        runs: Any = Service(dsn)
+        runs.queue(module.DESCRIPTOR, noop, **settings)
+    else:
+        runs = Worker(module.DESCRIPTOR, noop, database=dsn, **settings)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await runs.start()
+        try:
+            while (await (await conn.execute("SELECT EXISTS (SELECT FROM jobs)")).fetchone()
+                   or (False,))[0]:
+                await asyncio.sleep(0.01)
+        finally:
+            await runs.shutdown()
+
+
+def main(n: int, forms: list[str], service: bool) -> None:
     server = PostgresServer()
     try:
         for form in forms or SPECS:
             for batch in (1, 16):
-                rate, python_us, server_us = drain(server, form, batch, n)
-                print(f"{form:16} batch {batch:2}: {rate:7.0f} jobs/s, CPU per job "
-                      f"{python_us:5.1f} us here and {server_us:5.1f} us in the server",
-                      flush=True)
+                for served_by in ("worker", "service") if service else ("",):
+                    rate, python_us, server_us = drain(server, form, batch, n, served_by)
+                    print(f"{form:16} batch {batch:2}{' ' + served_by if served_by else ''}: "
+                          f"{rate:7.0f} jobs/s, CPU per job {python_us:5.1f} us here and "
+                          f"{server_us:5.1f} us in the server", flush=True)
     finally:
         server.stop()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000, sys.argv[2:])
+    args = sys.argv[1:]
+    with_service = "--service" in args
+    args = [a for a in args if a != "--service"]
+    main(int(args[0]) if args else 5000, args[1:], with_service)

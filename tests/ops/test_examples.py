@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pymysql
+import pytest
 from mariadb_server import MariaDBServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,3 +74,52 @@ def test_mailer_on_mariadb(mariadb_server: MariaDBServer, mysql_url: str,
     _migrate_mysql(mariadb_server, mysql_url)
     out = run_script("mailer.py", "--database", mysql_url, cwd=tmp_path)
     assert "done: 2 sent, 1 dead-lettered" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_the_asgi_shop_runs_its_queues_in_the_apps_lifespan(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", str(REPO), "--port", str(port),
+         "scripts.asgi_shop:app"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SHOP_DATABASE": str(tmp_path / "shop.db")})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until uvicorn serves (after the lifespan started the queues)
+            try:
+                _http("GET", f"{base}/orders/1")
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    pytest.fail(f"uvicorn did not start: {proc.communicate()[1]}")
+                time.sleep(0.1)
+        assert _http("POST", f"{base}/checkout", {"order_id": 1, "email": "ada@example.com"}
+                     ) == {"queued": True}
+        while (seen := _http("GET", f"{base}/orders/1"))["emails"].get(
+                "confirmation") != "sent" and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert seen == {"placed": True, "emails": {"confirmation": "sent", "review": "waiting"}}, err
+    # uvicorn ends by raising the signal it stopped on again, once the app has shut down
+    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert "checkout 1: placed order 1 for ada@example.com" in out
+    assert "Traceback" not in err
+    assert "Application shutdown complete." in err
