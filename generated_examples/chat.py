@@ -610,6 +610,38 @@ async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth 
     return None if row is None else TableHealth.from_row(row)
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "Chat"."OutgoingMessages"
+WHERE "MessageId" = ANY(ARRAY(
+    SELECT "MessageId"
+    FROM "Chat"."OutgoingMessages"
+    WHERE "MessageId" = %(id)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "now": now})
+    return cur.rowcount == 1
+
+
+async def cancel_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await conn.execute(CANCEL, {"id": id, "now": now})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, fifo_claim=fifo_claim, renew=renew, finish=finish, retry=retry,
     retry_after=retry_after, renew_many=renew_many, finish_many=finish_many, insert=insert,
@@ -626,8 +658,8 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "FIFO_GUARD": FIFO_GUARD, "FIFO_CLAIM": FIFO_CLAIM, "RENEW": RENEW,
     "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "CANCEL": CANCEL,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -405,6 +405,36 @@ async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth 
     return None if row is None else TableHealth.from_row(row)
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "email_jobs"
+WHERE "job_id" = ANY(ARRAY(
+    SELECT "job_id"
+    FROM "email_jobs"
+    WHERE "job_id" = %(id)s
+      AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "job_id"::text, 0))
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
+    return cur.rowcount == 1
+
+
+async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
+    return cur.rowcount == 1
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -477,7 +507,7 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "REQUEUE": REQUEUE,
-    "REQUEUE_IDS": REQUEUE_IDS, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

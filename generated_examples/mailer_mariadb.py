@@ -300,6 +300,44 @@ async def status_async(
     return [_status(r) for r in await cur.fetchall()]
 
 
+# Lock queued row `id` for cancel() unless a worker holds it.
+CANCEL_PICK: Final[LiteralString] = """
+SELECT `job_id`
+FROM `email_jobs`
+WHERE `job_id` = %(id)s
+FOR UPDATE SKIP LOCKED
+"""
+
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM `email_jobs`
+WHERE `job_id` = %(id)s
+"""
+
+
+def cancel(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id})
+    if cur.fetchone() is None:
+        return False  # held, finished or gone
+    cur = _v.mysql_execute(conn, CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
+async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id})
+    if await cur.fetchone() is None:
+        return False  # held, finished or gone
+    cur = await _v.mysql_execute_async(conn, CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -372,6 +410,7 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "CLAIM_GUARD": CLAIM_GUARD,
     "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT, "STATUS": STATUS, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -264,6 +264,23 @@ def status(conn: sqlite3.Connection, *, now: datetime.datetime) -> list[QueueSta
     return [_status(r) for r in cur.fetchall()]
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "report_jobs"
+WHERE "id" = :id
+  AND ("locked_until" IS NULL OR "locked_until" <= :now)
+"""
+
+
+def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "now": _v.sqlite_time(now)})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
     finish_many=finish_many, insert=insert, insert_many=insert_many,
@@ -272,7 +289,7 @@ OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS,
+    "STATUS": STATUS, "CANCEL": CANCEL,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

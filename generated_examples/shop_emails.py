@@ -421,6 +421,24 @@ def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "email_jobs"
+WHERE "id" = :id
+  AND "processed_at" IS NULL
+  AND ("locked_until" IS NULL OR "locked_until" <= :now)
+"""
+
+
+def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "now": _v.sqlite_time(now)})
+    return cur.rowcount == 1
+
+
 # Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
@@ -483,7 +501,7 @@ STATEMENTS: Final = {
     "DEAD_LETTER_COPY": DEAD_LETTER_COPY, "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
     "INSERT": INSERT, "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE_COPY": REQUEUE_COPY,
-    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE,
+    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE, "CANCEL": CANCEL,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

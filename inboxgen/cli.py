@@ -1,5 +1,5 @@
-"""The `inboxgen` command: build and verify; status, requeue and prune on a live database; run a
-worker.
+"""The `inboxgen` command: build and verify; status, requeue, cancel and prune on a live
+database; run a worker or a service.
 
 Exit codes: 0 clean; 1 a failed check or a difference; 2 a usage or configuration error.
 """
@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
                          help="start their attempt count again (default: keep it)")
     requeue.add_argument("--dry-run", action="store_true", help="say what would change, "
                                                                 "change nothing")
+    cancel = sub.add_parser("cancel", help="delete queued jobs that no worker holds")
+    _database_url(cancel)
+    cancel.add_argument("spec", help="the spec of the queue table")
+    cancel.add_argument("--id", action="append", dest="ids", required=True,
+                        help="the job's row id (repeat for more)")
     prune = sub.add_parser("prune", help="delete processed rows older than an age, in batches")
     _database_url(prune)
     prune.add_argument("spec", help="the spec of the queue table")
@@ -294,6 +299,24 @@ def _requeue(project: Project, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cancel(project: Project, args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from inboxgen.ops.maintenance import cancel
+
+    module = _one_module(project, args.spec)
+    conn, label = _connected(module, args.database_url)
+    try:
+        done, left = cancel(module, conn, now=dt.datetime.now(dt.UTC), ids=args.ids)
+    finally:
+        conn.close()
+    table = module.DESCRIPTOR.qualified_name
+    print(f"{table}: cancelled {len(done)} job(s)" + (
+        f"; not cancelled (held by a worker, finished, or not there): "
+        f"{', '.join(str(i) for i in left)}" if left else ""))
+    return EXIT_OK if not left else EXIT_FAILED
+
+
 def _prune(project: Project, args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -364,7 +387,8 @@ def _asyncapi(project: Project, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_OPERATIONS = {"status": _status, "requeue": _requeue, "prune": _prune, "asyncapi": _asyncapi}
+_OPERATIONS = {"status": _status, "requeue": _requeue, "cancel": _cancel, "prune": _prune,
+               "asyncapi": _asyncapi}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,7 +1,7 @@
-"""`inboxgen requeue` (dead letters back to the queue) and `inboxgen prune` (processed rows
+"""`inboxgen requeue` (dead letters back to the queue), `inboxgen prune` (processed rows
 deleted in bounded batches, each its own short transaction, so retention never holds a long
-lock). Both run the modules' own statements, say what they changed, and with dry_run change
-nothing."""
+lock) and `inboxgen cancel` (queued jobs no worker holds, deleted). They run the modules' own
+statements and say what they changed; requeue and prune with dry_run change nothing."""
 
 from __future__ import annotations
 
@@ -29,8 +29,11 @@ def typed_ids(module: ModuleType, ids: Sequence[str] | None) -> list[Any] | None
     if ids is None:
         return None
     d = module.DESCRIPTOR
-    annotation = str(inspect.signature(module.requeue).parameters["ids"].annotation)
-    match = re.fullmatch(r"Sequence\[([\w.]+)\] \| None", annotation)
+    takes = getattr(module, "requeue", None) or getattr(module, "cancel", None)
+    annotation = "" if takes is None else str(next(
+        p.annotation for name, p in inspect.signature(takes).parameters.items()
+        if name in ("ids", "id")))
+    match = re.fullmatch(r"(?:Sequence\[)?([\w.]+)(?:\] \| None)?", annotation)
     kind, convert = _ID_TYPES.get(match.group(1) if match else "", ("text", str))
     typed = []
     for raw in ids:
@@ -67,6 +70,30 @@ def requeue(module: ModuleType, conn: Any, *, now: _dt.datetime, ids: Sequence[s
         raise
     conn.rollback() if dry_run else conn.commit()
     return moved
+
+
+def cancel(module: ModuleType, conn: Any, *, now: _dt.datetime,
+           ids: Sequence[str]) -> tuple[list[Any], list[Any]]:
+    """Cancel each queued job of `ids` that no worker holds, each in a transaction of its own;
+    returns the ids cancelled and those left (held, finished, or not there)."""
+    d = module.DESCRIPTOR
+    if not hasattr(module, "cancel"):
+        raise ConfigError(f"table {d.qualified_name} has no cancel(): its holders (the advisory "
+                          f"form) hold a key, which a cancel cannot see; rebuild modules "
+                          f"older than cancel() with inboxgen build")
+    done: list[Any] = []
+    left: list[Any] = []
+    for row_id in typed_ids(module, ids) or []:
+        _begin(conn, d.dialect)
+        try:
+            kwargs = {"now": now} if "now" in inspect.signature(module.cancel).parameters else {}
+            cancelled = bool(module.cancel(conn, id=row_id, **kwargs))
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+        (done if cancelled else left).append(row_id)
+    return done, left
 
 
 def prune(module: ModuleType, conn: Any, *, now: _dt.datetime, older_than: _dt.timedelta,

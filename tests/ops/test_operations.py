@@ -313,3 +313,25 @@ def test_requeue_by_id_takes_the_tables_id_type(pg_dsn: str, tmp_path: Path) -> 
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("inboxgen: --id '17' is not an id of table jobs (its ids are "
                                   "UUIDs)")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_cancel_deletes_queued_jobs_and_names_those_it_left(
+        project: Callable[..., Project], dialect: str) -> None:
+    root, q, url = project(dialect, Layout(form="lease", group=True, dead="group"))
+    ids = mix(q)
+    result = run(root, "cancel", "specs/jobs.toml", "--database-url", url,
+                 "--id", str(ids["ready-1"]), "--id", str(ids["scheduled"]),
+                 "--id", str(ids["work"]), "--id", str(ids["done"]))
+    # The leased and the finished job stay; the command says which, and fails.
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip() == (
+        f"jobs: cancelled 2 job(s); not cancelled (held by a worker, finished, or not there): "
+        f"{ids['work']}, {ids['done']}")
+    left = {r["id"] for r in q.rows()}
+    assert left == {ids["ready-2"], ids["work"], ids["done"], ids["dead"]}
+    again = run(root, "cancel", "specs/jobs.toml", "--database-url", url,
+                "--id", str(ids["ready-2"]))
+    assert again.returncode == 0 and again.stdout.strip() == "jobs: cancelled 1 job(s)"
+    wrong = run(root, "cancel", "specs/jobs.toml", "--database-url", url, "--id", "x")
+    assert wrong.returncode == 2 and "is not an id of table jobs" in wrong.stderr

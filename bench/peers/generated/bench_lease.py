@@ -557,6 +557,39 @@ async def prunable_async(conn: psycopg.AsyncConnection[Any], *, before: datetime
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "bench_lease"
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "bench_lease"
+    WHERE "id" = %(id)s
+      AND "processed_at" IS NULL
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "now": now})
+    return cur.rowcount == 1
+
+
+async def cancel_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await conn.execute(CANCEL, {"id": id, "now": now})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
     finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
@@ -571,7 +604,8 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
-    "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "CANCEL": CANCEL, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -408,6 +408,36 @@ async def prunable_async(conn: psycopg.AsyncConnection[Any], *, before: datetime
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "bench_row_lock"
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "bench_row_lock"
+    WHERE "id" = %(id)s
+      AND "processed_at" IS NULL
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
+async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await conn.execute(CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, finish=finish, retry=retry, finish_many=finish_many, insert=insert,
     insert_many=insert_many, notify=notify,
@@ -420,8 +450,8 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "CANCEL": CANCEL,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

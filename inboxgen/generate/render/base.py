@@ -484,6 +484,8 @@ class Renderer:
                             st["PRUNE"].doc + " Returns how many it deleted.", (
                                 Step("rowcount", self.cur("PRUNE", self.params(st["PRUNE"]))),)))
             out.append(self.scalar("prunable", "PRUNABLE", "int", "*, before: datetime.datetime"))
+        if "CANCEL" in st:
+            out.append(self.cancel())
         moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
                  "into the queue, due at `now`; returns how many.")
         again = " With `reset_attempt` their attempt count starts again."
@@ -497,6 +499,11 @@ class Renderer:
             out.append(self.requeue("REQUEUE_COPY", "", moved + " Run it in one transaction."
                                     + again, then="REQUEUE_DELETE"))
         return out
+
+    def cancel(self) -> Func:
+        s = self.st["CANCEL"]
+        return Func("cancel", self.args(s), "bool", s.doc, (
+            Step("changed", self.cur("CANCEL", self.params(s))),))
 
     def requeue(self, name: str, first: str, doc: str, then: str | None = None) -> Func:
         """requeue(): statement `name` for every dead letter, `name`_IDS for those of `ids`;

@@ -88,6 +88,14 @@ class MySQLRenderer(Renderer):
         return Func("claim", args, "list[ClaimedRow]", doc, (
             Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then),))
 
+    def cancel(self) -> Func:
+        pick, s = self.st["CANCEL_PICK"], self.st["CANCEL"]
+        return Func("cancel", self.args(pick), "bool", s.doc, (
+            Step("changed", self.cur("CANCEL", self.params(s))),),
+            before=(*self.cur("CANCEL_PICK", self.params(pick)),
+                    "if AWAIT cur.fetchone() is None:",
+                    "    return False  # held, finished or gone"))
+
     def fifo_head_claim(self) -> Func:
         q, st = self.q, self.st
         head = st["FIFO_HEAD"]

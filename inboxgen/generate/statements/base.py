@@ -26,6 +26,9 @@ import attrs
 from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
 from inboxgen.generate.model import Field, Queue, TableRef
 
+CANCEL_DOC = ("Delete queued row `id` unless a worker holds it (or it is finished); returns "
+              "whether it did. Nothing is committed here.")
+
 
 @attrs.frozen
 class Statement:
@@ -432,6 +435,25 @@ class Statements:
         if pa is not None:
             self.prune(pa)
         self.requeue(g, ra, lu)
+        if q.form != ADVISORY:  # its holders hold a key computed from the row, not the row
+            self.cancel()
+
+    def cancellable(self) -> list[str]:
+        """The conditions of a row `cancel()` may delete: this id, unfinished, and under a
+        lease not leased (its lease ran out)."""
+        pa, lu = self.role("processed_at"), self.role("locked_until")
+        conds = [f"{self.c(self.q.id)} = {self.p('id')}"]
+        if pa is not None:
+            conds.append(f"{self.c(pa)} IS NULL")
+        if lu is not None and self.q.lease:
+            conds.append(f"({self.c(lu)} IS NULL OR {self.c(lu)} <= {self.p('now')})")
+        return conds
+
+    def cancel(self) -> None:
+        """CANCEL: delete a queued row that no worker holds. SQLite: a row-lock holder's open
+        transaction holds the database, so the delete waits for it to end."""
+        self.add("CANCEL", f"DELETE FROM {self.t()}\n" + self.where(self.cancellable()),
+                 CANCEL_DOC)
 
     def server_status(self) -> None:
         """What `inboxgen status` reads of the server beside the table, where it can."""

@@ -6,7 +6,7 @@ order."""
 from __future__ import annotations
 
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
-from inboxgen.generate.statements.base import Statements
+from inboxgen.generate.statements.base import CANCEL_DOC, Statements
 
 
 class MySQLStatements(Statements):
@@ -109,6 +109,15 @@ class MySQLStatements(Statements):
         self.add("CLAIM_UNGUARD", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, "
                                   f"SHA2(name, 256), name))\n{name}",
                  "Give the table's claim turn back.")
+
+    def cancel(self) -> None:
+        """No DELETE reads its own table in a subquery: CANCEL_PICK locks the row (skipping
+        one a holder has locked), then CANCEL deletes it, in the caller's transaction."""
+        idc = self.c(self.q.id)
+        self.add("CANCEL_PICK", f"SELECT {idc}\nFROM {self.t()}\n"
+                 + self.where(self.cancellable()) + "\nFOR UPDATE SKIP LOCKED",
+                 "Lock queued row `id` for cancel() unless a worker holds it.")
+        self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {idc} = {self.p('id')}", CANCEL_DOC)
 
     def prune_batch(self, old: str) -> str:
         # No LIMIT in an IN subquery, but DELETE ... LIMIT is MySQL's own.

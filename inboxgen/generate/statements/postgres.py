@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from inboxgen.generate.dialects import ADVISORY
 from inboxgen.generate.model import Field
-from inboxgen.generate.statements.base import Statements
+from inboxgen.generate.statements.base import CANCEL_DOC, Statements
 
 _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BIGINT"}
 
@@ -115,6 +115,19 @@ class PostgresStatements(Statements):
         inner = self.due_by_priority(self.c(self.q.id), lock, also)
         return self.d.picked_by(self.c(self.q.id),
                                 "\n".join("    " + line for line in inner.splitlines()))
+
+    def cancel(self) -> None:
+        """The row is picked as a claim picks it, skipping a row a holder has locked (and,
+        counted, a row whose key a holder's session keeps)."""
+        idc = self.c(self.q.id)
+        conds = self.cancellable()
+        if self.q.count_crashes and not self.q.lease:
+            conds.append(f"pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "
+                         f"{idc}::text, 0))")
+        pick = "\n".join((f"    SELECT {idc}", f"    FROM {self.t()}", self.where(conds, "    "),
+                          "    FOR UPDATE SKIP LOCKED"))
+        self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {self.d.picked_by(idc, pick)}",
+                 CANCEL_DOC)
 
     def held_batch(self) -> str:
         """One array per guard parameter, one entry per row (a row lock's rows are the

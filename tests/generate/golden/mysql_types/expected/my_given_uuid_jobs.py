@@ -443,6 +443,45 @@ async def prunable_async(conn: _v.AsyncMySQLConnection, *, before: datetime.date
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Lock queued row `id` for cancel() unless a worker holds it.
+CANCEL_PICK: Final[LiteralString] = """
+SELECT `id`
+FROM `my_given_uuid_jobs`
+WHERE `id` = %(id)s
+  AND `processed_at` IS NULL
+FOR UPDATE SKIP LOCKED
+"""
+
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM `my_given_uuid_jobs`
+WHERE `id` = %(id)s
+"""
+
+
+def cancel(conn: pymysql.connections.Connection[Any], *, id: str) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id})
+    if cur.fetchone() is None:
+        return False  # held, finished or gone
+    cur = _v.mysql_execute(conn, CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
+async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: str) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id})
+    if await cur.fetchone() is None:
+        return False  # held, finished or gone
+    cur = await _v.mysql_execute_async(conn, CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -520,6 +559,7 @@ STATEMENTS: Final = {
     "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER,
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

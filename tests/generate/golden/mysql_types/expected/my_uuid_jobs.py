@@ -518,6 +518,46 @@ async def prunable_async(conn: _v.AsyncMySQLConnection, *, before: datetime.date
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Lock queued row `id` for cancel() unless a worker holds it.
+CANCEL_PICK: Final[LiteralString] = """
+SELECT `id`
+FROM `my_uuid_jobs`
+WHERE `id` = %(id)s
+  AND `processed_at` IS NULL
+  AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+FOR UPDATE SKIP LOCKED
+"""
+
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM `my_uuid_jobs`
+WHERE `id` = %(id)s
+"""
+
+
+def cancel(conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id, "now": _v.naive_utc(now)})
+    if cur.fetchone() is None:
+        return False  # held, finished or gone
+    cur = _v.mysql_execute(conn, CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
+async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id, "now": _v.naive_utc(now)})
+    if await cur.fetchone() is None:
+        return False  # held, finished or gone
+    cur = await _v.mysql_execute_async(conn, CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after, insert=insert,
     insert_many=insert_many,
@@ -530,7 +570,7 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
+    "PRUNABLE": PRUNABLE, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

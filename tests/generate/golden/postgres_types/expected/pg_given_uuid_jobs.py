@@ -592,6 +592,37 @@ async def prunable_async(conn: psycopg.AsyncConnection[Any], *, before: datetime
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "pg_given_uuid_jobs"
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "pg_given_uuid_jobs"
+    WHERE "id" = %(id)s
+      AND "processed_at" IS NULL
+      AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], *, id: uuid.UUID) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
+    return cur.rowcount == 1
+
+
+async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
+    return cur.rowcount == 1
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -667,8 +698,8 @@ STATEMENTS: Final = {
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
     "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -339,6 +339,35 @@ async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth 
     return None if row is None else TableHealth.from_row(row)
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "pg_integer_jobs"
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "pg_integer_jobs"
+    WHERE "id" = %(id)s
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
+async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await conn.execute(CANCEL, {"id": id})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, finish=finish, finish_many=finish_many, insert=insert, insert_many=insert_many,
     notify=notify,
@@ -351,7 +380,8 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "TABLE_HEALTH": TABLE_HEALTH, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "TABLE_HEALTH": TABLE_HEALTH, "CANCEL": CANCEL, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -479,6 +479,38 @@ async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth 
     return None if row is None else TableHealth.from_row(row)
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "pg_smallint_jobs"
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "pg_smallint_jobs"
+    WHERE "id" = %(id)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "now": _v.naive_utc(now)})
+    return cur.rowcount == 1
+
+
+async def cancel_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = await conn.execute(CANCEL, {"id": id, "now": _v.naive_utc(now)})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
     finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
@@ -493,7 +525,7 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
-    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CANCEL": CANCEL, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -419,6 +419,24 @@ def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+# Nothing is committed here.
+CANCEL: Final[LiteralString] = """
+DELETE FROM "lite_lease_jobs"
+WHERE "id" = :id
+  AND "processed_at" IS NULL
+  AND ("locked_until" IS NULL OR "locked_until" <= :now)
+"""
+
+
+def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool:
+    """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
+    Nothing is committed here.
+    """
+    cur = conn.execute(CANCEL, {"id": id, "now": _v.sqlite_time(now)})
+    return cur.rowcount == 1
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
     renew_many=renew_many, finish_many=finish_many, insert=insert, insert_many=insert_many,
@@ -428,7 +446,7 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
     "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE,
+    "PRUNABLE": PRUNABLE, "CANCEL": CANCEL,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
