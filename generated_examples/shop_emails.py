@@ -492,7 +492,7 @@ def requeue(
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
     renew_many=renew_many, finish_many=finish_many, dead_letter=dead_letter, insert=insert,
-    insert_many=insert_many,
+    insert_unique=insert_unique, insert_many=insert_many,
 )
 
 STATEMENTS: Final = {

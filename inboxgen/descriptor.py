@@ -84,6 +84,7 @@ class Operations:
     dead_letter: Callable[..., Any] | None = None
     insert: Callable[..., Any] | None = None
     insert_many: Callable[..., Any] | None = None
+    insert_unique: Callable[..., Any] | None = None  # a schedule's next occurrence
     notify: Callable[..., Any] | None = None
 
 

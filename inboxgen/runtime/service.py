@@ -13,6 +13,7 @@ session, the one connection kept outside the pool there.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import inspect
 import logging
 import signal
@@ -27,6 +28,7 @@ from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.clock import Clock
 from inboxgen.runtime.jobs import Handler
 from inboxgen.runtime.outcomes import Backoff
+from inboxgen.runtime.schedules import Schedule, keep
 from inboxgen.runtime.settings import UNSET, settings_for
 from inboxgen.runtime.tasks import cancel_and_wait
 from inboxgen.runtime.worker import Worker
@@ -64,6 +66,8 @@ class Service:
         self._shutdown: list[Hook] = []
         self._pools: dict[str, Any] = {}
         self._listeners: list[asyncio.Task[None]] = []
+        self._schedules: list[tuple[Schedule, TableDescriptor, str]] = []
+        self._keepers: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self.started = False
         # Handler threads the last shutdown stopped waiting for (see Worker.abandoned_threads).
@@ -112,6 +116,31 @@ class Service:
         """Run `hook` once every queue has stopped, in the order added."""
         self._shutdown.append(hook)
         return hook
+
+    def schedule(self, name: str, descriptor: TableDescriptor,
+                 row: Callable[[dt.datetime], Any], *, every: dt.timedelta | None = None,
+                 cron: str | None = None, database: Database = None) -> None:
+        """Keep the next occurrence of a periodic job in `descriptor`'s table: every `every`
+        (counted from the Unix epoch, UTC) or at the times of `cron` (UTC; the `cron` extra).
+        `row(at)` builds the occurrence due at `at`: its retry_after `at`, and a unique key
+        made from `at` (for example `f"{name}:{at:%Y-%m-%dT%H:%M}"`), so that every process of
+        the service enqueues each occurrence once between them. The table needs a unique key
+        and a retry_after column, and a queue of this service to run the jobs."""
+        where = database if database is not None else self.database
+        table = descriptor.qualified_name
+        if "retry_after" not in descriptor.roles:
+            raise WorkerConfigError(f"schedule {name!r}: table {table} has no retry_after "
+                                    f"column to hold an occurrence's due time",
+                                    worker=self.name, table=table)
+        if descriptor.ops.insert_unique is None:
+            raise WorkerConfigError(f"schedule {name!r}: table {table} has no insert_unique(): "
+                                    f"give it a unique key (the spec's `unique`), which keeps "
+                                    f"each occurrence once, and rebuild its module",
+                                    worker=self.name, table=table)
+        if any(sch.name == name for sch, _, _ in self._schedules):
+            raise WorkerConfigError(f"two schedules are named {name!r}", worker=self.name)
+        self._schedules.append((Schedule(name, row, every=every, cron=cron), descriptor,
+                                str(where)))
 
     def pool_size(self, database: Database = None) -> int:
         """The connections the service's pool on `database` (a PostgreSQL one) holds at most:
@@ -171,6 +200,11 @@ class Service:
         if not self._queued:
             raise WorkerConfigError("the service has no queues: add them with queue()",
                                     worker=self.name)
+        for sch, descriptor, where in self._schedules:
+            if self._queue_of(descriptor, where) is None:
+                raise WorkerConfigError(f"schedule {sch.name!r}: no queue of the service runs "
+                                        f"table {descriptor.qualified_name}'s jobs on that "
+                                        f"database: add one with queue()", worker=self.name)
         self._stop = asyncio.Event()
         for hook in self._startup:
             await _call(hook)
@@ -198,6 +232,7 @@ class Service:
             return
         self.started = True
         self._listen()
+        self._keep_schedules()
         log.info("%s: serving %d queue(s)%s", self.name, len(self.workers), "".join(
             f"; pool of {p.max_size} on {_label(w)}" for w, p in self._labelled_pools()))
 
@@ -211,7 +246,8 @@ class Service:
         """Stop every queue (each waits up to shutdown_timeout for its jobs in work), close the
         pools, then run the shutdown hooks."""
         self._stop.set()
-        listeners, self._listeners = self._listeners, []
+        listeners, self._listeners = self._listeners + self._keepers, []
+        self._keepers = []
         for task in listeners:
             await cancel_and_wait(task)
         workers, self.workers = self.workers, []
@@ -244,6 +280,22 @@ class Service:
             asyncio.create_task(listen(database, {}, routed, name=self.name),
                                 name=f"{self.name}:listen")
             for database, routed in routes.items()]
+
+    def _queue_of(self, descriptor: TableDescriptor, where: str) -> int | None:
+        """The index of a queue serving `descriptor`'s table on `where`."""
+        return next((i for i, q in enumerate(self._queued)
+                     if q.descriptor.qualified_name == descriptor.qualified_name
+                     and q.descriptor.dialect == descriptor.dialect
+                     and str(q.database) == where), None)
+
+    def _keep_schedules(self) -> None:
+        """One task per schedule, enqueueing its occurrences on its queue's connections."""
+        for sch, descriptor, where in self._schedules:
+            index = self._queue_of(descriptor, where)
+            assert index is not None
+            worker = self.workers[index]
+            self._keepers.append(asyncio.create_task(
+                keep(sch, worker, self._stop), name=f"{self.name}:schedule:{sch.name}"))
 
     def _shares_listener(self, q: _Queue) -> bool:
         """Whether the queue is woken by the service's listener rather than its own."""

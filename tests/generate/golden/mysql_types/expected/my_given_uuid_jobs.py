@@ -546,12 +546,14 @@ async def requeue_async(
 
 OPS: Final = Operations(
     claim=claim, claim_guard=claim_guard, claim_unguard=claim_unguard, relock=relock, finish=finish,
-    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_many=insert_many,
+    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_unique=insert_unique,
+    insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, claim_guard=claim_guard_async, claim_unguard=claim_unguard_async,
     relock=relock_async, finish=finish_async, retry_after=retry_after_async,
-    dead_letter=dead_letter_async, insert=insert_async, insert_many=insert_many_async,
+    dead_letter=dead_letter_async, insert=insert_async, insert_unique=insert_unique_async,
+    insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {

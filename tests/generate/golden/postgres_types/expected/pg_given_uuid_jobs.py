@@ -685,12 +685,13 @@ async def requeue_async(
 
 OPS: Final = Operations(
     claim=claim, release=release, finish=finish, retry_after=retry_after, dead_letter=dead_letter,
-    finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
+    finish_many=finish_many, insert=insert, insert_unique=insert_unique, insert_many=insert_many,
+    notify=notify,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, release=release_async, finish=finish_async, retry_after=retry_after_async,
     dead_letter=dead_letter_async, finish_many=finish_many_async, insert=insert_async,
-    insert_many=insert_many_async, notify=notify_async,
+    insert_unique=insert_unique_async, insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {

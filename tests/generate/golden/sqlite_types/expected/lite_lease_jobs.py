@@ -439,7 +439,8 @@ def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool
 
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
-    renew_many=renew_many, finish_many=finish_many, insert=insert, insert_many=insert_many,
+    renew_many=renew_many, finish_many=finish_many, insert=insert, insert_unique=insert_unique,
+    insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
