@@ -316,7 +316,10 @@ class Service:
             from psycopg_pool import AsyncConnectionPool
 
             size = self.pool_size(q.database)
-            self._pools[key] = AsyncConnectionPool(key, min_size=1, max_size=size, open=False,
+            # Opened whole at start, as a Worker's own pool is: the slots are busy at once,
+            # and a pool growing on demand would open one connection at a time meanwhile.
+            self._pools[key] = AsyncConnectionPool(key, min_size=size, max_size=size,
+                                                   open=False,
                                                    name=f"inboxgen-{self.name}-{len(self._pools)}")
 
     async def _close_pools(self) -> None:
