@@ -1073,6 +1073,11 @@ def tour(q: Queue) -> list[str]:
     if hasattr(m, "requeue"):
         assert call(m.requeue, conn, to_group="g", now=T0) == 1  # the dead letter above
         call(m.requeue, conn, to_group="g", now=T0, ids=[q.id_of(row)])
+    if hasattr(m, "cancel"):
+        queued = m.insert(conn, q.new())
+        conn.commit()
+        assert call(m.cancel, conn, id=queued, now=T0)
+        conn.commit()
     if hasattr(m, "prune"):
         assert m.prunable(conn, before=T0 + dt.timedelta(days=1)) >= 1
         assert m.prune(conn, before=T0 + dt.timedelta(days=1), limit=1) == 1
