@@ -6,13 +6,14 @@
     ├── GeneratorBug       a rendered statement did not survive its own check (a bug in inboxgen)
     ├── WrongConnection    an enqueue function was given a connection it cannot run on (TypeError)
     └── WorkerError        the runtime failed; names the worker, table and statement
-        ├── ConnectFailed      the database refused the worker or stayed out of reach
-        ├── SchemaError        a statement does not prepare against the live database
-        ├── LeaseLost          a lease settlement or renewal found the row taken by another
-        ├── RowDeleted         a settlement or renewal found the row deleted while it ran
-        ├── SettlementLost     a settlement was lost with its connection (the job runs again)
-        ├── ServerTooOld       the MySQL/MariaDB server lacks what the claims need
-        └── WorkerConfigError  the worker's settings contradict each other or the table
+        ├── ConnectFailed       the database refused the worker or stayed out of reach
+        ├── SchemaError         a statement does not prepare against the live database
+        ├── LeaseLost           a lease settlement or renewal found the row taken by another
+        ├── RowDeleted          a settlement or renewal found the row deleted while it ran
+        ├── SettlementLost      a settlement was lost with its connection (the job runs again)
+        ├── ServerTooOld        the MySQL/MariaDB server lacks what the claims need
+        ├── ServiceStartFailed  queues of a service could not start; names every one
+        └── WorkerConfigError   the worker's settings contradict each other or the table
 
 The generator's internal signals (caught by the command line, never seen as tracebacks):
 SpecInvalid (a spec's own checks failed), BuildCrashed (a fault in inboxgen while building one
