@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from pymysql.cursors import Cursor
 
 UTC = _dt.UTC
+# The lowest id a claim starting at `from_id` can be given: None there means from the head.
+LOWEST_ID = -(2**63)
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 # What the async twins of MySQL functions take: an asyncmy connection. Named here, not

@@ -72,7 +72,7 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "bench_lease"
 SET "locked_until" = %(locked_until)s,
@@ -82,6 +82,7 @@ WHERE "id" = ANY(ARRAY(
     FROM "bench_lease"
     WHERE "processed_at" IS NULL
       AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+      AND "id" >= %(from_id)s
     ORDER BY "id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -92,10 +93,13 @@ RETURNING "id", "attempt" - 1 AS "attempt", "locked_until", "processed_at", "pay
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(CLAIM, {"locked_until": locked_until, "now": now, "limit": limit})
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
+    cur = conn.execute(CLAIM, {
+        "locked_until": locked_until, "now": now,
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -103,10 +107,13 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = await conn.execute(CLAIM, {"locked_until": locked_until, "now": now, "limit": limit})
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
+    cur = await conn.execute(CLAIM, {
+        "locked_until": locked_until, "now": now,
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows

@@ -47,7 +47,8 @@ OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
-              "new_locked_until", "retry_after", "limit", "to_group", "reset_attempt", "before"]
+              "new_locked_until", "retry_after", "limit", "from_id", "to_group", "reset_attempt",
+              "before"]
 
 
 # The kinds of result a step makes of its statement, each written by the template's macro of
@@ -241,6 +242,8 @@ class Renderer:
             return self.ids_of(f"r.{self.q.id.attr} for r in rows")
         if name == "row_key":
             return 'f"inboxgen:{TABLE}:"'  # the prefix of a counted row's session lock key
+        if name == "from_id":
+            return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
         return name
 
     def ids_of(self, generator: str) -> str:
@@ -613,7 +616,9 @@ class Renderer:
         q, claim = self.q, self.st["CLAIM"]
         order = (("rows.sort(key=_claim_order)  # RETURNING keeps no order",)
                  if q.form == LEASE or q.count_crashes else ())
-        return Func("claim", self.args(claim, skip=("limit",), extra="limit: int = 1"),
+        extra = "limit: int = 1" + (", from_id: int | None = None" if "from_id" in claim.params
+                                    else "")
+        return Func("claim", self.args(claim, skip=("limit", "from_id"), extra=extra),
                     "list[ClaimedRow]", claim.doc, (
                         Step("many", self.cur("CLAIM", self.params(claim)), "_claimed(r)",
                              after=order),))

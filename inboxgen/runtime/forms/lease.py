@@ -12,6 +12,7 @@ import asyncio
 import datetime as _dt
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,10 @@ class Lease(Form):
         self._working = 0  # rows taken by slots whose handlers have not finished
         self._room = asyncio.Event()  # set when a handler finishes
         self._claimer: asyncio.Task[None] | None = None
+        # Where the next claim starts, for a CLAIM that takes `from_id` (PostgreSQL tables
+        # claimed in id order).
+        self._start = ClaimStart() if "from_id" in self.d.statement_params.get(
+            "CLAIM", ()) and not self.d.fifo else None
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
         # read before they are reported.
         self._checks: set[asyncio.Future[None]] = set()
@@ -124,18 +129,37 @@ class Lease(Form):
                 self._ready.put_nowait(None)  # each slot ends after the rows before it
 
     async def _claim_for(self, limit: int) -> int:
-        """Claim up to `limit` rows into the slots' queue; returns how many came."""
+        """Claim up to `limit` rows into the slots' queue; returns how many came. Where the
+        claim starts at an id (ClaimStart), a claim from there that comes back short claims
+        the rest from the head at once: rows behind the start are due too."""
+        start = self._start.at() if self._start is not None else None
+        got = await self._claim_once(limit, start)
+        if self._start is not None and got:
+            self._start.after(got[-1])
+        if start is not None and len(got) < limit:
+            assert self._start is not None
+            self._start.rewind()
+            more = await self._claim_once(limit - len(got), None)
+            if more:
+                self._start.after(more[-1])
+            return len(got) + len(more)
+        return len(got)
+
+    async def _claim_once(self, limit: int, from_id: int | None) -> list[Any]:
+        """One claim of up to `limit` rows (from id `from_id` on, where the claim takes one)
+        into the slots' queue; returns the ids claimed, in claim order."""
         now, until = self._lease_from_now()
+        op, values = self.claim_call(now, limit, until)
         # One statement standing alone: on PostgreSQL an autocommit statement, on a threaded
         # driver a transaction of its own in one call.
-        (result,) = await self.backend.alone([self.calls.step(*self.claim_call(now, limit,
-                                                                               until))])
+        (result,) = await self.backend.alone([self.calls.step(op, {**values,
+                                                                   "from_id": from_id})])
         rows = self.claimed(result)
         self.slots.took(len(rows))  # in work from the claim on: a shutdown waits for them
         held = self._hold(rows, until)
         for h in held:
             self._ready.put_nowait(h)
-        return len(rows)
+        return [h.id for h in held]
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Slot `index`: deliver rows from the claimer, one handler at a time in claim order,
@@ -331,3 +355,31 @@ class FifoLease(Lease):
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         await self._settle(h, s, None)  # the group's next row waits for this one
+
+
+# How often the claimer goes back to the head of the claim order: the longest a row behind the
+# start (a retry, a lease that ran out) waits while claims keep coming back full.
+REWIND_EVERY = 1.0
+
+
+class ClaimStart:
+    """Where the lease claimer's next claim starts: after the last row it claimed. Rows ahead
+    of that are finished (their dead index entries are what the start skips), held, or came
+    back since (a retry, a lease that ran out): for those, the claimer starts at the head
+    (None) once every REWIND_EVERY, and whenever a claim comes back short."""
+
+    def __init__(self) -> None:
+        self.from_id: int | None = None
+        self._rewind_at = time.monotonic() + REWIND_EVERY
+
+    def at(self) -> int | None:
+        if self.from_id is not None and time.monotonic() >= self._rewind_at:
+            self.rewind()
+        return self.from_id
+
+    def rewind(self) -> None:
+        self.from_id = None
+        self._rewind_at = time.monotonic() + REWIND_EVERY
+
+    def after(self, last_id: Any) -> None:
+        self.from_id = int(last_id) + 1

@@ -70,7 +70,7 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "pg_smallint_jobs"
 SET "locked_until" = %(locked_until)s
@@ -78,6 +78,7 @@ WHERE "id" = ANY(ARRAY(
     SELECT "id"
     FROM "pg_smallint_jobs"
     WHERE ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+      AND "id" >= %(from_id)s
     ORDER BY "id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -88,11 +89,12 @@ RETURNING "id", "locked_until", "payload"
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
     cur = conn.execute(CLAIM, {
-        "locked_until": _v.naive_utc(locked_until), "now": _v.naive_utc(now), "limit": limit,
+        "locked_until": _v.naive_utc(locked_until), "now": _v.naive_utc(now),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
@@ -101,11 +103,12 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
     cur = await conn.execute(CLAIM, {
-        "locked_until": _v.naive_utc(locked_until), "now": _v.naive_utc(now), "limit": limit,
+        "locked_until": _v.naive_utc(locked_until), "now": _v.naive_utc(now),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

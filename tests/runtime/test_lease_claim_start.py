@@ -1,0 +1,82 @@
+"""A PostgreSQL lease table claimed in id order: the claimer's claims start after the last row
+it claimed, so they do not read past the index entries its finished rows left at the head;
+a row behind the start (a retry) is still delivered, and nothing waits past a short claim."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+from dbcases import MakeQueue, spec_toml
+
+from inboxgen import Job, Outcome, Worker, ack, retry
+
+DDL = """
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    name TEXT NOT NULL DEFAULT 'work',
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TIMESTAMPTZ,
+    payload JSONB NOT NULL
+);
+CREATE INDEX jobs_claim ON jobs (name, id);
+"""
+SPEC = spec_toml("jobs", {"id": "id generated", "name": "group", "attempt": "attempt generated",
+                          "locked_until": "locked_until", "payload": "payload"},
+                 runtime={"lease": 30})
+
+
+def _left(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM jobs").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
+        queue: MakeQueue) -> None:
+    q = queue("postgres", spec=SPEC, ddl=DDL)
+    assert "from_id" in q.mod.DESCRIPTOR.statement_params["CLAIM"]
+    total = 400
+    with psycopg.connect(q.target) as conn:
+        q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"n": i})
+                                 for i in range(total)])
+    runs: dict[int, int] = {}
+    starts: list[int | None] = []
+
+    def handler(job: Job[Any]) -> Outcome:
+        n = job.payload["n"]
+        runs[n] = runs.get(n, 0) + 1
+        time.sleep(0.002)
+        if n == 3 and runs[n] == 1:
+            return retry()  # back in the queue, behind where the claims now start
+        return ack()
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="work", workers=2,
+                    batch=2, listen=False, poll_interval=5)
+    original = worker.calls.step
+
+    def recording(op: str, values: dict[str, Any]) -> Any:
+        if op == "claim":
+            starts.append(values.get("from_id"))
+        return original(op, values)
+
+    worker.calls.step = recording  # type: ignore[method-assign]
+
+    async def drain() -> float:
+        await worker.start()
+        began = time.monotonic()
+        try:
+            while await asyncio.to_thread(_left, q.target) and time.monotonic() - began < 30:
+                await asyncio.sleep(0.02)
+            return time.monotonic() - began
+        finally:
+            await worker.shutdown()
+
+    took = asyncio.run(drain())
+    assert _left(q.target) == 0
+    assert runs == {n: 2 if n == 3 else 1 for n in range(total)}
+    # Most claims started after the last claimed row rather than at the head.
+    assert sum(s is not None for s in starts) > len(starts) // 2
+    assert took < 5  # the retried row did not wait for the 5 s poll
