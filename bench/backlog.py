@@ -411,7 +411,8 @@ def claim_buffers(q: Queue, database: str) -> int | None:
     sql = getattr(m, "CLAIM", None) or m.CANDIDATES
     at = now()
     known = {"group": WORK, "now": at, "locked_until": at + dt.timedelta(seconds=30),
-             "limit": 1, "row_key": f"inboxgen:{m.TABLE}:"}
+             "limit": 1, "row_key": f"inboxgen:{m.TABLE}:",
+             "from_id": -(2**63)}  # a lease claim from the head of the claim order
     params = {k: known[k] for k in re.findall(r"%\((\w+)\)s", sql)}
     s = Session("postgres", database)
     try:

@@ -243,7 +243,7 @@ def test_postgres_claim_reads_the_claim_index_however_stale_the_statistics(
         conn.autocommit = False
         conn.execute("UPDATE kept_jobs SET processed_at = now() WHERE id <= %s", (KEPT - 5,))
         conn.commit()
-        args = {"group": "q", "limit": 1, "now": T0,
+        args = {"group": "q", "limit": 1, "now": T0, "from_id": -(2**63),
                 "locked_until": T0 + dt.timedelta(seconds=LEASE)}
         params = {k: args[k] for k in mod.DESCRIPTOR.statement_params["CLAIM"]}
         # As in a drain, earlier claims have read past the finished rows' old versions and
@@ -255,12 +255,12 @@ def test_postgres_claim_reads_the_claim_index_however_stale_the_statistics(
         names = list(params)
         conn.execute("SET plan_cache_mode = force_generic_plan")
         types = {"group": "text", "limit": "bigint", "now": "timestamptz",
-                 "locked_until": "timestamptz"}
+                 "locked_until": "timestamptz", "from_id": "bigint"}
         conn.execute(f"PREPARE claim({', '.join(types[n] for n in names)}) AS " + re.sub(
             r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", mod.CLAIM))
         cur = psycopg.ClientCursor(conn).execute(  # EXECUTE's arguments as literals
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim("
-            + ", ".join(f"%s::{types[n]}" for n in names) + ")", list(params.values()))
+            + ", ".join(f"(%s)::{types[n]}" for n in names) + ")", list(params.values()))
         ((explained,),) = cur.fetchall()
         conn.rollback()
         top = explained[0]["Plan"]
