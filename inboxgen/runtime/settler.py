@@ -31,6 +31,10 @@ Written = Callable[["bool | Exception"], None]
 Pending = list[tuple[str, dict[str, Any], Written]]
 
 
+# How often a flush the server rolled back whole (a deadlock) is written again before its
+# settlements are reported lost (their jobs then run again once their leases end).
+FLUSH_ATTEMPTS = 3
+
 class LeaseSettler:
     def __init__(self, calls: Calls, backend: Backend) -> None:
         self.calls = calls
@@ -90,10 +94,15 @@ class LeaseSettler:
 
     async def _flush_pending(self) -> None:
         batch, self._pending = self._pending, []
-        try:
-            settled: list[bool | Exception] = list(await self._flush(batch))
-        except Exception as err:
-            settled = [err] * len(batch)
+        settled: list[bool | Exception] = []
+        for attempt in range(1, FLUSH_ATTEMPTS + 1):
+            try:
+                settled = list(await self._flush(batch))
+            except Exception as err:
+                if attempt < FLUSH_ATTEMPTS and self.backend.rolled_back(err):
+                    continue  # a deadlock the server broke: nothing was written
+                settled = [err] * len(batch)
+            break
         for (op, values, written), result in zip(batch, settled, strict=True):
             try:
                 written(result)

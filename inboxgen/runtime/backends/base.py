@@ -144,6 +144,11 @@ class Backend:
         retry can help."""
         return False
 
+    def rolled_back(self, err: Exception) -> bool:
+        """Whether `err` rolled back the whole transaction for a reason of the moment (a
+        deadlock the server broke), so that an `alone` transaction can run again as it was."""
+        return False
+
     def disconnected(self, err: Exception, conn: Any = None) -> bool:
         """Whether `err` is the connection's (lost, or the database out of reach), not the
         statement's; with `conn`, the connection it came from, which must be dead too."""

@@ -170,6 +170,11 @@ class MySQLServer(Backend):
             return True
         return isinstance(err.__cause__ or err.__context__, socket.gaierror)
 
+    def rolled_back(self, err: Exception) -> bool:
+        # ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back (a lock wait timeout
+        # rolls back only its statement, so it is not one of these).
+        return isinstance(err, _driver_errors()) and bool(err.args) and err.args[0] == 1213
+
     def disconnected(self, err: Exception, conn: Any = None) -> bool:
         if conn is not None and getattr(conn, "open", True) and getattr(conn, "connected", True):
             return False  # the job's connection is alive: the error is the handler's own
