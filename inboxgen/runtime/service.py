@@ -2,7 +2,7 @@
 shutdown hooks, one start-up check, one shutdown and one signal handling for all.
 
 Each queue is a Worker; the service builds them, shares a pool between the PostgreSQL ones of
-one database, and runs them together. The pool is sized as the seeds of this design size it:
+one database, and runs them together. The pool is sized by one rule:
 each queue's `workers` count, plus one per queue (for its claims, renewals and settlements),
 plus what the service's handlers take for their own work (`handler_connections`). A worker
 never takes more than its slots and that one, so the pool is never exceeded, and no queue waits

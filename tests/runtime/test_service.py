@@ -154,8 +154,8 @@ def test_every_queue_that_cannot_start_is_named_at_once(queue: MakeQueue) -> Non
 
 
 def test_start_up_hooks_run_before_the_queues_check_their_tables(queue: MakeQueue) -> None:
-    """The seeds' order: the migrations run in an on_startup hook, so the queues' start-up
-    check sees the schema this release reads."""
+    """The order a service needs: the migrations run in an on_startup hook, so the queues'
+    start-up check sees the schema this release reads."""
     pg = queue("postgres", Layout(group=True, form="lease"))
     _add(pg, 1, grp="a")
     conn = pg.connect()
