@@ -21,6 +21,10 @@ from inboxgen.runtime.testing import FakeClock
 D = reports.DESCRIPTOR
 
 
+class Deadlock(Exception):
+    """What a server raises when it broke a deadlock by rolling a transaction back whole."""
+
+
 class Tokens:
     """The queue table as far as leases go: row id -> the token its lease holds. Runs the
     steps `Backend.together` and `Backend.alone` are given, and records them."""
@@ -33,6 +37,9 @@ class Tokens:
 
     async def alone(self, steps: list[Any]) -> list[Any]:
         return await self.together(None, steps)
+
+    def rolled_back(self, err: Exception) -> bool:
+        return isinstance(err, Deadlock)
 
     async def together(self, conn: Any, steps: list[Any]) -> list[Any]:
         self.sent.append([op for op, _ in steps])
@@ -98,6 +105,34 @@ def test_a_flush_writes_every_slots_settlement_and_tells_each_its_own() -> None:
     # One flush, one round trip: the three acks as one statement, the retry beside them.
     assert table.sent == [["finish_many", "retry"]]
     assert sorted(table.rows) == [3]
+
+
+def test_a_flush_the_server_rolled_back_whole_is_written_again() -> None:
+    class Deadlocked(Tokens):
+        """The first flush loses a deadlock: the server rolls it back, nothing written."""
+
+        async def alone(self, steps: list[Any]) -> list[Any]:
+            if not self.sent:
+                self.sent.append(["rolled back"])
+                raise Deadlock("Deadlock found when trying to get lock")
+            return await super().alone(steps)
+
+    table = Deadlocked(r1=LEASE, r2=LEASE)
+    settler = LeaseSettler(Calls(D, table), table)  # type: ignore[arg-type]
+    told: dict[int, bool | Exception] = {}
+
+    async def main() -> None:
+        settler.start()
+        for row_id in (1, 2):
+            settler.submit("finish", {"id": row_id, "locked_until": LEASE, "attempt": 1,
+                                      "now": T0},
+                           lambda result, row_id=row_id: told.__setitem__(row_id, result))
+        await settler.stop()
+
+    asyncio.run(main())
+    assert told == {1: True, 2: True}  # not reported lost: written by the second attempt
+    assert table.sent == [["rolled back"], ["finish_many"]]
+    assert table.rows == {}
 
 
 def test_a_failed_flush_tells_every_owner_and_the_settler_goes_on() -> None:
