@@ -81,12 +81,13 @@ def cancel(module: ModuleType, conn: Any, *, now: _dt.datetime,
         raise ConfigError(f"table {d.qualified_name} has no cancel(): its holders (the advisory "
                           f"form) hold a key, which a cancel cannot see; rebuild modules "
                           f"older than cancel() with inboxgen build")
+    # A lease table's cancel() takes `now` (a lease that ran out is not held).
+    kwargs = {"now": now} if "now" in inspect.signature(module.cancel).parameters else {}
     done: list[Any] = []
     left: list[Any] = []
     for row_id in typed_ids(module, ids) or []:
         _begin(conn, d.dialect)
         try:
-            kwargs = {"now": now} if "now" in inspect.signature(module.cancel).parameters else {}
             cancelled = bool(module.cancel(conn, id=row_id, **kwargs))
         except BaseException:
             conn.rollback()

@@ -86,7 +86,7 @@ class Service:
         if self.started:
             raise WorkerConfigError("queues are added before the service starts",
                                     worker=self.name)
-        where = database if database is not None else self.database
+        where = self._on(database)
         if where is None:
             raise WorkerConfigError("the service has no database: give Service(database=...) "
                                     "or queue(..., database=...)", worker=self.name,
@@ -126,7 +126,7 @@ class Service:
         made from `at` (for example `f"{name}:{at:%Y-%m-%dT%H:%M}"`), so that every process of
         the service enqueues each occurrence once between them. The table needs a unique key
         and a retry_after column, and a queue of this service to run the jobs."""
-        where = database if database is not None else self.database
+        where = self._on(database)
         table = descriptor.qualified_name
         if "retry_after" not in descriptor.roles:
             raise WorkerConfigError(f"schedule {name!r}: table {table} has no retry_after "
@@ -145,20 +145,24 @@ class Service:
     def pool_size(self, database: Database = None) -> int:
         """The connections the service's pool on `database` (a PostgreSQL one) holds at most:
         each queue's workers, one more per queue, and `handler_connections`."""
-        key = str(database if database is not None else self.database)
+        key = str(self._on(database))
         return sum(q.workers + 1 for q in self._queued
                    if str(q.database) == key) + self.handler_connections
 
     def pool(self, database: Database = None) -> Any:
         """The service's psycopg_pool.AsyncConnectionPool on a PostgreSQL `database` (open
         while the service runs): handlers take their own connections from it."""
-        key = str(database if database is not None else self.database)
+        key = str(self._on(database))
         try:
             return self._pools[key]
         except KeyError:
             raise WorkerConfigError("no PostgreSQL queue of the service is on that database "
                                     "(or the service has not started)",
                                     worker=self.name) from None
+
+    def _on(self, database: Database) -> Database:
+        """The database a queue, schedule or pool given `database` is on."""
+        return database if database is not None else self.database
 
     # -- running --------------------------------------------------------------------------
 
