@@ -17,6 +17,7 @@ import psycopg
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -69,6 +70,14 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=r[5],
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else r[2], finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -505,6 +514,42 @@ async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth 
     return None if row is None else TableHealth.from_row(row)
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "retry_after" > %(now)s THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, "attempt", "retry_after", NULL, "payload"
+FROM "ledger_jobs"
+WHERE "id" = %(id)s
+UNION ALL
+SELECT 'dead', "attempt", "retry_after", NULL, "payload"
+FROM "ledger_jobs_dead"
+WHERE "id" = %(id)s
+"""
+
+
+def state(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"now": now, "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await conn.execute(STATE, {"now": now, "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Move dead letters from the dead-letter table back into the queue, due at `now`; `reset_attempt`
 # starts their attempt count again.
 REQUEUE_MOVE: Final[LiteralString] = """
@@ -582,7 +627,8 @@ STATEMENTS: Final = {
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
     "TABLE_HEALTH": TABLE_HEALTH, "ADVISORY_LOCKS": ADVISORY_LOCKS, "REQUEUE_MOVE": REQUEUE_MOVE,
-    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "STATE": STATE, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

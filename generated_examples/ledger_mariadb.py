@@ -18,6 +18,7 @@ import pymysql
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -69,6 +70,14 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else _v.aware(r[2]), finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -367,6 +376,44 @@ async def dead_count_async(conn: _v.AsyncMySQLConnection) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN `retry_after` > %(now)s THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, `attempt`, `retry_after`, NULL, `payload`
+FROM `ledger_jobs`
+WHERE `id` = %(id)s
+UNION ALL
+SELECT 'dead', `attempt`, `retry_after`, NULL, `payload`
+FROM `ledger_jobs_dead`
+WHERE `id` = %(id)s
+"""
+
+
+def state(
+    conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
@@ -450,7 +497,7 @@ STATEMENTS: Final = {
     "UNLOCK": UNLOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER,
     "DEAD_LETTER_COPY": DEAD_LETTER_COPY, "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
     "INSERT": INSERT, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "REQUEUE_COPY": REQUEUE_COPY,
-    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE,
+    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

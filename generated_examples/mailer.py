@@ -16,6 +16,7 @@ import attrs
 import psycopg
 from inboxgen import connections as _c
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -62,6 +63,13 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -435,6 +443,40 @@ async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "name" = %(dead_group)s THEN 'dead'
+         ELSE 'ready'
+       END AS state, "attempt", NULL, NULL, "payload"
+FROM "email_jobs"
+WHERE "job_id" = %(id)s
+"""
+
+
+def state(
+    conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"dead_group": "emails.dead", "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await conn.execute(STATE, {"dead_group": "emails.dead", "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -507,7 +549,8 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "REQUEUE": REQUEUE,
-    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL, "STATE": STATE, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -17,6 +17,7 @@ import pymysql
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -62,6 +63,13 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -338,6 +346,40 @@ async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: int) -> bool:
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN `name` = %(dead_group)s THEN 'dead'
+         ELSE 'ready'
+       END AS state, `attempt`, NULL, NULL, `payload`
+FROM `email_jobs`
+WHERE `job_id` = %(id)s
+"""
+
+
+def state(
+    conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = _v.mysql_execute(conn, STATE, {"dead_group": "emails.dead", "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await _v.mysql_execute_async(conn, STATE, {"dead_group": "emails.dead", "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -410,7 +452,7 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "CLAIM_GUARD": CLAIM_GUARD,
     "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT, "STATUS": STATUS, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -18,6 +18,7 @@ import msgspec
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -78,6 +79,15 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.parse_sqlite_time(r[5]),
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else _v.parse_sqlite_time(r[2]),
+        finished_at=None if r[3] is None else _v.parse_sqlite_time(r[3]),
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -439,6 +449,33 @@ def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "processed_at" IS NOT NULL THEN 'finished'
+         WHEN "locked_until" > :now THEN 'in_work'
+         WHEN "retry_after" > :now THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, "attempt", "retry_after", "processed_at", "payload"
+FROM "email_jobs"
+WHERE "id" = :id
+UNION ALL
+SELECT 'dead', "attempt", "retry_after", "processed_at", "payload"
+FROM "email_jobs_dead"
+WHERE "id" = :id
+"""
+
+
+def state(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
@@ -502,6 +539,7 @@ STATEMENTS: Final = {
     "INSERT": INSERT, "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE_COPY": REQUEUE_COPY,
     "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE, "CANCEL": CANCEL,
+    "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -18,6 +18,7 @@ import msgspec
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -63,6 +64,14 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None,
+        finished_at=None if r[3] is None else _v.parse_sqlite_time(r[3]),
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -205,6 +214,29 @@ def prunable(conn: sqlite3.Connection, *, before: datetime.datetime) -> int:
     return 0 if row is None or row[0] is None else int(row[0])
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "processed_at" IS NOT NULL THEN 'finished'
+         ELSE 'ready'
+       END AS state, "attempt", NULL, "processed_at", "payload"
+FROM "thumbnail_jobs"
+WHERE "id" = :id
+"""
+
+
+def state(
+    conn: sqlite3.Connection, *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
 OPS: Final = Operations(
     candidates=candidates, take=take, finish=finish, insert=insert, insert_many=insert_many,
 )
@@ -212,6 +244,7 @@ OPS: Final = Operations(
 STATEMENTS: Final = {
     "CANDIDATES": CANDIDATES, "TAKE": TAKE, "FINISH": FINISH, "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
+    "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -1076,7 +1076,11 @@ def tour(q: Queue) -> list[str]:
     if hasattr(m, "cancel"):
         queued = m.insert(conn, q.new())
         conn.commit()
+        assert m.state(conn, id=queued, now=T0).state in ("ready", "scheduled")
         assert call(m.cancel, conn, id=queued, now=T0)
+        conn.commit()
+    else:
+        assert m.state(conn, id=m.insert(conn, q.new()), now=T0) is not None
         conn.commit()
     if hasattr(m, "prune"):
         assert m.prunable(conn, before=T0 + dt.timedelta(days=1)) >= 1

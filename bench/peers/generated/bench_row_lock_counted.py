@@ -17,6 +17,7 @@ import psycopg
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -65,6 +66,14 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None,
+        finished_at=None if r[3] is None else r[3],
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -496,6 +505,41 @@ async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "processed_at" IS NOT NULL THEN 'finished'
+         WHEN "queue" = %(dead_group)s THEN 'dead'
+         ELSE 'ready'
+       END AS state, "attempt", NULL, "processed_at", "payload"
+FROM "bench_row_lock_counted"
+WHERE "id" = %(id)s
+"""
+
+
+def state(
+    conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"dead_group": "jobs.dead", "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await conn.execute(STATE, {"dead_group": "jobs.dead", "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -569,7 +613,7 @@ STATEMENTS: Final = {
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL,
-    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "STATE": STATE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -489,6 +489,7 @@ class Renderer:
             out.append(self.scalar("prunable", "PRUNABLE", "int", "*, before: datetime.datetime"))
         if "CANCEL" in st:
             out.append(self.cancel())
+        out.append(self.state())
         moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
                  "into the queue, due at `now`; returns how many.")
         again = " With `reset_attempt` their attempt count starts again."
@@ -502,6 +503,27 @@ class Renderer:
             out.append(self.requeue("REQUEUE_COPY", "", moved + " Run it in one transaction."
                                     + again, then="REQUEUE_DELETE"))
         return out
+
+    def state(self) -> Func:
+        """state(): STATE's one row as a JobState (_state), or None where no such job is kept."""
+        s = self.st["STATE"]
+        if "now" not in s.params:  # the state needs no time: keep the signature alike
+            args = self.args(s, extra="now: datetime.datetime | None = None")
+        else:
+            args = self.args(s)
+        return Func("state", args, "JobState | None", s.doc, (
+            Step("one", self.cur("STATE", self.params(s)), "_state(row)"),))
+
+    def state_times(self) -> list[str]:
+        """_state()'s due, finished_at and payload, as read from STATE's row `r`."""
+        q = self.q
+        # NULL is checked here, as the dead-letter branch may give it whatever the column allows.
+        times = ["None" if f is None else f"None if r[{i}] is None else "
+                 + self.from_db(f, f"r[{i}]").replace("_or_none(", "(")
+                 for i, f in ((2, q.role("retry_after")), (3, q.role("processed_at")))]
+        payload = "None" if q.role("payload") is None else \
+            "None if r[4] is None else decode_payload(r[4])"
+        return [*times, payload]
 
     def cancel(self) -> Func:
         s = self.st["CANCEL"]
@@ -688,6 +710,7 @@ class Renderer:
             "sections": [([(n, sql_literal(self.st[n].sql), self.st[n].doc) for n in names], f)
                          for names, f in self.sections(funcs)],
             "status_oldest": self.status_oldest(),
+            "state_times": self.state_times(),
             "rows": rows,
             "new_rows": new_rows,
             "claimed_args": ", locked_until: datetime.datetime" if self.lease_after_read else "",

@@ -437,6 +437,7 @@ class Statements:
         self.requeue(g, ra, lu)
         if q.form != ADVISORY:  # its holders hold a key computed from the row, not the row
             self.cancel()
+        self.state(g, pa, ra, lu)
 
     def cancellable(self) -> list[str]:
         """The conditions of a row `cancel()` may delete: this id, unfinished, and under a
@@ -454,6 +455,32 @@ class Statements:
         transaction holds the database, so the delete waits for it to end."""
         self.add("CANCEL", f"DELETE FROM {self.t()}\n" + self.where(self.cancellable()),
                  CANCEL_DOC)
+
+    def state(self, g: Field | None, pa: Field | None, ra: Field | None,
+              lu: Field | None) -> None:
+        """STATE: what became of one job, read from the queue table and, where there is one,
+        the dead-letter table (which keeps the id). The first WHEN that holds names it."""
+        q, now = self.q, self.p("now")
+        whens: list[tuple[str, str]] = []
+        if pa is not None:
+            whens.append((f"{self.c(pa)} IS NOT NULL", "finished"))
+        if q.dead_letter_group is not None and g is not None:
+            whens.append((f"{self.c(g)} = {self.p('dead_group')}", "dead"))
+        if lu is not None and q.lease:
+            whens.append((f"{self.c(lu)} > {now}", "in_work"))
+        if ra is not None:
+            whens.append((f"{self.c(ra)} > {now}", "scheduled"))
+        state = ("CASE" + "".join(f"\n         WHEN {w} THEN '{name}'" for w, name in whens)
+                 + "\n         ELSE 'ready'\n       END" if whens else "'ready'")
+        rest = [self.c(f) if f is not None else "NULL"
+                for f in (self.role("attempt"), ra, pa, self.role("payload"))]
+        idc = f"{self.c(q.id)} = {self.p('id')}"
+        sql = (f"SELECT {state} AS state, {', '.join(rest)}\nFROM {self.t()}\nWHERE {idc}")
+        if q.dead_letter_table is not None:
+            sql += (f"\nUNION ALL\nSELECT 'dead', {', '.join(rest)}\n"
+                    f"FROM {self.t(q.dead_letter_table)}\nWHERE {idc}")
+        self.add("STATE", sql, "Find job `id` and say what became of it at `now` (ready, "
+                 "scheduled, in work, finished or dead), with its payload.")
 
     def server_status(self) -> None:
         """What `inboxgen status` reads of the server beside the table, where it can."""

@@ -17,6 +17,7 @@ import pymysql
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -65,6 +66,13 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -334,6 +342,40 @@ async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN `locked_until` > %(now)s THEN 'in_work'
+         ELSE 'ready'
+       END AS state, NULL, NULL, NULL, `payload`
+FROM `my_blob_jobs`
+WHERE `id` = %(id)s
+"""
+
+
+def state(
+    conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, insert=insert, insert_many=insert_many,
 )
@@ -345,6 +387,7 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
     "INSERT": INSERT, "STATUS": STATUS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
+    "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

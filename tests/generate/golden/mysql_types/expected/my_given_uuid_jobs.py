@@ -17,6 +17,7 @@ import pymysql
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -78,6 +79,15 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else _v.aware(r[2]),
+        finished_at=None if r[3] is None else _v.aware(r[3]),
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -482,6 +492,46 @@ async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: str) -> bool:
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN `processed_at` IS NOT NULL THEN 'finished'
+         WHEN `queue` = %(dead_group)s THEN 'dead'
+         WHEN `retry_after` > %(now)s THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, `attempt`, `retry_after`, `processed_at`, `payload`
+FROM `my_given_uuid_jobs`
+WHERE `id` = %(id)s
+"""
+
+
+def state(
+    conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = _v.mysql_execute(conn, STATE, {
+        "dead_group": "dead", "now": _v.naive_utc(now), "id": id,
+    })
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await _v.mysql_execute_async(conn, STATE, {
+        "dead_group": "dead", "now": _v.naive_utc(now), "id": id,
+    })
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -561,7 +611,7 @@ STATEMENTS: Final = {
     "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER,
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

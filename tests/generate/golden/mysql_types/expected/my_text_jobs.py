@@ -17,6 +17,7 @@ import pymysql
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -69,6 +70,14 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else _v.aware(r[2]), finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -321,6 +330,40 @@ async def status_async(
     return [_status(r) for r in await cur.fetchall()]
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN `retry_after` > %(now)s THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, `attempt`, `retry_after`, NULL, `payload`
+FROM `my_text_jobs`
+WHERE `id` = %(id)s
+"""
+
+
+def state(
+    conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 OPS: Final = Operations(
     candidates=candidates, take=take, lock=lock, unlock=unlock, finish=finish,
     retry_after=retry_after, insert=insert, insert_many=insert_many,
@@ -334,7 +377,7 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CANDIDATES": CANDIDATES, "TAKE": TAKE, "TAKE_COUNT": TAKE_COUNT, "LOCK": LOCK,
     "UNLOCK": UNLOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
-    "STATUS": STATUS,
+    "STATUS": STATUS, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -19,6 +19,7 @@ import pymysql
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -157,6 +158,15 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None if r[5] is None else _v.aware(r[5]),
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else _v.aware(r[2]),
+        finished_at=None if r[3] is None else _v.aware(r[3]),
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -558,6 +568,42 @@ async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN `processed_at` IS NOT NULL THEN 'finished'
+         WHEN `locked_until` > %(now)s THEN 'in_work'
+         WHEN `retry_after` > %(now)s THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, `attempt`, `retry_after`, `processed_at`, `payload`
+FROM `my_uuid_jobs`
+WHERE `id` = %(id)s
+"""
+
+
+def state(
+    conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after, insert=insert,
     insert_many=insert_many,
@@ -570,7 +616,7 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
+    "PRUNABLE": PRUNABLE, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

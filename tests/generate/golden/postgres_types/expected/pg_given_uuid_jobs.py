@@ -17,6 +17,7 @@ import attrs
 import psycopg
 from inboxgen import connections as _c
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -81,6 +82,14 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=r[5],
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else r[2], finished_at=None if r[3] is None else r[3],
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -623,6 +632,42 @@ async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID) -> 
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "processed_at" IS NOT NULL THEN 'finished'
+         WHEN "queue" = %(dead_group)s THEN 'dead'
+         WHEN "retry_after" > %(now)s THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, "attempt", "retry_after", "processed_at", "payload"
+FROM "pg_given_uuid_jobs"
+WHERE "id" = %(id)s
+"""
+
+
+def state(
+    conn: psycopg.Connection[Any], *, id: uuid.UUID, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE: Final[LiteralString] = """
@@ -700,7 +745,7 @@ STATEMENTS: Final = {
     "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL,
-    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "STATE": STATE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -16,6 +16,7 @@ import attrs
 import psycopg
 from inboxgen import connections as _c
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -58,6 +59,13 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -368,6 +376,37 @@ async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT 'ready' AS state, NULL, NULL, NULL, "payload"
+FROM "pg_integer_jobs"
+WHERE "id" = %(id)s
+"""
+
+
+def state(
+    conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime | None = None,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await conn.execute(STATE, {"id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 OPS: Final = Operations(
     claim=claim, finish=finish, finish_many=finish_many, insert=insert, insert_many=insert_many,
     notify=notify,
@@ -380,7 +419,7 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "TABLE_HEALTH": TABLE_HEALTH, "CANCEL": CANCEL, "NOTIFY": NOTIFY,
+    "TABLE_HEALTH": TABLE_HEALTH, "CANCEL": CANCEL, "STATE": STATE, "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 

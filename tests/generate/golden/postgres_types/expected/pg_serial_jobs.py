@@ -17,6 +17,7 @@ import psycopg
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -62,6 +63,13 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=None,
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -516,6 +524,38 @@ async def cancel_async(
     return cur.rowcount == 1
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "locked_until" > %(now)s THEN 'in_work'
+         ELSE 'ready'
+       END AS state, NULL, NULL, NULL, "payload"
+FROM "pg_serial_jobs"
+WHERE "id" = %(id)s
+"""
+
+
+def state(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"now": now, "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await conn.execute(STATE, {"now": now, "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, renew_many=renew_many,
     finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
@@ -530,7 +570,7 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
-    "CANCEL": CANCEL, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CANCEL": CANCEL, "STATE": STATE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -17,6 +17,7 @@ import psycopg
 from inboxgen import connections as _c
 from inboxgen import values as _v
 from inboxgen.descriptor import (
+    JobState,
     Operations,
     QueueStatus,
     RuntimeDefaults,
@@ -69,6 +70,14 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
         group=r[0], ready=int(r[1] or 0), scheduled=int(r[2] or 0),
         in_work=None if r[3] is None else int(r[3]), finished=None if r[4] is None else int(r[4]),
         oldest_ready=r[5],
+    )
+
+
+def _state(r: tuple[Any, ...]) -> JobState:
+    return JobState(
+        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
+        due=None if r[2] is None else r[2], finished_at=None,
+        payload=None if r[4] is None else decode_payload(r[4]),
     )
 
 
@@ -455,6 +464,38 @@ async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth 
     return None if row is None else TableHealth.from_row(row)
 
 
+# Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
+# with its payload.
+STATE: Final[LiteralString] = """
+SELECT CASE
+         WHEN "retry_after" > %(now)s THEN 'scheduled'
+         ELSE 'ready'
+       END AS state, "attempt", "retry_after", NULL, "payload"
+FROM "pg_text_jobs"
+WHERE "id" = %(id)s
+"""
+
+
+def state(conn: psycopg.Connection[Any], *, id: str, now: datetime.datetime) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = conn.execute(STATE, {"now": now, "id": id})
+    row = cur.fetchone()
+    return None if row is None else _state(row)
+
+
+async def state_async(
+    conn: psycopg.AsyncConnection[Any], *, id: str, now: datetime.datetime,
+) -> JobState | None:
+    """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
+    dead), with its payload.
+    """
+    cur = await conn.execute(STATE, {"now": now, "id": id})
+    row = await cur.fetchone()
+    return None if row is None else _state(row)
+
+
 OPS: Final = Operations(
     candidates=candidates, take=take, lock=lock, unlock=unlock, finish=finish,
     retry_after=retry_after, insert=insert, insert_many=insert_many, notify=notify,
@@ -469,7 +510,8 @@ STATEMENTS: Final = {
     "CANDIDATES": CANDIDATES, "TAKE": TAKE, "LOCK": LOCK, "UNLOCK": UNLOCK, "FINISH": FINISH,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
-    "ADVISORY_LOCKS": ADVISORY_LOCKS, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "ADVISORY_LOCKS": ADVISORY_LOCKS, "STATE": STATE, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
