@@ -1,0 +1,1 @@
+"""Integrations with frameworks that only some services use, each behind an extra."""

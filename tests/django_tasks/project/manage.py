@@ -1,0 +1,11 @@
+#!/usr/bin/env python
+"""The task shop: a Django project whose tasks run on an inboxgen queue table."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "taskshop.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

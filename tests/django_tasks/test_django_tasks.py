@@ -1,0 +1,194 @@
+"""Django's task framework on an inboxgen table, in a real Django 6 project (tests/django_tasks/
+project, the task shop) on real PostgreSQL, MariaDB and SQLite: tasks enqueued inside atomic()
+commit and roll back with the request's writes, `manage.py inboxgen_serve` runs them, and
+get_result() reads what became of each."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+PROJECT = Path(__file__).resolve().parent / "project"
+DIALECTS = ["postgres", "mysql", "sqlite"]
+ENGINES = {"postgres": "postgresql", "mysql": "mysql", "sqlite": "sqlite3"}
+PRELUDE = """\
+import json
+from django.db import connection, transaction
+from taskshop.models import Note
+from taskshop.tasks import *
+out = {}
+"""
+
+
+class Shop:
+    """The task shop on one database; `shell(code)` runs code in `manage.py shell` and returns
+    what it put in `out`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=PROJECT, env=self.env,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def shell(self, code: str) -> Any:
+        done = self.manage("shell", "-v", "0", "-c",
+                           PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(out))")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def serve(self) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "manage.py", "inboxgen_serve"], cwd=PROJECT,
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
+    def statuses(self, ids: dict[str, str]) -> dict[str, str]:
+        return self.shell(f"""
+            for name, id in {ids!r}.items():
+                out[name] = write_note.get_backend().get_result(id).status
+            """)
+
+    def notes(self) -> list[str]:
+        return sorted(self.shell("out['notes'] = list(Note.objects.values_list('text', "
+                                 "flat=True))")["notes"])
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def stop(server: subprocess.Popen[str]) -> str:
+    server.send_signal(signal.SIGTERM)
+    out, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, out
+    return out
+
+
+@pytest.fixture(params=DIALECTS)
+def shop(request: pytest.FixtureRequest, fresh_database: Callable[[str], str]) -> Shop:
+    dialect = request.param
+    target = fresh_database(dialect)
+    env = {**os.environ, "TASKSHOP_ENGINE": ENGINES[dialect], "PYTHONPATH": str(PROJECT)}
+    if dialect == "postgres":
+        info = psycopg.conninfo.conninfo_to_dict(target)
+        env.update(TASKSHOP_NAME=str(info["dbname"]), TASKSHOP_HOST=str(info["host"]),
+                   TASKSHOP_PORT=str(info["port"]), TASKSHOP_USER=str(info["user"]))
+    elif dialect == "mysql":
+        url = urlsplit(target)
+        env.update(TASKSHOP_NAME=url.path.lstrip("/"), TASKSHOP_HOST=str(url.hostname),
+                   TASKSHOP_PORT=str(url.port), TASKSHOP_USER=str(url.username))
+    else:
+        env.update(TASKSHOP_NAME=target)
+    s = Shop(env)
+    migrated = s.manage("migrate", "-v", "0")
+    assert migrated.returncode == 0, migrated.stderr
+    return s
+
+
+def test_a_task_commits_with_the_request_and_vanishes_with_its_rollback(shop: Shop) -> None:
+    made = shop.shell("""
+        with transaction.atomic():
+            Note.objects.create(text="order 1")
+            out["kept"] = write_note.enqueue("task of order 1").id
+        try:
+            with transaction.atomic():
+                Note.objects.create(text="order 2")
+                out["rolled_back"] = write_note.enqueue("task of order 2").id
+                raise RuntimeError("the request failed")
+        except RuntimeError:
+            pass
+        out["status"] = write_note.get_result(out["kept"]).status
+        try:
+            write_note.get_result(out["rolled_back"])
+        except Exception as err:
+            out["missing"] = type(err).__name__
+        """)
+    assert made["status"] == "READY"
+    assert made["missing"] == "TaskResultDoesNotExist"
+    server = shop.serve()
+    try:
+        wait_for(lambda: shop.statuses({"kept": made["kept"]})["kept"] == "SUCCESSFUL",
+                 "the committed task")
+    finally:
+        stop(server)
+    assert shop.notes() == ["order 1", "task of order 1"]
+
+
+def test_the_worker_runs_every_kind_of_task_and_dead_letters_a_failing_one(shop: Shop) -> None:
+    ids = shop.shell("""
+        import datetime as dt
+        from django.utils import timezone
+        out["urgent"] = write_urgent_note.enqueue("refund").id
+        out["context"] = write_attempt.enqueue("receipt").id
+        out["async"] = write_note_async.enqueue("invoice").id
+        out["fails"] = explode.enqueue().id
+        later = timezone.now() + dt.timedelta(hours=1)
+        out["later"] = write_note.using(run_after=later).enqueue("tomorrow").id
+        """)
+    server = shop.serve()
+    try:
+        def settled() -> bool:
+            return all(s in ("SUCCESSFUL", "FAILED") for name, s in shop.statuses(ids).items()
+                       if name != "later")
+
+        wait_for(settled, "every due task to finish or fail")
+        statuses = shop.statuses(ids)
+    finally:
+        log = stop(server)
+    assert statuses == {"urgent": "SUCCESSFUL", "context": "SUCCESSFUL", "async": "SUCCESSFUL",
+                        "fails": "FAILED", "later": "READY"}
+    # The attempt a task's context reports is the worker's: the first delivery reads 1.
+    assert shop.notes() == ["async: invoice", "receipt on attempt 1", "urgent: refund"]
+    assert "its last attempt failed: moved to the dead letters" in log
+    assert "SIGTERM: stopping" in log
+
+
+def test_arguments_that_json_would_change_are_refused_at_enqueue(shop: Shop) -> None:
+    refused = shop.shell("""
+        for name, args in {"int_keys": [{1: "a"}], "nan": [float("nan")]}.items():
+            try:
+                write_note.enqueue(*args)
+            except ValueError as err:
+                out[name] = str(err)
+        out["tuple"] = write_note.enqueue(("a", "b")).args  # a tuple is JSON's list
+        try:
+            write_note.using(queue_name="nowhere").enqueue("x")
+        except Exception as err:
+            out["queue"] = type(err).__name__
+        """)
+    assert refused["int_keys"] == ("task taskshop.tasks.write_note: argument 1 does not survive "
+                                   "a JSON round trip ({1: 'a'})")
+    assert "argument 1 does not survive a JSON round trip (nan)" in refused["nan"]
+    assert refused["tuple"] == [["a", "b"]]
+    assert refused["queue"] == "InvalidTask"
+
+
+@pytest.mark.parametrize("shop", ["sqlite"], indirect=True)
+def test_a_backend_that_names_no_module_fails_the_system_checks(shop: Shop) -> None:
+    shop.env["TASKSHOP_MODULE"] = "taskshop.queues.nowhere"
+    failed = shop.manage("inboxgen_serve", timeout=60)
+    assert failed.returncode == 1
+    assert "Traceback" not in failed.stderr
+    assert ("?: (inboxgen.E001) TASKS['default']: cannot import 'taskshop.queues.nowhere': No "
+            "module named 'taskshop.queues.nowhere'") in failed.stderr.splitlines()
+
+
+def test_the_projects_task_modules_are_built_from_its_specs() -> None:
+    verified = subprocess.run([sys.executable, "-m", "inboxgen", "verify"], cwd=PROJECT,
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
