@@ -8,6 +8,12 @@ jobs/s on a shared machine. Not a test: numbers depend on the machine.
 
 With --service, each form and batch drains twice, as a lone Worker and as the one queue of a
 Service (its pool, its shared listener), each timed until its table is empty.
+
+    python bench/drain.py --observe [N] [FORM ...]
+
+With --observe, three times: a lone Worker, the same with OpenTelemetry (the SDK's tracer and
+meter providers, spans batched to an exporter that keeps them in memory), and with Prometheus
+(a registry of its own), each timed until its table is empty.
 """
 
 from __future__ import annotations
@@ -88,7 +94,8 @@ def own_cpu() -> float:
 def drain(server: PostgresServer, form: str, batch: int, n: int,
           served_by: str = "") -> tuple[float, float, float]:
     """jobs/s, and this process's and the server's CPU microseconds per job. `served_by`
-    "worker" or "service": that, timed until the table is empty (both the same way)."""
+    "worker", "service", "otel" or "prometheus" (a worker with those observers): that, timed
+    until the table is empty (all the same way)."""
     root = Path(tempfile.mkdtemp())
     module: Any = build_module(root, SPECS[form], DDL.replace(
         "    locked_until TIMESTAMPTZ,\n", "" if form != "lease" else "    locked_until "
@@ -100,7 +107,8 @@ def drain(server: PostgresServer, form: str, batch: int, n: int,
     settings: dict[str, Any] = dict(workers=10, batch=batch, poll_interval=0.05, listen=False)
     cpu, server_before, started = own_cpu(), server_cpu(), time.perf_counter()
     if served_by:
-        asyncio.run(until_empty(module, dsn, settings, served_by == "service"))
+        asyncio.run(until_empty(module, dsn, settings, served_by == "service",
+                                observers_for(served_by)))
     else:
         asyncio.run(run_until_idle(Worker(module.DESCRIPTOR, noop, database=dsn, **settings),
                                    timeout=600))
@@ -108,13 +116,38 @@ def drain(server: PostgresServer, form: str, batch: int, n: int,
     return (n / seconds, (own_cpu() - cpu) / n * 1e6, (server_cpu() - server_before) / n * 1e6)
 
 
-async def until_empty(module: Any, dsn: str, settings: dict[str, Any], service: bool) -> None:
+def observers_for(served_by: str) -> list[Any]:
+    """The observers a drain runs with: none, OpenTelemetry's or Prometheus'."""
+    if served_by == "otel":
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from inboxgen.contrib.otel import OpenTelemetry
+
+        tracing = TracerProvider()
+        tracing.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+        meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        return [OpenTelemetry(tracer_provider=tracing, meter_provider=meters)]
+    if served_by == "prometheus":
+        from prometheus_client import CollectorRegistry
+
+        from inboxgen.contrib.prometheus import Prometheus
+
+        return [Prometheus(registry=CollectorRegistry())]
+    return []
+
+
+async def until_empty(module: Any, dsn: str, settings: dict[str, Any], service: bool,
+                      observers: list[Any] | None = None) -> None:
     """Serve the table with a Worker or a one-queue Service until it is empty."""
     if service:
         runs: Any = Service(dsn)
         runs.queue(module.DESCRIPTOR, noop, **settings)
     else:
-        runs = Worker(module.DESCRIPTOR, noop, database=dsn, **settings)
+        runs = Worker(module.DESCRIPTOR, noop, database=dsn, observers=observers, **settings)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await runs.start()
         try:
@@ -125,12 +158,17 @@ async def until_empty(module: Any, dsn: str, settings: dict[str, Any], service: 
             await runs.shutdown()
 
 
-def main(n: int, forms: list[str], service: bool) -> None:
+def main(n: int, forms: list[str], service: bool, observe: bool = False) -> None:
     server = PostgresServer()
+    ways: tuple[str, ...] = ("",)
+    if service:
+        ways = ("worker", "service")
+    elif observe:
+        ways = ("worker", "otel", "prometheus")
     try:
         for form in forms or SPECS:
             for batch in (1, 16):
-                for served_by in ("worker", "service") if service else ("",):
+                for served_by in ways:
                     rate, python_us, server_us = drain(server, form, batch, n, served_by)
                     print(f"{form:16} batch {batch:2}{' ' + served_by if served_by else ''}: "
                           f"{rate:7.0f} jobs/s, CPU per job {python_us:5.1f} us here and "
@@ -141,6 +179,6 @@ def main(n: int, forms: list[str], service: bool) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    with_service = "--service" in args
-    args = [a for a in args if a != "--service"]
-    main(int(args[0]) if args else 5000, args[1:], with_service)
+    with_service, observe = "--service" in args, "--observe" in args
+    args = [a for a in args if a not in ("--service", "--observe")]
+    main(int(args[0]) if args else 5000, args[1:], with_service, observe)

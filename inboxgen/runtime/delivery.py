@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.jobs import Held, Job
+from inboxgen.runtime.observe import ACKED, DEAD_LETTERED, DROPPED, RETRIED
 from inboxgen.runtime.outcomes import (
     ACKED_OUTCOME,
     DEAD_LETTER,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from inboxgen.runtime.clock import Clock
     from inboxgen.runtime.handlers import HandlerRunner
     from inboxgen.runtime.jobs import Stats
+    from inboxgen.runtime.observe import Observation
     from inboxgen.runtime.outage import Outage
     from inboxgen.runtime.settings import Settings
 
@@ -62,7 +65,8 @@ class FormSteps(Protocol):
 class Delivery:
     def __init__(self, *, descriptor: TableDescriptor, settings: Settings, clock: Clock,
                  runner: HandlerRunner, backend: Backend, calls: Calls, stats: Stats,
-                 outage: Outage, form: FormSteps, done: Callable[[int], None]) -> None:
+                 outage: Outage, form: FormSteps, done: Callable[[int], None],
+                 observation: Observation | None = None) -> None:
         self.d = descriptor
         self.settings = settings
         self.name = settings.name
@@ -74,6 +78,7 @@ class Delivery:
         self.outage = outage
         self.form = form
         self._done = done  # rows leave the worker's in-work count
+        self.observation = observation
         # Read on every delivery: kept at hand.
         self._max_attempts = settings.max_attempts
         self._transactional = settings.transactional
@@ -94,13 +99,18 @@ class Delivery:
                 await self.settle(h, past, conn)
                 return
             self.stats.delivered += 1
+            if self.observation is not None:
+                h.watch = self.observation.delivery(h.id, h.attempt, self.headers(h))
             try:
                 payload = d.decode_payload(getattr(h.row, d.role_attrs["payload"])) \
                     if d.decode_payload is not None else h.row
             except Exception as err:
                 log.error("%s: row %s has a payload that does not decode (%s)", self.name,
                           h.id, err)
-                await self.settle(h, self.poison(h), conn)
+                poisoned = self.poison(h)
+                if h.watch is not None:
+                    h.watch.decided(outcome_of(poisoned), err)
+                await self.settle(h, poisoned, conn)
                 return
             if self._transactional:
                 await self.form.deliver_in_transaction(h, payload, conn)
@@ -110,18 +120,22 @@ class Delivery:
         except (LeaseLost, SettlementLost, RowDeleted) as err:
             self.report_unsettled(err)
         finally:
+            if h.watch is not None:
+                h.watch.end()
             if not h.flushing:
                 self._done(1)
 
+    def headers(self, h: Held) -> Mapping[str, str]:
+        if "headers" not in self.d.role_attrs:
+            return {}
+        return decode_headers(getattr(h.row, self.d.role_attrs["headers"]))
+
     async def run_handler(self, h: Held, payload: Any, conn: Any | None) -> Outcome:
-        d = self.d
-        headers: Mapping[str, str] = {}
-        if "headers" in d.role_attrs:
-            headers = decode_headers(getattr(h.row, d.role_attrs["headers"]))
         job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
-                            group=self._group, headers=headers, connection=conn,
+                            group=self._group, headers=self.headers(h), connection=conn,
                             worker=self.name)
         runner = self.runner
+        started = time.monotonic() if h.watch is not None else 0.0
         try:
             if runner.on_loop:  # the common case, without a coroutine of the runner's between
                 result = await runner.handler(job)  # type: ignore[misc]
@@ -130,6 +144,8 @@ class Delivery:
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            if h.watch is not None:
+                h.watch.handled(time.monotonic() - started)
             if conn is not None and self.backend.disconnected(err, conn):
                 # The job's connection died under the handler: the database's outage, not the
                 # handler's failure. Its transaction is gone; the row comes back as from a crash.
@@ -137,6 +153,8 @@ class Delivery:
             h.failure = err  # logged by decide(), with what becomes of the row
             return after_failure(h.attempt, has_retry_after=self._has_retry_after,
                                  backoff=self.settings.backoff)
+        if h.watch is not None:
+            h.watch.handled(time.monotonic() - started)
         if result is None:
             return ACKED_OUTCOME
         if not isinstance(result, Outcome):
@@ -147,6 +165,8 @@ class Delivery:
     def decide(self, h: Held, outcome: Outcome) -> Settlement:
         s = decide(outcome, attempt=h.attempt, max_attempts=self._max_attempts,
                    has_retry_after=self._has_retry_after, now=self.clock.now)
+        if h.watch is not None:
+            h.watch.decided(outcome_of(s), h.failure)
         if h.failure is not None:
             self._report_failure(h, s, h.failure)
         elif s.note and s.action == REQUEUE and outcome.kind == "retry_after":
@@ -197,6 +217,8 @@ class Delivery:
     def report_unsettled(self, err: Unsettled) -> None:
         if isinstance(err, LeaseLost):
             self.stats.lease_lost += 1
+            if self.observation is not None:
+                self.observation.lease_lost()
             log.warning("%s", err)
         elif isinstance(err, RowDeleted):
             self.stats.deleted += 1
@@ -223,6 +245,8 @@ class Delivery:
             stats.dead_lettered += 1
         else:
             stats.retried += 1
+        if self.observation is not None:
+            self.observation.settled(outcome_of(s))
 
     async def execute_settlement(self, conn: Any | None, h: Held, s: Settlement) -> None:
         """Run the settlement on `conn`, or (a lease, `conn` None) through the form's write."""
@@ -273,3 +297,10 @@ def decode_headers(raw: Any) -> Mapping[str, str]:
     if isinstance(raw, (str, bytes)):
         raw = json.loads(raw)
     return {str(k): str(v) for k, v in dict(raw).items()}
+
+
+def outcome_of(s: Settlement) -> str:
+    """A settlement as observers name it (observe.py)."""
+    if s.action == FINISH:
+        return DROPPED if s.note == "drop" else ACKED
+    return DEAD_LETTERED if s.action == DEAD_LETTER else RETRIED

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 
 if TYPE_CHECKING:
+    from inboxgen.runtime.observe import Watch
     from inboxgen.runtime.outcomes import Outcome
 
 P = TypeVar("P")
@@ -70,3 +71,4 @@ class Held:
     # What the handler raised (or the non-outcome it returned): logged once its settlement is
     # decided, so the line says what becomes of the row.
     failure: BaseException | None = None
+    watch: Watch | None = None  # its observers' view of the delivery (observe.py)

@@ -17,7 +17,7 @@ import datetime as dt
 import inspect
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -27,6 +27,7 @@ from inboxgen.errors import ServiceStartFailed, WorkerConfigError, WorkerError
 from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.clock import Clock
 from inboxgen.runtime.jobs import Handler
+from inboxgen.runtime.observe import Observer
 from inboxgen.runtime.outcomes import Backoff
 from inboxgen.runtime.schedules import Schedule, keep
 from inboxgen.runtime.settings import UNSET, settings_for
@@ -51,7 +52,8 @@ class Service:
 
     def __init__(self, database: Database = None, *, name: str = "service",
                  handler_connections: int = 0, shutdown_timeout: float = 30.0,
-                 connect_timeout: float = 30.0, clock: Clock | None = None) -> None:
+                 connect_timeout: float = 30.0, clock: Clock | None = None,
+                 observers: Sequence[Observer] = ()) -> None:
         if handler_connections < 0:
             raise WorkerConfigError("handler_connections must be 0 or more", worker=name)
         self.name = name
@@ -60,6 +62,7 @@ class Service:
         self.shutdown_timeout = shutdown_timeout
         self.connect_timeout = connect_timeout
         self.clock = clock
+        self.observers: list[Observer] = list(observers)  # told of every queue (observe.py)
         self.workers: list[Worker] = []
         self._queued: list[_Queue] = []
         self._startup: list[Hook] = []
@@ -141,6 +144,19 @@ class Service:
             raise WorkerConfigError(f"two schedules are named {name!r}", worker=self.name)
         self._schedules.append((Schedule(name, row, every=every, cron=cron), descriptor,
                                 str(where)))
+
+    def expose_metrics(self, port: int = 9464, host: str = "127.0.0.1",
+                       registry: Any = None) -> Any:
+        """Serve Prometheus metrics of every queue on http://host:port/metrics while the
+        service runs (needs inboxgen[prometheus]); bound to 127.0.0.1 unless told otherwise.
+        Returns the `inboxgen.contrib.prometheus.Prometheus` observer."""
+        from inboxgen.contrib.prometheus import Prometheus
+
+        metrics = Prometheus(registry=registry)
+        self.observers.append(metrics)
+        self.on_startup(lambda: metrics.start_server(port, host))
+        self.on_shutdown(metrics.stop_server)
+        return metrics
 
     def pool_size(self, database: Database = None) -> int:
         """The connections the service's pool on `database` (a PostgreSQL one) holds at most:
@@ -346,7 +362,8 @@ class Service:
             options["listen"] = False  # the service's listener wakes it
         return Worker(q.descriptor, q.handler, database=None if pool is not None else q.database,
                       pool=pool, clock=self.clock, shutdown_timeout=self.shutdown_timeout,
-                      connect_timeout=self.connect_timeout, **options)
+                      connect_timeout=self.connect_timeout, observers=self.observers,
+                      **options)
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Sequence
 from typing import Any
 
 from inboxgen.descriptor import TableDescriptor
@@ -25,6 +26,7 @@ from inboxgen.runtime.connecting import open_connections, reach, retry_delay
 from inboxgen.runtime.forms import Parts, form_for
 from inboxgen.runtime.handlers import HandlerRunner
 from inboxgen.runtime.jobs import Handler, Job, Stats
+from inboxgen.runtime.observe import Observation, Observer, QueueInfo
 from inboxgen.runtime.outage import Outage, fold_pool_warnings, unfold_pool_warnings
 from inboxgen.runtime.outcomes import Backoff
 from inboxgen.runtime.presence import Presence
@@ -47,7 +49,7 @@ class Worker:
                  max_attempts: int | None = UNSET, backoff: Backoff | None = None,
                  transactional: bool = False, listen: bool | None = None,
                  clock: Clock | None = None, shutdown_timeout: float = 30.0,
-                 connect_timeout: float = 30.0) -> None:
+                 connect_timeout: float = 30.0, observers: Sequence[Observer] = ()) -> None:
         d = self.descriptor = descriptor
         s = settings_for(d, group=group, name=name, workers=workers, batch=batch, lease=lease,
                          poll_interval=poll_interval, max_attempts=max_attempts,
@@ -96,10 +98,14 @@ class Worker:
         self.runner = HandlerRunner(
             handler, workers=s.workers, name=s.name, abandon=self.backend.abandon,
             watch_tasks=bool(getattr(self.clock, "watches_handler_tasks", False)))
+        # None without observers: then the worker makes no observer calls at all.
+        self.observation = Observation(
+            QueueInfo(s.name, d.qualified_name, s.group, d.dialect), observers) \
+            if observers else None
         self.form = form_for(Parts(
             descriptor=d, settings=s, clock=self.clock, backend=self.backend, calls=self.calls,
             stats=self.stats, outage=self.outage, presence=Presence(d, self.backend),
-            runner=self.runner, slots=self.slots))
+            runner=self.runner, slots=self.slots, observation=self.observation))
         self.started = False
 
     # -- running --------------------------------------------------------------------------
@@ -192,6 +198,8 @@ class Worker:
         if self._clock_sync is not None:
             self._clock_sync.start()
         self.started = True
+        if self.observation is not None:
+            self.observation.serving(lambda: self.slots.in_work)
         log.info("%s: serving %s (%s%s) on %s, %d worker(s), batch %d", self.name,
                  self.descriptor.qualified_name, self.descriptor.form,
                  ", FIFO" if self.descriptor.fifo else "", backend.driver, self.workers,
@@ -283,6 +291,8 @@ class Worker:
             unfold_pool_warnings(self.backend.own_pool_name)
         self._tasks = []
         self._listener = None
+        if self.observation is not None:
+            self.observation.stopped()
         # Ready to start again (a worker can serve, stop, and serve once more).
         self.started = False
         self.slots.reset()

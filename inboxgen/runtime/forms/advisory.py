@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +64,11 @@ class Advisory(Form):
         limit = max(batch + settings.workers + len(self._keys_in_work), self._reach)
         async with backend.connection() as conn:
             read_at = self._settle_seq
+            started = time.monotonic()
             candidates = await self.calls(conn, "candidates", group=group, now=self.clock.now(),
                                           limit=limit)
+            # The claim's round trip, for observers, is the read of the due rows.
+            self.observed_claim(candidates, limit, started)
             await backend.commit(conn)
             for row in candidates:
                 if got >= batch:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from inboxgen.runtime.clock import Clock
     from inboxgen.runtime.handlers import HandlerRunner
     from inboxgen.runtime.jobs import Stats
+    from inboxgen.runtime.observe import Observation
     from inboxgen.runtime.outage import Outage
     from inboxgen.runtime.presence import Presence
     from inboxgen.runtime.settings import Settings
@@ -90,6 +92,7 @@ class Parts:
     presence: Presence
     runner: HandlerRunner
     slots: Slots
+    observation: Observation | None = None  # None: nobody watches (observe.py)
 
 
 class Form:
@@ -113,10 +116,12 @@ class Form:
         self.outage = parts.outage
         self.presence = parts.presence
         self.slots = parts.slots
+        self.observation = parts.observation
+        self._due = self.d.role_attrs.get("retry_after")  # what the queue's lag is read from
         self.delivery = Delivery(descriptor=self.d, settings=self.settings, clock=self.clock,
                                  runner=parts.runner, backend=self.backend, calls=self.calls,
                                  stats=self.stats, outage=self.outage, form=self,
-                                 done=self.slots.done)
+                                 done=self.slots.done, observation=parts.observation)
 
     @property
     def connections(self) -> int:
@@ -213,7 +218,28 @@ class Form:
     async def claim(self, conn: Any, now: _dt.datetime, limit: int,
                     until: _dt.datetime | None = None) -> list[Any]:
         op, values = self.claim_call(now, limit, until)
-        return self.claimed(await self.calls(conn, op, **values))
+        if self.observation is None:
+            return self.claimed(await self.calls(conn, op, **values))
+        started = time.monotonic()
+        rows = self.claimed(await self.calls(conn, op, **values))
+        self.observed_claim(rows, limit, started)
+        return rows
+
+    def observed_claim(self, rows: list[Any], limit: int, started: float) -> None:
+        """Tell the observers of a claim begun at `started` (time.monotonic()) that asked for
+        `limit` rows, and of the lag it shows: the oldest claimed row's time since it was due,
+        or 0 when the claim came back short (nothing due is left waiting)."""
+        o = self.observation
+        if o is None:
+            return
+        o.claimed(len(rows), time.monotonic() - started)
+        if self._due is None:
+            return
+        if len(rows) < limit:
+            o.lag(0.0)
+        elif rows:
+            due = min(getattr(r, self._due) for r in rows)
+            o.lag(max((self.clock.now() - due).total_seconds(), 0.0))
 
     @staticmethod
     def claimed(result: Any) -> list[Any]:

@@ -152,9 +152,11 @@ class Lease(Form):
         op, values = self.claim_call(now, limit, until)
         # One statement standing alone: on PostgreSQL an autocommit statement, on a threaded
         # driver a transaction of its own in one call.
+        started = time.monotonic()
         (result,) = await self.backend.alone([self.calls.step(op, {**values,
                                                                    "from_id": from_id})])
         rows = self.claimed(result)
+        self.observed_claim(rows, limit, started)
         self.slots.took(len(rows))  # in work from the claim on: a shutdown waits for them
         held = self._hold(rows, until)
         for h in held:

@@ -272,6 +272,7 @@ class PipelinedRowLock(RowLock):
         if claim:
             steps += [BEGIN, self.calls.step(*self.claim_call(self.clock.now(),
                                                               self.settings.batch))]
+        started = time.monotonic()
         try:
             results = await self.together(conn, pipe, steps, idle=idle)
         except StepFailed as err:
@@ -281,7 +282,9 @@ class PipelinedRowLock(RowLock):
         if not claim:
             await self.backend.sync(pipe)
             return []
-        return self.claimed(results[-1])
+        rows = self.claimed(results[-1])
+        self.observed_claim(rows, self.settings.batch, started)
+        return rows
 
 
 class PipelinedCountedRowLock(PipelinedRowLock):
@@ -351,6 +354,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             steps.append(self.calls.step("release", {"id": [h.id for h in held]}))
         if claim:
             steps.append(BEGIN)
+        started = time.monotonic()
         try:
             results = await self.together(conn, pipe, steps, idle=idle)
         except StepFailed as err:
@@ -361,7 +365,9 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             await self.backend.sync(pipe)
             return []
         # The claim is the last call before the COMMIT; the RELEASE's result follows it.
-        return self.claimed(results[-2] if held else results[-1])
+        rows = self.claimed(results[-2] if held else results[-1])
+        self.observed_claim(rows, self.settings.batch, started)
+        return rows
 
 
 class Idle:

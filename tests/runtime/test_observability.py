@@ -1,0 +1,190 @@
+"""Seeing a queue: a worker's observers (OpenTelemetry, read with the SDK's in-memory
+exporters; Prometheus, scraped from a service's endpoint) see each delivery, its outcome and
+error, its handler's time, the claims and the queue's lag, on real databases."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from dbcases import Layout, MakeQueue, Queue
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from inboxgen import Backoff, Job, Service, Worker
+from inboxgen.contrib.otel import OpenTelemetry, enqueue
+from inboxgen.testing import run_until_idle
+
+SHAPE = Layout(form="lease", group=True, dead="table", headers=True)  # retry_after
+
+
+class Otel:
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracing = TracerProvider()
+        self.tracing.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        self.meters = MeterProvider(metric_readers=[self.reader])
+        self.observer = OpenTelemetry(tracer_provider=self.tracing, meter_provider=self.meters)
+
+    def points(self, name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        return [p for rm in data.resource_metrics for sm in rm.scope_metrics
+                for m in sm.metrics if m.name == name for p in m.data.data_points]
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    o = Otel()
+    yield o
+    o.tracing.shutdown()
+    o.meters.shutdown()
+
+
+def jobs(q: Queue, otel: Otel, due: dt.datetime) -> dict[str, Any]:
+    """Three jobs: one enqueued under a producer span (its headers carry the trace), one that
+    fails every time, one without headers. Returns their ids."""
+    conn = q.connect()
+    ids: dict[str, Any] = {}
+    with enqueue(q.mod.DESCRIPTOR, "g", tracer_provider=otel.tracing) as out:
+        q.mod.insert(conn, q.new(payload="traced", headers=out.headers, retry_after=due))
+        conn.commit()
+        ids["traced"] = max(q.ids())
+        out.sent(ids["traced"])
+    for payload in ("fails", "plain"):
+        q.mod.insert(conn, q.new(payload=payload, headers=None, retry_after=due))
+        conn.commit()
+        ids[payload] = max(q.ids())
+    return ids
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "sqlite"])
+def test_opentelemetry_follows_each_delivery_from_its_enqueue(queue: MakeQueue, otel: Otel,
+                                                              dialect: str) -> None:
+    q = queue(dialect, SHAPE)
+    ids = jobs(q, otel, due=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=30))
+    inner = trace.get_tracer("shop", tracer_provider=otel.tracing)
+
+    def handler(job: Job[Any]) -> None:
+        with inner.start_as_current_span("send the email"):  # the handler's own span
+            if job.payload == "fails":
+                raise RuntimeError("the mail server said no")
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="g", workers=2,
+                    max_attempts=2, backoff=Backoff(base=0.01), listen=False,
+                    observers=[otel.observer])
+    asyncio.run(run_until(worker, lambda: worker.stats.dead_lettered == 1
+                          and worker.stats.acked == 2))
+
+    spans = otel.spans.get_finished_spans()
+    consumer = [s for s in spans if s.kind == SpanKind.CONSUMER]
+    by_id: dict[str, list[Any]] = {}
+    for s in consumer:
+        by_id.setdefault(str(s.attributes["messaging.message.id"]), []).append(s)
+    assert sorted(by_id) == sorted(str(i) for i in ids.values())
+    assert [s.attributes["inboxgen.attempt"] for s in by_id[str(ids["fails"])]] == [1, 2]
+    assert [s.attributes["inboxgen.outcome"] for s in by_id[str(ids["fails"])]] == [
+        "retried", "dead_lettered"]
+    failed = by_id[str(ids["fails"])][-1]
+    assert failed.status.status_code == StatusCode.ERROR
+    assert [e.attributes["exception.message"] for e in failed.events] == [
+        "the mail server said no"]
+    (traced,) = by_id[str(ids["traced"])]
+    assert traced.name == "process jobs:g"
+    assert traced.attributes["messaging.destination.name"] == "jobs:g"
+    assert traced.attributes["inboxgen.outcome"] == "acked"
+    # The delivery continues the producer's trace, carried in the headers column...
+    (producer,) = [s for s in spans if s.kind == SpanKind.PRODUCER]
+    assert producer.attributes["messaging.message.id"] == str(ids["traced"])
+    assert traced.parent is not None and traced.parent.span_id == producer.context.span_id
+    assert traced.context.trace_id == producer.context.trace_id
+    # ...a job enqueued without them starts a trace of its own...
+    (plain,) = by_id[str(ids["plain"])]
+    assert plain.parent is None
+    # ...and the handler's spans are the delivery's children, on the handler's thread too.
+    handler_spans = [s for s in spans if s.name == "send the email"]
+    assert {s.parent.span_id for s in handler_spans if s.parent} == {
+        s.context.span_id for s in consumer}
+
+    outcomes = {p.attributes["inboxgen.outcome"]: p.value
+                for p in otel.points("inboxgen.deliveries")}
+    assert outcomes == {"acked": 2, "retried": 1, "dead_lettered": 1}
+    assert [p.value for p in otel.points("inboxgen.dead_lettered")] == [1]
+    (handled,) = otel.points("inboxgen.handler.duration")
+    assert handled.count == 4
+    assert sum(p.count for p in otel.points("inboxgen.claim.duration")) >= 2
+    # The first claim took jobs due 30 s ago; the last came back short: nothing waits now.
+    (lag,) = otel.points("inboxgen.queue.lag")
+    assert lag.value == 0
+
+
+async def run_until(worker: Worker, done: Callable[[], bool], timeout: float = 60) -> None:
+    await worker.start()
+    try:
+        async with asyncio.timeout(timeout):
+            while not done():
+                await asyncio.sleep(0.01)
+    finally:
+        worker.stop()
+        await worker.shutdown()
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+def test_a_service_serves_prometheus_metrics_of_its_queues(queue: MakeQueue,
+                                                           dialect: str) -> None:
+    q = queue(dialect, SHAPE)
+    conn = q.connect()
+    q.mod.insert_many(conn, [q.new(payload=p, retry_after=dt.datetime.now(dt.UTC))
+                             for p in ("a", "b", "fails")])
+    conn.commit()
+
+    def handler(job: Job[Any]) -> None:
+        if job.payload == "fails":
+            raise RuntimeError("no")
+
+    service = Service(q.target)
+    service.queue(q.mod.DESCRIPTOR, handler, group="g", max_attempts=1, listen=False)
+    metrics = service.expose_metrics(port=0, registry=CollectorRegistry())
+
+    async def main() -> dict[Any, float]:
+        await service.start()
+        try:
+            (worker,) = service.workers
+            await run_until_idle(worker, timeout=60)
+            assert metrics.port is not None
+            return await asyncio.to_thread(scrape, metrics.port)
+        finally:
+            service.stop()
+            await service.shutdown()
+
+    seen = asyncio.run(main())
+    labels = (("group", "g"), ("queue", "jobs:g"), ("table", "jobs"))
+    assert seen[("inboxgen_deliveries_total", tuple(sorted(
+        (*labels, ("outcome", "acked")))))] == 2
+    assert seen[("inboxgen_deliveries_total", tuple(sorted(
+        (*labels, ("outcome", "dead_lettered")))))] == 1
+    assert seen[("inboxgen_dead_lettered_total", labels)] == 1
+    assert seen[("inboxgen_handler_duration_seconds_count", labels)] == 3
+    assert seen[("inboxgen_claim_duration_seconds_count", labels)] >= 1
+    assert seen[("inboxgen_jobs_in_work", labels)] == 0
+    assert seen[("inboxgen_leases_lost_total", labels)] == 0
+    assert metrics.port is None  # the endpoint closed with the service
