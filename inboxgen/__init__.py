@@ -19,6 +19,7 @@ from inboxgen.errors import (
     WorkerError,
 )
 from inboxgen.runtime.clock import Clock, SystemClock
+from inboxgen.runtime.observe import Observer, QueueInfo, Watch
 from inboxgen.runtime.outcomes import Backoff, Outcome, ack, drop, retry, retry_after
 from inboxgen.runtime.service import Service
 from inboxgen.runtime.worker import Job, Stats, Worker
@@ -33,13 +34,16 @@ __all__ = [
     "InboxgenError",
     "Job",
     "LeaseLost",
+    "Observer",
     "Outcome",
+    "QueueInfo",
     "SchemaError",
     "ServerTooOld",
     "Service",
     "ServiceStartFailed",
     "Stats",
     "SystemClock",
+    "Watch",
     "Worker",
     "WorkerConfigError",
     "WorkerError",

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +24,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+import inboxgen.contrib.otel
 from inboxgen import Backoff, Job, Service, Worker
 from inboxgen.contrib.otel import OpenTelemetry, enqueue
+from inboxgen.contrib.prometheus import Prometheus
 from inboxgen.testing import run_until_idle
 
 SHAPE = Layout(form="lease", group=True, dead="table", headers=True)  # retry_after
@@ -188,3 +192,15 @@ def test_a_service_serves_prometheus_metrics_of_its_queues(queue: MakeQueue,
     assert seen[("inboxgen_jobs_in_work", labels)] == 0
     assert seen[("inboxgen_leases_lost_total", labels)] == 0
     assert metrics.port is None  # the endpoint closed with the service
+
+
+def test_the_docs_name_every_metric_as_it_is_exported() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    registry = CollectorRegistry()
+    Prometheus(registry=registry)
+    exported = {f.name + ("_total" if f.type == "counter" else "") for f in registry.collect()}
+    assert set(re.findall(r"^\| `(inboxgen_\w+)` \|", doc, re.M)) == exported
+    source = (Path(inboxgen.contrib.otel.__file__)).read_text()
+    instruments = set(re.findall(r'create_\w+\(\s*"(inboxgen\.[\w.]+)"', source))
+    assert len(instruments) == 7
+    assert set(re.findall(r"^\| `(inboxgen\.[\w.]+)` \| [a-z -]+ \|", doc, re.M)) == instruments
