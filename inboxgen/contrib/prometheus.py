@@ -58,43 +58,46 @@ class Prometheus(Observer):
         self.dead_lettered = Counter("inboxgen_dead_lettered", "Rows moved to the dead letters",
                                      LABELS, registry=r)
         self._server: Any = None
+        self._series: dict[QueueInfo, _Series] = {}
 
     @staticmethod
     def labels(queue: QueueInfo) -> Mapping[str, str]:
         return {"queue": queue.name, "table": queue.table, "group": queue.group or ""}
 
+    def of(self, queue: QueueInfo) -> _Series:
+        """The queue's series, looked up once: prometheus_client's labels() is slow next to
+        a job."""
+        series = self._series.get(queue)
+        if series is None:
+            series = self._series[queue] = _Series(self, self.labels(queue))
+        return series
+
     def delivery(self, queue: QueueInfo, job_id: Any, attempt: int | None,
                  headers: Mapping[str, str]) -> Watch | None:
-        return _Timed(self.handler_duration.labels(**self.labels(queue)).observe)
+        return _Timed(self.of(queue).handler.observe)
 
     def claimed(self, queue: QueueInfo, rows: int, seconds: float) -> None:
-        self.claim_duration.labels(**self.labels(queue)).observe(seconds)
+        self.of(queue).claim.observe(seconds)
 
     def lag(self, queue: QueueInfo, seconds: float) -> None:
-        self.queue_lag.labels(**self.labels(queue)).set(seconds)
+        self.of(queue).lag.set(seconds)
 
     def settled(self, queue: QueueInfo, outcome: str) -> None:
-        labels = self.labels(queue)
-        self.deliveries.labels(**labels, outcome=outcome).inc()
+        series = self.of(queue)
+        series.deliveries[outcome].inc()
         if outcome == DEAD_LETTERED:
-            self.dead_lettered.labels(**labels).inc()
+            series.dead_lettered.inc()
 
     def serving(self, queue: QueueInfo, in_work: Callable[[], int]) -> None:
-        labels = self.labels(queue)
-        self.in_work.labels(**labels).set_function(in_work)
-        # Every series exists from the start, at 0, so that rates and alerts see the queue
-        # before its first failure.
-        for outcome in OUTCOMES:
-            self.deliveries.labels(**labels, outcome=outcome)
-        for metric in (self.leases_lost, self.dead_lettered, self.handler_duration,
-                       self.claim_duration):
-            metric.labels(**labels)
+        # Every series exists from the start, at 0 (_Series makes them), so that rates and
+        # alerts see the queue before its first failure.
+        self.of(queue).in_work.set_function(in_work)
 
     def stopped(self, queue: QueueInfo) -> None:
-        self.in_work.labels(**self.labels(queue)).set(0)
+        self.of(queue).in_work.set(0)
 
     def lease_lost(self, queue: QueueInfo) -> None:
-        self.leases_lost.labels(**self.labels(queue)).inc()
+        self.of(queue).leases_lost.inc()
 
     # -- the endpoint -----------------------------------------------------------------------
 
@@ -121,3 +124,16 @@ class _Timed(Watch):
 
     def handled(self, seconds: float) -> None:
         self.observe(seconds)
+
+
+class _Series:
+    """One queue's series of every metric."""
+
+    def __init__(self, p: Prometheus, labels: Mapping[str, str]) -> None:
+        self.deliveries = {o: p.deliveries.labels(**labels, outcome=o) for o in OUTCOMES}
+        self.handler = p.handler_duration.labels(**labels)
+        self.claim = p.claim_duration.labels(**labels)
+        self.lag = p.queue_lag.labels(**labels)
+        self.in_work = p.in_work.labels(**labels)
+        self.leases_lost = p.leases_lost.labels(**labels)
+        self.dead_lettered = p.dead_lettered.labels(**labels)
