@@ -5,6 +5,7 @@ own write and vanishes with its rollback. A connection of the wrong kind gets on
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import sqlite3
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from dbcases import Layout, MakeQueue, Queue
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from inboxgen import Backoff, Job, Worker
+from inboxgen.contrib.sqlalchemy import job_async_session, job_session
 from inboxgen.errors import WrongConnection
 
 DIALECTS = ["postgres", "mysql", "sqlite"]
@@ -289,3 +292,73 @@ print(sorted(m for m in sys.modules if m.startswith(("sqlalchemy", "django"))))
                          check=True)
     assert out.stdout.strip() == "['django', 'sqlalchemy']"  # only the blocked entries
     assert len(q.ids()) == 1
+
+
+# -- a transactional handler's connection as a Session ---------------------------------------
+
+@pytest.mark.parametrize("sa_queue", DIALECTS, indirect=True)
+def test_a_transactional_handler_writes_through_a_session(sa_queue: tuple[Queue, sa.Engine]
+                                                          ) -> None:
+    """The session's writes commit with the ack; its rollback() undoes its own writes; a
+    handler that raises takes them back with the job's transaction."""
+    q, engine = sa_queue
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC)
+    q.mod.insert_many(conn, [q.new(payload=p, retry_after=due) for p in ("keep", "undo",
+                                                                          "fail")])
+    conn.commit()
+
+    def write(session: Any, job: Job[Any]) -> list[str]:
+        """What the handler does with its session; returns the notes it wrote, for a
+        handler that must flush them first."""
+        session.add(Order(id=len(job.payload) * 10 + (job.attempt or 1),
+                          note=f"{job.payload} {job.attempt}"))
+        if job.payload == "undo" and job.attempt == 1:
+            return ["rollback"]
+        if job.payload == "fail" and job.attempt == 1:
+            return ["raise"]
+        return []
+
+    def plain(job: Job[Any]) -> None:
+        with job_session(job) as session:
+            then = write(session, job)
+            if then == ["rollback"]:
+                session.rollback()  # the first note goes; the second stays
+                session.add(Order(id=99, note="undo again"))
+            elif then == ["raise"]:
+                session.flush()
+                raise RuntimeError("the first attempt fails after its write")
+
+    async def asynchronous(job: Job[Any]) -> None:
+        async with job_async_session(job) as session:
+            then = write(session, job)
+            if then == ["rollback"]:
+                await session.rollback()
+                session.add(Order(id=99, note="undo again"))
+            elif then == ["raise"]:
+                await session.flush()
+                raise RuntimeError("the first attempt fails after its write")
+
+    worker = Worker(q.mod.DESCRIPTOR, asynchronous if q.pg else plain, database=q.target,
+                    transactional=True, backoff=Backoff(base=0.01), listen=False)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            async with asyncio.timeout(60):
+                while worker.stats.acked < 3:
+                    await asyncio.sleep(0.01)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert sorted(orders(engine)) == ["fail 2", "keep 1", "undo again"]
+    assert worker.stats.retried == 1
+
+
+def test_a_job_without_a_connection_has_no_session(queue: MakeQueue) -> None:
+    job: Job[Any] = Job(payload=None, id=7, attempt=1, row=None, group=None, headers={},
+                        connection=None, worker="jobs")
+    with pytest.raises(WrongConnection, match="job 7 has no connection: only a transactional "
+                                              "worker"), job_session(job):
+        pass
