@@ -105,6 +105,7 @@ class _Database:
     def __init__(self, url: str) -> None:
         self.url = url
         self._opened: dict[str, tuple[Any, str]] = {}
+        self._closed = False
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inboxgen-dashboard")
 
     def conn(self, module: ModuleType) -> tuple[Any, str]:
@@ -139,6 +140,10 @@ class _Database:
         self._opened.clear()
 
     def close(self) -> None:
+        """Close the connections and end the thread (again: nothing more)."""
+        if self._closed:
+            return
+        self._closed = True
         self._thread.submit(self._close_all).result()
         self._thread.shutdown(wait=True)
 
@@ -528,6 +533,7 @@ _LAYOUT = """<!doctype html>
 body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 72em;
        padding: 0 1em; color: #1a202c; }
 h1 { font-size: 1.4em; margin: 0 0 .2em; } h2 { font-size: 1.15em; margin: 1.6em 0 .4em; }
+h3 { font-size: 1em; margin: 1em 0 .3em; }
 a { color: #2b6cb0; }
 .meta { color: #4a5568; margin: 0 0 1em; }
 .mode { display: inline-block; padding: 0 .5em; border-radius: 3px; background: #edf2f7; }
@@ -637,7 +643,7 @@ lists dead rows. Look one up by its id below.</p>
 </section>
 {% endfor %}
 <p class="meta">Counts as <code>inboxgen status</code> counts them;
-{{ samples }} sample(s) kept, one every {{ board.sample_every | round(1) }} s and one per
+{{ samples }} sample(s) kept, one every {{ "%g" | format(board.sample_every) }} s and one per
 page load.{% if board.last_error %} <span class="error">Last sample failed:
 {{ board.last_error }}</span>{% endif %}</p>
 {% endblock %}
