@@ -1,5 +1,5 @@
 """The `inboxgen` command: build and verify; status, requeue, cancel and prune on a live
-database; run a worker or a service.
+database, and a web dashboard of it; run a worker or a service.
 
 Exit codes: 0 clean; 1 a failed check or a difference; 2 a usage or configuration error.
 """
@@ -58,6 +58,26 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("specs", nargs="*", help="spec files or folders (default: "
                                                  "[tool.inboxgen] specs)")
     status.add_argument("--json", action="store_true", help="print JSON for scripts")
+    dashboard = sub.add_parser("dashboard", help="serve a web page of each queue's counts, "
+                                                 "read-only unless told otherwise")
+    _database_url(dashboard)
+    dashboard.add_argument("specs", nargs="*", help="spec files or folders (default: "
+                                                    "[tool.inboxgen] specs)")
+    dashboard.add_argument("--bind", default="127.0.0.1:8080",
+                           help="host:port to listen on (default 127.0.0.1:8080: this machine "
+                                "only)")
+    dashboard.add_argument("--allow-actions", action="store_true",
+                           help="show requeue and cancel buttons; each use needs the token")
+    dashboard.add_argument("--token", default=os.environ.get("INBOXGEN_DASHBOARD_TOKEN"),
+                           help="the token actions must carry (default: "
+                                "$INBOXGEN_DASHBOARD_TOKEN, which keeps it out of the process "
+                                "list)")
+    dashboard.add_argument("--show-payloads", action="store_true",
+                           help="show a job's payload when it is looked up (default: hidden)")
+    dashboard.add_argument("--sample-every", type=float, default=5.0,
+                           help="seconds between the chart's samples (default 5)")
+    dashboard.add_argument("--refresh", type=float, default=10.0,
+                           help="seconds between the page's reloads; 0: never (default 10)")
     requeue = sub.add_parser("requeue", help="put dead letters back into the queue")
     _database_url(requeue)
     requeue.add_argument("spec", help="the spec of the queue table")
@@ -387,8 +407,64 @@ def _asyncapi(project: Project, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dashboard(project: Project, args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if not all(importlib.util.find_spec(name) for name in ("starlette", "uvicorn")):
+        raise ConfigError("inboxgen dashboard needs starlette and uvicorn: pip install "
+                          "'inboxgen[dashboard]'")
+    import socket
+
+    import uvicorn
+
+    from inboxgen.ops import dashboard
+    from inboxgen.ops.modules import load
+
+    host, port = _bind_address(args.bind)
+    if not args.database_url:
+        raise ConfigError("give --database-url (or set INBOXGEN_DATABASE_URL)")
+    web = dashboard.app(args.database_url, load(project, args.specs),
+                        allow_actions=args.allow_actions, token=args.token,
+                        show_payloads=args.show_payloads, sample_every=args.sample_every,
+                        refresh=args.refresh)
+    board = dashboard.dashboard_of(web)
+    try:
+        tables = board.check()  # a wrong or unreachable database fails here, before serving
+    except dashboard.ReadFailed as err:
+        _say(f"inboxgen: cannot read the queues: {err}")
+        return EXIT_FAILED
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise ConfigError(f"--bind {args.bind}: cannot listen there: {err.strerror or err}"
+                          ) from None
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    labels = ", ".join(sorted({t.database for t in tables}))
+    mode = "actions on, token required" if args.allow_actions else "read-only"
+    print(_one_line(f"inboxgen dashboard: http://{shown}:{sock.getsockname()[1]}/ ({mode}; "
+                    f"{len(tables)} table(s) on {labels})"), file=sys.stderr, flush=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                                                   "%(message)s")
+    server = uvicorn.Server(uvicorn.Config(web, log_level="warning", access_log=False))
+    server.run(sockets=[sock])  # until SIGINT or SIGTERM
+    return EXIT_OK
+
+
+def _bind_address(text: str) -> tuple[str, int]:
+    """`host:port` (`[::1]:8080` for IPv6) as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--bind {text!r}: give host:port, e.g. 127.0.0.1:8080")
+    return host, int(port)
+
+
 _OPERATIONS = {"status": _status, "requeue": _requeue, "cancel": _cancel, "prune": _prune,
-               "asyncapi": _asyncapi}
+               "asyncapi": _asyncapi, "dashboard": _dashboard}
 
 if __name__ == "__main__":
     raise SystemExit(main())

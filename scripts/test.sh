@@ -12,6 +12,9 @@ command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
 # libfaketime runs workers on hosts whose clocks are off (tests/runtime/test_clock_skew.py).
 compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || missing+=(faketime)
+# The dashboard's browser test (tests/ops/test_dashboard.py) drives Debian's headless Chromium.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "test.sh: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

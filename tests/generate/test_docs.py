@@ -192,7 +192,7 @@ def test_the_readme_says_which_commands_read_the_url_from_the_environment(
     sentence = re.search(r"`inboxgen status`[^.]*\$INBOXGEN_DATABASE_URL", readme)
     assert sentence is not None
     claimed = set(re.findall(r"`(?:inboxgen )?([a-z]+)`", sentence.group(0)))
-    assert claimed == reading == {"status", "requeue", "cancel", "prune"}
+    assert claimed == reading == {"status", "requeue", "cancel", "prune", "dashboard"}
 
 
 def test_the_testing_examples_run_as_written(tmp_path: Path) -> None:

@@ -1,0 +1,480 @@
+"""`inboxgen dashboard` on real databases: run as a user runs it (the command in the project's
+folder) and driven in a real headless Chromium through selenium, or mounted in an ASGI app and
+read over plain HTTP.
+
+Screenshots are test artifacts: under $INBOXGEN_ARTIFACTS/<test name>/ when that is set, else
+under the test's tmp_path (artifacts/), which pytest keeps for the last few runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from dbcases import Layout, Queue, cli_project
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+starlette = pytest.importorskip("starlette")  # the dashboard extra; the dev extra has it
+uvicorn = pytest.importorskip("uvicorn")
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.routing import Mount  # noqa: E402
+
+from inboxgen.ops import dashboard  # noqa: E402
+
+CHROMEDRIVER = Path("/usr/bin/chromedriver")  # Debian's chromium-driver
+CHROMIUM = Path("/usr/bin/chromium")
+TOKEN = "tok-7f3a9c1e"
+USER, PASSWORD = "dash_viewer", "pw-Zq81-secret"  # a role of the test server's, with a password
+LAYOUT = Layout(form="lease", group=True, dead="group")
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def mix(q: Queue, start: dt.datetime) -> dict[str, int]:
+    """Jobs in every state, in group g: two ready, one scheduled, one in work under a lease, one
+    finished, one dead (in the dead-letter group, or the dead-letter table). Each payload is
+    "payload-<name>", so a page that shows one can be told."""
+    conn = q.connect()
+    ids = {name: q.add(conn, payload=f"payload-{name}", group="g",
+                       retry_after=start + dt.timedelta(seconds=due))
+           for name, due in (("ready-1", -120), ("ready-2", -30), ("scheduled", 3600),
+                             ("work", -200), ("done", -300), ("dead", -400))}
+    for name in ("dead", "done", "work"):  # claim order: the oldest due first
+        row = q.claim_one(conn, now=start, until=start + dt.timedelta(seconds=600))
+        conn.commit()
+        assert q.id_of(row) == ids[name]
+        if name == "done":
+            assert q.settle("finish", conn, row, now=start - dt.timedelta(seconds=1))
+        elif name == "dead":
+            assert q.settle("dead_letter", conn, row)
+        conn.commit()
+    return ids
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http(method: str, url: str, *, form: dict[str, str] | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """(status, body) of one request; an HTTP error status is an answer, not an exception."""
+    data = None if form is None else urllib.parse.urlencode(form).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def status_json(root: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """What `inboxgen status --json` prints for the project's database."""
+    result = subprocess.run([sys.executable, "-m", "inboxgen", "status", "--json"], cwd=root,
+                            env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    tables: list[dict[str, Any]] = json.loads(result.stdout)
+    return tables
+
+
+def counts(tables: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(table, group) -> the counts a line of the page shows, from status JSON."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for t in tables:
+        for g in t["groups"]:
+            name = "" if g["group"] is None else g["group"]
+            if g["dead"]:
+                out[t["table"], name] = {"dead": str(g["ready"] + g["scheduled"])}
+            else:
+                out[t["table"], name] = {k: "?" if g[k] is None else str(g[k])
+                                         for k in ("ready", "scheduled", "in_work", "finished")}
+        if t["dead_table"] is not None:
+            out[t["table"], "(dead-letter table)"] = {"dead": str(t["dead_table"])}
+    return out
+
+
+def counts_shown(browser: WebDriver) -> dict[tuple[str, str], dict[str, str]]:
+    """(table, group) -> the counts the page shows, in the columns `counts()` names."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for section in browser.find_elements(By.CSS_SELECTOR, "section.queue"):
+        table = section.get_attribute("data-table") or ""
+        for row in section.find_elements(By.CSS_SELECTOR, "tr[data-group]"):
+            cells = {c.get_attribute("data-col") or "": c.text
+                     for c in row.find_elements(By.CSS_SELECTOR, "td[data-col]")}
+            dead = "dead" in (row.get_attribute("class") or "")
+            keys = ("dead",) if dead else ("ready", "scheduled", "in_work", "finished")
+            out[table, row.get_attribute("data-group") or ""] = {k: cells[k] for k in keys}
+    return out
+
+
+def oldest_shown(browser: WebDriver, table: str, group: str) -> float:
+    cell = browser.find_element(
+        By.CSS_SELECTOR, f'section[data-table="{table}"] tr[data-group="{group}"] '
+                         f'td[data-col="oldest_ready"]')
+    return float(cell.get_attribute("data-seconds") or "nan")
+
+
+@pytest.fixture
+def artifacts(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Where a test's screenshots go: $INBOXGEN_ARTIFACTS/<test name>, else tmp_path."""
+    base = os.environ.get("INBOXGEN_ARTIFACTS")
+    folder = Path(base) / request.node.name if base else tmp_path / "artifacts"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    """A headless Chromium (as root: no sandbox), driven by Debian's chromedriver, named
+    explicitly so that selenium never looks for (or downloads) a driver of its own."""
+    assert CHROMEDRIVER.is_file() and CHROMIUM.is_file(), \
+        "install the Debian packages chromium and chromium-driver (scripts/test.sh does)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run", "--window-size=1280,1100",
+                f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)),
+                              options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@contextlib.contextmanager
+def served(root: Path, env: dict[str, str], *args: str) -> Iterator[tuple[str, list[str]]]:
+    """`inboxgen dashboard` run in the project's folder until the block ends: (its address,
+    a list that receives its stderr and stdout once it has stopped)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inboxgen", "dashboard", "--bind", f"127.0.0.1:{port}", *args],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    output: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if http("GET", f"{base}/api/status")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"the dashboard did not start: {proc.communicate()[1]}")
+            time.sleep(0.1)
+        yield base, output
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        output += [err, out]
+    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert "Traceback" not in err, err
+
+
+@pytest.fixture
+def pg_project(fresh_database: Callable[[str], str],
+               tmp_path: Path) -> Iterator[tuple[Path, Queue, str]]:
+    """(project folder, its queue, a postgresql:// URL with a user and a password): the
+    project's table on a fresh PostgreSQL database, which the role USER may use."""
+    dsn = fresh_database("postgres")
+    root = tmp_path / "app"
+    q = Queue(cli_project(root, "postgres", LAYOUT, dsn), "postgres", dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (USER,)).fetchone()
+        if not exists:  # roles belong to the server, which the session's tests share
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(USER), sql.Literal(PASSWORD)))
+        conn.execute(sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA public TO {}").format(
+            sql.Identifier(USER)))
+        conn.execute(sql.SQL("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}").format(
+            sql.Identifier(USER)))
+    info = conninfo_to_dict(dsn)
+    url = (f"postgresql://{USER}:{PASSWORD}@{info['host']}:{info['port']}/{info['dbname']}")
+    try:
+        yield root, q, url
+    finally:
+        q.close()
+
+
+def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_actions(
+        pg_project: tuple[Path, Queue, str], browser: WebDriver, artifacts: Path) -> None:
+    """The page in Chromium against PostgreSQL holding jobs in every state: its numbers are
+    `inboxgen status --json`'s, before and after jobs are finished; a dead job is looked up and
+    requeued through the page's form (token typed in), a queued one cancelled over HTTP; a
+    POST without the token (or with a wrong one) is refused with 403; no page, JSON answer or
+    line the command prints holds the password. Screenshots: dashboard-*.png in `artifacts`
+    ($INBOXGEN_ARTIFACTS/<test name>/, else the test's tmp_path/artifacts/)."""
+    root, q, url = pg_project
+    ids = mix(q, now())
+    env = {**os.environ, "INBOXGEN_DATABASE_URL": url, "INBOXGEN_DASHBOARD_TOKEN": TOKEN}
+    seen: list[str] = []  # every body the dashboard answered with
+
+    def shot(name: str) -> None:
+        seen.append(browser.page_source)
+        browser.save_screenshot(str(artifacts / f"dashboard-{name}.png"))
+
+    with served(root, env, "--allow-actions", "--sample-every", "0.5", "--refresh", "0"
+                ) as (base, output):
+        # Every state, as status counts it.
+        browser.get(base + "/")
+        expected = status_json(root, env)
+        assert counts_shown(browser) == counts(expected)
+        assert counts(expected)["jobs", "g"] == {"ready": "2", "scheduled": "1", "in_work": "1",
+                                                 "finished": "1"}
+        assert counts(expected)["jobs", "dead"] == {"dead": "1"}
+        waited = expected[0]["groups"][1]["oldest_ready_waited_s"]
+        assert abs(oldest_shown(browser, "jobs", "g") - waited) < 5
+        label = expected[0]["database"]
+        assert label.startswith("PostgreSQL at 127.0.0.1:") and f"user {USER}" in label
+        assert browser.find_element(By.CSS_SELECTOR, ".database").text == label
+        assert browser.find_element(By.CSS_SELECTOR, ".mode").text.startswith("actions on")
+        assert browser.find_elements(By.CSS_SELECTOR, 'polyline[data-series="ready"]')
+        shot("overview")
+
+        # The JSON endpoint: the same structure, the same counts.
+        code, body = http("GET", f"{base}/api/status")
+        seen.append(body)
+        assert code == 200
+        answered = json.loads(body)
+        assert [sorted(t) for t in answered] == [sorted(t) for t in expected]
+        assert counts(answered) == counts(expected)
+        assert answered[0]["database"] == label
+
+        # A drain: the ready jobs are claimed and finished by the generated functions.
+        conn = q.connect()
+        at = now()
+        rows = q.claim(conn, now=at, until=at + dt.timedelta(seconds=60), limit=10)
+        conn.commit()
+        assert sorted(q.id_of(r) for r in rows) == [ids["ready-1"], ids["ready-2"]]
+        for row in rows:
+            assert q.settle("finish", conn, row, now=at)
+        conn.commit()
+        time.sleep(1.2)  # the sampler takes a few more samples for the chart
+        browser.refresh()
+        drained = status_json(root, env)
+        assert counts_shown(browser) == counts(drained)
+        assert counts(drained)["jobs", "g"] == {"ready": "0", "scheduled": "1", "in_work": "1",
+                                                "finished": "3"}
+        legend = browser.find_element(By.CSS_SELECTOR, "figcaption.legend").text
+        assert "ready 0" in legend and "finished 3" in legend, legend
+        samples = browser.find_element(By.CSS_SELECTOR, "figcaption .samples").text
+        assert int(samples.split()[0]) >= 3, samples
+        shot("drained")
+
+        # The dead job, looked up by its id: its state and attempt; no payload by default.
+        browser.find_element(By.CSS_SELECTOR, 'section[data-table="jobs"] input[name="id"]'
+                             ).send_keys(str(ids["dead"]))
+        browser.find_element(By.CSS_SELECTOR, "form.lookup button").click()
+        assert browser.find_element(By.CSS_SELECTOR, ".state").get_attribute("data-state") \
+            == "dead"
+        assert browser.find_element(By.CSS_SELECTOR, ".attempt").text == "1"
+        assert "payload-dead" not in browser.page_source
+        assert browser.find_elements(By.CSS_SELECTOR, ".payload-hidden")
+        assert not browser.find_elements(By.CSS_SELECTOR, 'form[action$="/actions/cancel"]')
+        shot("dead-job")
+
+        # Without the token, or with a wrong one: 403, and the job stays dead.
+        requeue = {"table": "jobs", "id": str(ids["dead"]), "to_group": "g"}
+        for extra in ({}, {"token": "wrong"}):
+            code, body = http("POST", f"{base}/actions/requeue", form={**requeue, **extra})
+            seen.append(body)
+            assert code == 403, body
+        code, body = http("POST", f"{base}/actions/requeue", form=requeue,
+                          headers={"Authorization": "Bearer nope"})
+        assert code == 403, body
+        assert counts(status_json(root, env))["jobs", "dead"] == {"dead": "1"}
+
+        # With it, typed into the page's form: back in group g, due now.
+        browser.find_element(By.CSS_SELECTOR, 'input[name="to_group"]').send_keys("g")
+        browser.find_element(By.CSS_SELECTOR, 'form[action$="/actions/requeue"] '
+                                              'input[name="token"]').send_keys(TOKEN)
+        browser.find_element(By.CSS_SELECTOR, 'button[value="requeue"]').click()
+        result = browser.find_element(By.CSS_SELECTOR, ".result").text
+        assert result == "jobs: put 1 dead letter(s) back into the queue (group g)", result
+        shot("requeued")
+        after = counts(status_json(root, env))
+        assert ("jobs", "dead") not in after
+        assert after["jobs", "g"]["ready"] == "1"
+
+        # Cancel the scheduled job: refused without the token, done with it.
+        cancel = {"table": "jobs", "id": str(ids["scheduled"])}
+        code, body = http("POST", f"{base}/actions/cancel", form=cancel)
+        assert code == 403, body
+        assert q.mod.state(conn, id=ids["scheduled"], now=now()).state == "scheduled"
+        conn.rollback()
+        code, body = http("POST", f"{base}/actions/cancel", form={**cancel, "token": TOKEN})
+        seen.append(body)
+        assert code == 200 and f"cancelled job {ids['scheduled']}" in body, body
+        assert q.mod.state(conn, id=ids["scheduled"], now=now()) is None
+        conn.rollback()
+        browser.get(f"{base}/job?table=jobs&id={ids['scheduled']}")
+        assert browser.find_element(By.CSS_SELECTOR, ".state").get_attribute("data-state") == ""
+        seen.append(browser.page_source)
+
+        # The job in work under its lease: neither cancel nor requeue is offered.
+        browser.get(f"{base}/job?table=jobs&id={ids['work']}")
+        assert browser.find_element(By.CSS_SELECTOR, ".state").get_attribute("data-state") \
+            == "in_work"
+        assert not browser.find_elements(By.CSS_SELECTOR, "form.action")
+        seen.append(browser.page_source)
+
+        browser.get(base + "/")
+        assert counts_shown(browser) == counts(status_json(root, env))
+        legend = browser.find_element(By.CSS_SELECTOR, "figcaption.legend").text
+        assert "dead 0" in legend, legend  # the dead-letter group is empty, not gone
+        shot("final")
+
+    everything = "\n".join(seen + output)
+    assert "inboxgen dashboard: http://127.0.0.1:" in output[0]
+    assert PASSWORD not in everything
+    assert f"{USER}:{PASSWORD}" not in everything and url not in everything
+    assert TOKEN not in everything  # the token is typed in, never written into a page
+
+
+@pytest.fixture
+def sqlite_project(fresh_database: Callable[[str], str],
+                   tmp_path: Path) -> Iterator[tuple[Path, Queue, str]]:
+    """(project folder, its queue, the database file): dead letters in a table of their own."""
+    path = fresh_database("sqlite")
+    root = tmp_path / "app"
+    layout = Layout(form="lease", group=True, dead="table")
+    q = Queue(cli_project(root, "sqlite", layout, path), "sqlite", path)
+    try:
+        yield root, q, path
+    finally:
+        q.close()
+
+
+@contextlib.contextmanager
+def in_thread(app: Any) -> Iterator[str]:
+    """`app` served by uvicorn on a thread of this process until the block ends."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+def test_the_json_endpoint_of_an_app_mounted_in_an_asgi_app_on_sqlite(
+        sqlite_project: tuple[Path, Queue, str]) -> None:
+    """`dashboard.app()` mounted under /queues of a user's Starlette app, over plain HTTP on
+    SQLite: /api/status is `inboxgen status --json`; read-only by default (no action form,
+    every POST 403); payloads hidden unless asked for; links stay under the mount."""
+    root, q, path = sqlite_project
+    ids = mix(q, now())
+    env = {**os.environ, "INBOXGEN_DATABASE_URL": path}
+    board = dashboard.app(path, [q.mod], sample_every=0.2)
+    shows = dashboard.app(path, [q.mod], show_payloads=True)
+    outer = Starlette(routes=[Mount("/queues", app=board), Mount("/open", app=shows)])
+    try:
+        with in_thread(outer) as base:
+            code, body = http("GET", f"{base}/queues/api/status")
+            assert code == 200, body
+            answered = json.loads(body)
+            expected = status_json(root, env)
+            assert [sorted(t) for t in answered] == [sorted(t) for t in expected]
+            assert counts(answered) == counts(expected)
+            assert answered[0]["database"] == expected[0]["database"] == f"SQLite file {path}"
+            assert counts(answered)["jobs", "g"] == {"ready": "2", "scheduled": "1",
+                                                     "in_work": "1", "finished": "1"}
+            assert counts(answered)["jobs", "(dead-letter table)"] == {"dead": "1"}
+
+            code, page = http("GET", f"{base}/queues/")
+            assert code == 200
+            assert 'action="/queues/job"' in page and "read-only" in page
+            assert "lists dead rows" in page  # counted, not listed: the module cannot
+            time.sleep(0.5)  # the sampler, started by the first request, keeps sampling
+            code, page = http("GET", f"{base}/queues/")
+            samples = dashboard.dashboard_of(board).history
+            assert len(samples) >= 4, len(samples)
+
+            code, job = http("GET", f"{base}/queues/job?table=jobs&id={ids['dead']}")
+            assert code == 200 and 'data-state="dead"' in job
+            assert "payload-dead" not in job and "<form" not in job.split("</h1>", 1)[1]
+            code, job = http("GET", f"{base}/open/job?table=jobs&id={ids['dead']}")
+            assert code == 200 and "payload-dead" in job
+
+            for action in ("requeue", "cancel"):
+                code, body = http("POST", f"{base}/queues/actions/{action}",
+                                  form={"table": "jobs", "id": str(ids["ready-1"]),
+                                        "token": "anything"})
+                assert code == 403 and "read-only" in body
+            code, body = http("GET", f"{base}/queues/job?table=jobs&id=not-a-number")
+            assert code == 400 and "is not an id of table jobs" in body
+            code, body = http("GET", f"{base}/queues/job?table=nope&id=1")
+            assert code == 404
+            assert counts(status_json(root, env)) == counts(expected)  # nothing changed
+    finally:
+        for web in (board, shows):
+            dashboard.dashboard_of(web).database.close()
+
+
+def run(root: Path, env: dict[str, str], *args: str,
+        python: tuple[str, ...] = ("-m", "inboxgen")) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *python, *args], cwd=root, env=env,
+                          capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_mistakes_are_one_line(sqlite_project: tuple[Path, Queue, str], tmp_path: Path) -> None:
+    """Actions without a token, a bad --bind, a missing database, a URL of another database,
+    and starlette or uvicorn missing: each one line on stderr, no traceback, no server."""
+    root, _, path = sqlite_project
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOXGEN_")}
+    cases = [
+        (["--database-url", path, "--allow-actions"], 2, "--allow-actions needs a token"),
+        (["--database-url", path, "--bind", "localhost"], 2, "--bind 'localhost': give host:port"),
+        (["--database-url", str(tmp_path / "none.db")], 1, "cannot open SQLite file"),
+        (["--database-url", f"postgresql://{USER}:{PASSWORD}@127.0.0.1:1/x"], 2,
+         "the table is on SQLite"),
+        ([], 2, "give --database-url"),
+    ]
+    for args, code, message in cases:
+        result = run(root, env, "dashboard", *args)
+        assert result.returncode == code, (args, result.stderr)
+        assert len(result.stderr.splitlines()) == 1 and message in result.stderr, result.stderr
+        assert PASSWORD not in result.stderr
+    hidden = ("-c", "import sys; sys.modules['starlette'] = None; "
+                    "from inboxgen.cli import main; raise SystemExit(main(sys.argv[1:]))")
+    result = run(root, env, "dashboard", "--database-url", path, python=hidden)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("inboxgen: inboxgen dashboard needs starlette and "
+                                     "uvicorn: pip install 'inboxgen[dashboard]'")
