@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 from inboxgen.errors import WrongConnection
@@ -129,6 +130,7 @@ def _unwrap(driver: _Driver, conn: object, where: str) -> Any:
         raise driver.wrong(where, conn)
     if not driver.owns(raw):
         raise driver.wrong(where, conn, raw)
+    _wake_after_commit(conn, where)
     return raw
 
 
@@ -140,7 +142,60 @@ async def _unwrap_async(driver: _Driver, conn: object, where: str) -> Any:
         raise driver.wrong(where + "_async", conn)
     if not driver.owns(raw):
         raise driver.wrong(where + "_async", conn, raw)
+    _wake_after_commit(conn, where)
     return raw
+
+
+# -- waking this process's workers when an enqueue commits ----------------------------------
+# SQLite and MySQL/MariaDB have no NOTIFY. A worker of this process registers its table here
+# (the runtime does, at start); an enqueue through a SQLAlchemy Session or Connection (or their
+# async twins) or a Django connection then asks to be told when its transaction commits, and
+# wakes them. A driver connection tells nothing of its commit: its jobs wait for the poll.
+_WAKES: dict[str, list[Callable[[], None]]] = {}
+
+
+def wake_on_commit(table: str, wake: Callable[[], None]) -> Callable[[], None]:
+    """Call `wake` (from whichever thread commits) after each commit of an enqueue into
+    `table` made in this process through a SQLAlchemy or Django connection; returns the
+    function that stops it."""
+    _WAKES.setdefault(table, []).append(wake)
+
+    def forget() -> None:
+        waiting = _WAKES.get(table, [])
+        if wake in waiting:
+            waiting.remove(wake)
+        if not waiting:
+            _WAKES.pop(table, None)
+    return forget
+
+
+def _wake(table: str) -> None:
+    for wake in list(_WAKES.get(table, ())):
+        wake()
+
+
+def _wake_after_commit(holder: object, where: str) -> None:
+    """Wake the table's workers of this process once `holder`'s transaction commits (`where`
+    is the enqueue function's "table.function")."""
+    table = where.rpartition(".")[0]
+    if table not in _WAKES:
+        return
+    on_commit = getattr(holder, "on_commit", None)
+    if callable(on_commit) and hasattr(holder, "vendor"):
+        on_commit(lambda: _wake(table))  # Django: after the outermost atomic() commits
+        return
+    from sqlalchemy import event  # a SQLAlchemy holder: SQLAlchemy is installed
+
+    # The sync object under an async one: its events are the async one's.
+    sync = getattr(holder, "sync_session", None) or getattr(holder, "sync_connection", None) \
+        or holder
+    if hasattr(sync, "get_bind"):  # a Session: once its transaction has committed
+        event.listen(sync, "after_commit", lambda session: _wake(table), once=True)
+    else:
+        # A Connection has no event after its commit, only as it commits: the wake-up reaches
+        # the worker's event loop after this thread's COMMIT has been sent, and a claim that
+        # still finds nothing waits out the poll interval as before.
+        event.listen(sync, "commit", lambda connection: _wake(table), once=True)
 
 
 _PSYCOPG = _Driver("psycopg", "Connection",

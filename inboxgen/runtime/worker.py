@@ -10,11 +10,14 @@ unfinished rows as the form's rule says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from inboxgen import connections
 from inboxgen.descriptor import TableDescriptor
 from inboxgen.errors import SchemaError, WorkerConfigError
 from inboxgen.runtime.backends import BACKENDS, Backend
@@ -106,6 +109,7 @@ class Worker:
             descriptor=d, settings=s, clock=self.clock, backend=self.backend, calls=self.calls,
             stats=self.stats, outage=self.outage, presence=Presence(d, self.backend),
             runner=self.runner, slots=self.slots, observation=self.observation))
+        self._forget_wake: Callable[[], None] | None = None
         self.started = False
 
     # -- running --------------------------------------------------------------------------
@@ -197,6 +201,12 @@ class Worker:
                        for i in range(self.workers)]
         if self._clock_sync is not None:
             self._clock_sync.start()
+        if not self.backend.enqueues_notify:
+            # Enqueues of this process through SQLAlchemy or Django wake a slot once they
+            # commit (inboxgen.connections): the wake-up crosses from the committing thread.
+            loop = asyncio.get_running_loop()
+            self._forget_wake = connections.wake_on_commit(
+                self.descriptor.table, functools.partial(_wake_from, loop, self.slots.wake_one))
         self.started = True
         if self.observation is not None:
             self.observation.serving(lambda: self.slots.in_work)
@@ -291,6 +301,9 @@ class Worker:
             unfold_pool_warnings(self.backend.own_pool_name)
         self._tasks = []
         self._listener = None
+        if self._forget_wake is not None:
+            self._forget_wake()
+            self._forget_wake = None
         if self.observation is not None:
             self.observation.stopped()
         # Ready to start again (a worker can serve, stop, and serve once more).
@@ -356,3 +369,9 @@ class Worker:
                 failures += 1
                 self.form.claim_failed(err)
                 await self.slots.wait(index, retry_delay(failures))
+
+
+def _wake_from(loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> None:
+    """Run `wake` on `loop` from any thread; nothing once the loop has closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(wake)

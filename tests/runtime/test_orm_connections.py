@@ -9,6 +9,7 @@ import datetime as dt
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
@@ -362,3 +363,56 @@ def test_a_job_without_a_connection_has_no_session(queue: MakeQueue) -> None:
     with pytest.raises(WrongConnection, match="job 7 has no connection: only a transactional "
                                               "worker"), job_session(job):
         pass
+
+
+# -- an enqueue of this process wakes its workers once it commits ----------------------------
+
+@pytest.mark.parametrize("how", ["session", "connection", "django"])
+@pytest.mark.parametrize("dialect", ["sqlite", "mysql"])
+def test_an_enqueue_through_the_orm_wakes_this_process_workers_at_commit(
+        queue: MakeQueue, dialect: str, how: str) -> None:
+    """No NOTIFY on SQLite and MySQL/MariaDB: a worker polling once an hour still picks up a
+    job enqueued in its process through SQLAlchemy or Django as soon as that commits."""
+    q = queue(dialect, SHAPE)
+    due = dt.datetime.now(dt.UTC)
+    picked = asyncio.Event()
+
+    async def handler(job: Job[Any]) -> None:
+        picked.set()
+
+    def enqueue() -> None:
+        if how == "django":
+            from django.db import transaction
+
+            dj = django_connection(q)
+            with transaction.atomic(using=dj.alias):
+                q.mod.insert(dj, q.new(retry_after=due))
+            return
+        engine = sa.create_engine(url(q))
+        try:
+            if how == "session":
+                with Session(engine) as session:
+                    q.mod.insert(session, q.new(retry_after=due))
+                    session.commit()
+            else:
+                with engine.connect() as conn:
+                    q.mod.insert(conn, q.new(retry_after=due))
+                    conn.commit()
+        finally:
+            engine.dispose()
+
+    async def main() -> float:
+        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, poll_interval=3600,
+                        listen=False)
+        await worker.start()
+        try:
+            await asyncio.sleep(0.2)  # its first claim found nothing: it waits for an hour
+            started = time.monotonic()
+            await asyncio.to_thread(enqueue)
+            async with asyncio.timeout(10):
+                await picked.wait()
+            return time.monotonic() - started
+        finally:
+            await worker.shutdown()
+
+    assert asyncio.run(main()) < 10

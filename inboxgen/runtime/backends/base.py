@@ -98,6 +98,9 @@ class Backend:
     # whether it can at all.
     listens_by_default = False
     can_listen = False
+    # Whether an enqueue wakes workers through the database (NOTIFY); where not, a worker asks
+    # this process's enqueues to wake it once they commit (inboxgen.connections).
+    enqueues_notify = False
     # Whether the server has a clock of its own to judge due times and leases by
     # (`server_now`): not SQLite's, whose clock is the process's.
     server_clock = False

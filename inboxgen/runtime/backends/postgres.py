@@ -31,7 +31,7 @@ class PostgresBackend(Backend):
     driver = "psycopg"
     rounds_together = True
     takes_pool = True
-    listens_by_default = can_listen = True  # LISTEN/NOTIFY
+    listens_by_default = can_listen = enqueues_notify = True  # LISTEN/NOTIFY
     server_clock = True
 
     def __init__(self, descriptor: TableDescriptor, conninfo: str | None, *,
