@@ -38,8 +38,10 @@ if [ "$#" -eq 0 ] && ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 1
     newer=""
     for candidate in python3.14 python3.13 python3.12 \
             "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3; do
+        # (A pyenv shim answers `command -v` for a version that is not selected, then fails.)
         if command -v "$candidate" >/dev/null 2>&1 \
-                && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+                && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null
+        then
             newer="$candidate"
             break
         fi
