@@ -75,9 +75,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
-        due=None if r[2] is None else r[2], finished_at=None,
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
+        due=None if r[3] is None else r[3], finished_at=None,
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -520,11 +520,11 @@ STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "retry_after" > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "attempt", "retry_after", NULL, "payload"
+       END AS state, "id", "attempt", "retry_after", NULL, "payload"
 FROM "ledger_jobs"
 WHERE "id" = %(id)s
 UNION ALL
-SELECT 'dead', "attempt", "retry_after", NULL, "payload"
+SELECT 'dead', "id", "attempt", "retry_after", NULL, "payload"
 FROM "ledger_jobs_dead"
 WHERE "id" = %(id)s
 """
@@ -548,6 +548,27 @@ async def state_async(
     cur = await conn.execute(STATE, {"now": now, "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, "id", "attempt", "retry_after", NULL, "payload"
+FROM "ledger_jobs_dead"
+ORDER BY "id" DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: psycopg.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = conn.execute(DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: psycopg.AsyncConnection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await conn.execute(DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Move dead letters from the dead-letter table back into the queue, due at `now`; `reset_attempt`
@@ -627,7 +648,7 @@ STATEMENTS: Final = {
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
     "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
     "TABLE_HEALTH": TABLE_HEALTH, "ADVISORY_LOCKS": ADVISORY_LOCKS, "REQUEUE_MOVE": REQUEUE_MOVE,
-    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "STATE": STATE, "NOTIFY": NOTIFY,
+    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 

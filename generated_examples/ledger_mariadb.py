@@ -75,9 +75,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
-        due=None if r[2] is None else _v.aware(r[2]), finished_at=None,
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
+        due=None if r[3] is None else _v.aware(r[3]), finished_at=None,
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -382,11 +382,11 @@ STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN `retry_after` > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, `attempt`, `retry_after`, NULL, `payload`
+       END AS state, `id`, `attempt`, `retry_after`, NULL, `payload`
 FROM `ledger_jobs`
 WHERE `id` = %(id)s
 UNION ALL
-SELECT 'dead', `attempt`, `retry_after`, NULL, `payload`
+SELECT 'dead', `id`, `attempt`, `retry_after`, NULL, `payload`
 FROM `ledger_jobs_dead`
 WHERE `id` = %(id)s
 """
@@ -412,6 +412,27 @@ async def state_async(
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, `id`, `attempt`, `retry_after`, NULL, `payload`
+FROM `ledger_jobs_dead`
+ORDER BY `id` DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: pymysql.connections.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = _v.mysql_execute(conn, DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await _v.mysql_execute_async(conn, DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
@@ -498,6 +519,7 @@ STATEMENTS: Final = {
     "DEAD_LETTER_COPY": DEAD_LETTER_COPY, "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
     "INSERT": INSERT, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "REQUEUE_COPY": REQUEUE_COPY,
     "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE, "STATE": STATE,
+    "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

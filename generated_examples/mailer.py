@@ -68,8 +68,8 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
+        finished_at=None, payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -449,7 +449,7 @@ STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "name" = %(dead_group)s THEN 'dead'
          ELSE 'ready'
-       END AS state, "attempt", NULL, NULL, "payload"
+       END AS state, "job_id", "attempt", NULL, NULL, "payload"
 FROM "email_jobs"
 WHERE "job_id" = %(id)s
 """
@@ -475,6 +475,28 @@ async def state_async(
     cur = await conn.execute(STATE, {"dead_group": "emails.dead", "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, "job_id", "attempt", NULL, NULL, "payload"
+FROM "email_jobs"
+WHERE "name" = %(dead_group)s
+ORDER BY "job_id" DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: psycopg.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = conn.execute(DEAD_LIST, {"dead_group": "emails.dead", "limit": limit})
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: psycopg.AsyncConnection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await conn.execute(DEAD_LIST, {"dead_group": "emails.dead", "limit": limit})
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
@@ -549,8 +571,8 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "REQUEUE": REQUEUE,
-    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL, "STATE": STATE, "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

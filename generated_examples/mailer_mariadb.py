@@ -68,8 +68,8 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
+        finished_at=None, payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -352,7 +352,7 @@ STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN `name` = %(dead_group)s THEN 'dead'
          ELSE 'ready'
-       END AS state, `attempt`, NULL, NULL, `payload`
+       END AS state, `job_id`, `attempt`, NULL, NULL, `payload`
 FROM `email_jobs`
 WHERE `job_id` = %(id)s
 """
@@ -378,6 +378,32 @@ async def state_async(
     cur = await _v.mysql_execute_async(conn, STATE, {"dead_group": "emails.dead", "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, `job_id`, `attempt`, NULL, NULL, `payload`
+FROM `email_jobs`
+WHERE `name` = %(dead_group)s
+ORDER BY `job_id` DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: pymysql.connections.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = _v.mysql_execute(conn, DEAD_LIST, {
+        "dead_group": "emails.dead", "limit": limit,
+    })
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await _v.mysql_execute_async(conn, DEAD_LIST, {
+        "dead_group": "emails.dead", "limit": limit,
+    })
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
@@ -452,7 +478,7 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "CLAIM_GUARD": CLAIM_GUARD,
     "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "DEAD_LETTER": DEAD_LETTER,
     "INSERT": INSERT, "STATUS": STATUS, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -84,10 +84,10 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
-        due=None if r[2] is None else _v.parse_sqlite_time(r[2]),
-        finished_at=None if r[3] is None else _v.parse_sqlite_time(r[3]),
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
+        due=None if r[3] is None else _v.parse_sqlite_time(r[3]),
+        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]),
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -457,11 +457,11 @@ SELECT CASE
          WHEN "locked_until" > :now THEN 'in_work'
          WHEN "retry_after" > :now THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "attempt", "retry_after", "processed_at", "payload"
+       END AS state, "id", "attempt", "retry_after", "processed_at", "payload"
 FROM "email_jobs"
 WHERE "id" = :id
 UNION ALL
-SELECT 'dead', "attempt", "retry_after", "processed_at", "payload"
+SELECT 'dead', "id", "attempt", "retry_after", "processed_at", "payload"
 FROM "email_jobs_dead"
 WHERE "id" = :id
 """
@@ -474,6 +474,21 @@ def state(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> JobSt
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, "id", "attempt", "retry_after", "processed_at", "payload"
+FROM "email_jobs_dead"
+ORDER BY "id" DESC
+LIMIT :limit
+"""
+
+
+def dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = conn.execute(DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in cur.fetchall()]
 
 
 # Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
@@ -539,7 +554,7 @@ STATEMENTS: Final = {
     "INSERT": INSERT, "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE_COPY": REQUEUE_COPY,
     "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE, "CANCEL": CANCEL,
-    "STATE": STATE,
+    "STATE": STATE, "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -69,9 +69,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None,
-        finished_at=None if r[3] is None else _v.parse_sqlite_time(r[3]),
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
+        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]),
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -220,7 +220,7 @@ STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "processed_at" IS NOT NULL THEN 'finished'
          ELSE 'ready'
-       END AS state, "attempt", NULL, "processed_at", "payload"
+       END AS state, "id", "attempt", NULL, "processed_at", "payload"
 FROM "thumbnail_jobs"
 WHERE "id" = :id
 """

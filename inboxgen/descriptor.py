@@ -43,11 +43,13 @@ class QueueStatus:
 
 @attrs.frozen(kw_only=True)
 class JobState:
-    """One job as `state()` finds it at a given time, in the queue table or its dead letters."""
+    """One job as `state()` finds it at a given time, in the queue table or its dead letters
+    (or as `dead_letters()` lists them)."""
 
     # "ready" (due and free; under a row lock also while a worker holds it), "scheduled" (due
     # later), "in_work" (under a live lease), "finished" (processed and kept) or "dead".
     state: str
+    id: Any
     attempt: int | None  # the attempt column as it stands (see the attempt convention)
     due: datetime.datetime | None  # retry_after, where the table has it
     finished_at: datetime.datetime | None  # processed_at, where the table keeps finished rows

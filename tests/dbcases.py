@@ -1070,6 +1070,8 @@ def tour(q: Queue) -> list[str]:
     for name in ("dead_count", "oldest_transaction", "advisory_locks", "table_health"):
         if hasattr(m, name):
             getattr(m, name)(conn)
+    if hasattr(m, "dead_letters"):
+        assert [d.state for d in m.dead_letters(conn, limit=5)] == ["dead"]  # the one above
     if hasattr(m, "requeue"):
         assert call(m.requeue, conn, to_group="g", now=T0) == 1  # the dead letter above
         call(m.requeue, conn, to_group="g", now=T0, ids=[q.id_of(row)])

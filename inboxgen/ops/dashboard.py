@@ -62,6 +62,10 @@ _HEADERS = {
 }
 
 
+# Dead letters listed per table on the overview, the newest first.
+DEAD_LISTED = 20
+
+
 class ReadFailed(InboxgenError):
     """The database could not be read (the message names it by its label, never a password)."""
 
@@ -298,10 +302,18 @@ async def _overview(request: Request) -> Response:
         tables, now = await board.read()
     except InboxgenError as err:
         return _html(_render("error", request, board, message=str(err)), 503)
+    try:
+        listed = await board.database.run(lambda: {t.table: _dead_letters(board, t.table)
+                                                   for t in tables})
+    except InboxgenError as err:
+        return _html(_render("error", request, board, message=str(err)), 503)
     sections = [{"status": t, "rows": _rows(t), "notes": _notes(t, now),
                  "chart": _chart(board.history, t.table),
                  "dead_kept": _dead_kept(board.modules[t.table]),
-                 "dead": totals(t, True)["dead"]} for t in tables]
+                 "dead": totals(t, True)["dead"],
+                 "dead_list": [{"id": j.id, "attempt": j.attempt, "due": j.due,
+                                "payload": _shown_payload(j.payload)}
+                               for j in listed[t.table]]} for t in tables]
     labels = sorted({t.database for t in tables})
     return _html(_render("overview", request, board, sections=sections, labels=labels,
                          now=now, samples=len(board.history)))
@@ -341,6 +353,18 @@ async def _job(request: Request) -> Response:
         can_cancel=(found is not None and found.state in ("ready", "scheduled")
                     and hasattr(module, "cancel")),
         dead_group=d.dead_letter_group))
+
+
+def _dead_letters(board: Dashboard, table: str) -> list[Any]:
+    """The newest dead letters of `table` (the module's dead_letters()), where it has some."""
+    module = board.modules[table]
+    if not hasattr(module, "dead_letters"):
+        return []
+    conn, _ = board.database.conn(module)
+    try:
+        return list(module.dead_letters(conn, limit=DEAD_LISTED))
+    finally:
+        conn.rollback()  # read only: nothing to keep
 
 
 def _state(board: Dashboard, module: ModuleType, job_id: Any, now: _dt.datetime) -> Any:
@@ -630,8 +654,21 @@ read at <time>{{ now.strftime("%Y-%m-%d %H:%M:%S") }} UTC</time> &middot;
 <h3>Dead letters</h3>
 {% if s.dead_kept %}
 <p class="dead-letters">{{ s.dead }} dead letter(s), kept
-{{ s.dead_kept }}. They are counted but not listed: the generated module has no statement that
-lists dead rows. Look one up by its id below.</p>
+{{ s.dead_kept }}{% if s.dead_list %}; the newest (by id):{% else %}.{% endif %}</p>
+{% if s.dead_list %}
+<table class="dead-list">
+<thead><tr><th>id</th><th>attempt</th><th>due</th>{% if board.show_payloads
+%}<th>payload</th>{% endif %}</tr></thead>
+<tbody>
+{% for j in s.dead_list %}
+<tr><td><a href="{{ base }}/job?table={{ t.table | urlencode }}&amp;id={{ j.id | urlencode
+}}">{{ j.id }}</a></td><td class="num">{{ j.attempt if j.attempt is not none else "" }}</td>
+<td>{{ j.due.strftime("%Y-%m-%d %H:%M:%S") if j.due else "" }}</td>{% if board.show_payloads
+%}<td><pre class="payload">{{ j.payload }}</pre></td>{% endif %}</tr>
+{% endfor %}
+</tbody>
+</table>
+{% endif %}
 {% else %}
 <p class="dead-letters">None kept: the spec has no [dead_letter].</p>
 {% endif %}

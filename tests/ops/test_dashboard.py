@@ -259,6 +259,10 @@ def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_a
         assert browser.find_element(By.CSS_SELECTOR, ".database").text == label
         assert browser.find_element(By.CSS_SELECTOR, ".mode").text.startswith("actions on")
         assert browser.find_elements(By.CSS_SELECTOR, 'polyline[data-series="ready"]')
+        # The dead letters are listed (the module's dead_letters()), payloads hidden.
+        listed = browser.find_elements(By.CSS_SELECTOR, "table.dead-list tbody td:first-child")
+        assert [c.text for c in listed] == [str(ids["dead"])]
+        assert "payload-dead" not in browser.page_source
         shot("overview")
 
         # The JSON endpoint: the same structure, the same counts.

@@ -51,6 +51,9 @@ def test_a_leased_job_is_seen_through_every_state(queue: MakeQueue, dialect: str
     conn.commit()
     assert state(q, conn, spent).state == "dead"  # read from jobs_dead, which keeps the id
     assert state(q, conn, 10_000) is None
+    listed = q.mod.dead_letters(conn, limit=10)
+    conn.commit()
+    assert [(d.id, d.state, d.due) for d in listed] == [(spent, "dead", at(-5))]
 
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql"])
@@ -65,6 +68,13 @@ def test_a_row_locked_job_in_a_dead_letter_group(queue: MakeQueue, dialect: str)
     assert q.settle("dead_letter", conn, row)
     conn.commit()
     assert state(q, other, row_id).state == "dead"
+    second = q.add(conn, retry_after=at(-5))
+    assert q.settle("dead_letter", conn, q.claim_one(conn))
+    conn.commit()
+    # The newest first, and no more than asked for.
+    assert [d.id for d in q.mod.dead_letters(other, limit=5)] == [second, row_id]
+    assert [d.id for d in q.mod.dead_letters(other, limit=1)] == [second]
+    other.commit()
 
     finished = q.add(conn, retry_after=at(-10))
     assert q.settle("finish", conn, q.claim_one(conn))

@@ -71,9 +71,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None,
-        finished_at=None if r[3] is None else r[3],
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
+        finished_at=None if r[4] is None else r[4],
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -512,7 +512,7 @@ SELECT CASE
          WHEN "processed_at" IS NOT NULL THEN 'finished'
          WHEN "queue" = %(dead_group)s THEN 'dead'
          ELSE 'ready'
-       END AS state, "attempt", NULL, "processed_at", "payload"
+       END AS state, "id", "attempt", NULL, "processed_at", "payload"
 FROM "bench_row_lock_counted"
 WHERE "id" = %(id)s
 """
@@ -538,6 +538,28 @@ async def state_async(
     cur = await conn.execute(STATE, {"dead_group": "jobs.dead", "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, "id", "attempt", NULL, "processed_at", "payload"
+FROM "bench_row_lock_counted"
+WHERE "queue" = %(dead_group)s
+ORDER BY "id" DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: psycopg.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = conn.execute(DEAD_LIST, {"dead_group": "jobs.dead", "limit": limit})
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: psycopg.AsyncConnection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await conn.execute(DEAD_LIST, {"dead_group": "jobs.dead", "limit": limit})
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
@@ -613,7 +635,7 @@ STATEMENTS: Final = {
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL,
-    "STATE": STATE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -490,6 +490,8 @@ class Renderer:
         if "CANCEL" in st:
             out.append(self.cancel())
         out.append(self.state())
+        if "DEAD_LIST" in st:
+            out.append(self.dead_letters())
         moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
                  "into the queue, due at `now`; returns how many.")
         again = " With `reset_attempt` their attempt count starts again."
@@ -514,15 +516,20 @@ class Renderer:
         return Func("state", args, "JobState | None", s.doc, (
             Step("one", self.cur("STATE", self.params(s)), "_state(row)"),))
 
+    def dead_letters(self) -> Func:
+        s = self.st["DEAD_LIST"]
+        return Func("dead_letters", self.args(s), "list[JobState]", s.doc, (
+            Step("many", self.cur("DEAD_LIST", self.params(s)), "_state(r)"),))
+
     def state_times(self) -> list[str]:
         """_state()'s due, finished_at and payload, as read from STATE's row `r`."""
         q = self.q
         # NULL is checked here, as the dead-letter branch may give it whatever the column allows.
         times = ["None" if f is None else f"None if r[{i}] is None else "
                  + self.from_db(f, f"r[{i}]").replace("_or_none(", "(")
-                 for i, f in ((2, q.role("retry_after")), (3, q.role("processed_at")))]
+                 for i, f in ((3, q.role("retry_after")), (4, q.role("processed_at")))]
         payload = "None" if q.role("payload") is None else \
-            "None if r[4] is None else decode_payload(r[4])"
+            "None if r[5] is None else decode_payload(r[5])"
         return [*times, payload]
 
     def cancel(self) -> Func:

@@ -472,15 +472,24 @@ class Statements:
             whens.append((f"{self.c(ra)} > {now}", "scheduled"))
         state = ("CASE" + "".join(f"\n         WHEN {w} THEN '{name}'" for w, name in whens)
                  + "\n         ELSE 'ready'\n       END" if whens else "'ready'")
-        rest = [self.c(f) if f is not None else "NULL"
-                for f in (self.role("attempt"), ra, pa, self.role("payload"))]
+        rest = ", ".join(self.c(f) if f is not None else "NULL"
+                         for f in (q.id, self.role("attempt"), ra, pa, self.role("payload")))
         idc = f"{self.c(q.id)} = {self.p('id')}"
-        sql = (f"SELECT {state} AS state, {', '.join(rest)}\nFROM {self.t()}\nWHERE {idc}")
+        sql = (f"SELECT {state} AS state, {rest}\nFROM {self.t()}\nWHERE {idc}")
         if q.dead_letter_table is not None:
-            sql += (f"\nUNION ALL\nSELECT 'dead', {', '.join(rest)}\n"
+            sql += (f"\nUNION ALL\nSELECT 'dead', {rest}\n"
                     f"FROM {self.t(q.dead_letter_table)}\nWHERE {idc}")
         self.add("STATE", sql, "Find job `id` and say what became of it at `now` (ready, "
                  "scheduled, in work, finished or dead), with its payload.")
+        # The dead letters, newest id first: where a dead-letter group or table keeps them.
+        list_doc = "List up to `limit` dead letters, the newest (by id) first, with their payloads."
+        order = f"ORDER BY {self.c(q.id)} DESC\nLIMIT {self.p('limit')}"
+        if q.dead_letter_table is not None:
+            self.add("DEAD_LIST", f"SELECT 'dead' AS state, {rest}\n"
+                     f"FROM {self.t(q.dead_letter_table)}\n{order}", list_doc)
+        elif q.dead_letter_group is not None and g is not None:
+            self.add("DEAD_LIST", f"SELECT 'dead' AS state, {rest}\nFROM {self.t()}\n"
+                     f"WHERE {self.c(g)} = {self.p('dead_group')}\n{order}", list_doc)
 
     def server_status(self) -> None:
         """What `inboxgen status` reads of the server beside the table, where it can."""

@@ -81,10 +81,10 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
-        due=None if r[2] is None else _v.aware(r[2]),
-        finished_at=None if r[3] is None else _v.aware(r[3]),
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
+        due=None if r[3] is None else _v.aware(r[3]),
+        finished_at=None if r[4] is None else _v.aware(r[4]),
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -558,11 +558,11 @@ SELECT CASE
          WHEN `locked_until` > %(now)s THEN 'in_work'
          WHEN `run_after` > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, `attempt`, `run_after`, `finished_at`, `payload`
+       END AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`
 FROM `task_jobs`
 WHERE `id` = %(id)s
 UNION ALL
-SELECT 'dead', `attempt`, `run_after`, `finished_at`, `payload`
+SELECT 'dead', `id`, `attempt`, `run_after`, `finished_at`, `payload`
 FROM `task_jobs_dead`
 WHERE `id` = %(id)s
 """
@@ -588,6 +588,27 @@ async def state_async(
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`
+FROM `task_jobs_dead`
+ORDER BY `id` DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: pymysql.connections.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = _v.mysql_execute(conn, DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await _v.mysql_execute_async(conn, DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
@@ -676,7 +697,7 @@ STATEMENTS: Final = {
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE, "INSERT": INSERT, "STATUS": STATUS,
     "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE_COPY": REQUEUE_COPY,
     "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

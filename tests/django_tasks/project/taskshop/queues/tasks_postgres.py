@@ -82,9 +82,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
-        due=None if r[2] is None else r[2], finished_at=None if r[3] is None else r[3],
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
+        due=None if r[3] is None else r[3], finished_at=None if r[4] is None else r[4],
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -781,11 +781,11 @@ SELECT CASE
          WHEN "locked_until" > %(now)s THEN 'in_work'
          WHEN "run_after" > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "attempt", "run_after", "finished_at", "payload"
+       END AS state, "id", "attempt", "run_after", "finished_at", "payload"
 FROM "task_jobs"
 WHERE "id" = %(id)s
 UNION ALL
-SELECT 'dead', "attempt", "run_after", "finished_at", "payload"
+SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload"
 FROM "task_jobs_dead"
 WHERE "id" = %(id)s
 """
@@ -809,6 +809,27 @@ async def state_async(
     cur = await conn.execute(STATE, {"now": now, "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload"
+FROM "task_jobs_dead"
+ORDER BY "id" DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: psycopg.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = conn.execute(DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: psycopg.AsyncConnection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await conn.execute(DEAD_LIST, {"limit": limit})
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Move dead letters from the dead-letter table back into the queue, due at `now`; `reset_attempt`
@@ -894,7 +915,8 @@ STATEMENTS: Final = {
     "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS,
-    "CANCEL": CANCEL, "STATE": STATE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

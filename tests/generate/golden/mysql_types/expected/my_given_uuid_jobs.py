@@ -84,10 +84,10 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
-        due=None if r[2] is None else _v.aware(r[2]),
-        finished_at=None if r[3] is None else _v.aware(r[3]),
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
+        due=None if r[3] is None else _v.aware(r[3]),
+        finished_at=None if r[4] is None else _v.aware(r[4]),
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -500,7 +500,7 @@ SELECT CASE
          WHEN `queue` = %(dead_group)s THEN 'dead'
          WHEN `retry_after` > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, `attempt`, `retry_after`, `processed_at`, `payload`
+       END AS state, `id`, `attempt`, `retry_after`, `processed_at`, `payload`
 FROM `my_given_uuid_jobs`
 WHERE `id` = %(id)s
 """
@@ -530,6 +530,28 @@ async def state_async(
     })
     row = await cur.fetchone()
     return None if row is None else _state(row)
+
+
+# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+DEAD_LIST: Final[LiteralString] = """
+SELECT 'dead' AS state, `id`, `attempt`, `retry_after`, `processed_at`, `payload`
+FROM `my_given_uuid_jobs`
+WHERE `queue` = %(dead_group)s
+ORDER BY `id` DESC
+LIMIT %(limit)s
+"""
+
+
+def dead_letters(conn: pymysql.connections.Connection[Any], *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = _v.mysql_execute(conn, DEAD_LIST, {"dead_group": "dead", "limit": limit})
+    return [_state(r) for r in cur.fetchall()]
+
+
+async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> list[JobState]:
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    cur = await _v.mysql_execute_async(conn, DEAD_LIST, {"dead_group": "dead", "limit": limit})
+    return [_state(r) for r in await cur.fetchall()]
 
 
 # Put dead letters back into group `to_group`, due at `now`; `reset_attempt` starts their attempt
@@ -611,7 +633,7 @@ STATEMENTS: Final = {
     "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER,
     "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -64,8 +64,8 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
+        finished_at=None, payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -379,7 +379,7 @@ async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
 # with its payload.
 STATE: Final[LiteralString] = """
-SELECT 'ready' AS state, NULL, NULL, NULL, "payload"
+SELECT 'ready' AS state, "id", NULL, NULL, NULL, "payload"
 FROM "pg_integer_jobs"
 WHERE "id" = %(id)s
 """

@@ -68,8 +68,8 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]), due=None, finished_at=None,
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
+        finished_at=None, payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -530,7 +530,7 @@ STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "locked_until" > %(now)s THEN 'in_work'
          ELSE 'ready'
-       END AS state, NULL, NULL, NULL, "payload"
+       END AS state, "id", NULL, NULL, NULL, "payload"
 FROM "pg_serial_jobs"
 WHERE "id" = %(id)s
 """

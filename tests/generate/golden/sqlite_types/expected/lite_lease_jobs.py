@@ -116,10 +116,10 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState(
-        state=str(r[0]), attempt=None if r[1] is None else int(r[1]),
-        due=None if r[2] is None else _v.parse_sqlite_time(r[2]),
-        finished_at=None if r[3] is None else _v.parse_sqlite_time(r[3]),
-        payload=None if r[4] is None else decode_payload(r[4]),
+        state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
+        due=None if r[3] is None else _v.parse_sqlite_time(r[3]),
+        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]),
+        payload=None if r[5] is None else decode_payload(r[5]),
     )
 
 
@@ -455,7 +455,7 @@ SELECT CASE
          WHEN "locked_until" > :now THEN 'in_work'
          WHEN "retry_after" > :now THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "attempt", "retry_after", "processed_at", "payload"
+       END AS state, "id", "attempt", "retry_after", "processed_at", "payload"
 FROM "lite_lease_jobs"
 WHERE "id" = :id
 """
