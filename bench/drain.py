@@ -11,9 +11,10 @@ Service (its pool, its shared listener), each timed until its table is empty.
 
     python bench/drain.py --observe [N] [FORM ...]
 
-With --observe, three times: a lone Worker, the same with OpenTelemetry (the SDK's tracer and
-meter providers, spans batched to an exporter that keeps them in memory), and with Prometheus
-(a registry of its own), each timed until its table is empty.
+With --observe, five times: a lone Worker; the same with OpenTelemetry (the SDK's tracer and
+meter providers, spans batched to an exporter that keeps them in memory), every span recorded,
+one trace in 100 sampled, and metrics alone (no tracer provider); and with Prometheus (a
+registry of its own); each timed until its table is empty.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def drain(server: PostgresServer, form: str, batch: int, n: int,
     module: Any = build_module(root, SPECS[form], DDL.replace(
         "    locked_until TIMESTAMPTZ,\n", "" if form != "lease" else "    locked_until "
         "TIMESTAMPTZ,\n"), name=f"jobs_{form}_{batch}")
-    dsn = server.create_database(f"{form}_{batch}{served_by}")
+    dsn = server.create_database(f"{form}_{batch}{served_by.replace('-', '_')}")
     with psycopg.connect(dsn) as conn:
         conn.execute(ddl_of(root, f"jobs_{form}_{batch}"))
         module.insert_many(conn, [module.NewRow(payload={"n": i}) for i in range(n)])
@@ -118,17 +119,23 @@ def drain(server: PostgresServer, form: str, batch: int, n: int,
 
 def observers_for(served_by: str) -> list[Any]:
     """The observers a drain runs with: none, OpenTelemetry's or Prometheus'."""
-    if served_by == "otel":
+    if served_by.startswith("otel"):
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.trace import NoOpTracerProvider
 
         from inboxgen.contrib.otel import OpenTelemetry
 
-        tracing = TracerProvider()
+        # otel: every span recorded; otel-sampled: 1 trace in 100; otel-metrics: no traces.
+        tracing: Any = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01))) \
+            if served_by == "otel-sampled" else TracerProvider()
         tracing.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+        if served_by == "otel-metrics":
+            tracing = NoOpTracerProvider()
         meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
         return [OpenTelemetry(tracer_provider=tracing, meter_provider=meters)]
     if served_by == "prometheus":
@@ -164,7 +171,7 @@ def main(n: int, forms: list[str], service: bool, observe: bool = False) -> None
     if service:
         ways = ("worker", "service")
     elif observe:
-        ways = ("worker", "otel", "prometheus")
+        ways = ("worker", "otel", "otel-sampled", "otel-metrics", "prometheus")
     try:
         for form in forms or SPECS:
             for batch in (1, 16):
