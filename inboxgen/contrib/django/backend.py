@@ -124,7 +124,8 @@ class TaskBackend(BaseTaskBackend):
         """The task as its row says now. Return values and errors are not kept (the table has
         no column for them): a finished task's `return_value` is None, a failed one's `errors`
         empty."""
-        if self.usable and not self.supports_get_result:
+        table = self.usable  # InvalidTaskBackend where the settings are wrong
+        if not self.supports_get_result:
             raise NotImplementedError(
                 f"TASKS[{self.alias!r}]: table {self.descriptor.qualified_name} deletes "
                 "finished rows (no processed_at column), so results cannot be read")
@@ -134,7 +135,7 @@ class TaskBackend(BaseTaskBackend):
             row_id = result_id
         conn = connections[self.database]
         conn.ensure_connection()
-        found = self.usable.module.state(conn.connection, id=row_id, now=timezone.now())
+        found = table.module.state(conn.connection, id=row_id, now=timezone.now())
         body = found.payload if found is not None else None
         if isinstance(body, str | bytes):
             # Django's PostgreSQL connection loads JSON columns as text (its JSONField parses
