@@ -5,7 +5,7 @@ SQLite has no notifications, but `PRAGMA data_version` changes whenever another 
 watcher's own reads it every few milliseconds, on a thread of its own; a change wakes one
 waiting slot, which claims at once instead of waiting out the poll interval (a full claim
 wakes the next); with every slot busy, the change waits for the next tick. Reading it costs
-microseconds. Workers watch only when asked (listen=True): see docs/runtime.md.
+microseconds. Workers watch unless told not to (listen=False): see docs/runtime.md.
 """
 
 from __future__ import annotations

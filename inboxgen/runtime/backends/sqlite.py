@@ -34,8 +34,8 @@ class SqliteBackend(ThreadedBackend):
     dialect = "sqlite"
     driver = "sqlite3"
     single_writer = True
-    # Watching the file for commits is asked for: see docs/runtime.md, SQLite commits.
-    can_listen = True
+    # The file is watched for commits unless listen=False: see docs/runtime.md, SQLite commits.
+    listens_by_default = can_listen = True
 
     def __init__(self, descriptor: TableDescriptor, path: str | Path, *,
                  busy_timeout: float = 30.0) -> None:
