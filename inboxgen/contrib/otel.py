@@ -41,6 +41,12 @@ def destination(table: str, group: str | None) -> str:
     return table if group is None else f"{table}:{group}"
 
 
+def queue_attributes(table: str, group: str | None, dialect: str) -> dict[str, str]:
+    """The attributes every span and metric of a queue carries."""
+    return {"messaging.system": SYSTEM, "messaging.destination.name": destination(table, group),
+            "db.system.name": DB_SYSTEMS.get(dialect, dialect)}
+
+
 class OpenTelemetry(Observer):
     def __init__(self, *, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None) -> None:
@@ -131,10 +137,8 @@ class _Queue:
     """One queue's attributes, made once, and its counts since the observer was made."""
 
     def __init__(self, queue: QueueInfo) -> None:
-        name = destination(queue.table, queue.group)
-        self.attrs = {"messaging.system": SYSTEM, "messaging.destination.name": name,
-                      "db.system.name": DB_SYSTEMS.get(queue.dialect, queue.dialect)}
-        self.span_name = f"process {name}"
+        self.attrs = queue_attributes(queue.table, queue.group, queue.dialect)
+        self.span_name = f"process {self.attrs['messaging.destination.name']}"
         self.span_attrs = {**self.attrs, "messaging.operation.name": "process",
                            "messaging.operation.type": "process"}
         self.deliveries: dict[str, int] = {}
@@ -194,11 +198,10 @@ def enqueue(descriptor: TableDescriptor, group: str | None = None, *,
             out.sent(job_id)
     """
     tracer = trace.get_tracer(SCOPE, _version(), tracer_provider=tracer_provider)
-    name = destination(descriptor.qualified_name, group)
-    attrs = {"messaging.system": SYSTEM, "messaging.destination.name": name,
-             "db.system.name": DB_SYSTEMS.get(descriptor.dialect, descriptor.dialect),
+    attrs = {**queue_attributes(descriptor.qualified_name, group, descriptor.dialect),
              "messaging.operation.name": "send", "messaging.operation.type": "send"}
-    with tracer.start_as_current_span(f"send {name}", kind=SpanKind.PRODUCER,
+    with tracer.start_as_current_span(f"send {attrs['messaging.destination.name']}",
+                                      kind=SpanKind.PRODUCER,
                                       attributes=attrs) as span:
         carrier = dict(headers or {})
         propagate.inject(carrier)

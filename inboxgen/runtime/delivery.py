@@ -100,7 +100,8 @@ class Delivery:
                 return
             self.stats.delivered += 1
             if self.observation is not None:
-                h.watch = self.observation.delivery(h.id, h.attempt, self.headers(h))
+                h.headers = self.headers(h)
+                h.watch = self.observation.delivery(h.id, h.attempt, h.headers)
             try:
                 payload = d.decode_payload(getattr(h.row, d.role_attrs["payload"])) \
                     if d.decode_payload is not None else h.row
@@ -132,7 +133,9 @@ class Delivery:
 
     async def run_handler(self, h: Held, payload: Any, conn: Any | None) -> Outcome:
         job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
-                            group=self._group, headers=self.headers(h), connection=conn,
+                            group=self._group,
+                            headers=self.headers(h) if h.headers is None else h.headers,
+                            connection=conn,
                             worker=self.name)
         runner = self.runner
         started = time.monotonic() if h.watch is not None else 0.0

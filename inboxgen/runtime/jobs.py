@@ -72,3 +72,4 @@ class Held:
     # decided, so the line says what becomes of the row.
     failure: BaseException | None = None
     watch: Watch | None = None  # its observers' view of the delivery (observe.py)
+    headers: Mapping[str, str] | None = None  # decoded once, where the observers read them
