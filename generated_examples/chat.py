@@ -73,10 +73,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 
 def _state(r: tuple[Any, ...]) -> JobState:
-    return JobState(
+    return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
-        due=None if r[3] is None else r[3], finished_at=None,
-        payload=None if r[5] is None else decode_payload(r[5]),
+        due=None if r[3] is None else r[3], finished_at=None, stored=r[5], decode=decode_payload,
     )
 
 
@@ -588,21 +587,29 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
 
 
 # The table's dead and live row versions, the share of its updates that were HOT (wrote no index
-# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status); a
+# partitioned table's are its partitions' summed, with the latest autovacuum of any.
 TABLE_HEALTH: Final[LiteralString] = """
-SELECT n_dead_tup,
-       n_live_tup,
-       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
-       last_autovacuum
+WITH RECURSIVE tree (part) AS (
+    SELECT to_regclass(%(table)s)::oid
+    UNION ALL
+    SELECT inhrelid FROM pg_inherits JOIN tree ON inhparent = part
+)
+SELECT SUM(n_dead_tup)::int8 AS n_dead_tup,
+       SUM(n_live_tup)::int8 AS n_live_tup,
+       SUM(n_tup_hot_upd)::float8 / NULLIF(SUM(n_tup_upd), 0) AS hot_share,
+       MAX(last_autovacuum) AS last_autovacuum
 FROM pg_stat_user_tables
-WHERE relid = to_regclass(%(table)s)
+WHERE relid IN (SELECT part FROM tree)
+HAVING COUNT(*) > 0
 """
 
 
 def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
     """The table's dead and live row versions, the share of its updates that were HOT (wrote no
     index entry), and its last autovacuum, as the server's statistics count them (inboxgen
-    status).
+    status); a partitioned table's are its partitions' summed, with the latest autovacuum of
+    any.
     """
     cur = conn.execute(TABLE_HEALTH, {"table": "\"Chat\".\"OutgoingMessages\""})
     row = cur.fetchone()
@@ -612,7 +619,8 @@ def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
 async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
     """The table's dead and live row versions, the share of its updates that were HOT (wrote no
     index entry), and its last autovacuum, as the server's statistics count them (inboxgen
-    status).
+    status); a partitioned table's are its partitions' summed, with the latest autovacuum of
+    any.
     """
     cur = await conn.execute(TABLE_HEALTH, {"table": "\"Chat\".\"OutgoingMessages\""})
     row = await cur.fetchone()

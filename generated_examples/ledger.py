@@ -74,10 +74,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 
 def _state(r: tuple[Any, ...]) -> JobState:
-    return JobState(
+    return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
-        due=None if r[3] is None else r[3], finished_at=None,
-        payload=None if r[5] is None else decode_payload(r[5]),
+        due=None if r[3] is None else r[3], finished_at=None, stored=r[5], decode=decode_payload,
     )
 
 
@@ -224,41 +223,34 @@ async def retry_after_async(
     return cur.rowcount == 1
 
 
-# Copy a spent row to the dead-letter table (same transaction as the delete).
-DEAD_LETTER_COPY: Final[LiteralString] = """
+# Move a spent row to the dead-letter table: delete it from the queue and insert it there, in one
+# statement.
+DEAD_LETTER_MOVE: Final[LiteralString] = """
+WITH moved AS (
+    DELETE FROM "ledger_jobs"
+    WHERE "id" = %(id)s
+    RETURNING "id", "account_id", "retry_after", "attempt", "headers", "payload"
+)
 INSERT INTO "ledger_jobs_dead" ("id", "account_id", "retry_after", "attempt", "headers",
             "payload")
-SELECT "id", "account_id", "retry_after", %(attempt)s, "headers", "payload"
-FROM "ledger_jobs"
-WHERE "id" = %(id)s
-"""
-
-# Remove the row copied to the dead-letter table.
-DEAD_LETTER_DELETE: Final[LiteralString] = """
-DELETE FROM "ledger_jobs"
-WHERE "id" = %(id)s
+SELECT "id", "account_id", "retry_after", CAST(%(attempt)s AS INTEGER), "headers", "payload"
+FROM moved
 """
 
 
 def dead_letter(conn: psycopg.Connection[Any], *, id: int, attempt: int) -> bool:
-    """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
-    roll back when it returns False.
+    """Move a spent row to the dead-letter table: delete it from the queue and insert it there, in
+    one statement.
     """
-    cur = conn.execute(DEAD_LETTER_COPY, {"attempt": attempt, "id": id})
-    if cur.rowcount != 1:
-        return False
-    cur = conn.execute(DEAD_LETTER_DELETE, {"id": id})
+    cur = conn.execute(DEAD_LETTER_MOVE, {"id": id, "attempt": attempt})
     return cur.rowcount == 1
 
 
 async def dead_letter_async(conn: psycopg.AsyncConnection[Any], *, id: int, attempt: int) -> bool:
-    """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
-    roll back when it returns False.
+    """Move a spent row to the dead-letter table: delete it from the queue and insert it there, in
+    one statement.
     """
-    cur = await conn.execute(DEAD_LETTER_COPY, {"attempt": attempt, "id": id})
-    if cur.rowcount != 1:
-        return False
-    cur = await conn.execute(DEAD_LETTER_DELETE, {"id": id})
+    cur = await conn.execute(DEAD_LETTER_MOVE, {"id": id, "attempt": attempt})
     return cur.rowcount == 1
 
 
@@ -483,21 +475,29 @@ async def advisory_locks_async(conn: psycopg.AsyncConnection[Any]) -> int:
 
 
 # The table's dead and live row versions, the share of its updates that were HOT (wrote no index
-# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status); a
+# partitioned table's are its partitions' summed, with the latest autovacuum of any.
 TABLE_HEALTH: Final[LiteralString] = """
-SELECT n_dead_tup,
-       n_live_tup,
-       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
-       last_autovacuum
+WITH RECURSIVE tree (part) AS (
+    SELECT to_regclass(%(table)s)::oid
+    UNION ALL
+    SELECT inhrelid FROM pg_inherits JOIN tree ON inhparent = part
+)
+SELECT SUM(n_dead_tup)::int8 AS n_dead_tup,
+       SUM(n_live_tup)::int8 AS n_live_tup,
+       SUM(n_tup_hot_upd)::float8 / NULLIF(SUM(n_tup_upd), 0) AS hot_share,
+       MAX(last_autovacuum) AS last_autovacuum
 FROM pg_stat_user_tables
-WHERE relid = to_regclass(%(table)s)
+WHERE relid IN (SELECT part FROM tree)
+HAVING COUNT(*) > 0
 """
 
 
 def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
     """The table's dead and live row versions, the share of its updates that were HOT (wrote no
     index entry), and its last autovacuum, as the server's statistics count them (inboxgen
-    status).
+    status); a partitioned table's are its partitions' summed, with the latest autovacuum of
+    any.
     """
     cur = conn.execute(TABLE_HEALTH, {"table": "\"ledger_jobs\""})
     row = cur.fetchone()
@@ -507,7 +507,8 @@ def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
 async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
     """The table's dead and live row versions, the share of its updates that were HOT (wrote no
     index entry), and its last autovacuum, as the server's statistics count them (inboxgen
-    status).
+    status); a partitioned table's are its partitions' summed, with the latest autovacuum of
+    any.
     """
     cur = await conn.execute(TABLE_HEALTH, {"table": "\"ledger_jobs\""})
     row = await cur.fetchone()
@@ -644,10 +645,10 @@ ASYNC_OPS: Final = Operations(
 
 STATEMENTS: Final = {
     "CANDIDATES": CANDIDATES, "TAKE": TAKE, "LOCK": LOCK, "UNLOCK": UNLOCK, "FINISH": FINISH,
-    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
-    "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "TABLE_HEALTH": TABLE_HEALTH, "ADVISORY_LOCKS": ADVISORY_LOCKS, "REQUEUE_MOVE": REQUEUE_MOVE,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
+    "ADVISORY_LOCKS": ADVISORY_LOCKS, "REQUEUE_MOVE": REQUEUE_MOVE,
     "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY,
     "INSERT_NOTIFY": INSERT_NOTIFY,
 }

@@ -68,10 +68,10 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 
 def _state(r: tuple[Any, ...]) -> JobState:
-    return JobState(
+    return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
-        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]),
-        payload=None if r[5] is None else decode_payload(r[5]),
+        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]), stored=r[5],
+        decode=decode_payload,
     )
 
 

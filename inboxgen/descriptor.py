@@ -53,7 +53,34 @@ class JobState:
     attempt: int | None  # the attempt column as it stands (see the attempt convention)
     due: datetime.datetime | None  # retry_after, where the table has it
     finished_at: datetime.datetime | None  # processed_at, where the table keeps finished rows
-    payload: Any  # decoded as the handler receives it; None where the table has no payload
+    # Decoded as the handler receives it; None where the table has no payload. Where it does
+    # not decode: the value as the driver returned it (bytes, text, or parsed JSON).
+    payload: Any
+    # None, or why the payload does not decode (one line, "ValidationError: Object missing
+    # required field `subject`"): the worker dead-letters such a job.
+    payload_error: str | None = None
+
+    @classmethod
+    def with_payload(cls, *, state: str, id: Any, attempt: int | None,
+                     due: datetime.datetime | None, finished_at: datetime.datetime | None,
+                     stored: Any, decode: Callable[[Any], Any]) -> JobState:
+        """The job whose payload column holds `stored`, decoded by `decode` (NULL stays None).
+        A payload that does not decode is kept as stored, with `payload_error` saying why:
+        whoever reads a job's state still gets it, whatever its payload holds."""
+        payload, error = stored, None
+        if stored is not None:
+            try:
+                payload = decode(stored)
+            except Exception as err:  # the decoder's (msgspec's, or a codec's) in any form
+                error = _one_line(err)
+        return cls(state=state, id=id, attempt=attempt, due=due, finished_at=finished_at,
+                   payload=payload, payload_error=error)
+
+
+def _one_line(err: BaseException) -> str:
+    """An exception as one line: its type, then its message with its whitespace collapsed."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 @attrs.frozen(kw_only=True)

@@ -100,6 +100,22 @@ class Index:
 
 
 @attrs.define
+class Partition:
+    """A partition made by `CREATE TABLE p PARTITION OF t ...` (PostgreSQL): a table of its own
+    that holds some of t's rows, with t's columns and indexes. Storage parameters go on it, not
+    on t, which takes none."""
+
+    schema: str | None
+    name: str
+    path: str
+    line: int
+    # PARTITION BY: partitioned again, its rows are in its own partitions.
+    partitioned: bool = False
+    settings: dict[str, str] = attrs.field(factory=dict)
+    partitions: list[Partition] = attrs.field(factory=list)
+
+
+@attrs.define
 class Table:
     schema: str | None
     name: str
@@ -114,6 +130,22 @@ class Table:
     # PostgreSQL storage parameters set by CREATE TABLE ... WITH (...) or ALTER TABLE ... SET
     # (...): lower-case name -> value as written.
     settings: dict[str, str] = attrs.field(factory=dict)
+    # PostgreSQL's PARTITION BY: the rows are in the partitions (CREATE TABLE ... PARTITION OF).
+    partitioned: bool = False
+    partitions: list[Partition] = attrs.field(factory=list)
+
+    def leaf_partitions(self) -> list[Partition]:
+        """The partitions that hold rows (not partitioned again), at every level, in the order
+        the DDL made them under each parent."""
+        found: list[Partition] = []
+        todo = list(reversed(self.partitions))
+        while todo:
+            part = todo.pop()
+            if part.partitioned:
+                todo.extend(reversed(part.partitions))
+            else:
+                found.append(part)
+        return found
 
     def column(self, name: str, dialect: Dialect) -> Column | None:
         for col in self.columns:
@@ -169,6 +201,40 @@ class Catalog:
             if d.same_name(t.name, name) and _same_schema(d, t.schema, schema):
                 return t
         return None
+
+    def partition(self, schema: str | None, name: str) -> tuple[Partition, list[Partition]] | None:
+        """The partition of that name, and the list of its parent's partitions it is in."""
+        d = self.dialect
+        todo: list[list[Partition]] = [t.partitions for t in self.tables]
+        while todo:
+            siblings = todo.pop()
+            for part in siblings:
+                if d.same_name(part.name, name) and _same_schema(d, part.schema, schema):
+                    return part, siblings
+                todo.append(part.partitions)
+        return None
+
+    def names_in_use(self, table: Table) -> list[str]:
+        """The names a new index of `table` cannot take: the table's own index names where the
+        dialect names indexes within their table (MySQL/MariaDB); else every table, partition
+        and index name of the table's schema, which share one set of names (PostgreSQL,
+        SQLite)."""
+        d = self.dialect
+        if d.index_names_per_table:
+            return [i.name for i in self.indexes_of(table) if i.name]
+        names = [i.name for i in self.indexes
+                 if i.name and _same_schema(d, i.schema, table.schema)]
+        todo: list[list[Partition]] = []
+        for t in self.tables:
+            if _same_schema(d, t.schema, table.schema):
+                names.append(t.name)
+            todo.append(t.partitions)
+        while todo:
+            for part in todo.pop():
+                if _same_schema(d, part.schema, table.schema):
+                    names.append(part.name)
+                todo.append(part.partitions)
+        return names
 
     def indexes_of(self, table: Table) -> list[Index]:
         d = self.dialect
@@ -639,8 +705,12 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     d = catalog.dialect
     schema_node = tree.this
     props = tree.args.get("properties")
-    if isinstance(props, exp.Expression) and props.find(exp.PartitionedOfProperty):
-        return  # CREATE TABLE p PARTITION OF t: p holds some of t's rows and changes none of t
+    partition_of = props.find(exp.PartitionedOfProperty) if isinstance(
+        props, exp.Expression) else None
+    if partition_of is not None:
+        # CREATE TABLE p PARTITION OF t: p holds some of t's rows and changes none of t.
+        _create_partition(catalog, tree, partition_of, st)
+        return
     like = props.find(exp.LikeProperty) if isinstance(props, exp.Expression) else None
     if isinstance(schema_node, exp.Table) and like is not None:
         # MySQL's CREATE TABLE t LIKE source: columns, defaults and AUTO_INCREMENT alike.
@@ -661,14 +731,9 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
     without_rowid = getattr(exp, "WithoutRowidProperty", None)
     table.without_rowid = (without_rowid is not None and isinstance(props, exp.Expression)
                            and props.find(without_rowid) is not None)
-    if d.table_settings and isinstance(props, exp.Properties):
-        # WITH (fillfactor = 70, ...): sqlglot gives each as a plain Property.
-        for prop in props.expressions:
-            if type(prop) is exp.Property and isinstance(prop.this, (exp.Var, exp.Identifier)):
-                value = prop.args.get("value")
-                table.settings[str(prop.this.name).lower()] = (
-                    value.sql(dialect=d.sqlglot_name) if isinstance(value, exp.Expression)
-                    else str(value))
+    if d.table_settings:
+        table.settings.update(_with_settings(props, d))
+        table.partitioned = _partitioned(props)
     for item in _table_items(schema_node):
         if isinstance(item, exp.LikeProperty):
             _copy_like(catalog, table, item, st)
@@ -698,6 +763,49 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
         if pk is not None and _declared_integer(pk.name, st.text):
             pk.auto = pk.has_default = True
     catalog.tables.append(table)
+
+
+def _with_settings(props: exp.Expression | None, d: Dialect) -> dict[str, str]:
+    """CREATE TABLE ... WITH (fillfactor = 70, ...): sqlglot gives each as a plain Property."""
+    found: dict[str, str] = {}
+    if not isinstance(props, exp.Properties):
+        return found
+    for prop in props.expressions:
+        if type(prop) is exp.Property and isinstance(prop.this, (exp.Var, exp.Identifier)):
+            value = prop.args.get("value")
+            found[str(prop.this.name).lower()] = (
+                value.sql(dialect=d.sqlglot_name) if isinstance(value, exp.Expression)
+                else str(value))
+    return found
+
+
+def _partitioned(props: exp.Expression | None) -> bool:
+    """PARTITION BY RANGE/LIST/HASH (...)."""
+    return isinstance(props, exp.Expression) and props.find(exp.PartitionedByProperty) is not None
+
+
+def _create_partition(catalog: Catalog, tree: exp.Create, of: exp.PartitionedOfProperty,
+                      st: Statement) -> None:
+    """CREATE TABLE p PARTITION OF t: p is recorded under t (a table, or a partition itself)
+    with its storage parameters; a parent the catalog does not have is passed over."""
+    d = catalog.dialect
+    parent_schema, parent_name = _table_name(of.this, d)
+    parent: Table | Partition | None = catalog.table(parent_schema, parent_name)
+    if parent is None:
+        found = catalog.partition(parent_schema, parent_name)
+        parent = found[0] if found is not None else None
+    if parent is None:
+        return
+    props = tree.args.get("properties")
+    schema, name = _table_name(tree.this, d)
+    existing = catalog.partition(schema, name)
+    if existing is not None:
+        if tree.args.get("exists"):
+            return
+        existing[1].remove(existing[0])
+    parent.partitions.append(Partition(
+        schema, name, st.path, st.line, _partitioned(props),
+        _with_settings(props, d) if d.table_settings else {}))
 
 
 def _table_items(schema_node: exp.Schema) -> list[exp.Expression]:
@@ -811,6 +919,10 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
     d = catalog.dialect
     schema, name = _table_name(tree.this, d)
     table = catalog.table(schema, name)
+    partition = catalog.partition(schema, name) if table is None else None
+    if partition is not None:
+        _alter_partition(catalog, partition[0], tree, st)
+        return
     if table is None:
         # The checks decide: an error where it is a queue table, else a warning.
         shown = f"{schema}.{name}" if schema else name
@@ -877,13 +989,8 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
                 cols = [_index_column(e, d) for e in _index_exprs(index)]
                 catalog.indexes.append(Index(_ident(index.this, d) or None, table.schema,
                                              table.name, cols, False, False, st.path, st.line))
-        elif (isinstance(action, exp.AlterSet) and d.table_settings and action.expressions
-              and all(isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)
-                      for e in action.expressions)):
-            # SET (fillfactor = 70, ...): storage parameters.
-            for e in action.expressions:
-                table.settings[str(e.this.name).lower()] = e.expression.sql(
-                    dialect=d.sqlglot_name)
+        elif (settings := _set_settings(action, d)) is not None:
+            table.settings.update(settings)
         elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() == "INDEX":
             for target in action.args.get("tables") or action.expressions:
                 gone = _ident(target, d)
@@ -894,6 +1001,35 @@ def _alter_table(catalog: Catalog, tree: exp.Alter, st: Statement) -> None:
             catalog.diagnostics.append(Diagnostic(
                 st.path, st.line,
                 f"ALTER TABLE {table.name}: an action inboxgen does not replay was ignored: "
+                f"{action.sql(dialect=d.sqlglot_name)[:80]}",
+                "warning"))
+
+
+def _set_settings(action: exp.Expression, d: Dialect) -> dict[str, str] | None:
+    """ALTER TABLE ... SET (fillfactor = 70, ...): the storage parameters; None for any other
+    action."""
+    if not (isinstance(action, exp.AlterSet) and d.table_settings and action.expressions
+            and all(isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)
+                    for e in action.expressions)):
+        return None
+    return {str(e.this.name).lower(): e.expression.sql(dialect=d.sqlglot_name)
+            for e in action.expressions}
+
+
+def _alter_partition(catalog: Catalog, part: Partition, tree: exp.Alter, st: Statement) -> None:
+    """ALTER TABLE on a partition: its storage parameters and its name are replayed; its
+    columns and indexes are its parent's."""
+    d = catalog.dialect
+    for action in tree.args.get("actions") or []:
+        settings = _set_settings(action, d)
+        if settings is not None:
+            part.settings.update(settings)
+        elif isinstance(action, exp.AlterRename):
+            _, part.name = _table_name(action.this, d)
+        else:
+            catalog.diagnostics.append(Diagnostic(
+                st.path, st.line,
+                f"ALTER TABLE {part.name}: an action inboxgen does not replay was ignored: "
                 f"{action.sql(dialect=d.sqlglot_name)[:80]}",
                 "warning"))
 
@@ -935,6 +1071,9 @@ def _drop(catalog: Catalog, tree: exp.Drop, st: Statement) -> None:
         schema, name = _table_name(target, d)
         if kind == "TABLE":
             table = catalog.table(schema, name)
+            partition = catalog.partition(schema, name) if table is None else None
+            if partition is not None:
+                partition[1].remove(partition[0])
             if table is not None:
                 catalog.tables.remove(table)
                 catalog.dropped[(table.schema, table.name)] = (st.path, st.line)

@@ -364,6 +364,10 @@ class _Checker:
         if spec.fifo and form == ADVISORY:
             self.err(spec.line("fifo"), "fifo = true cannot be combined with the advisory "
                                         "claim form (FIFO needs row lock or lease)")
+        if spec.count_crashes is False and form != ROW_LOCK:
+            self.err(spec.line("count_crashes"), f"count_crashes = false is for the row lock "
+                                                 f"form; the {form} form counts every claim, so "
+                                                 f"a crash always spends its attempt")
         if spec.count_crashes:
             line = spec.line("count_crashes")
             if form != ROW_LOCK:
@@ -556,7 +560,8 @@ class _Checker:
                     " over unfinished rows only; claims walk every finished row")
             self.warn(self.spec.line("table"),
                       f"no index serves the claim order ({', '.join(order)}) of table "
-                      f"\"{table.name}\"{cost}: {wanted.ddl(self.d)}")
+                      f"\"{table.name}\"{cost}: "
+                      f"{wanted.ddl(self.d, self.catalog.names_in_use(table))}")
         lease = roles.get("locked_until")
         if lease is not None and self.d.indexed_updates_cost:
             for i in indexes:
@@ -582,20 +587,44 @@ class _Checker:
         great many. See docs/operations.md."""
         if not self.d.table_settings:
             return
-        missing = [(k, v) for k, v in QUEUE_SETTINGS if k not in table.settings]
+        wanted: tuple[tuple[str, str], ...] = QUEUE_SETTINGS
         v = self.spec.server_version
         if v is not None and v < (13,):  # no insert-driven vacuum before PostgreSQL 13
-            missing = [(k, x) for k, x in missing if "insert" not in k]
-        if not missing:
-            return
+            wanted = tuple((k, x) for k, x in wanted if "insert" not in k)
         n = self.d.advice_name
-        name = f"{n(table.schema)}.{n(table.name)}" if table.schema else n(table.name)
-        pairs = ", ".join(f"{k} = {x}" for k, x in missing)
-        self.warn(self.spec.line("table"),
-                  f"table \"{table.name}\" keeps PostgreSQL's default storage settings, made "
-                  f"for tables that change little: claim and lease updates find no room on "
-                  f"their page to stay HOT, and dead rows wait until a fifth of the table is "
-                  f"dead: ALTER TABLE {name} SET ({pairs})")
+
+        def alter(schema: str | None, name: str, settings: dict[str, str]) -> str | None:
+            missing = ", ".join(f"{k} = {x}" for k, x in wanted if k not in settings)
+            shown = f"{n(schema)}.{n(name)}" if schema else n(name)
+            return f"ALTER TABLE {shown} SET ({missing})" if missing else None
+
+        why = ("made for tables that change little: claim and lease updates find no room on "
+               "their page to stay HOT, and dead rows wait until a fifth of the table is dead")
+        if not table.partitioned:
+            advice = alter(table.schema, table.name, table.settings)
+            if advice is not None:
+                self.warn(self.spec.line("table"),
+                          f"table \"{table.name}\" keeps PostgreSQL's default storage "
+                          f"settings, {why}: {advice}")
+            return
+        # A partitioned table holds no rows and takes no storage parameters (PostgreSQL refuses
+        # them); the partitions that hold its rows take them, each its own.
+        leaves = table.leaf_partitions()
+        if not leaves:
+            pairs = ", ".join(f"{k} = {x}" for k, x in wanted)
+            self.warn(self.spec.line("table"),
+                      f"table \"{table.name}\" is partitioned and the DDL gives it no partition "
+                      f"to hold its rows yet: each partition keeps PostgreSQL's default storage "
+                      f"settings, {why}, unless it is made with them (a partitioned table "
+                      f"takes none): create each partition WITH ({pairs})")
+            return
+        statements = [a for a in (alter(p.schema, p.name, p.settings) for p in leaves)
+                      if a is not None]
+        if statements:
+            self.warn(self.spec.line("table"),
+                      f"partitions of table \"{table.name}\" keep PostgreSQL's default storage "
+                      f"settings, {why}; a partitioned table takes none, so they go on each "
+                      f"partition (and on partitions made later): {'; '.join(statements)}")
 
 
 # A queue table's storage parameters (PostgreSQL), as the build suggests them: room on each

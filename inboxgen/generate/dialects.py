@@ -61,6 +61,9 @@ class Dialect:
     partial_indexes: bool = True
     # PostgreSQL's per-table storage parameters (fillfactor, autovacuum_*).
     table_settings: bool = False
+    # MySQL/MariaDB names an index within its table; PostgreSQL (within a schema) and SQLite
+    # give tables and indexes names from one set.
+    index_names_per_table: bool = False
 
     def quote(self, name: str) -> str:
         q = self.quote_char
@@ -185,6 +188,7 @@ MYSQL = Dialect(
     too_old=_mysql_too_old,
     prefix_parts_parse_as_calls=True,
     partial_indexes=False,
+    index_names_per_table=True,
 )
 SQLITE = Dialect(
     name="sqlite",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import keyword
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import attrs
 
@@ -56,6 +57,22 @@ class ClaimIndex:
     def name(self) -> str:
         return f"{self.table.name}_claim"
 
+    def free_name(self, d: Dialect, taken: Collection[str] = ()) -> str:
+        """The name the advice gives the index: `name`, or where that is `taken` (the index
+        the advice replaces often has it), the first of `name_2`, `name_3`, ... that is not,
+        so that the advice runs as printed beside the old index. The table's part is cut to
+        fit the server's limit on names (which would otherwise cut the name itself, maybe to
+        one taken)."""
+        for n in itertools.count(1):
+            suffix = "_claim" if n == 1 else f"_claim_{n}"
+            stem = self.table.name
+            while stem and d.identifier_too_long(stem + suffix):
+                stem = stem[:-1]  # the table's part gives way, as PostgreSQL's own names do
+            candidate = stem + suffix
+            if not any(d.same_name(candidate, t) for t in taken):
+                return candidate
+        raise AssertionError("unreachable")
+
     def columns(self, d: Dialect) -> tuple[str, ...]:
         if self.finished is None or d.partial_indexes:
             return self.order
@@ -82,13 +99,14 @@ class ClaimIndex:
         """Whether a key leads with the claim order (over every row, finished ones too)."""
         return _leads(columns, self.order)
 
-    def ddl(self, d: Dialect) -> str:
-        """The CREATE INDEX statement, as messages suggest it."""
+    def ddl(self, d: Dialect, taken: Collection[str] = ()) -> str:
+        """The CREATE INDEX statement, as messages suggest it: named so as to run where the
+        names in `taken` are the database's already (see `free_name`)."""
         n = d.advice_name
         table = (f"{n(self.table.schema)}.{n(self.table.name)}" if self.table.schema
                  else n(self.table.name))
         where = self.where_null(d)
-        return (f"CREATE INDEX {n(self.name)} ON {table} "
+        return (f"CREATE INDEX {n(self.free_name(d, taken))} ON {table} "
                 f"({', '.join(n(c) for c in self.columns(d))})"
                 + (f" WHERE {n(where)} IS NULL" if where else ""))
 

@@ -17,8 +17,9 @@ from inboxgen.generate.catalog import Catalog, Table
 from inboxgen.generate.model import Queue
 from inboxgen.generate.statements import Statement
 
-# PostgreSQL's views that status statements read; their columns are the server's.
-_SERVER_VIEWS = frozenset({"pg_stat_activity", "pg_locks", "pg_database", "pg_stat_user_tables"})
+# PostgreSQL's views and catalogs that status statements read; their columns are the server's.
+_SERVER_VIEWS = frozenset({"pg_stat_activity", "pg_locks", "pg_database", "pg_stat_user_tables",
+                           "pg_inherits"})
 
 
 def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog) -> None:

@@ -8,7 +8,8 @@ prints. It runs the generated modules' statements and nothing else.
 
 It is read-only unless built with `allow_actions=True` and a token: then a dead job can be put
 back into the queue (`requeue()`) and a queued one cancelled (`cancel()`), each POST carrying
-the token. The database is named by the connect helpers' label, which never holds a password.
+the token. Read-only, every POST (to a page or an action) is answered 403. The database is
+named by the connect helpers' label, which never holds a password.
 
     from inboxgen.ops import dashboard
     app = dashboard.app("postgresql://ops@db/app", [mailer, reports])   # a Starlette app
@@ -265,11 +266,16 @@ def app(database_url: str, modules: Sequence[ModuleType], *, allow_actions: bool
         finally:
             await board.stop()
 
-    routes = [Route("/", _overview, methods=["GET"]),
-              Route("/job", _job, methods=["GET"]),
-              Route("/api/status", _api_status, methods=["GET"]),
+    pages = [Route("/", _overview, methods=["GET"]),
+             Route("/job", _job, methods=["GET"]),
+             Route("/api/status", _api_status, methods=["GET"])]
+    routes = [*pages,
               Route("/actions/requeue", _requeue, methods=["POST"]),
               Route("/actions/cancel", _cancel, methods=["POST"])]
+    if not allow_actions:
+        # Read-only, every POST is refused as an action is (403), a page's too (not 405): an
+        # operator is told why, whatever the path. With actions on, a page is no action: 405.
+        routes += [Route(page.path, _read_only, methods=["POST"]) for page in pages]
     web = Starlette(routes=routes, lifespan=lifespan)
     web.state.dashboard = board
     return web
@@ -312,8 +318,10 @@ async def _overview(request: Request) -> Response:
                  "dead_kept": _dead_kept(board.modules[t.table]),
                  "dead": totals(t, True)["dead"],
                  "dead_list": [{"id": j.id, "attempt": j.attempt, "due": j.due,
-                                "payload": _shown_payload(j.payload)}
-                               for j in listed[t.table]]} for t in tables]
+                                "payload": _shown_payload(j.payload),
+                                "payload_error": _shown_error(j.payload_error)}
+                               for j in listed[t.table]],
+                 "undecodable": any(j.payload_error for j in listed[t.table])} for t in tables]
     labels = sorted({t.database for t in tables})
     return _html(_render("overview", request, board, sections=sections, labels=labels,
                          now=now, samples=len(board.history)))
@@ -349,6 +357,7 @@ async def _job(request: Request) -> Response:
     return _html(_render(
         "job", request, board, table=table, job_id=job_id, job=found, now=now,
         payload=None if found is None else _shown_payload(found.payload),
+        payload_error=None if found is None else _shown_error(found.payload_error),
         can_requeue=found is not None and found.state == "dead" and hasattr(module, "requeue"),
         can_cancel=(found is not None and found.state in ("ready", "scheduled")
                     and hasattr(module, "cancel")),
@@ -384,6 +393,14 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in fields.items()}
 
 
+_READ_ONLY = "actions are off: this dashboard is read-only"
+
+
+def _refused(request: Request, board: Dashboard, message: str) -> Response:
+    """403: a one-line page saying why nothing was done."""
+    return _html(_render("error", request, board, message=message), 403)
+
+
 async def _authorized(request: Request) -> tuple[Dashboard, dict[str, str], Response | None]:
     """The form of an action, or the 403 answer when actions are off or the token is wrong."""
     board = _board(request)
@@ -391,12 +408,17 @@ async def _authorized(request: Request) -> tuple[Dashboard, dict[str, str], Resp
     header = request.headers.get("authorization", "")
     given = fields.get("token") or header.removeprefix("Bearer ").strip()
     if not board.allow_actions:
-        message = "actions are off: this dashboard is read-only"
+        message = _READ_ONLY
     elif not board.token_ok(given):
         message = "wrong or missing token: the action was refused"
     else:
         return board, fields, None
-    return board, fields, _html(_render("error", request, board, message=message), 403)
+    return board, fields, _refused(request, board, message)
+
+
+async def _read_only(request: Request) -> Response:
+    """A POST to a page of a read-only dashboard: refused as an action would be."""
+    return _refused(request, _board(request), _READ_ONLY)
 
 
 async def _requeue(request: Request) -> Response:
@@ -504,6 +526,11 @@ def _dead_kept(module: ModuleType) -> str | None:
     return None
 
 
+def _shown_error(error: str | None) -> str | None:
+    """Why a payload does not decode (JobState.payload_error), cut as a payload is."""
+    return None if error is None else _shown_payload(error)
+
+
 def _shown_payload(payload: Any) -> str:
     text = repr(payload) if isinstance(payload, bytes | bytearray) else str(payload)
     if len(text) > _PAYLOAD_SHOWN:
@@ -580,6 +607,7 @@ dl.job dt { float: left; clear: left; width: 8em; color: #4a5568; }
 dl.job dd { margin: 0 0 .2em 9em; }
 pre.payload { background: #f7fafc; border: 1px solid #e2e8f0; padding: .5em; white-space: pre-wrap;
   word-break: break-all; max-width: 60em; }
+.payload-error { color: #c53030; word-break: break-all; }
 </style>
 </head>
 <body>
@@ -657,14 +685,16 @@ read at <time>{{ now.strftime("%Y-%m-%d %H:%M:%S") }} UTC</time> &middot;
 {{ s.dead_kept }}{% if s.dead_list %}; the newest (by id):{% else %}.{% endif %}</p>
 {% if s.dead_list %}
 <table class="dead-list">
-<thead><tr><th>id</th><th>attempt</th><th>due</th>{% if board.show_payloads
+<thead><tr><th>id</th><th>attempt</th><th>due</th>{% if board.show_payloads or s.undecodable
 %}<th>payload</th>{% endif %}</tr></thead>
 <tbody>
 {% for j in s.dead_list %}
 <tr><td><a href="{{ base }}/job?table={{ t.table | urlencode }}&amp;id={{ j.id | urlencode
 }}">{{ j.id }}</a></td><td class="num">{{ j.attempt if j.attempt is not none else "" }}</td>
 <td>{{ j.due.strftime("%Y-%m-%d %H:%M:%S") if j.due else "" }}</td>{% if board.show_payloads
-%}<td><pre class="payload">{{ j.payload }}</pre></td>{% endif %}</tr>
+or s.undecodable %}<td>{% if j.payload_error %}<span class="payload-error">does not decode:
+{{ j.payload_error }}</span>{% endif %}{% if board.show_payloads %}<pre class="payload">{{ j.payload
+}}</pre>{% endif %}</td>{% endif %}</tr>
 {% endfor %}
 </tbody>
 </table>
@@ -701,7 +731,9 @@ nor dead (cancelled, deleted when finished, or never there).</p>
 {% endif %}
 {% if job.finished_at is not none %}<dt>finished</dt>
 <dd class="finished">{{ job.finished_at.isoformat() }}</dd>{% endif %}
-<dt>payload</dt><dd>{% if board.show_payloads %}<pre class="payload">{{ payload }}</pre>
+<dt>payload</dt><dd>{% if payload_error %}<p class="payload-error">does not decode:
+{{ payload_error }}{% if board.show_payloads %} (below as stored){% endif %}</p>
+{% endif %}{% if board.show_payloads %}<pre class="payload">{{ payload }}</pre>
 {% else %}<span class="payload-hidden">hidden (start the dashboard with --show-payloads to
 show payloads)</span>{% endif %}</dd>
 </dl>

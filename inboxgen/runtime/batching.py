@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
     from inboxgen.runtime.backends.base import Backend, Step
 
-# A dead letter to a table copies, checks and deletes: several statements, never batched.
+# Settlements that are one statement each; a dead letter to a table is not where the module
+# copies, checks and deletes (DEAD_LETTER_COPY: MySQL/MariaDB, SQLite).
 _ONE_STATEMENT = frozenset({"finish", "retry", "retry_after", "dead_letter"})
 # The values a batch statement takes one entry per row of (the guard's).
 _PER_ROW = ("id", "locked_until", "attempt")
@@ -26,7 +27,7 @@ _PER_ROW = ("id", "locked_until", "attempt")
 def one_statement(descriptor: TableDescriptor, op: str) -> bool:
     """Whether settlement `op` is one statement whose result needs no reading in between."""
     return op in _ONE_STATEMENT and not (op == "dead_letter"
-                                         and descriptor.dead_letter_table is not None)
+                                         and "DEAD_LETTER_COPY" in descriptor.statements)
 
 
 def by_op(pending: list[tuple[str, Any]]) -> dict[str, list[Any]]:

@@ -33,20 +33,24 @@ async def watch(path: str, wakes: Wakes) -> None:
     conn: sqlite3.Connection | None = None
     try:
         conn = await loop.run_in_executor(thread, _open, path)
-        seen = await loop.run_in_executor(thread, _version, conn)
+        seen: int | None = None  # the first read that succeeds sets it
         while True:
-            await asyncio.sleep(WATCH_INTERVAL)
             try:
                 now = await loop.run_in_executor(thread, _version, conn)
-            except sqlite3.Error as err:  # a file replaced or gone: the claims will say
+            except sqlite3.Error as err:
+                # Locked for now (the first read too: the next tick tries again), or a file
+                # replaced or gone (the claims will say).
                 log.debug("%s: cannot read the database's data_version: %s", wakes.name, err)
-                continue
-            # Only a slot that waits is woken: busy slots claim again anyway, and owing them a
-            # wake-up would have every commit of another process start a claim at once,
-            # crowding the file's one write lock. With no slot waiting, the change is looked
-            # at again on the next tick.
-            if now != seen and wakes.wake_waiting():
-                seen = now
+            else:
+                # Only a slot that waits is woken: busy slots claim again anyway, and owing
+                # them a wake-up would have every commit of another process start a claim at
+                # once, crowding the file's one write lock. With no slot waiting, the change
+                # is looked at again on the next tick.
+                if seen is None:
+                    seen = now
+                elif now != seen and wakes.wake_waiting():
+                    seen = now
+            await asyncio.sleep(WATCH_INTERVAL)
     finally:
         if conn is not None:
             with contextlib.suppress(Exception):

@@ -192,3 +192,39 @@ def test_the_projects_task_modules_are_built_from_its_specs() -> None:
     verified = subprocess.run([sys.executable, "-m", "inboxgen", "verify"], cwd=PROJECT,
                               capture_output=True, text=True, timeout=120, check=False)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("shop", ["sqlite"], indirect=True)
+def test_get_result_of_a_row_whose_payload_cannot_be_read(shop: Shop, tmp_path: Path) -> None:
+    """A task row whose payload does not decode (text that is not JSON), or that names no task,
+    has no task to give a result of: get_result() raises TaskResultDoesNotExist saying why, as
+    for an id without a row, never the decoder's error; the other tasks read as usual."""
+    from inboxgen.generate.build import generate, write
+    from inboxgen.generate.config import Project
+
+    # The task table's module as inboxgen builds it now, beside the committed one.
+    project = Project(PROJECT, PROJECT / "specs", tmp_path / "fresh_queues")
+    built = generate(project, [PROJECT / "specs" / "tasks_sqlite.toml"])
+    assert built.ok, [d.format() for d in built.diagnostics]
+    write(built)
+    shop.env.update(PYTHONPATH=f"{PROJECT}{os.pathsep}{tmp_path}",
+                    TASKSHOP_MODULE="fresh_queues.tasks_sqlite")
+    found = shop.shell("""
+        from django.tasks.exceptions import TaskResultDoesNotExist
+        ids = {name: write_note.enqueue(name).id for name in ("good", "garbled", "no_task")}
+        with connection.cursor() as cur:
+            cur.execute("UPDATE task_jobs SET payload = %s WHERE id = %s",
+                        ["not json {", ids["garbled"]])
+            cur.execute("UPDATE task_jobs SET payload = %s WHERE id = %s",
+                        ['{"task": 5, "args": []}', ids["no_task"]])
+        out["good"] = write_note.get_result(ids["good"]).status
+        for name in ("garbled", "no_task"):
+            try:
+                write_note.get_result(ids[name])
+            except TaskResultDoesNotExist as err:
+                out[name] = str(err)
+        """)
+    assert found["good"] == "READY"
+    assert found["garbled"].endswith(": its payload does not decode (DecodeError: JSON is "
+                                     "malformed: invalid character (byte 4))"), found
+    assert found["no_task"].endswith(": its payload names no task"), found

@@ -456,6 +456,52 @@ def test_the_json_endpoint_of_an_app_mounted_in_an_asgi_app_on_sqlite(
             dashboard.dashboard_of(web).database.close()
 
 
+# Every route of the dashboard: its pages (GET) and its actions (POST).
+PAGES = ("/", "/job", "/api/status")
+ACTIONS = ("/actions/requeue", "/actions/cancel")
+READ_ONLY = '<p class="error">actions are off: this dashboard is read-only</p>'
+
+
+def test_a_read_only_dashboard_answers_403_to_a_post_on_each_page_and_action(
+        sqlite_project: tuple[Path, Queue, str]) -> None:
+    """Actions off: a POST to any page or action, with or without a token, a form or a query,
+    is answered 403 with the one-line page the token check gives, and the database is left as
+    it was. (With actions on, a POST to a page is no action: 405.)"""
+    _, q, path = sqlite_project
+    ids = mix(q, now())
+    before = q.snapshot()
+    read_only = dashboard.app(path, [q.mod])
+    acting = dashboard.app(path, [q.mod], allow_actions=True, token=TOKEN)
+    outer = Starlette(routes=[Mount("/ro", app=read_only), Mount("/on", app=acting)])
+    forms: list[dict[str, str] | None] = [
+        None,
+        {"table": "jobs", "id": str(ids["dead"]), "token": TOKEN},
+        {"table": "jobs", "id": str(ids["ready-1"]), "token": "anything"},
+    ]
+    try:
+        with in_thread(outer) as base:
+            answers = {}
+            for route in PAGES + ACTIONS:
+                for form in forms:
+                    for query in ("", f"?table=jobs&id={ids['ready-1']}"):
+                        code, body = http("POST", f"{base}/ro{route}{query}", form=form,
+                                          headers={"Authorization": f"Bearer {TOKEN}"})
+                        answers[route, query, str(form)] = body
+                        assert code == 403, (route, query, form, code, body)
+                        assert READ_ONLY in body, body
+            # One page for every refusal, the token check's.
+            assert len(set(answers.values())) == 1, sorted(set(answers.values()))
+            for route in PAGES:
+                code, body = http("POST", f"{base}/on{route}")
+                assert code == 405, (route, code, body)
+            code, body = http("GET", f"{base}/ro/")
+            assert code == 200 and "read-only" in body
+    finally:
+        for web in (read_only, acting):
+            dashboard.dashboard_of(web).database.close()
+    assert q.snapshot() == before  # nothing changed
+
+
 def run(root: Path, env: dict[str, str], *args: str,
         python: tuple[str, ...] = ("-m", "inboxgen")) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *python, *args], cwd=root, env=env,

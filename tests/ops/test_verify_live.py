@@ -166,11 +166,13 @@ OVER_FINISHED_ROWS = {
     "sqlite": "DROP INDEX jobs_claim; "
               "CREATE INDEX jobs_claim ON jobs (grp, priority, retry_after, id);",
 }
+# The index to create, named {name}: jobs_claim where the database has no index of that name,
+# else the next free name.
 ADVICE = {
-    "postgres": "CREATE INDEX jobs_claim ON jobs (grp, priority, retry_after, id) "
+    "postgres": "CREATE INDEX {name} ON jobs (grp, priority, retry_after, id) "
                 "WHERE processed_at IS NULL",
-    "mysql": "CREATE INDEX jobs_claim ON jobs (grp, processed_at, priority, retry_after, id)",
-    "sqlite": "CREATE INDEX jobs_claim ON jobs (grp, priority, retry_after, id) "
+    "mysql": "CREATE INDEX {name} ON jobs (grp, processed_at, priority, retry_after, id)",
+    "sqlite": "CREATE INDEX {name} ON jobs (grp, priority, retry_after, id) "
               "WHERE processed_at IS NULL",
 }
 DATABASE = {"postgres": "(PostgreSQL at ", "mysql": "(MySQL/MariaDB at ", "sqlite": "(SQLite file "}
@@ -186,7 +188,8 @@ def test_a_claim_index_that_holds_finished_rows_is_named(
     (line,) = result.stderr.splitlines()
     assert line.startswith("generated/jobs.py: table jobs, claim index: jobs_claim holds "
                            f"finished rows too {DATABASE[dialect]}"), line
-    assert line.endswith(f"); claims walk every finished row: {ADVICE[dialect]}"), line
+    advice = ADVICE[dialect].format(name="jobs_claim_2")  # jobs_claim is the old one's
+    assert line.endswith(f"); claims walk every finished row: {advice}"), line
 
 
 @pytest.mark.parametrize("predicate", ["processed_at IS NOT NULL", "attempt < 5"])
@@ -209,4 +212,27 @@ def test_a_dropped_claim_index_names_the_one_to_create(
     assert result.returncode == 1
     assert (f"generated/jobs.py: table jobs, claim index: none serves the claim order (grp, "
             f"priority, retry_after, id) over unfinished rows only (SQLite file {url}); claims "
-            f"walk every finished row: {ADVICE['sqlite']}") in result.stderr.splitlines()
+            f"walk every finished row: {ADVICE['sqlite'].format(name='jobs_claim')}") \
+        in result.stderr.splitlines()
+
+
+@pytest.mark.parametrize("dialect", [*SERVERS, "sqlite"])
+def test_the_claim_index_advice_runs_as_printed_where_the_old_index_is(
+        project: Callable[[str], tuple[Path, str]], dialect: str) -> None:
+    """The advice names an index the database does not have: not jobs_claim, which holds
+    finished rows too, nor another relation's name (PostgreSQL and SQLite share one set of names
+    between tables and indexes)."""
+    root, url = project(dialect)
+    taken = {"postgres": "CREATE TABLE jobs_claim_2 (x INT);",
+             "mysql": "ALTER TABLE jobs ADD INDEX jobs_claim_2 (account)",
+             "sqlite": "CREATE TABLE jobs_claim_2 (x INT);"}[dialect]
+    alter(dialect, url, OVER_FINISHED_ROWS[dialect])
+    alter(dialect, url, taken)
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    advice = line[line.index("CREATE INDEX"):]
+    assert advice == ADVICE[dialect].format(name="jobs_claim_3"), line
+    alter(dialect, url, advice)  # before the fix: jobs_claim already exists
+    again = run(root, "verify", "--database-url", url)
+    assert again.returncode == 0, again.stderr

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import logging
 import os
 import signal
@@ -663,6 +664,42 @@ def test_two_worker_processes_deliver_every_row_once(
     per_child = Counter(name for name, _, _ in delivered)
     assert all(per_child[c.name] > 0 for c in children), f"both took part: {per_child}"
     assert q.unfinished() == set()
+
+
+START_ROUNDS = 8  # pairs of processes started together, each on a file of its own
+
+
+def test_two_sqlite_worker_processes_started_at_once_on_a_fresh_file_both_serve(
+        make_queue: MakeKind, spawn: Spawn, tmp_path: Path) -> None:
+    # A file as migrations leave it, not yet in WAL mode: each process's first connection turns
+    # WAL on, a change SQLite answers "database is locked" at once (without its busy handler)
+    # while the other process holds a lock. The second to get there must wait, not fail to start.
+    def one_round(round_: int) -> None:
+        q = make_queue("sqlite-lease")
+        gc.collect()  # the connection the table was made on: leaving WAL needs it closed
+        with closing(sqlite3.connect(q.database, isolation_level=None)) as c:
+            assert c.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+        ids = q.add(60)
+        go = tmp_path / f"go-{round_}"
+        children = [spawn(q, "run", name=name, go=go, workers=4, poll_interval=0.02,
+                          job_seconds=0.05) for name in (f"a{round_}", f"b{round_}")]
+        for child in children:
+            child.wait_for("ready")
+        go.touch()  # both connect at once
+        for child in children:
+            child.wait_for("start", timeout=30)  # serving: it started a job
+        until(lambda: not q.unfinished(), 30, "every row to be finished")
+        for child in children:
+            child.signal(signal.SIGTERM)
+        for child in children:
+            assert child.wait_exit(15) == 0, child.stderr()
+            assert "ConnectFailed" not in child.stderr(), child.stderr()
+        assert_each_row_delivered_once(child_deliveries(children, "start"), ids)
+        with closing(sqlite3.connect(q.database)) as c:
+            assert c.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+    for round_ in range(START_ROUNDS):
+        one_round(round_)
 
 
 def test_two_sqlite_advisory_workers_in_one_process_deliver_every_row_once(

@@ -1,19 +1,31 @@
 """SQLite workers with many slots and short leases: they drain the queue and shut down within
-their timeout, transactional or not (real SQLite files, the real clock); and advisory workers keep
-every slot busy while due rows exist."""
+their timeout, transactional or not (real SQLite files, the real clock); advisory workers keep
+every slot busy while due rows exist; and a worker that starts while another process holds the
+file's lock waits for it, as the busy timeout says, instead of failing its start."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import gc
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue, Queue
 
 from inboxgen import Worker
+from inboxgen.errors import ConnectFailed
+from inboxgen.runtime.backends import SqliteBackend
+from inboxgen.runtime.backends.base import Wakes
+from inboxgen.runtime.connecting import reach
+from inboxgen.runtime.watcher import watch
 
 JOBS = 400
 
@@ -232,3 +244,156 @@ def test_a_job_enqueued_on_an_idle_worker_starts_without_waiting_for_the_poll(
         assert pickup is not None and pickup < 1, pickup
     else:
         assert pickup is None
+
+
+# -- starting while another process holds the file's lock -----------------------------------------
+
+# Another process: takes the lock (BEGIN IMMEDIATE: the write lock; BEGIN EXCLUSIVE: readers
+# kept out too, on a file not in WAL mode), says so, holds it for a while, and lets go.
+HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN " + sys.argv[2])
+conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+print("held", flush=True)
+time.sleep(float(sys.argv[3]))
+conn.execute("ROLLBACK")
+print("released", flush=True)
+"""
+
+
+@contextlib.contextmanager
+def held(path: str, how: str, seconds: float) -> Iterator[float]:
+    """Another process holds `path`'s lock (BEGIN `how`) for `seconds` from the moment this
+    yields (when the lock is held; yields time.monotonic() then)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, path, how, str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "held"
+        yield time.monotonic()
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def journal_mode(path: str, mode: str | None = None) -> str:
+    """The file's journal mode (set to `mode` first, when given: leaving WAL mode needs every
+    other connection closed, and the one the tables were made on is closed by the collector)."""
+    gc.collect()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        if mode is not None:
+            conn.execute(f"PRAGMA journal_mode={mode}")
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["IMMEDIATE", "EXCLUSIVE"])
+def test_a_worker_waits_for_the_lock_another_process_holds_on_a_file_not_yet_in_wal_mode(
+        queue: MakeQueue, how: str) -> None:
+    # Changing the journal mode needs the file to itself, and SQLite answers "database is
+    # locked" at once there, without its busy handler: the worker must wait out the holder
+    # (a writer, IMMEDIATE; or one that keeps readers out too, EXCLUSIVE).
+    q = queue("sqlite", Layout("lease"))
+    assert journal_mode(q.target, "DELETE") == "delete"  # a file as a migration tool leaves it
+    fill(q, 5)
+
+    async def handler(job: Any) -> None:
+        pass
+
+    async def run(since: float) -> float:
+        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, workers=2, lease=30,
+                        poll_interval=0.05, shutdown_timeout=2)
+        await worker.start()
+        waited = time.monotonic() - since
+        try:
+            started = time.monotonic()
+            while unfinished(q) and time.monotonic() - started < 30:
+                await asyncio.sleep(0.05)
+        finally:
+            await worker.shutdown()
+        return waited
+
+    with held(q.target, how, 1.0) as since:
+        waited = asyncio.run(run(since))
+    assert waited >= 0.8, f"started {waited:.2f} s after the lock was taken, before its release"
+    assert unfinished(q) == 0
+    assert journal_mode(q.target) == "wal"
+    q.close()
+
+
+@pytest.mark.parametrize("how", ["IMMEDIATE", "EXCLUSIVE"])
+def test_a_lock_held_past_the_busy_timeout_fails_the_start_in_one_line(queue: MakeQueue,
+                                                                       how: str) -> None:
+    q = queue("sqlite", Layout("lease"))
+    journal_mode(q.target, "DELETE")
+    backend = SqliteBackend(q.mod.DESCRIPTOR, q.target, busy_timeout=0.5)
+
+    async def start() -> None:
+        await reach(backend, timeout=30, stopping=asyncio.Event(),
+                    where={"worker": "w", "table": "jobs"})
+
+    with held(q.target, how, 4.0) as since:
+        with pytest.raises(ConnectFailed) as failed:
+            asyncio.run(start())
+        took = time.monotonic() - since
+    assert 0.5 <= took < 3.5, f"failed after {took:.2f} s, against a busy timeout of 0.5 s"
+    assert str(failed.value).splitlines() == [
+        f"cannot connect to SQLite file {q.target}: database is locked (worker w, table jobs)"]
+    assert journal_mode(q.target) == "delete"  # nothing changed
+    q.close()
+
+
+def test_a_worker_on_a_wal_file_does_not_wait_for_a_writer(queue: MakeQueue) -> None:
+    # In WAL mode (kept in the file) there is nothing to change: a writer of another process
+    # does not hold the start up.
+    q = queue("sqlite", Layout("lease"))
+    assert journal_mode(q.target) == "wal"
+    backend = SqliteBackend(q.mod.DESCRIPTOR, q.target, busy_timeout=5)
+    with held(q.target, "IMMEDIATE", 3.0) as since:
+        asyncio.run(backend.probe())
+        took = time.monotonic() - since
+    assert took < 1.0, f"the connection waited {took:.2f} s for the writer"
+    q.close()
+
+
+def test_the_commit_watch_outlasts_a_first_read_the_lock_holder_refuses(
+        queue: MakeQueue) -> None:
+    # The watch reads without waiting (timeout 0): a read refused at its start is tried again on
+    # the next tick, as every later one is, instead of ending the watch for good.
+    q = queue("sqlite", Layout("lease"))
+    journal_mode(q.target, "DELETE")  # readers are kept out while a writer commits
+    woken = threading.Event()
+
+    def wake_waiting() -> bool:
+        woken.set()
+        return True
+
+    wakes = Wakes("w", None, lambda: None, lambda: None, wake_waiting,
+                  lambda err, where: False, lambda pid: None)
+
+    async def run(released: float) -> bool:
+        watching = asyncio.create_task(watch(q.target, wakes))
+        try:
+            await asyncio.sleep(0.3)  # the watch's first reads, refused
+            assert not watching.done(), watching.exception()
+            while time.monotonic() < released:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)  # released: the watch has read the version again
+            fill(q, 1)  # another connection commits
+            for _ in range(100):
+                if woken.is_set():
+                    return True
+                await asyncio.sleep(0.02)
+            return False
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+
+    with held(q.target, "EXCLUSIVE", 1.0) as since:
+        assert asyncio.run(run(since + 1.0)), "the commit woke no slot"
+    q.close()

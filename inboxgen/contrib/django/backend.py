@@ -10,6 +10,7 @@ an on_commit callback).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -123,7 +124,8 @@ class TaskBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult:
         """The task as its row says now. Return values and errors are not kept (the table has
         no column for them): a finished task's `return_value` is None, a failed one's `errors`
-        empty."""
+        empty. A row whose payload does not decode, or names no task, has no task to give a
+        result of: TaskResultDoesNotExist, saying why."""
         table = self.usable  # InvalidTaskBackend where the settings are wrong
         if not self.supports_get_result:
             raise NotImplementedError(
@@ -136,13 +138,22 @@ class TaskBackend(BaseTaskBackend):
         conn = connections[self.database]
         conn.ensure_connection()
         found = table.module.state(conn.connection, id=row_id, now=timezone.now())
-        body = found.payload if found is not None else None
+        if found is None:
+            raise TaskResultDoesNotExist(result_id)
+        if found.payload_error is not None:
+            # Its task and arguments cannot be read, and a TaskResult names its task. (The
+            # worker moves such a row to the dead letters; the operator finds it there.)
+            raise TaskResultDoesNotExist(f"{result_id}: its payload does not decode "
+                                         f"({found.payload_error})")
+        body = found.payload
         if isinstance(body, str | bytes):
             # Django's PostgreSQL connection loads JSON columns as text (its JSONField parses
-            # them), where a plain psycopg connection gives them parsed.
-            body = json.loads(body)
-        if found is None or not isinstance(body, dict) or TASK not in body:
-            raise TaskResultDoesNotExist(result_id)
+            # them), where a plain psycopg connection gives them parsed. (Elsewhere a string is
+            # the payload's own JSON value: no task.)
+            with contextlib.suppress(ValueError):
+                body = json.loads(body)
+        if not isinstance(body, dict) or not isinstance(body.get(TASK), str):
+            raise TaskResultDoesNotExist(f"{result_id}: its payload names no task")
         finished = found.finished_at if found.state in ("finished", "dead") else None
         return TaskResult(task=task_at(body[TASK]), id=str(result_id),
                           status=STATUSES[found.state], enqueued_at=None, started_at=None,

@@ -348,7 +348,8 @@ class Renderer:
                 Step("one", self.cur("FIFO_CLAIM", self.params(fc)), "_claimed(row)"),),
                 before=guard))
         for name, fname in (("RENEW", "renew"), ("FINISH", "finish"), ("RETRY", "retry"),
-                            ("RETRY_AFTER", "retry_after"), ("DEAD_LETTER", "dead_letter")):
+                            ("RETRY_AFTER", "retry_after"), ("DEAD_LETTER", "dead_letter"),
+                            ("DEAD_LETTER_MOVE", "dead_letter")):
             if name not in st:
                 continue
             s = st[name]
@@ -521,16 +522,20 @@ class Renderer:
         return Func("dead_letters", self.args(s), "list[JobState]", s.doc, (
             Step("many", self.cur("DEAD_LIST", self.params(s)), "_state(r)"),))
 
-    def state_times(self) -> list[str]:
-        """_state()'s due, finished_at and payload, as read from STATE's row `r`."""
+    def state_args(self) -> tuple[str, list[str]]:
+        """What _state() calls to make a JobState of STATE's row `r`, and its arguments. A
+        payload is decoded by JobState.with_payload, which keeps one that does not decode as
+        stored, with its error, instead of raising."""
         q = self.q
         # NULL is checked here, as the dead-letter branch may give it whatever the column allows.
-        times = ["None" if f is None else f"None if r[{i}] is None else "
-                 + self.from_db(f, f"r[{i}]").replace("_or_none(", "(")
-                 for i, f in ((3, q.role("retry_after")), (4, q.role("processed_at")))]
-        payload = "None" if q.role("payload") is None else \
-            "None if r[5] is None else decode_payload(r[5])"
-        return [*times, payload]
+        due, finished_at = ["None" if f is None else f"None if r[{i}] is None else "
+                            + self.from_db(f, f"r[{i}]").replace("_or_none(", "(")
+                            for i, f in ((3, q.role("retry_after")), (4, q.role("processed_at")))]
+        items = ["state=str(r[0])", "id=r[1]", "attempt=None if r[2] is None else int(r[2])",
+                 f"due={due}", f"finished_at={finished_at}"]
+        if q.role("payload") is None:
+            return "JobState", [*items, "payload=None"]
+        return "JobState.with_payload", [*items, "stored=r[5]", "decode=decode_payload"]
 
     def cancel(self) -> Func:
         s = self.st["CANCEL"]
@@ -717,7 +722,7 @@ class Renderer:
             "sections": [([(n, sql_literal(self.st[n].sql), self.st[n].doc) for n in names], f)
                          for names, f in self.sections(funcs)],
             "status_oldest": self.status_oldest(),
-            "state_times": self.state_times(),
+            "state_args": self.state_args(),
             "rows": rows,
             "new_rows": new_rows,
             "claimed_args": ", locked_until: datetime.datetime" if self.lease_after_read else "",

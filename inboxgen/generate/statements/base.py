@@ -390,17 +390,29 @@ class Statements:
                 if f.role == "locked_until":
                     values.append("NULL")
                 elif f.role == "attempt" and keep_attempt:
-                    values.append(self.p("attempt"))
+                    values.append(self.attempt_value())
                 else:
                     values.append(self.c(f))
-            cols = ", ".join(self.c(f) for f in q.fields)
-            self.add("DEAD_LETTER_COPY",
-                     f"INSERT INTO {self.t(q.dead_letter_table)} ({cols})\n"
-                     f"SELECT {', '.join(values)}\nFROM {self.t()}\n" + self.where(self.guard()),
-                     "Copy a spent row to the dead-letter table (same transaction as the "
-                     "delete).")
-            self.add("DEAD_LETTER_DELETE", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
-                     "Remove the row copied to the dead-letter table.")
+            self.dead_letter_to_table(values)
+
+    def attempt_value(self) -> str:
+        """The attempt a dead letter keeps, as a value to insert."""
+        return self.p("attempt")
+
+    def dead_letter_to_table(self, values: list[str]) -> None:
+        """Copy a spent row to the dead-letter table, then delete it (in one transaction:
+        `dead_letter()` rolls back when the copy found no row). `values` are what each column
+        of the queue table becomes."""
+        q = self.q
+        assert q.dead_letter_table is not None
+        cols = ", ".join(self.c(f) for f in q.fields)
+        self.add("DEAD_LETTER_COPY",
+                 f"INSERT INTO {self.t(q.dead_letter_table)} ({cols})\n"
+                 f"SELECT {', '.join(values)}\nFROM {self.t()}\n" + self.where(self.guard()),
+                 "Copy a spent row to the dead-letter table (same transaction as the "
+                 "delete).")
+        self.add("DEAD_LETTER_DELETE", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
+                 "Remove the row copied to the dead-letter table.")
 
     # -- what `inboxgen status`, `requeue` and `prune` run -----------------------------------
 

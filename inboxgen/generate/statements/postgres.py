@@ -219,17 +219,26 @@ class PostgresStatements(Statements):
                  "The age in seconds of the database's oldest open transaction (a row-lock "
                  "worker's, or one that holds back vacuum).")
         # The table by its quoted name, bound as a value: the statistics views key tables by
-        # oid, found on the search path as the other statements find the table.
+        # oid, found on the search path as the other statements find the table. A partitioned
+        # table holds no rows of its own: its partitions (pg_inherits, at every level) do.
+        # No row where the table is not there.
         self.add("TABLE_HEALTH",
-                 "SELECT n_dead_tup,\n"
-                 "       n_live_tup,\n"
-                 "       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,\n"
-                 "       last_autovacuum\n"
+                 "WITH RECURSIVE tree (part) AS (\n"
+                 "    SELECT to_regclass(%(table)s)::oid\n"
+                 "    UNION ALL\n"
+                 "    SELECT inhrelid FROM pg_inherits JOIN tree ON inhparent = part\n"
+                 ")\n"
+                 "SELECT SUM(n_dead_tup)::int8 AS n_dead_tup,\n"
+                 "       SUM(n_live_tup)::int8 AS n_live_tup,\n"
+                 "       SUM(n_tup_hot_upd)::float8 / NULLIF(SUM(n_tup_upd), 0) AS hot_share,\n"
+                 "       MAX(last_autovacuum) AS last_autovacuum\n"
                  "FROM pg_stat_user_tables\n"
-                 "WHERE relid = to_regclass(%(table)s)",
+                 "WHERE relid IN (SELECT part FROM tree)\n"
+                 "HAVING COUNT(*) > 0",
                  "The table's dead and live row versions, the share of its updates that were "
                  "HOT (wrote no index entry), and its last autovacuum, as the server's "
-                 "statistics count them (inboxgen status).")
+                 "statistics count them (inboxgen status); a partitioned table's are its "
+                 "partitions' summed, with the latest autovacuum of any.")
         if self.q.form == ADVISORY:
             self.add("ADVISORY_LOCKS",
                      "SELECT COUNT(*)\nFROM pg_locks\n"
@@ -260,6 +269,27 @@ class PostgresStatements(Statements):
                            f"INSERT INTO {self.t()} ({cols})\n"
                            f"SELECT {', '.join(v for _, v in keep)}\nFROM moved",
                      doc.format(which="" if not where else " of `ids`"))
+
+    def attempt_value(self) -> str:
+        # Typed, so the parameter has one type wherever the statement names it: a lease's
+        # guard (`attempt = %(attempt)s + 1`) reads it as an INTEGER, and the bare value would
+        # take the type of the dead-letter table's column (a SMALLINT one would not prepare).
+        return f"CAST({self.p('attempt')} AS INTEGER)"
+
+    def dead_letter_to_table(self, values: list[str]) -> None:
+        # One statement: the row deleted is the row inserted, and a worker that sends its
+        # settlements together (a pipeline) needs no result between two statements.
+        q = self.q
+        assert q.dead_letter_table is not None
+        cols = ", ".join(self.c(f) for f in q.fields)
+        where = self.where(self.guard(), "    ")
+        self.add("DEAD_LETTER_MOVE",
+                 f"WITH moved AS (\n    DELETE FROM {self.t()}\n{where}\n"
+                 f"    RETURNING {cols}\n)\n"
+                 f"INSERT INTO {self.t(q.dead_letter_table)} ({cols})\n"
+                 f"SELECT {', '.join(values)}\nFROM moved",
+                 "Move a spent row to the dead-letter table: delete it from the queue and "
+                 "insert it there, in one statement.")
 
     def column_default(self, f: Field) -> str:
         default = super().column_default(f)

@@ -37,7 +37,7 @@ def check(module: ModuleType, queue: Queue, conn: Any, database: str) -> list[st
     # went (a statement naming a missing column is reported too: it fails when it runs).
     found += _drift(queue, live, table)
     found += _unique(queue, db.unique_keys(d.schema, d.table), table)
-    found += _claim_index(queue, db.indexes(d.schema, d.table), table, database)
+    found += _claim_index(queue, db, (d.schema, d.table), table, database)
     for name, sql in d.statements.items():
         params = d.statement_params[name]
         # A claim is planned with a group and a time, so its plan is the real one; the rest
@@ -97,14 +97,17 @@ def _unique(queue: Queue, live: list[tuple[str, ...]], table: str) -> list[str]:
             f"in the database, which enqueue's duplicate check needs"]
 
 
-def _claim_index(queue: Queue, live: list[LiveIndex], table: str, database: str) -> list[str]:
+def _claim_index(queue: Queue, db: LiveDatabase, where: tuple[str | None, str], table: str,
+                 database: str) -> list[str]:
     """The claim index the build asks for (see checks.indexes): one that serves the claim over
-    unfinished rows only, where the table keeps finished rows."""
+    unfinished rows only, where the table keeps finished rows. The CREATE INDEX it advises
+    takes a name the database does not have (the index it replaces often has the first)."""
     wanted = queue.suggested_index
     d = queue.dialect
+    live: list[LiveIndex] = db.indexes(*where)
     if wanted is None or any(wanted.served_by(d, i.columns, i.where_null) for i in live):
         return []
-    advice = wanted.ddl(d)
+    advice = wanted.ddl(d, db.names_in_use(*where))
     order = ", ".join(wanted.order)
     if wanted.finished is None:
         return [f"table {table}, claim index: none serves the claim order ({order}) "

@@ -33,6 +33,10 @@ class LiveDatabase:
         """Every valid index of the table (the primary key included)."""
         raise NotImplementedError
 
+    def names_in_use(self, schema: str | None, table: str) -> list[str]:
+        """The names a new index of the table cannot take (see catalog.names_in_use)."""
+        raise NotImplementedError
+
     def sample_time(self) -> Any:
         """A time as the driver takes it, for planning a claim."""
         raise NotImplementedError

@@ -18,7 +18,27 @@ class MySQLLive(LiveDatabase):
                         (schema, table))
             rows = cur.fetchall()
         self.conn.rollback()
-        return [(r[0], r[1], bool(r[2])) for r in rows]
+        json_columns = self._mariadb_json(schema, table) \
+            if any(str(r[1]).lower() == "longtext" for r in rows) else set()
+        return [(r[0], "json" if str(r[0]).lower() in json_columns else r[1], bool(r[2]))
+                for r in rows]
+
+    def _mariadb_json(self, schema: str | None, table: str) -> set[str]:
+        """The columns MariaDB made of a `JSON` column: it stores them as LONGTEXT with a
+        `json_valid()` check named after the column (MySQL reports `json` itself, and its
+        CHECK_CONSTRAINTS has no TABLE_NAME)."""
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT CONSTRAINT_NAME, CHECK_CLAUSE FROM "
+                            "information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = "
+                            "COALESCE(%s, DATABASE()) AND TABLE_NAME = %s", (schema, table))
+                checks = cur.fetchall()
+        except Exception:  # MySQL: no TABLE_NAME there, and no LONGTEXT for JSON either
+            checks = ()
+        finally:
+            self.conn.rollback()
+        return {str(name).lower() for name, clause in checks
+                if str(clause).replace(" ", "").lower() == f"json_valid(`{str(name).lower()}`)"}
 
     def unique_keys(self, schema: str | None, table: str) -> list[tuple[str, ...]]:
         with self.conn.cursor() as cur:
@@ -44,6 +64,9 @@ class MySQLLive(LiveDatabase):
         for index, column in rows:
             keys.setdefault(index, []).append(column or "(expression)")
         return [LiveIndex(name, cols) for name, cols in keys.items()]
+
+    def names_in_use(self, schema: str | None, table: str) -> list[str]:
+        return [i.name for i in self.indexes(schema, table)]  # index names are the table's own
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)  # naive UTC

@@ -1,9 +1,10 @@
-"""PostgreSQL: pg_attribute for the columns, pg_index for the unique keys, EXPLAIN with scans
-and sorts priced out."""
+"""PostgreSQL: pg_attribute for the columns, pg_index for the unique keys, EXPLAIN (FORMAT JSON)
+with scans and sorts priced out."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from typing import Any
 
 from inboxgen.generate.catalog import null_column
@@ -48,6 +49,17 @@ class PostgresLive(LiveDatabase):
         return [LiveIndex(r[0], list(r[1]), null_column(r[2], POSTGRES) if r[2] else None)
                 for r in rows]
 
+    def names_in_use(self, schema: str | None, table: str) -> list[str]:
+        # An index's name is taken by any relation of the table's schema: tables, indexes,
+        # sequences, views.
+        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
+        rows = self.conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = "
+            "(SELECT relnamespace FROM pg_class WHERE oid = to_regclass(%s))",
+            (name,)).fetchall()
+        self.conn.rollback()
+        return [r[0] for r in rows]
+
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC)
 
@@ -57,12 +69,30 @@ class PostgresLive(LiveDatabase):
             # small table a sequential scan and a sort would win on cost alone).
             self.conn.execute("SET LOCAL enable_seqscan = off")
             self.conn.execute("SET LOCAL enable_sort = off")
-            rows = self.conn.execute("EXPLAIN " + sql, bound).fetchall()
-            return "\n".join(str(r[0]) for r in rows)
+            row = self.conn.execute("EXPLAIN (FORMAT JSON) " + sql, bound).fetchone()
+            return row[0] if row is not None else []
         finally:
             self.conn.rollback()
 
     def ordered_by_index(self, plan: Any, table: str) -> bool:
         # With sequential scans and sorts priced out, a plan that still has one has no index
-        # that serves the claim order (a claim reads only its own table).
-        return "Sort" not in plan and "Seq Scan" not in plan
+        # that serves the claim order (a claim reads only its own table). By node type: a
+        # partitioned table's Merge Append of index scans names its order as "Sort Key".
+        return not any(node.get("Node Type") in _NOT_IN_ORDER for node in _nodes(plan))
+
+
+# Plan nodes that mean the rows are not read in the claim's order from an index.
+_NOT_IN_ORDER = frozenset({"Sort", "Incremental Sort", "Seq Scan"})
+
+
+def _nodes(plan: Any) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, subplans and InitPlans included."""
+    if isinstance(plan, str):  # a driver that hands JSON back as text
+        plan = json.loads(plan)
+    todo = [entry["Plan"] for entry in plan if isinstance(entry, dict) and "Plan" in entry]
+    found: list[dict[str, Any]] = []
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo.extend(node.get("Plans") or [])
+    return found

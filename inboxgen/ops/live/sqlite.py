@@ -55,6 +55,10 @@ class SqliteLive(LiveDatabase):
             out.append(LiveIndex(index, cols, where_null))
         return out
 
+    def names_in_use(self, schema: str | None, table: str) -> list[str]:
+        # Tables, indexes, views and triggers share the database's names.
+        return [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master")]
+
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")  # as the roles store it
 

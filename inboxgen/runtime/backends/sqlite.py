@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
@@ -93,8 +95,12 @@ class SqliteBackend(ThreadedBackend):
         uri = Path(self.path).resolve().as_uri() + "?mode=rw"
         conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, isolation_level=None,
                                check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        try:
+            wal_mode(conn, self.busy_timeout)
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _release(self, conn: Any) -> None:
@@ -195,6 +201,44 @@ class SqliteBackend(ThreadedBackend):
                 cur.close()  # an open cursor would keep its read going
 
         return await self._run(conn, first)
+
+
+def wal_mode(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Put the database file in WAL mode, unless it is already (the mode is kept in the file, so
+    only the first connection to a new file changes it). Leaves `conn`'s busy timeout at what
+    was left of `busy_timeout`: the caller sets it again.
+
+    Changing the journal mode needs the file to itself, and SQLite answers "database is locked"
+    at once when another connection holds a lock there, without calling its busy handler (it
+    would deadlock where this connection holds a read lock meanwhile). A lock another process
+    holds is waited for all the same, as the busy timeout says: the change is tried again until
+    `busy_timeout` seconds have passed in all, then the error is raised."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        # What SQLite's busy handler waits (to read the mode) counts against the same timeout.
+        left = deadline - time.monotonic()
+        conn.execute(f"PRAGMA busy_timeout={max(0, int(left * 1000))}")
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as err:
+            left = deadline - time.monotonic()
+            if not _locked(err) or left <= 0:
+                raise
+        # 1 ms, doubling up to 50 ms, jittered: processes started together spread out.
+        time.sleep(min(left, random.uniform(0.5, 1.0) * delay))
+        delay = min(delay * 2, 0.05)
+
+
+def _locked(err: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY: another connection holds a lock the statement needs."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None:
+        return bool(code & 0xFF == sqlite3.SQLITE_BUSY)
+    return "database is locked" in str(err)
 
 
 def _run_to_end(conn: sqlite3.Connection, sql: str, params: Any = ()) -> None:

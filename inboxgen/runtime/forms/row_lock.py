@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.backends.base import BEGIN, COMMIT, Step, StepFailed
-from inboxgen.runtime.batching import by_op
+from inboxgen.runtime.batching import by_op, one_statement
 from inboxgen.runtime.forms.base import Form, Parts, Pending
 from inboxgen.runtime.outcomes import FINISH, Settlement
 
@@ -34,15 +34,17 @@ _CLAIM_TURN_WAIT = 10.0
 
 
 def row_lock(parts: Parts) -> Form:
+    # A batch's settlements travel with the next claim where the driver sends steps together
+    # and no settlement needs a result read between its statements (a module built before
+    # PostgreSQL's dead letters to a table were one statement copies, then checks).
+    together = (parts.backend.rounds_together and not parts.settings.transactional
+                and (parts.backend.steps_fail_in_place
+                     or one_statement(parts.descriptor, "dead_letter")))
     if parts.descriptor.count_crashes:
         if parts.descriptor.ops.release is None:
             return TurnCountedRowLock(parts)  # MySQL/MariaDB, and modules built before keys
-        if parts.backend.rounds_together and not parts.settings.transactional:
-            return PipelinedCountedRowLock(parts)
-        return CountedRowLock(parts)
-    if parts.backend.rounds_together and not parts.settings.transactional:
-        return PipelinedRowLock(parts)
-    return RowLock(parts)
+        return PipelinedCountedRowLock(parts) if together else CountedRowLock(parts)
+    return PipelinedRowLock(parts) if together else RowLock(parts)
 
 
 class RowLock(Form):

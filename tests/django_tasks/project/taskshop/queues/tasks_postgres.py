@@ -81,10 +81,10 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 
 def _state(r: tuple[Any, ...]) -> JobState:
-    return JobState(
+    return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
-        due=None if r[3] is None else r[3], finished_at=None if r[4] is None else r[4],
-        payload=None if r[5] is None else decode_payload(r[5]),
+        due=None if r[3] is None else r[3], finished_at=None if r[4] is None else r[4], stored=r[5],
+        decode=decode_payload,
     )
 
 
@@ -310,6 +310,49 @@ async def retry_after_async(
     return cur.rowcount == 1
 
 
+# Move a spent row to the dead-letter table: delete it from the queue and insert it there, in one
+# statement.
+DEAD_LETTER_MOVE: Final[LiteralString] = """
+WITH moved AS (
+    DELETE FROM "task_jobs"
+    WHERE "id" = %(id)s
+      AND "locked_until" = %(locked_until)s
+      AND "attempt" = %(attempt)s + 1
+    RETURNING "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
+              "payload"
+)
+INSERT INTO "task_jobs_dead" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
+            "locked_until", "payload")
+SELECT "id", "queue", "priority", "run_after", CAST(%(attempt)s AS INTEGER), "finished_at",
+       NULL, "payload"
+FROM moved
+"""
+
+
+def dead_letter(
+    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
+) -> bool:
+    """Move a spent row to the dead-letter table: delete it from the queue and insert it there, in
+    one statement. Returns False when the lease is no longer held (the row is untouched).
+    """
+    cur = conn.execute(DEAD_LETTER_MOVE, {
+        "id": id, "locked_until": locked_until, "attempt": attempt,
+    })
+    return cur.rowcount == 1
+
+
+async def dead_letter_async(
+    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
+) -> bool:
+    """Move a spent row to the dead-letter table: delete it from the queue and insert it there, in
+    one statement. Returns False when the lease is no longer held (the row is untouched).
+    """
+    cur = await conn.execute(DEAD_LETTER_MOVE, {
+        "id": id, "locked_until": locked_until, "attempt": attempt,
+    })
+    return cur.rowcount == 1
+
+
 # Extend many held leases to `new_locked_until`; returns the ids renewed.
 RENEW_MANY: Final[LiteralString] = """
 UPDATE "task_jobs"
@@ -392,62 +435,6 @@ async def finish_many_async(
         "attempt": list(attempt),
     })
     return [cast(int, r[0]) for r in await cur.fetchall()]
-
-
-# Copy a spent row to the dead-letter table (same transaction as the delete).
-DEAD_LETTER_COPY: Final[LiteralString] = """
-INSERT INTO "task_jobs_dead" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "payload")
-SELECT "id", "queue", "priority", "run_after", %(attempt)s, "finished_at", NULL, "payload"
-FROM "task_jobs"
-WHERE "id" = %(id)s
-  AND "locked_until" = %(locked_until)s
-  AND "attempt" = %(attempt)s + 1
-"""
-
-# Remove the row copied to the dead-letter table.
-DEAD_LETTER_DELETE: Final[LiteralString] = """
-DELETE FROM "task_jobs"
-WHERE "id" = %(id)s
-  AND "locked_until" = %(locked_until)s
-  AND "attempt" = %(attempt)s + 1
-"""
-
-
-def dead_letter(
-    conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
-) -> bool:
-    """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
-    roll back when it returns False. Returns False when the lease is no longer held (the row is
-    untouched).
-    """
-    cur = conn.execute(DEAD_LETTER_COPY, {
-        "attempt": attempt, "id": id, "locked_until": locked_until,
-    })
-    if cur.rowcount != 1:
-        return False
-    cur = conn.execute(DEAD_LETTER_DELETE, {
-        "id": id, "locked_until": locked_until, "attempt": attempt,
-    })
-    return cur.rowcount == 1
-
-
-async def dead_letter_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
-) -> bool:
-    """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
-    roll back when it returns False. Returns False when the lease is no longer held (the row is
-    untouched).
-    """
-    cur = await conn.execute(DEAD_LETTER_COPY, {
-        "attempt": attempt, "id": id, "locked_until": locked_until,
-    })
-    if cur.rowcount != 1:
-        return False
-    cur = await conn.execute(DEAD_LETTER_DELETE, {
-        "id": id, "locked_until": locked_until, "attempt": attempt,
-    })
-    return cur.rowcount == 1
 
 
 # Enqueue one row (inside the caller's transaction); returns its id.
@@ -657,21 +644,29 @@ async def oldest_transaction_async(conn: psycopg.AsyncConnection[Any]) -> float 
 
 
 # The table's dead and live row versions, the share of its updates that were HOT (wrote no index
-# entry), and its last autovacuum, as the server's statistics count them (inboxgen status).
+# entry), and its last autovacuum, as the server's statistics count them (inboxgen status); a
+# partitioned table's are its partitions' summed, with the latest autovacuum of any.
 TABLE_HEALTH: Final[LiteralString] = """
-SELECT n_dead_tup,
-       n_live_tup,
-       n_tup_hot_upd::float8 / NULLIF(n_tup_upd, 0) AS hot_share,
-       last_autovacuum
+WITH RECURSIVE tree (part) AS (
+    SELECT to_regclass(%(table)s)::oid
+    UNION ALL
+    SELECT inhrelid FROM pg_inherits JOIN tree ON inhparent = part
+)
+SELECT SUM(n_dead_tup)::int8 AS n_dead_tup,
+       SUM(n_live_tup)::int8 AS n_live_tup,
+       SUM(n_tup_hot_upd)::float8 / NULLIF(SUM(n_tup_upd), 0) AS hot_share,
+       MAX(last_autovacuum) AS last_autovacuum
 FROM pg_stat_user_tables
-WHERE relid = to_regclass(%(table)s)
+WHERE relid IN (SELECT part FROM tree)
+HAVING COUNT(*) > 0
 """
 
 
 def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
     """The table's dead and live row versions, the share of its updates that were HOT (wrote no
     index entry), and its last autovacuum, as the server's statistics count them (inboxgen
-    status).
+    status); a partitioned table's are its partitions' summed, with the latest autovacuum of
+    any.
     """
     cur = conn.execute(TABLE_HEALTH, {"table": "\"task_jobs\""})
     row = cur.fetchone()
@@ -681,7 +676,8 @@ def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
 async def table_health_async(conn: psycopg.AsyncConnection[Any]) -> TableHealth | None:
     """The table's dead and live row versions, the share of its updates that were HOT (wrote no
     index entry), and its last autovacuum, as the server's statistics count them (inboxgen
-    status).
+    status); a partitioned table's are its partitions' summed, with the latest autovacuum of
+    any.
     """
     cur = await conn.execute(TABLE_HEALTH, {"table": "\"task_jobs\""})
     row = await cur.fetchone()
@@ -898,25 +894,24 @@ async def requeue_async(
 
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
-    renew_many=renew_many, finish_many=finish_many, dead_letter=dead_letter, insert=insert,
+    dead_letter=dead_letter, renew_many=renew_many, finish_many=finish_many, insert=insert,
     insert_many=insert_many, notify=notify,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
-    retry_after=retry_after_async, renew_many=renew_many_async, finish_many=finish_many_async,
-    dead_letter=dead_letter_async, insert=insert_async, insert_many=insert_many_async,
+    retry_after=retry_after_async, dead_letter=dead_letter_async, renew_many=renew_many_async,
+    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
     notify=notify_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER_COPY": DEAD_LETTER_COPY, "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
-    "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE, "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS,
-    "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY,
-    "INSERT_NOTIFY": INSERT_NOTIFY,
+    "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
+    "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "CANCEL": CANCEL,
+    "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

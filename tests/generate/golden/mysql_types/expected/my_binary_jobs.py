@@ -68,9 +68,9 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 
 def _state(r: tuple[Any, ...]) -> JobState:
-    return JobState(
+    return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
-        finished_at=None, payload=None if r[5] is None else decode_payload(r[5]),
+        finished_at=None, stored=r[5], decode=decode_payload,
     )
 
 

@@ -74,10 +74,10 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 
 
 def _state(r: tuple[Any, ...]) -> JobState:
-    return JobState(
+    return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
-        due=None if r[3] is None else _v.aware(r[3]), finished_at=None,
-        payload=None if r[5] is None else decode_payload(r[5]),
+        due=None if r[3] is None else _v.aware(r[3]), finished_at=None, stored=r[5],
+        decode=decode_payload,
     )
 
 
