@@ -236,3 +236,71 @@ def test_the_claim_index_advice_runs_as_printed_where_the_old_index_is(
     alter(dialect, url, advice)  # before the fix: jobs_claim already exists
     again = run(root, "verify", "--database-url", url)
     assert again.returncode == 0, again.stderr
+
+
+_ROWID_SPEC = """
+table = "jobs"
+dialect = "sqlite"
+ddl = "jobs.sql"
+[columns]
+id = {{ role = "id", generated = true }}
+{group}locked_until = "locked_until"
+payload = "payload"
+"""
+_ROWID_DDL = """
+CREATE TABLE jobs (id INTEGER PRIMARY KEY, {group}locked_until TEXT, payload BLOB NOT NULL);
+"""
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_sqlite_claims_walking_the_rowid_serve_their_order_unless_they_skip_groups(
+        tmp_path: Path, grouped: bool) -> None:
+    """A SQLite claim ordered by an INTEGER PRIMARY KEY walks the table in rowid order, no sort
+    (SQLite prefers that to an index on the id alone): no finding. With a group column and no
+    index on (group, id), the same walk passes over every other group's rows: a finding."""
+    import sqlite3
+
+    root = tmp_path / "app"
+    (root / "specs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\nout = "gen"\n')
+    group = "grp TEXT NOT NULL, " if grouped else ""
+    ddl = _ROWID_DDL.format(group=group) + "CREATE INDEX jobs_claim ON jobs (id);\n"
+    (root / "specs" / "jobs.sql").write_text(ddl)
+    (root / "specs" / "jobs.toml").write_text(
+        _ROWID_SPEC.format(group='grp = "group"\n' if grouped else ""))
+    assert run(root, "build").returncode == 0
+    url = str(tmp_path / "app.sqlite3")
+    with sqlite3.connect(url) as db:
+        db.executescript(ddl)
+    result = run(root, "verify", "--database-url", url)
+    if grouped:
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "statement CLAIM: no index serves the claim order" in result.stdout + result.stderr
+    else:
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_lease_claimed_in_id_order_verifies_on_postgres(fresh_database: Callable[[str], str],
+                                                          tmp_path: Path) -> None:
+    """A PostgreSQL lease table claimed in id order starts its claims at `from_id`; planned
+    with a NULL there the claim matched nothing and its plan showed a sort: a false finding."""
+    import psycopg
+
+    root = tmp_path / "app"
+    (root / "specs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\nout = "gen"\n')
+    ddl = ("CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, grp TEXT NOT NULL, "
+           "locked_until TIMESTAMPTZ, payload BYTEA NOT NULL);\n"
+           "CREATE INDEX jobs_claim ON jobs (grp, id);\n")
+    (root / "specs" / "jobs.sql").write_text(ddl)
+    (root / "specs" / "jobs.toml").write_text(
+        'table = "jobs"\ndialect = "postgres"\nddl = "jobs.sql"\n[columns]\n'
+        'id = { role = "id", generated = true }\ngrp = "group"\n'
+        'locked_until = "locked_until"\npayload = "payload"\n')
+    assert run(root, "build").returncode == 0
+    assert "from_id" in (root / "gen" / "jobs.py").read_text()
+    url = fresh_database("postgres")
+    with psycopg.connect(url) as conn:
+        conn.execute(ddl)
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 0, result.stdout + result.stderr

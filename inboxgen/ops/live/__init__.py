@@ -17,6 +17,7 @@ from inboxgen.ops.live.mysql import MySQLLive
 from inboxgen.ops.live.postgres import PostgresLive
 from inboxgen.ops.live.sqlite import SqliteLive
 from inboxgen.runtime.connecting import first_line
+from inboxgen.values import LOWEST_ID
 
 _BY_DIALECT: dict[str, type[LiveDatabase]] = {
     "postgres": PostgresLive, "mysql": MySQLLive, "sqlite": SqliteLive}
@@ -49,7 +50,8 @@ def check(module: ModuleType, queue: Queue, conn: Any, database: str) -> list[st
         except Exception as err:
             found.append(f"table {table}, statement {name}: does not prepare: {first_line(err)}")
             continue
-        if name in _CLAIMS and not db.ordered_by_index(plan, d.table):
+        filters_rows = queue.role("group") is not None or queue.role("processed_at") is not None
+        if name in _CLAIMS and not db.ordered_by_index(plan, d.table, filters_rows=filters_rows):
             found.append(f"table {table}, statement {name}: no index serves the claim order "
                          f"(the plan sorts or scans the table): every claim reads all due rows")
     return found
@@ -133,6 +135,8 @@ def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
             bound[name] = "a group"
         elif name == "row_key":
             bound[name] = "a table:"  # the prefix of a counted row's key
+        elif name == "from_id":
+            bound[name] = LOWEST_ID  # what claim() passes for "from the head"
         elif name in _TIMES:
             bound[name] = time
     return bound

@@ -45,6 +45,8 @@ class LiveDatabase:
         """The plan of `sql` (nothing runs); raises the driver's error when it fails."""
         raise NotImplementedError
 
-    def ordered_by_index(self, plan: Any, table: str) -> bool:
-        """Whether `plan` reads `table` through an index in the claim's order."""
+    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True) -> bool:
+        """Whether `plan` reads `table` through an index in the claim's order. Without
+        `filters_rows` (no group, no finished rows kept: a claim passes over leased and
+        not-yet-due rows only) a walk of the table itself in that order serves it as well."""
         raise NotImplementedError

@@ -83,7 +83,7 @@ class MySQLLive(LiveDatabase):
         finally:
             self.conn.rollback()
 
-    def ordered_by_index(self, plan: Any, table: str) -> bool:
+    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True) -> bool:
         mine = [r for r in plan if r.get("table") == table]
         return bool(mine) and all(r.get("key") and "filesort" not in str(r.get("Extra") or "")
                                   for r in mine)

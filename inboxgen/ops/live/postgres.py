@@ -74,7 +74,7 @@ class PostgresLive(LiveDatabase):
         finally:
             self.conn.rollback()
 
-    def ordered_by_index(self, plan: Any, table: str) -> bool:
+    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True) -> bool:
         # With sequential scans and sorts priced out, a plan that still has one has no index
         # that serves the claim order (a claim reads only its own table). By node type: a
         # partitioned table's Merge Append of index scans names its order as "Sort Key".

@@ -1,0 +1,156 @@
+"""The spec space the conformance matrix walks: its axes, which points of it the build must
+refuse, and the covering arrays CI runs.
+
+Every axis is one line of AXES. A shape is one value of each. `refusal()` says which shapes the
+generator's own checks refuse (the matrix asserts the build refuses exactly those, with a
+located error); every other shape is built and run.
+
+Levels (INBOXGEN_CONFORMANCE):
+- `pairs` (the default, CI): every pair of axis values that some valid shape holds, plus every
+  triple of form x dead letters x handler;
+- `triples`: every triple of axis values;
+- `full`: the whole product.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+
+# Axis name -> its values. The first value of each is its most common one.
+AXES: dict[str, tuple[str, ...]] = {
+    "dialect": ("postgres", "mysql", "sqlite"),
+    "form": ("row_lock", "lease", "advisory"),
+    "count_crashes": ("default", "true", "false"),
+    "handler": ("plain", "async", "transactional"),
+    "batch": ("1", "16"),
+    "dead": ("none", "group", "table"),
+    "finished": ("deleted", "kept"),
+    "order": ("id", "priority", "retry_after", "both"),
+    "group": ("none", "plain", "fifo"),
+    "id": ("integer", "uuid", "text"),
+    "attempt": ("integer", "smallint"),
+    "payload": ("bytes", "json", "typed"),
+}
+# The triples CI covers besides every pair: where a settlement's statements meet the handler's
+# connection (a dead letter to a table under a pipelined row lock looped here).
+TRIPLES = (("form", "dead", "handler"),)
+
+
+@dataclass(frozen=True)
+class Shape:
+    dialect: str
+    form: str
+    count_crashes: str
+    handler: str
+    batch: str
+    dead: str
+    finished: str
+    order: str
+    group: str
+    id: str
+    attempt: str
+    payload: str
+
+    @property
+    def name(self) -> str:
+        """The shape's table name: one short code per axis (`pg_rl_cd_hp_b1_dt_del_oi_gn_int_b`)."""
+        return "_".join(_SHORT[f.name][getattr(self, f.name)] for f in fields(self))
+
+    def values(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def has_retry_after(self) -> bool:
+        return self.order in ("retry_after", "both")
+
+    @property
+    def has_priority(self) -> bool:
+        return self.order in ("priority", "both")
+
+
+# Each axis value's code in a shape's table name.
+_SHORT: dict[str, dict[str, str]] = {
+    "dialect": {"postgres": "pg", "mysql": "my", "sqlite": "lt"},
+    "form": {"row_lock": "rl", "lease": "ls", "advisory": "ad"},
+    "count_crashes": {"default": "cd", "true": "ct", "false": "cf"},
+    "handler": {"plain": "hp", "async": "ha", "transactional": "ht"},
+    "batch": {"1": "b1", "16": "b16"},
+    "dead": {"none": "dn", "group": "dg", "table": "dt"},
+    "finished": {"deleted": "del", "kept": "kept"},
+    "order": {"id": "oi", "priority": "op", "retry_after": "or", "both": "opr"},
+    "group": {"none": "gn", "plain": "gp", "fifo": "gf"},
+    "id": {"integer": "int", "uuid": "uuid", "text": "txt"},
+    "attempt": {"integer": "a4", "smallint": "a2"},
+    "payload": {"bytes": "b", "json": "j", "typed": "ty"},
+}
+
+
+def refusal(s: Shape) -> str | None:
+    """Why the build refuses shape `s` (a phrase its error contains), or None where it builds."""
+    if s.dialect == "sqlite" and s.form == "row_lock":
+        return "row_lock"  # SQLite has no row lock
+    if s.group == "fifo" and s.form == "advisory":
+        return "fifo = true"
+    if s.dead == "group" and s.group == "none":
+        return "dead_letter.group"
+    if s.count_crashes != "default" and s.form != "row_lock":
+        return f"count_crashes = {s.count_crashes}"
+    if s.count_crashes == "true" and s.group == "fifo":
+        return "count_crashes = true"
+    return None
+
+
+def every_shape() -> Iterator[Shape]:
+    for values in itertools.product(*AXES.values()):
+        yield Shape(*values)
+
+
+def _tuples(s: Shape, combos: Iterable[tuple[str, ...]]) -> Iterator[tuple[tuple[str, str], ...]]:
+    v = s.values()
+    for combo in combos:
+        yield tuple((axis, v[axis]) for axis in combo)
+
+
+def _combos(level: str) -> list[tuple[str, ...]]:
+    names = list(AXES)
+    if level == "triples":
+        return list(itertools.combinations(names, 3))
+    return list(itertools.combinations(names, 2)) + [tuple(t) for t in TRIPLES]
+
+
+def covering_array(level: str = "pairs", seed: int = 28) -> list[Shape]:
+    """Valid shapes that together hold every pair (or triple) of axis values any valid shape
+    holds, picked greedily (each new shape the one of a few candidates that covers most of
+    what is left), in a fixed order for a fixed seed. `full`: every valid shape."""
+    valid = [s for s in every_shape() if refusal(s) is None]
+    if level == "full":
+        return valid
+    combos = _combos(level)
+    rng = random.Random(seed)
+    holding: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for i, s in enumerate(valid):
+        for t in _tuples(s, combos):
+            holding.setdefault(t, []).append(i)
+    left = set(holding)
+    chosen: list[Shape] = []
+    while left:
+        target = min(left)  # deterministic: the first tuple still uncovered
+        pool = holding[target]
+        candidates = [valid[i] for i in rng.sample(pool, min(len(pool), 60))]
+        best = max(candidates, key=lambda c: sum(t in left for t in _tuples(c, combos)))
+        chosen.append(best)
+        left.difference_update(_tuples(best, combos))
+    return chosen
+
+
+def refused_probes() -> list[Shape]:
+    """One refused shape per reason and dialect it applies to: what the build must refuse."""
+    seen: dict[tuple[str, str], Shape] = {}
+    for s in every_shape():
+        why = refusal(s)
+        if why is not None:
+            seen.setdefault((s.dialect, why), s)
+    return list(seen.values())

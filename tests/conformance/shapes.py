@@ -1,0 +1,232 @@
+"""A shape's migration and spec, written as a user would from docs/spec.md, and its jobs.
+
+Every shape's tables carry its name: the queue `<name>`, its dead letters `<name>_dead` and
+`<name>_ledger`, where a transactional handler writes one row per effect (no unique key: a
+second committed effect must show).
+"""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from dataclasses import dataclass
+
+from conformance.axes import Shape
+
+MAX_ATTEMPTS = 3
+LEASE_SECONDS = 2
+GROUP = "g"
+DEAD_GROUP = "dead"
+# The payload class of typed shapes (a module the project puts on sys.path).
+PAYLOAD_MODULE = "conformance_payload"
+PAYLOAD_SOURCE = '''"""The payload type of the conformance matrix's typed shapes."""
+
+import msgspec
+
+
+class Task(msgspec.Struct):
+    key: str
+    kind: str
+'''
+
+_TYPES = {
+    "postgres": {"serial": "BIGSERIAL", "bigint": "BIGINT", "uuid": "UUID", "text": "TEXT",
+                 "group": "TEXT", "integer": "INTEGER", "smallint": "SMALLINT",
+                 "time": "TIMESTAMPTZ", "due_default": "now()", "bytes": "BYTEA",
+                 "json": "JSONB"},
+    "mysql": {"serial": "BIGINT NOT NULL AUTO_INCREMENT", "bigint": "BIGINT", "uuid": "UUID",
+              "text": "VARCHAR(64)", "group": "VARCHAR(64)", "integer": "INT",
+              "smallint": "SMALLINT", "time": "DATETIME(6)",
+              "due_default": "CURRENT_TIMESTAMP(6)", "bytes": "LONGBLOB", "json": "JSON"},
+    "sqlite": {"serial": "INTEGER", "bigint": "INTEGER", "uuid": "TEXT", "text": "TEXT",
+               "group": "TEXT", "integer": "INTEGER", "smallint": "SMALLINT", "time": "TEXT",
+               "due_default": "(strftime('%Y-%m-%d %H:%M:%f', 'now'))", "bytes": "BLOB",
+               "json": "TEXT"},
+}
+
+
+@dataclass(frozen=True)
+class Names:
+    """How a shape's tables are named: its own plain name by default; the generator's edge
+    (test_generator_edge.py) draws a schema, quoted names with capitals and spaces, and
+    PostgreSQL partitions."""
+
+    table: str
+    schema: str | None = None
+    quoted: bool = False
+    partitioned: bool = False
+
+    def sql(self, dialect: str, suffix: str = "") -> str:
+        """The table's name in the DDL (`suffix`: `_dead`, `_ledger`, `_claim`)."""
+        name = self.table + suffix
+        if not self.quoted and self.schema is None:
+            return name
+        q = "`" if dialect == "mysql" else '"'
+        quoted = f"{q}{name}{q}"
+        return f"{q}{self.schema}{q}.{quoted}" if self.schema else quoted
+
+    def spec(self, suffix: str = "") -> str:
+        """The table's name in the spec."""
+        return (f"{self.schema}." if self.schema else "") + self.table + suffix
+
+
+def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
+    """The column definitions of the queue table (or, `dead`, of its dead-letter table)."""
+    t = _TYPES[s.dialect]
+    if s.id == "integer":
+        idt = t["bigint"] if dead else t["serial"]
+    else:
+        idt = t["uuid"] if s.id == "uuid" else t["text"]
+    cols = [f"id {idt} PRIMARY KEY"]
+    if s.group != "none":
+        cols.append(f"grp {t['group']} NOT NULL")
+    if s.has_priority:
+        cols.append(f"priority {t['integer']} NOT NULL DEFAULT 0")
+    if s.has_retry_after:
+        cols.append(f"retry_after {t['time']} NOT NULL DEFAULT {t['due_default']}")
+    cols.append(f"attempt {t[s.attempt]} NOT NULL DEFAULT 1")
+    if s.finished == "kept":
+        cols.append(f"processed_at {t['time']} NULL")
+    if s.form == "lease":
+        cols.append(f"locked_until {t['time']} NULL")
+    cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
+    return cols
+
+
+def claim_index(s: Shape, names: Names) -> str:
+    """The claim-order index the build asks for: over unfinished rows only where finished
+    rows are kept (MySQL/MariaDB, which has no partial index, puts processed_at after the
+    group)."""
+    order = (["grp"] if s.group != "none" else []) + (["priority"] if s.has_priority else []) \
+        + (["retry_after"] if s.has_retry_after else []) + ["id"]
+    where = ""
+    if s.finished == "kept":
+        if s.dialect == "mysql":
+            order.insert(1 if s.group != "none" else 0, "processed_at")
+        else:
+            where = " WHERE processed_at IS NULL"
+    index = names.sql(s.dialect, "_claim")
+    if names.schema is not None and s.dialect == "postgres":
+        index = f'"{names.table}_claim"'  # an index lives in its table's schema
+    return f"CREATE INDEX {index} ON {names.sql(s.dialect)} ({', '.join(order)}){where};"
+
+
+def ddl(s: Shape, names: Names | None = None) -> str:
+    names = names or Names(s.name)
+    table = names.sql(s.dialect)
+    out = []
+    if names.schema is not None:
+        out.append(f'CREATE SCHEMA "{names.schema}";')
+    queue = columns(s, dead=False)
+    if names.partitioned:
+        # PostgreSQL: hash partitions of the id, the claim index on the parent.
+        out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(queue)
+                   + "\n) PARTITION BY HASH (id);")
+        for n in range(2):
+            out.append(f"CREATE TABLE {names.sql(s.dialect, f'_p{n}')} PARTITION OF {table} "
+                       f"FOR VALUES WITH (MODULUS 2, REMAINDER {n});")
+    else:
+        out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(queue) + "\n);")
+    out.append(claim_index(s, names))
+    if s.dead == "table":
+        out.append(f"CREATE TABLE {names.sql(s.dialect, '_dead')} (\n    "
+                   + ",\n    ".join(columns(s, dead=True)) + "\n);")
+    text = "TEXT" if s.dialect != "mysql" else "VARCHAR(64)"
+    out.append(f"CREATE TABLE {names.sql(s.dialect, '_ledger')} (job_key {text} NOT NULL);")
+    return "\n".join(out) + "\n"
+
+
+def spec(s: Shape, names: Names | None = None) -> str:
+    names = names or Names(s.name)
+    lines = [f'table = "{names.spec()}"', f'dialect = "{s.dialect}"',
+             f'ddl = "migrations/{s.name}.sql"', f'claim = "{s.form}"']
+    if s.form == "advisory":
+        lines.append('advisory_key = "job-{id}"')
+    if s.group == "fifo":
+        lines.append("fifo = true")
+    if s.count_crashes != "default":
+        lines.append(f"count_crashes = {s.count_crashes}")
+    lines += ["", "[columns]",
+              'id = { role = "id", generated = true }' if s.id == "integer" else 'id = "id"']
+    if s.group != "none":
+        lines.append('grp = "group"')
+    if s.has_priority:
+        lines.append('priority = "priority"')
+    if s.has_retry_after:
+        lines.append('retry_after = "retry_after"')
+    lines.append('attempt = { role = "attempt", generated = true }')
+    if s.finished == "kept":
+        lines.append('processed_at = "processed_at"')
+    if s.form == "lease":
+        lines.append('locked_until = "locked_until"')
+    lines.append({"bytes": 'payload = { role = "payload", codec = "bytes" }',
+                  "json": 'payload = { role = "payload", codec = "json" }',
+                  "typed": 'payload = { role = "payload", codec = "json", '
+                           f'type = "{PAYLOAD_MODULE}:Task" }}'}[s.payload])
+    lines += ["", "[runtime]", f"lease = {LEASE_SECONDS}"]
+    if s.dead != "none":
+        lines.append(f"max_attempts = {MAX_ATTEMPTS}")
+        lines += ["", "[dead_letter]", f'group = "{DEAD_GROUP}"' if s.dead == "group"
+                  else f'table = "{names.spec("_dead")}"']
+    return "\n".join(lines) + "\n"
+
+
+# The jobs of the ledger scenario: key -> what its handler does.
+ACK, DROP, FAIL_ONCE, FAIL_ALWAYS, UNDECODABLE, CRASH, CANCELLED = (
+    "ack", "drop", "fail_once", "fail_always", "undecodable", "crash", "cancelled")
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str  # A, B, ...: the job's name in the ledger
+    kind: str
+
+
+def jobs(s: Shape) -> list[Job]:
+    """The jobs of the drain (the crashing job runs first, alone; see scenario.py)."""
+    out = [Job("A", ACK), Job("B", DROP), Job("C", FAIL_ONCE)]
+    if s.dead != "none":
+        out.append(Job("D", FAIL_ALWAYS))  # without a destination it would fail for ever
+    if undecodable_raw(s) is not None:
+        out.append(Job("E", UNDECODABLE))
+    return out
+
+
+def undecodable_raw(s: Shape) -> str | None:
+    """A stored payload that does not decode, where the column can hold one: text that is not
+    JSON in a text column, JSON without the typed payload's fields. None for bytes payloads
+    (every value decodes) and plain JSON in a JSON column (the server refuses non-JSON)."""
+    if s.payload == "typed":
+        return '{"other": 1}'
+    if s.payload == "json" and s.dialect == "sqlite":
+        return "{this is not json"
+    return None
+
+
+def payload(s: Shape, job: Job, task_type: type | None) -> object:
+    if s.payload == "bytes":
+        return f"{job.key}:{job.kind}".encode()
+    if s.payload == "typed":
+        assert task_type is not None
+        return task_type(key=job.key, kind=job.kind)
+    return {"key": job.key, "kind": job.kind}
+
+
+def job_of(value: object) -> tuple[str, str]:
+    """(key, kind) of a decoded payload."""
+    if isinstance(value, bytes):
+        key, kind = value.decode().split(":")
+        return key, kind
+    if isinstance(value, dict):
+        return str(value["key"]), str(value["kind"])
+    return str(value.key), str(value.kind)  # type: ignore[attr-defined]
+
+
+def new_id(s: Shape, n: int) -> object | None:
+    """The id a caller gives (None where the database generates it)."""
+    if s.id == "integer":
+        return None
+    if s.id == "uuid":
+        value = uuid.UUID(int=zlib.crc32(s.name.encode()) << 64 | n)
+        return value if s.dialect == "postgres" else str(value)
+    return f"job-{n:04d}"
