@@ -61,7 +61,7 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "account_id": row.account_id,
         "headers": None if row.headers is None else Jsonb(dict(row.headers)),
-        "payload": Jsonb(row.payload, dumps=_v.json_text),
+        "payload": _v.payload_jsonb(row.payload, TABLE),
     }
 
 
@@ -336,7 +336,7 @@ def insert_many(
     conn.execute(INSERT_MANY, {
         "account_id": [r.account_id for r in rows],
         "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
     })
     if notify and rows:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
@@ -353,7 +353,7 @@ async def insert_many_async(
     await conn.execute(INSERT_MANY, {
         "account_id": [r.account_id for r in rows],
         "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
     })
     if notify and rows:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
@@ -365,13 +365,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "ledger_jobs.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "ledger_jobs.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -531,21 +535,25 @@ WHERE "id" = %(id)s
 """
 
 
-def state(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "ledger_jobs.state")
     cur = conn.execute(STATE, {"now": now, "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "ledger_jobs.state")
     cur = await conn.execute(STATE, {"now": now, "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

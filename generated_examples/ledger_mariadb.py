@@ -61,7 +61,7 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "account_id": row.account_id,
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
-        "payload": _v.json_text(row.payload),
+        "payload": _v.payload_text(row.payload, TABLE),
     }
 
 
@@ -393,22 +393,25 @@ WHERE `id` = %(id)s
 
 
 def state(
-    conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.mysql_connection(conn, "ledger_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.mysql_connection_async(conn, "ledger_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

@@ -324,10 +324,11 @@ WHERE `job_id` = %(id)s
 """
 
 
-def cancel(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
+def cancel(conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.mysql_connection(conn, "email_jobs.cancel")
     cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id})
     if cur.fetchone() is None:
         return False  # held, finished or gone
@@ -335,10 +336,11 @@ def cancel(conn: pymysql.connections.Connection[Any], *, id: int) -> bool:
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: int) -> bool:
+async def cancel_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.mysql_connection_async(conn, "email_jobs.cancel")
     cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id})
     if await cur.fetchone() is None:
         return False  # held, finished or gone
@@ -359,22 +361,26 @@ WHERE `job_id` = %(id)s
 
 
 def state(
-    conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.mysql_connection(conn, "email_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"dead_group": "emails.dead", "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime | None = None,
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.mysql_connection_async(conn, "email_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"dead_group": "emails.dead", "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

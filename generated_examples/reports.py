@@ -281,10 +281,13 @@ WHERE "id" = :id
 """
 
 
-def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool:
+def cancel(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.sqlite_connection(conn, "report_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "now": _v.sqlite_time(now)})
     return cur.rowcount == 1
 
@@ -301,10 +304,13 @@ WHERE "id" = :id
 """
 
 
-def state(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.sqlite_connection(conn, "report_jobs.state")
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)

@@ -54,7 +54,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {"payload": _v.json_bytes(row.payload)}
+    return {"payload": _v.payload_bytes(row.payload, TABLE)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
@@ -266,10 +266,13 @@ WHERE "id" = :id
 """
 
 
-def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool:
+def cancel(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.sqlite_connection(conn, "checkout_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "now": _v.sqlite_time(now)})
     return cur.rowcount == 1
 
@@ -286,10 +289,13 @@ WHERE "id" = :id
 """
 
 
-def state(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.sqlite_connection(conn, "checkout_jobs.state")
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)

@@ -70,7 +70,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "priority": row.priority, "retry_after": _v.sqlite_time(row.retry_after),
-        "order_id": row.order_id, "kind": row.kind, "payload": _v.json_bytes(row.payload),
+        "order_id": row.order_id, "kind": row.kind, "payload": _v.payload_bytes(row.payload, TABLE),
     }
 
 
@@ -441,10 +441,13 @@ WHERE "id" = :id
 """
 
 
-def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool:
+def cancel(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.sqlite_connection(conn, "email_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "now": _v.sqlite_time(now)})
     return cur.rowcount == 1
 
@@ -467,10 +470,13 @@ WHERE "id" = :id
 """
 
 
-def state(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.sqlite_connection(conn, "email_jobs.state")
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)

@@ -56,7 +56,7 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {"image_path": row.image_path, "payload": _v.json_text(row.payload)}
+    return {"image_path": row.image_path, "payload": _v.payload_text(row.payload, TABLE)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
@@ -227,11 +227,13 @@ WHERE "id" = :id
 
 
 def state(
-    conn: sqlite3.Connection, *, id: int, now: datetime.datetime | None = None,
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.sqlite_connection(conn, "thumbnail_jobs.state")
     cur = conn.execute(STATE, {"id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)

@@ -97,11 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     prune = sub.add_parser("prune", help="delete processed rows older than an age, in batches")
     _database_url(prune)
     prune.add_argument("spec", help="the spec of the queue table")
-    prune.add_argument("--older-than", required=True, help="age of the rows to delete: 30d, "
-                                                           "12h, 90m, 45s")
+    prune.add_argument("--older-than", required=True, metavar="AGE",
+                       help="delete rows processed longer ago than this, given with its unit: "
+                            "30d (days), 12h (hours), 45m (minutes) or 90s (seconds); a bare "
+                            "number is refused")
     prune.add_argument("--batch", type=int, default=1000, help="rows per transaction "
                                                                "(default 1000)")
-    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="say how many rows would go and the cutoff time; delete nothing")
     asyncapi = sub.add_parser("asyncapi", help="print an AsyncAPI 3.0 document of the queues")
     asyncapi.add_argument("specs", nargs="*", help="spec files or folders (default: "
                                                    "[tool.inboxgen] specs)")
@@ -331,9 +334,8 @@ def _cancel(project: Project, args: argparse.Namespace) -> int:
     finally:
         conn.close()
     table = module.DESCRIPTOR.qualified_name
-    print(f"{table}: cancelled {len(done)} job(s)" + (
-        f"; not cancelled (held by a worker, finished, or not there): "
-        f"{', '.join(str(i) for i in left)}" if left else ""))
+    print(_one_line(f"{table}: cancelled {len(done)} job(s)" + (
+        f"; not cancelled: {', '.join(f'{i} ({why})' for i, why in left)}" if left else "")))
     return EXIT_OK if not left else EXIT_FAILED
 
 
@@ -347,14 +349,17 @@ def _prune(project: Project, args: argparse.Namespace) -> int:
     age = parse_age(args.older_than)
     module = _one_module(project, args.spec)
     conn, label = _connected(module, args.database_url)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)  # the cutoff, printed, is exact
     try:
-        n = prune(module, conn, now=dt.datetime.now(dt.UTC), older_than=age, batch=args.batch,
-                  dry_run=args.dry_run)
+        n = prune(module, conn, now=now, older_than=age, batch=args.batch, dry_run=args.dry_run)
     finally:
         conn.close()
-    verb = "would delete" if args.dry_run else "deleted"
-    print(f"{module.DESCRIPTOR.qualified_name}: {verb} {n} row(s) processed more than "
-          f"{args.older_than} ago")
+    said = (f"{n} row(s) processed before {now - age:%Y-%m-%d %H:%M:%S} UTC (more than "
+            f"{args.older_than.strip()} ago)")
+    if args.dry_run:
+        print(f"{module.DESCRIPTOR.qualified_name}: would delete {said}; nothing was deleted")
+    else:
+        print(f"{module.DESCRIPTOR.qualified_name}: deleted {said}")
     return EXIT_OK
 
 

@@ -1,6 +1,7 @@
-"""What the generated enqueue functions (insert, insert_unique, insert_many and their async twins)
-take as `conn`: the driver connection, or what a service holds over it, turned here into the
-driver connection so that the job joins the caller's transaction.
+"""What the generated functions a service calls in its own transaction (the enqueue functions
+insert, insert_unique and insert_many; notify, state, cancel; and their async twins) take as
+`conn`: the driver connection, or what a service holds over it, turned here into the driver
+connection so that the statement joins the caller's transaction.
 
     sync   a SQLAlchemy 2 Connection or Session, a Django connection (django.db.connection or
            django.db.connections[alias])
@@ -174,11 +175,15 @@ def _wake(table: str) -> None:
         wake()
 
 
+# The functions whose commit brings new rows (notify, state and cancel bring none).
+_ENQUEUES = frozenset({"insert", "insert_unique", "insert_many"})
+
+
 def _wake_after_commit(holder: object, where: str) -> None:
-    """Wake the table's workers of this process once `holder`'s transaction commits (`where`
-    is the enqueue function's "table.function")."""
-    table = where.rpartition(".")[0]
-    if table not in _WAKES:
+    """Wake the table's workers of this process once `holder`'s transaction commits, when
+    `where` ("table.function") is an enqueue function."""
+    table, _, function = where.rpartition(".")
+    if table not in _WAKES or function not in _ENQUEUES:
         return
     on_commit = getattr(holder, "on_commit", None)
     if callable(on_commit) and hasattr(holder, "vendor"):

@@ -5,6 +5,8 @@
     ├── CheckFailed        one or more specs failed their checks; carries the diagnostics
     ├── GeneratorBug       a rendered statement did not survive its own check (a bug in inboxgen)
     ├── WrongConnection    an enqueue function was given a connection it cannot run on (TypeError)
+    ├── WrongPayload       an enqueue function was given a payload its table cannot hold
+    │                      (ValueError): not JSON, or JSON the spec's payload type refuses
     └── WorkerError        the runtime failed; names the worker, table and statement
         ├── ConnectFailed       the database refused the worker or stayed out of reach
         ├── SchemaError         a statement does not prepare against the live database
@@ -70,6 +72,12 @@ class GeneratorBug(InboxgenError):
 class WrongConnection(InboxgenError, TypeError):
     """A generated enqueue function was given a connection of the wrong kind (another driver's,
     an engine rather than a connection): names what was given and what the function needs."""
+
+
+class WrongPayload(InboxgenError, ValueError):
+    """A generated enqueue function was given a payload that JSON cannot encode, or whose JSON
+    does not decode as the spec's payload type (as the worker would decode it): names the
+    table, the type and where in the payload. Raised before anything is written."""
 
 
 class WorkerError(InboxgenError):

@@ -8,13 +8,17 @@ sorts correctly against it). Times handed to inboxgen must be timezone-aware.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import msgspec
 
+from inboxgen.errors import WrongPayload
+
 if TYPE_CHECKING:
+    from psycopg.types.json import Jsonb
     from pymysql.cursors import Cursor
 
 UTC = _dt.UTC
@@ -93,6 +97,146 @@ def json_text(value: Any) -> str:
 
 def json_text_or_none(value: Any) -> str | None:
     return None if value is None else json_text(value)
+
+
+# -- a NewRow's JSON payload, checked at the enqueue --------------------------------------------
+# The enqueue functions encode a JSON payload through these, given the module's TABLE and, for a
+# typed payload, its class: a value JSON cannot encode, or whose JSON the class refuses as the
+# worker's decode_payload() would (which could only dead-letter the job), raises WrongPayload
+# before anything is written. The check decodes what was encoded, as decode_payload() decodes the
+# column: json.decode with the type from text and bytes, msgspec.convert of the parsed JSON where
+# psycopg parses a JSON/JSONB column.
+
+
+def payload_bytes(value: Any, table: str, type_: Any = None) -> bytes:
+    """A JSON payload for a bytes column (UTF-8 JSON). `type_` is the class the payload is
+    typed as, or None (any JSON); typed Any, as mypy takes no TypedDict for a `type`."""
+    data = _payload_json(value, table)
+    if type_ is not None:
+        _check(table, type_, msgspec.json.decode, data)
+    return data
+
+
+def payload_text(value: Any, table: str, type_: Any = None) -> str:
+    """A JSON payload for a text column, or a MySQL/MariaDB JSON column."""
+    return payload_bytes(value, table, type_).decode()
+
+
+def payload_jsonb(value: Any, table: str, type_: Any = None) -> Jsonb:
+    """A JSON payload for a PostgreSQL JSON/JSONB column, bound as psycopg's Jsonb (so, like
+    any jsonb, holding no NUL character: PostgreSQL would refuse the statement and abort the
+    caller's transaction)."""
+    data = _payload_json(value, table)
+    if b"\\u0000" in data:
+        where = _nul_path(msgspec.json.decode(data))
+        if where is not None:
+            raise WrongPayload(f"{table}: the payload cannot be stored as jsonb, which holds no "
+                               f"NUL character (\\u0000) - at `{where}`")
+    if type_ is not None:
+        _check(table, type_, _convert_parsed, data)
+    return _jsonb()(data.decode(), dumps=_as_is)
+
+
+def _as_is(text: str) -> str:
+    return text
+
+
+_JSONB: list[type[Jsonb]] = []  # psycopg's Jsonb, imported at the first use (an import
+# statement run at each call costs more than the check)
+
+
+def _jsonb() -> type[Jsonb]:
+    if not _JSONB:
+        from psycopg.types.json import Jsonb  # a PostgreSQL module's: psycopg is there
+
+        _JSONB.append(Jsonb)
+    return _JSONB[0]
+
+
+def _convert_parsed(data: bytes, type: Any) -> Any:  # noqa: A002 (msgspec's name)
+    return msgspec.convert(msgspec.json.decode(data), type=type)
+
+
+def _payload_json(value: Any, table: str) -> bytes:
+    try:
+        return msgspec.json.encode(value)
+    except (TypeError, ValueError, OverflowError) as err:
+        where = _unencodable_path(value, "$")
+        at = "" if where is None else f" - at `{where}`"
+        raise WrongPayload(f"{table}: the payload cannot be encoded as JSON: {err}{at}") from err
+
+
+def _check(table: str, type_: Any, decode: Any, data: bytes) -> None:
+    try:
+        decode(data, type=type_)
+    except msgspec.ValidationError as err:
+        name = f"{type_.__module__}.{getattr(type_, '__qualname__', type_)}"
+        raise WrongPayload(f"{table}: the payload is not a {name}: {err}") from err
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def _step(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{key!r}]"
+
+
+def _parts(value: Any) -> list[tuple[object, Any]] | None:
+    """The (key, value) pairs of a container msgspec encodes item by item; None for a leaf."""
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, list | tuple | Set):
+        return list(enumerate(value))
+    if isinstance(value, msgspec.Struct):
+        return [(f, getattr(value, f)) for f in value.__struct_fields__]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+    fields = getattr(type(value), "__attrs_attrs__", None)
+    if fields is not None:
+        return [(f.name, getattr(value, f.name)) for f in fields]
+    return None
+
+
+def _unencodable_path(value: Any, path: str) -> str | None:
+    """Where in `value` (which does not encode) the first part that does not encode is, as
+    msgspec writes a path (`$.items[2].when`); only run once an encoding failed."""
+    parts = _parts(value)
+    if parts is None:
+        return path
+    for key, item in parts:
+        if not _encodes(item):
+            return _unencodable_path(item, _step(path, key))
+        if isinstance(value, Mapping) and not _encodes({key: None}):
+            return path  # a key JSON cannot hold
+    return path
+
+
+def _nul_path(value: Any, path: str = "$") -> str | None:
+    """Where a NUL character is in parsed JSON (a key or a string), or None."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                return path
+            found = _nul_path(item, _step(path, key))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _nul_path(item, _step(path, i))
+            if found is not None:
+                return found
+    return None
 
 
 # MySQL/MariaDB errors that mean "the row is locked" for FOR UPDATE NOWAIT.

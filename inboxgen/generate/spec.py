@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
@@ -373,8 +374,12 @@ class _Reader:
                 self.err(key, f"column '{column}': 'role' is required")
                 continue
             if role not in ROLES:
+                near = difflib.get_close_matches(role, ROLES, n=1)
                 self.err(key + ("role",), f"column '{column}': unknown role '{role}' "
-                                          f"(expected one of: {', '.join(ROLES)})")
+                                          f"(expected one of: {', '.join(ROLES)}): "
+                                          + (f"did you mean '{near[0]}'?" if near else
+                                             "a column that only holds your own data needs "
+                                             "no entry in [columns]"))
                 continue
             generated = self.typed(value, key + ("generated",), bool, "true or false")
             codec = self.typed(value, key + ("codec",), str, "a codec name")

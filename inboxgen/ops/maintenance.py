@@ -73,9 +73,10 @@ def requeue(module: ModuleType, conn: Any, *, now: _dt.datetime, ids: Sequence[s
 
 
 def cancel(module: ModuleType, conn: Any, *, now: _dt.datetime,
-           ids: Sequence[str]) -> tuple[list[Any], list[Any]]:
+           ids: Sequence[str]) -> tuple[list[Any], list[tuple[Any, str]]]:
     """Cancel each queued job of `ids` that no worker holds, each in a transaction of its own;
-    returns the ids cancelled and those left (held, finished, or not there)."""
+    returns the ids cancelled, and those left with why each was (held by a worker, finished,
+    a dead letter, not there), as the module's state() finds it after the cancel."""
     d = module.DESCRIPTOR
     if not hasattr(module, "cancel"):
         raise ConfigError(f"table {d.qualified_name} has no cancel(): its holders (the advisory "
@@ -84,17 +85,36 @@ def cancel(module: ModuleType, conn: Any, *, now: _dt.datetime,
     # A lease table's cancel() takes `now` (a lease that ran out is not held).
     kwargs = {"now": now} if "now" in inspect.signature(module.cancel).parameters else {}
     done: list[Any] = []
-    left: list[Any] = []
+    left: list[tuple[Any, str]] = []
     for row_id in typed_ids(module, ids) or []:
         _begin(conn, d.dialect)
         try:
             cancelled = bool(module.cancel(conn, id=row_id, **kwargs))
+            why = "" if cancelled else _not_cancelled(module, conn, row_id, now)
         except BaseException:
             conn.rollback()
             raise
         conn.commit()
-        (done if cancelled else left).append(row_id)
+        if cancelled:
+            done.append(row_id)
+        else:
+            left.append((row_id, why))
     return done, left
+
+
+# What a job's state after a cancel that deleted nothing says of why it did not. A job that
+# reads as queued was held: a row lock's holder is invisible to state() (its row reads ready),
+# and a lease's reads in work until it runs out.
+_LEFT = {"in_work": "held by a worker", "ready": "held by a worker",
+         "scheduled": "held by a worker", "finished": "finished", "dead": "a dead letter"}
+
+
+def _not_cancelled(module: ModuleType, conn: Any, row_id: Any, now: _dt.datetime) -> str:
+    state = getattr(module, "state", None)
+    if state is None:  # a module built before state(): it cannot say which
+        return "held by a worker, finished, or not there"
+    found = state(conn, id=row_id, now=now)
+    return "not there" if found is None else _LEFT.get(found.state, found.state)
 
 
 def prune(module: ModuleType, conn: Any, *, now: _dt.datetime, older_than: _dt.timedelta,
@@ -124,11 +144,13 @@ def prune(module: ModuleType, conn: Any, *, now: _dt.datetime, older_than: _dt.t
 
 
 def parse_age(text: str) -> _dt.timedelta:
-    """`30d`, `12h`, `90m`, `45s` or a number of seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", text)
+    """`30d`, `12h`, `45m` or `90s` (a number and its unit). A bare number is refused: prune
+    deletes rows, and a unit guessed wrong deletes the wrong ones."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms])\s*", text)
     if m is None:
-        raise ConfigError(f"--older-than {text!r}: give an age like 30d, 12h, 90m or 45s")
-    unit = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}[m.group(2)]
+        raise ConfigError(f"--older-than {text!r}: give the age with its unit: 30d (days), 12h "
+                          f"(hours), 45m (minutes) or 90s (seconds)")
+    unit = {"d": 86400, "h": 3600, "m": 60, "s": 1}[m.group(2)]
     return _dt.timedelta(seconds=float(m.group(1)) * unit)
 
 

@@ -26,6 +26,9 @@ class TableStatus:
     live_tuples: int | None = None
     hot_update_share: float | None = None
     last_autovacuum: str | None = None
+    # Whether the table has a group column. Groups are declared nowhere: they are found in the
+    # rows, so a group with no row left has no entry in `groups`.
+    grouped: bool = False
 
 
 def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableStatus:
@@ -54,7 +57,7 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
         live_tuples=None if health is None else health.live_tuples,
         hot_update_share=(None if health is None or health.hot_share is None
                           else round(health.hot_share, 3)),
-        last_autovacuum=vacuumed)
+        last_autovacuum=vacuumed, grouped="group" in d.roles)
 
 
 def as_json(tables: list[TableStatus]) -> list[dict[str, Any]]:
@@ -75,7 +78,7 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
                          str(g["ready"] + g["scheduled"]) if dead else "",
                          _age(g["oldest_ready_waited_s"]) if not dead else ""])
         if not t.groups:
-            rows.append([t.table, "", "0", "0", "0", "", "", ""])
+            rows.append([t.table, "(no rows)", "", "", "", "", "", ""])
         if t.dead_table is not None:
             rows.append([t.table, "(dead-letter table)", "", "", "", "", str(t.dead_table), ""])
         if t.advisory_locks is not None:
@@ -86,6 +89,9 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
                          f"{_age(t.oldest_transaction_s)}")
         if t.dead_tuples is not None:
             notes.append(_health(t, now))
+        if t.grouped:
+            notes.append(f"{t.table}: groups are found in the rows: a group with no row left (all "
+                         f"finished and deleted, or pruned) is not listed")
     widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in [heads, *rows]]

@@ -5,10 +5,14 @@ was imported and why it failed, never a traceback."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import inspect
 import os
+import site
 import sys
+import sysconfig
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -37,10 +41,30 @@ def why(err: BaseException, folder: Path) -> str:
     text = first if isinstance(err, ImportError) else (
         f"{type(err).__name__}: {first}" if first else type(err).__name__)
     inside = [f for f in traceback.extract_tb(err.__traceback__)
-              if not f.filename.startswith("<") and not os.path.isabs(shown(f.filename))]
+              if not f.filename.startswith("<") and not os.path.isabs(shown(f.filename))
+              and not _installed(f.filename)]
     if inside:
         text += f" ({shown(inside[-1].filename)}:{inside[-1].lineno})"
     return text
+
+
+def _installed(path: str) -> bool:
+    """Whether `path` is a file of inboxgen's, of Python's standard library or of an installed
+    package (a virtual environment in the project's folder holds those too), not the project's
+    own code. (Not every file under Python's prefix: an application may live in /usr/src/app.)"""
+    real = os.path.realpath(path)
+    return any(real.startswith(root + os.sep) for root in _library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = [str(Path(__file__).resolve().parents[1]),  # the inboxgen package
+             *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths),
+             *site.getsitepackages()]
+    with contextlib.suppress(AttributeError):  # (a site module without user site packages)
+        found.append(site.getusersitepackages())
+    return tuple(sorted({os.path.realpath(p) for p in found}))
 
 
 def _import(name: str, folder: Path) -> tuple[ModuleType | None, str]:

@@ -16,7 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.runtime.clock import DatabaseClock
+from inboxgen.runtime.clock import Clock, DatabaseClock, SystemClock
 from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.tasks import cancel_and_wait
 
@@ -49,13 +49,21 @@ async def offset_to(backend: Backend, conn: Any) -> _dt.timedelta | None:
     return best[1]
 
 
+def clock_for(given: Clock | None, backend: Backend) -> Clock:
+    """A worker's clock: the one the caller gave (a test's, taken as it is), else the
+    database's where the server has one, else this host's."""
+    if given is not None:
+        return given
+    return DatabaseClock() if backend.server_clock else SystemClock()
+
+
 class ClockSync:
     """Keeps a DatabaseClock's offset to the server's clock, and says when the host's clock
-    is off by more than a fraction of the lease (the hazard it corrects)."""
+    is off by more than a fraction of the lease (the hazard it corrects). Of any other clock it
+    does nothing: each method returns at once."""
 
-    def __init__(self, clock: DatabaseClock, backend: Backend, name: str,
-                 lease_seconds: int) -> None:
-        self.clock = clock
+    def __init__(self, clock: Clock, backend: Backend, name: str, lease_seconds: int) -> None:
+        self.clock = clock if isinstance(clock, DatabaseClock) else None
         self.backend = backend
         self.name = name
         # Past this, the host's own clock would have claimed live leases or run jobs early.
@@ -64,6 +72,9 @@ class ClockSync:
         self._task: asyncio.Task[None] | None = None
 
     async def measure(self, conn: Any) -> None:
+        """Read the server's clock on `conn` (the worker's start-up check does, once)."""
+        if self.clock is None:
+            return
         offset = await offset_to(self.backend, conn)
         if offset is None:
             return
@@ -78,7 +89,9 @@ class ClockSync:
                         "behind" if seconds > 0 else "ahead of", self.backend.label)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"{self.name}:clock")
+        """Read the server's clock every SYNC_EVERY seconds, until `stop()`."""
+        if self.clock is not None:
+            self._task = asyncio.create_task(self._run(), name=f"{self.name}:clock")
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

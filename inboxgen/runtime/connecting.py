@@ -2,7 +2,8 @@
 database or user, a malformed address, a missing SQLite file) fails the start at once with one
 line; one that is not there yet (a server starting, a network blip) is tried again with a
 jittered backoff until the connect timeout. Each backend says which is which (`permanent`) and
-how it names the database in messages (`label`, never with the password)."""
+how it names the database in messages (`label`, never with the password). Then every statement
+is prepared against the live tables (`explain_all`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.errors import ConnectFailed
+from inboxgen.errors import ConnectFailed, SchemaError
 
 if TYPE_CHECKING:
     from inboxgen.runtime.backends.base import Backend
@@ -21,14 +22,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("inboxgen.worker")
 
 
+async def connect(backend: Backend, *, keep: int, timeout: float, stopping: asyncio.Event,
+                  where: Mapping[str, str], warned: set[str] | None = None) -> bool:
+    """`reach` the database, then `open_connections`: True when the worker's connections are
+    open. False when `stopping` was set meanwhile, with nothing left open; raises ConnectFailed
+    (nothing left open either)."""
+    if not await reach(backend, timeout=timeout, stopping=stopping, where=where, warned=warned):
+        return False
+    if await open_connections(backend, keep=keep, stopping=stopping, where=where):
+        return True
+    await backend.close()
+    return False
+
+
 async def reach(backend: Backend, *, timeout: float, stopping: asyncio.Event,
-                where: Mapping[str, str]) -> bool:
+                where: Mapping[str, str], warned: set[str] | None = None) -> bool:
     """Connect once, as the worker's connections will, trying for up to `timeout` seconds.
     False when `stopping` was set meanwhile; raises ConnectFailed (naming `where`: the worker
-    and its table) when the database refuses or stays away."""
+    and its table) when the database refuses or stays away. The wait is told in one warning,
+    unless `warned` (the databases told of already, by their labels) holds the database."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     failures = 0
+    told = False  # this worker warned of the wait
     name = where.get("worker", "")
     while True:
         try:
@@ -44,7 +60,10 @@ async def reach(backend: Backend, *, timeout: float, stopping: asyncio.Event,
             if left <= 0:
                 raise ConnectFailed(f"cannot connect to {backend.label} within "
                                     f"{timeout:g} s: {reason}", **where) from None
-            if failures == 1:
+            if failures == 1 and (warned is None or backend.label not in warned):
+                told = True
+                if warned is not None:
+                    warned.add(backend.label)
                 log.warning("%s: cannot connect to %s yet (%s); trying again for up to %g s",
                             name, backend.label, reason, timeout)
             # 100 ms, doubling up to 2 s, jittered: processes restarted together spread out.
@@ -54,7 +73,7 @@ async def reach(backend: Backend, *, timeout: float, stopping: asyncio.Event,
             if stopping.is_set():
                 return False
             continue
-        if failures:
+        if told:
             log.warning("%s: connected to %s after %d failed attempt(s)", name,
                         backend.label, failures)
         return not stopping.is_set()
@@ -72,6 +91,18 @@ async def open_connections(backend: Backend, *, keep: int, stopping: asyncio.Eve
             await backend.close()  # what was opened of them
         raise ConnectFailed(f"cannot open the connections to {backend.label}: "
                             f"{first_line(err)}", **where) from None
+
+
+async def explain_all(backend: Backend, conn: Any, statements: Iterable[str],
+                      where: Mapping[str, str]) -> None:
+    """Prepare each statement (by its name in the module) on `conn`: SchemaError naming the
+    database, the statement and `where` for the first that does not prepare."""
+    for name in statements:
+        try:
+            await backend.explain(conn, name)
+        except Exception as err:  # the driver's error names what is missing
+            raise SchemaError(f"statement does not prepare against {backend.label}: "
+                              f"{first_line(err)}", statement=name, **where) from err
 
 
 async def unless_stopped(stopping: asyncio.Event, step: Coroutine[Any, Any, Any]) -> bool:

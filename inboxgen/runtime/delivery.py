@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
+from inboxgen.runtime.handlers import own_frames
 from inboxgen.runtime.jobs import Held, Job
 from inboxgen.runtime.observe import ACKED, DEAD_LETTERED, DROPPED, RETRIED
 from inboxgen.runtime.outcomes import (
@@ -153,7 +154,9 @@ class Delivery:
                 # The job's connection died under the handler: the database's outage, not the
                 # handler's failure. Its transaction is gone; the row comes back as from a crash.
                 raise
-            h.failure = err  # logged by decide(), with what becomes of the row
+            # Logged by decide(), with what becomes of the row, and observed: from the
+            # handler's own frame on.
+            h.failure = err.with_traceback(own_frames(err.__traceback__))
             return after_failure(h.attempt, has_retry_after=self._has_retry_after,
                                  backoff=self.settings.backoff)
         if h.watch is not None:
@@ -177,16 +180,20 @@ class Delivery:
         return s
 
     def _report_failure(self, h: Held, s: Settlement, err: BaseException) -> None:
-        """One line for a handler that failed: the error (with its traceback) and what becomes
-        of the row, as decided."""
+        """One line for a handler that failed: the error and what becomes of the row, as
+        decided. The traceback comes once per job, where it helps: with its last attempt's
+        line (the row goes to the dead letters), or, where attempts are not limited, with its
+        first failure's (every failure's, where the table does not count attempts). A retry's
+        line names the error and says when it runs again."""
         then = what_happens(s, has_retry_after=self._has_retry_after, now=self.clock.now(),
                             dead_letters=self.dead_letters)
         max_attempts = self.settings.max_attempts
         of = f" of {max_attempts}" if max_attempts is not None else ""
+        traced = s.action == DEAD_LETTER or (max_attempts is None and h.attempt in (None, 1))
         log.log(logging.ERROR if s.action == DEAD_LETTER else logging.WARNING,
                 "%s: handler failed on row %s (attempt %s%s): %r; %s", self.name, h.id,
                 h.attempt, of, err, then,
-                exc_info=err if err.__traceback__ is not None else None)
+                exc_info=err if traced and err.__traceback__ is not None else None)
 
     @property
     def dead_letters(self) -> str:

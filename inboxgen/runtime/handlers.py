@@ -5,14 +5,33 @@ whatever `workers` says). What it returns or raises is the delivery's to judge."
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import inspect
+import os
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
 from typing import Any, cast
 
 from inboxgen.runtime.jobs import Handler, Job
+
+# The folders of the frames that run a handler rather than belong to it: inboxgen's runtime,
+# and the thread pool and event loop it runs handlers on.
+_RUNNERS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
+                 for path in (__file__, asyncio.__file__, concurrent.futures.__file__))
+
+
+def own_frames(tb: TracebackType | None) -> TracebackType | None:
+    """A handler's traceback from the handler's own frame on: without the leading frames of
+    inboxgen's runtime and of the thread or event loop that ran it (a plain handler's failure
+    would otherwise log a dozen lines of them). Where no other frame follows them (an error
+    raised before the handler ran), the whole traceback."""
+    own = tb
+    while own is not None and own.tb_frame.f_code.co_filename.startswith(_RUNNERS):
+        own = own.tb_next
+    return tb if own is None else own
 
 
 class HandlerRunner:

@@ -46,6 +46,18 @@ class Stats:
     deleted: int = 0  # rows deleted while their jobs ran: their outcomes were not recorded
     failed_claims: int = 0
 
+    def summary(self, lease: bool) -> str:
+        """What a worker did, as its last line says it (`lease`: its renewals too)."""
+        text = (f"{self.delivered} delivered, {self.acked} acked, {self.dropped} dropped, "
+                f"{self.retried} retried, {self.dead_lettered} dead-lettered")
+        if lease:
+            text += f", {self.renewed} lease renewal(s)"
+        if self.lease_lost:
+            text += f", {self.lease_lost} lease(s) lost"
+        if self.deleted:
+            text += f", {self.deleted} row(s) deleted while in work"
+        return text
+
 
 @attrs.define
 class Held:

@@ -3,7 +3,9 @@
 The channel is the table's name and the payload its group; inserts notify with the generated
 `notify()` in the same transaction, so the wake-up arrives when the job commits. A listening
 connection that is lost is opened again, and every worker is woken once (notifications sent
-meanwhile are gone, and polling alone would find their jobs late).
+meanwhile are gone, and polling alone would find their jobs late). psycopg is imported when
+listening begins, so that this module imports without it (a service without PostgreSQL queues
+never needs it).
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ import logging
 import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-import psycopg
-from psycopg import sql
 
 from inboxgen.runtime.connecting import first_line
 
@@ -30,6 +29,9 @@ async def listen(conninfo: str | None, connect_kwargs: Mapping[str, Any],
     """Listen on each route's channel (a table's name) with connections opened as `conninfo`
     and `connect_kwargs` say, and wake the route's worker for its group's rows, until
     cancelled. One session serves every route: a service's queues on one database share it."""
+    import psycopg
+    from psycopg import sql
+
     name = name or routes[0][1].name
     channels = sorted({channel for channel, _ in routes})
     everyone = [wakes for _, wakes in routes]

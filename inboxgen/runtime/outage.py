@@ -4,10 +4,13 @@ claims start failing for another reason), one when claims work again.
 Whatever notices first opens the outage: a claim that fails, a settlement flush, a renewal or
 the listening connection lost with its connection, a transactional handler's statement on a
 connection that died, the pool failing to connect. The others' failures during the same outage
-are DEBUG lines, and a handler is never blamed for it. The pools the worker opens itself log
-through psycopg's "psycopg.pool" logger; their warnings (a broken connection discarded, a failed
-reconnection, several lines each) are folded in the same way (`PoolNoise`), while the records of
-any other pool pass untouched.
+are DEBUG lines, and a handler is never blamed for it. The pools the worker opens itself (and a
+service's pools, folded into one of their queues) log through psycopg's "psycopg.pool" logger;
+their warnings (a broken connection discarded, a failed reconnection, several lines each) are
+folded in the same way (`PoolNoise`), while the records of any other pool pass untouched. Before
+the worker serves, its start tells what is wrong (connecting.py): a pool's failed connection
+attempts are DEBUG lines then. Once the worker is told to stop at once (`hurried`), a connection
+that the cancellation closes is no outage either: DEBUG lines too.
 """
 
 from __future__ import annotations
@@ -50,8 +53,14 @@ class Outage:
         self.backend = backend
         self.stats = stats
         self.open: _Open | None = None
+        self.serving = False  # the worker claims: its start has told of the database
+        self.hurried = False  # told to stop at once: lost connections are the cancellation's
 
     def claim_failed(self, err: Exception) -> None:
+        if self.hurried:
+            log.debug("%s: a claim ended as the worker stopped at once: %s", self.name,
+                      first_line(err))
+            return
         self.stats.failed_claims += 1
         if self.lost_connection(err, "claims failing"):
             return
@@ -72,6 +81,7 @@ class Outage:
         """The worker stops: an outage still open is told as it stands."""
         if self.open is not None:
             self._close("the worker stopped")
+        self.serving = self.hurried = False
 
     def _close(self, stopped: str) -> None:
         o = self.open
@@ -100,6 +110,10 @@ class Outage:
         backend = self.backend
         if not (isinstance(err, Exception) and backend.disconnected(err)):
             return False
+        if self.hurried:
+            log.debug("%s: %s: a connection closed as the worker stopped at once: %s",
+                      self.name, what, first_line(err))
+            return True
         if self.open is None:
             self.open = self._opened(LOST, what, err)
         if backend.unreachable(err) and self.open.kind != UNREACHABLE:
@@ -112,7 +126,10 @@ class Outage:
 
     def settlements_lost(self, n: int) -> bool:
         """Settlements lost with their connections: counted in the outage's last line (True)
-        when connections are what failed, else the caller says so itself (False)."""
+        when connections are what failed, else the caller says so itself (False). Once the
+        worker is told to stop at once, their rows are left as the form's rule says: True."""
+        if self.hurried:
+            return True
         if self.open is None or self.open.kind == FAILING:
             return False
         self.open.lost += n
@@ -124,10 +141,11 @@ class Outage:
 
     def pool_said(self, record: logging.LogRecord) -> None:
         """A warning of the worker's own pool: a failed connection attempt is the database
-        out of reach; the rest (broken connections discarded) the worker reports through its
-        own failures. Kept at DEBUG."""
+        out of reach (told by the start until the worker serves); the rest (broken connections
+        discarded) the worker reports through its own failures. Kept at DEBUG."""
         err = record.args[-1] if isinstance(record.args, tuple) and record.args else None
-        if isinstance(err, Exception) and str(record.msg).startswith("error connecting"):
+        if self.serving and isinstance(err, Exception) and str(record.msg).startswith(
+                "error connecting"):
             self.lost_connection(err, "connecting")
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: pool: %s", self.name, first_line(Exception(record.getMessage())))

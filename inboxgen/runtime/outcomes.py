@@ -165,7 +165,15 @@ def what_happens(s: Settlement, *, has_retry_after: bool, now: _dt.datetime,
         return f"its last attempt failed: moved to the dead letters ({dead_letters})"
     if s.action == REQUEUE_AT:
         assert s.due is not None
-        return f"retrying in {(s.due - now).total_seconds():g} s"
+        return f"retrying in {for_a_person((s.due - now).total_seconds())} s"
     if not has_retry_after:
         return "retrying now (the table has no retry_after column for a backoff)"
     return "retrying now"
+
+
+def for_a_person(seconds: float) -> str:
+    """A delay as a person reads it: whole seconds from 10 s up, three significant digits below
+    (`4`, `2.5`, `0.125`), never below zero. The delay is read against a clock a moment later
+    than the one that set it, which would show as 0.999988 s."""
+    seconds = max(seconds, 0.0)
+    return str(round(seconds)) if seconds >= 10 else f"{seconds:.3g}"

@@ -8,6 +8,10 @@ plus what the service's handlers take for their own work (`handler_connections`)
 never takes more than its slots and that one, so the pool is never exceeded, and no queue waits
 on another's connections. The PostgreSQL queues of one database that listen share one LISTEN
 session, the one connection kept outside the pool there.
+
+A start checks every queue (its address, then its database, server and statements) before any
+queue claims or any endpoint is served: a service that cannot start has claimed nothing. Only the
+drivers of the service's databases are imported (psycopg and its pool for PostgreSQL queues).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import datetime as dt
 import inspect
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -28,9 +32,11 @@ from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.clock import Clock
 from inboxgen.runtime.jobs import Handler
 from inboxgen.runtime.observe import Observer
+from inboxgen.runtime.outage import fold_pool_warnings, unfold_pool_warnings
 from inboxgen.runtime.outcomes import Backoff
 from inboxgen.runtime.schedules import Schedule, keep
 from inboxgen.runtime.settings import UNSET, settings_for
+from inboxgen.runtime.signals import run_with_signals, say_signalled
 from inboxgen.runtime.tasks import cancel_and_wait
 from inboxgen.runtime.worker import Worker
 
@@ -66,6 +72,7 @@ class Service:
         self.workers: list[Worker] = []
         self._queued: list[_Queue] = []
         self._startup: list[Hook] = []
+        self._serving: list[Hook] = []  # once every queue passed its checks (an endpoint's)
         self._shutdown: list[Hook] = []
         self._pools: dict[str, Any] = {}
         self._listeners: list[asyncio.Task[None]] = []
@@ -154,7 +161,8 @@ class Service:
 
         metrics = Prometheus(registry=registry)
         self.observers.append(metrics)
-        self.on_startup(lambda: metrics.start_server(port, host))
+        # Served once every queue passed its checks: a service that cannot start serves none.
+        self._serving.append(lambda: metrics.start_server(port, host))
         self.on_shutdown(metrics.stop_server)
         return metrics
 
@@ -185,26 +193,15 @@ class Service:
     def run(self) -> None:
         """Serve until SIGINT or SIGTERM, then shut down gracefully; a second signal stops at
         once."""
-        asyncio.run(self._run_with_signals())
-
-    async def _run_with_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._signalled, sig)
-        try:
-            await self.serve()
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+        run_with_signals(self.serve, self._signalled)
 
     def _signalled(self, sig: signal.Signals) -> None:
-        if not self._stop.is_set():
-            log.info("%s: %s: stopping", self.name, sig.name)
-            self.stop()
-            return
-        log.warning("%s: %s again: stopping at once", self.name, sig.name)
-        for w in self.workers:
-            w.hurry()
+        again = self._stop.is_set()
+        busy = [w for w in self.workers if w.started and w.in_flight]
+        say_signalled(log, self.name, sig, again=again, in_work=sum(w.in_flight for w in busy),
+                      timeout=self.shutdown_timeout,
+                      unfinished="; ".join(f"{w.name}: {w.form.unfinished}" for w in busy))
+        (self.hurry if again else self.stop)()
 
     async def serve(self) -> None:
         """Start, serve until `stop()`, then shut down."""
@@ -215,8 +212,10 @@ class Service:
             await self.shutdown()
 
     async def start(self) -> None:
-        """Run the start-up hooks, open the pools, start every queue. When any queue cannot
-        start, stop the others and raise ServiceStartFailed naming every problem."""
+        """Check every queue's settings and address, run the start-up hooks, then check every
+        queue on its database (connect, the server, every statement) before any claims: when
+        one cannot start, close what the others opened and raise ServiceStartFailed naming
+        every problem. Then serve the endpoints (expose_metrics) and start every queue."""
         if not self._queued:
             raise WorkerConfigError("the service has no queues: add them with queue()",
                                     worker=self.name)
@@ -226,35 +225,54 @@ class Service:
                                         f"table {descriptor.qualified_name}'s jobs on that "
                                         f"database: add one with queue()", worker=self.name)
         self._stop = asyncio.Event()
-        for hook in self._startup:
-            await _call(hook)
-        self._open_pools()
-        try:
+        self._make_pools()
+        try:  # each Worker checks its address as it is built, before anything connects
             self.workers = [self._worker(q) for q in self._queued]
+            self._fold_pool_warnings()
+            for hook in self._startup:
+                await _call(hook)
+            ready = await self._prepare()
+            if ready:
+                for hook in self._serving:
+                    await _call(hook)
+                listening = self._listeners_to_start()
         except BaseException:
-            await self._close_pools()
+            await self._unprepare()
             raise
-        for pool in self._pools.values():
-            await pool.open(wait=False)  # the workers wait for the database, each saying why
-        results = await asyncio.gather(*(w.start() for w in self.workers),
-                                       return_exceptions=True)
-        problems = [r for r in results if isinstance(r, BaseException)]
-        if problems or self._stop.is_set():
-            await asyncio.gather(*(w.shutdown() for w in self.workers if w.started),
-                                 return_exceptions=True)
-            await self._close_pools()
-            self.workers = []
-            other = [p for p in problems if not isinstance(p, WorkerError)]
-            if other:
-                raise other[0]
-            if problems:
-                raise ServiceStartFailed([p for p in problems if isinstance(p, WorkerError)])
+        if not ready:
+            await self._unprepare()
             return
+        for w in self.workers:
+            w.begin()
         self.started = True
-        self._listen()
+        self._listeners = [asyncio.create_task(c, name=f"{self.name}:listen")
+                           for c in listening]
         self._keep_schedules()
         log.info("%s: serving %d queue(s)%s", self.name, len(self.workers), "".join(
             f"; pool of {p.max_size} on {_label(w)}" for w, p in self._labelled_pools()))
+
+    async def _prepare(self) -> bool:
+        """Every queue's checks, all at once, with one warning per database that is not there
+        yet: True when all passed; False when stopped meanwhile; ServiceStartFailed naming
+        every queue that failed (any other error as it is)."""
+        for pool in self._pools.values():
+            await pool.open(wait=False)  # the queues wait for the database, each saying why
+        warned: set[str] = set()
+        results = await asyncio.gather(*(w.prepare(warned=warned) for w in self.workers),
+                                       return_exceptions=True)
+        problems = [r for r in results if isinstance(r, BaseException)]
+        other = [p for p in problems if not isinstance(p, WorkerError)]
+        if other:
+            raise other[0]
+        if problems:
+            raise ServiceStartFailed([p for p in problems if isinstance(p, WorkerError)])
+        return not self._stop.is_set()
+
+    async def _unprepare(self) -> None:
+        """A start that goes no further: close what the queues and the pools opened."""
+        await asyncio.gather(*(w.unprepare() for w in self.workers), return_exceptions=True)
+        await self._close_pools()
+        self.workers = []
 
     def stop(self) -> None:
         """Stop claiming on every queue; `serve()` then lets jobs in work finish and returns."""
@@ -262,16 +280,24 @@ class Service:
         for w in self.workers:
             w.stop()
 
+    def hurry(self) -> None:
+        """Stop every queue without waiting for its jobs in work (a second signal does this):
+        they are cancelled, and their rows left as each queue's form says."""
+        self._stop.set()
+        for w in self.workers:
+            w.hurry()
+
     async def shutdown(self) -> None:
-        """Stop every queue (each waits up to shutdown_timeout for its jobs in work), close the
-        pools, then run the shutdown hooks."""
+        """Stop every queue (each waits up to shutdown_timeout for its jobs in work, or for
+        `hurry()`), close the pools, then run the shutdown hooks."""
         self._stop.set()
         listeners, self._listeners = self._listeners + self._keepers, []
         self._keepers = []
         for task in listeners:
             await cancel_and_wait(task)
+        # The queues stay in `workers` until they have stopped: a second signal hurries them.
+        await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
         workers, self.workers = self.workers, []
-        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         self.abandoned_threads = sum(w.abandoned_threads for w in workers)
         await self._close_pools()
         if self.started:
@@ -282,11 +308,10 @@ class Service:
 
     # -- parts ----------------------------------------------------------------------------
 
-    def _listen(self) -> None:
+    def _listeners_to_start(self) -> list[Coroutine[Any, Any, None]]:
         """One LISTEN session per PostgreSQL database for all of its queues that listen, the
-        one connection the service keeps outside its pools there."""
-        from inboxgen.runtime.listener import listen
-
+        one connection the service keeps outside its pools there (none, and no psycopg, for a
+        service without such queues)."""
         routes: dict[str, list[tuple[str, Wakes]]] = {}
         for q, w in zip(self._queued, self.workers, strict=True):
             if not self._shares_listener(q):
@@ -296,10 +321,12 @@ class Service:
                             "every %g s instead", w.name, w.poll_interval)
                 continue
             routes.setdefault(str(q.database), []).append((q.descriptor.table, w.wakes()))
-        self._listeners = [
-            asyncio.create_task(listen(database, {}, routed, name=self.name),
-                                name=f"{self.name}:listen")
-            for database, routed in routes.items()]
+        if not routes:
+            return []
+        from inboxgen.runtime.listener import listen
+
+        return [listen(database, {}, routed, name=self.name)
+                for database, routed in routes.items()]
 
     def _queue_of(self, descriptor: TableDescriptor, where: str) -> int | None:
         """The index of a queue serving `descriptor`'s table on `where`."""
@@ -325,7 +352,8 @@ class Service:
         return (kind is not None and kind.takes_pool and kind.can_listen
                 and q.options["listen"] is not False)
 
-    def _open_pools(self) -> None:
+    def _make_pools(self) -> None:
+        """One pool (not opened yet) per PostgreSQL database of the queues."""
         from inboxgen.runtime.backends import BACKENDS
 
         for q in self._queued:
@@ -346,6 +374,7 @@ class Service:
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             await pool.close()
+            unfold_pool_warnings(pool.name)
 
     def _labelled_pools(self) -> list[tuple[Worker, Any]]:
         seen: dict[int, tuple[Worker, Any]] = {}
@@ -364,6 +393,14 @@ class Service:
                       pool=pool, clock=self.clock, shutdown_timeout=self.shutdown_timeout,
                       connect_timeout=self.connect_timeout, observers=self.observers,
                       **options)
+
+    def _fold_pool_warnings(self) -> None:
+        """Each pool's warnings go to the first of its queues, as a Worker's own pool's go to
+        the worker: an outage is one line, and a start is told by the queues' checks."""
+        for key, pool in self._pools.items():
+            owner = next(w for q, w in zip(self._queued, self.workers, strict=True)
+                         if str(q.database) == key)
+            fold_pool_warnings(pool.name, owner.outage)
 
 
 @attrs.frozen

@@ -1,12 +1,17 @@
 """What a worker's slots wait on and wake through, and the count of rows in work: the worker's
 side of `forms.base.Slots`. Each waiting slot has a wake-up of its own, so a new row wakes one
-slot, not all of them."""
+slot, not all of them. The wake-ups come from the worker's listener (or a service's, shared:
+`wakes()`) and from this process's enqueues as they commit (`wake_on_commits()`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+from collections.abc import Callable
 
+from inboxgen import connections
+from inboxgen.runtime.backends.base import Wakes
 from inboxgen.runtime.clock import Clock
 
 
@@ -20,11 +25,34 @@ class WorkerSlots:
         self._slot_wakes: dict[int, asyncio.Event] = {}  # waiting slots, each woken alone
         self._wakes_owed = 0  # wake_one() calls that found no slot waiting
         self.in_work = 0  # rows claimed and not yet settled
+        self.listener_pid: int | None = None  # the listening session, where there is one
+        self._forget_commits: Callable[[], None] | None = None
 
     def reset(self) -> None:
         """Ready to serve again after a shutdown."""
         self._stopping = asyncio.Event()
         self._wakes_owed = 0
+        if self._forget_commits is not None:
+            self._forget_commits()
+            self._forget_commits = None
+
+    def wakes(self, name: str, group: str | None,
+              lost_connection: Callable[[BaseException, str], bool]) -> Wakes:
+        """What a listener wakes as the rows of `group` arrive (the worker's own, or a
+        service's shared by its queues), and where it reports a lost connection."""
+        return Wakes(name, group, self.wake, self.wake_one, self.wake_waiting_slot,
+                     lost_connection, self._listening_on)
+
+    def _listening_on(self, pid: int) -> None:
+        self.listener_pid = pid
+
+    def wake_on_commits(self, table: str) -> None:
+        """Wake a slot as each enqueue into `table` made in this process through SQLAlchemy or
+        Django commits (inboxgen.connections), until `reset()`: the wake-up crosses from the
+        committing thread to this event loop."""
+        loop = asyncio.get_running_loop()
+        self._forget_commits = connections.wake_on_commit(
+            table, functools.partial(_wake_from, loop, self.wake_one))
 
     def stop(self) -> None:
         self._stopping.set()
@@ -95,3 +123,9 @@ class WorkerSlots:
             self.waiting.discard(index)
             if self._slot_wakes.get(index) is mine:
                 del self._slot_wakes[index]
+
+
+def _wake_from(loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> None:
+    """Run `wake` on `loop` from any thread; nothing once the loop has closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(wake)

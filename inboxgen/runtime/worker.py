@@ -3,29 +3,27 @@
 One asyncio task per worker slot. The claim form (forms/) says how a slot claims and works a
 round; each delivery runs through the form's Delivery (delivery.py), which follows the rules of
 outcomes.py. The forms wait on and wake through the worker's slots (slots.py), which also count
-the rows in work. Shutdown stops claiming, lets jobs in work finish within a timeout, then leaves
-unfinished rows as the form's rule says.
+the rows in work. A start checks everything before the first claim (`prepare()`), then claims
+(`begin()`); a service prepares all of its queues before any begins. Shutdown stops claiming,
+lets jobs in work finish within a timeout, then leaves unfinished rows as the form's rule says.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from inboxgen import connections
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import SchemaError, WorkerConfigError
+from inboxgen.errors import WorkerConfigError
 from inboxgen.runtime.backends import BACKENDS, Backend
 from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.batching import Calls
-from inboxgen.runtime.clock import Clock, DatabaseClock, SystemClock
-from inboxgen.runtime.clocksync import ClockSync
-from inboxgen.runtime.connecting import open_connections, reach, retry_delay
+from inboxgen.runtime.clock import Clock
+from inboxgen.runtime.clocksync import ClockSync, clock_for
+from inboxgen.runtime.connecting import connect, explain_all, retry_delay
 from inboxgen.runtime.forms import Parts, form_for
 from inboxgen.runtime.handlers import HandlerRunner
 from inboxgen.runtime.jobs import Handler, Job, Stats
@@ -34,6 +32,7 @@ from inboxgen.runtime.outage import Outage, fold_pool_warnings, unfold_pool_warn
 from inboxgen.runtime.outcomes import Backoff
 from inboxgen.runtime.presence import Presence
 from inboxgen.runtime.settings import UNSET, fit_to_pool, settings_for
+from inboxgen.runtime.signals import run_with_signals, say_signalled
 from inboxgen.runtime.slots import WorkerSlots
 from inboxgen.runtime.tasks import cancel_and_wait
 
@@ -81,18 +80,14 @@ class Worker:
                                                     transactional=transactional)
         except ValueError as err:  # NoDatabase, or a malformed address (never quoted)
             raise WorkerConfigError(str(err), **self._where) from None
-        # Due times and leases by the database's clock where it has one (clocksync.py); a
-        # clock the caller gives (a test's) is taken as it is.
-        self.clock: Clock = clock or (DatabaseClock() if self.backend.server_clock
-                                      else SystemClock())
-        self._clock_sync = ClockSync(self.clock, self.backend, s.name, s.lease) \
-            if isinstance(self.clock, DatabaseClock) else None
+        # Due times and leases by the database's clock where it has one (clocksync.py).
+        self.clock: Clock = clock_for(clock, self.backend)
+        self._clock_sync = ClockSync(self.clock, self.backend, s.name, s.lease)
         self.listen = kind.listens_by_default if listen is None else listen and kind.can_listen
         self.slots = WorkerSlots(self.clock, s.workers)
         self._hurry = asyncio.Event()  # a second signal: stop without waiting for jobs
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: asyncio.Task[None] | None = None
-        self.listener_pid: int | None = None  # the listening session, where there is one
         # Whether the connections keep one server session (False behind a transaction pooler,
         # where LISTEN cannot work); known once started.
         self.one_session: bool | None = None
@@ -109,7 +104,7 @@ class Worker:
             descriptor=d, settings=s, clock=self.clock, backend=self.backend, calls=self.calls,
             stats=self.stats, outage=self.outage, presence=Presence(d, self.backend),
             runner=self.runner, slots=self.slots, observation=self.observation))
-        self._forget_wake: Callable[[], None] | None = None
+        self.prepared = False  # checked and connected, not claiming yet (prepare())
         self.started = False
 
     # -- running --------------------------------------------------------------------------
@@ -117,31 +112,14 @@ class Worker:
     def run(self) -> None:
         """Serve until SIGINT or SIGTERM, then shut down gracefully; a second signal stops at
         once."""
-        asyncio.run(self._run_with_signals())
-
-    async def _run_with_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._signalled, sig)
-        try:
-            await self.serve()
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+        run_with_signals(self.serve, self._signalled)
 
     def _signalled(self, sig: signal.Signals) -> None:
-        if not self.slots.stopping:
-            if self.started and self.in_flight:
-                log.warning("%s: %s: stopping; waiting up to %g s for %d job(s) in work "
-                            "(again to stop at once)", self.name, sig.name,
-                            self.shutdown_timeout, self.in_flight)
-            else:
-                log.info("%s: %s: stopping", self.name, sig.name)
-            self.stop()
-            return
-        log.warning("%s: %s again: stopping at once (%s)", self.name, sig.name,
-                    self.form.unfinished)
-        self.hurry()
+        again = self.slots.stopping
+        say_signalled(log, self.name, sig, again=again,
+                      in_work=self.in_flight if self.started else 0,
+                      timeout=self.shutdown_timeout, unfinished=self.form.unfinished)
+        (self.hurry if again else self.stop)()
 
     async def serve(self) -> None:
         """Start, serve until `stop()`, then shut down."""
@@ -158,98 +136,96 @@ class Worker:
         """Connect (waiting up to connect_timeout for a database that is not there yet),
         prepare every statement, start the worker slots. Returns without starting when the
         worker is stopped meanwhile."""
+        if await self.prepare():
+            self.begin()
+
+    async def prepare(self, *, warned: set[str] | None = None) -> bool:
+        """What a start checks before the first claim: reach the database, open the
+        connections, check the server, prepare every statement. True when all passed
+        (`begin()` then claims, or `unprepare()` closes); False when the worker was stopped
+        meanwhile. False or raising, it leaves nothing open. `warned`: the databases whose
+        wait was told already (a service's queues tell it once per database)."""
         pool = self.backend.own_pool_name
         if pool is not None:  # its warnings are folded into the worker's outage lines
             fold_pool_warnings(pool, self.outage)
         try:
-            await self._start()
-        except BaseException:
-            if pool is not None:
+            self.prepared = await self._prepare(warned)
+        finally:
+            if not self.prepared and pool is not None:
                 unfold_pool_warnings(pool)
-            raise
-        if not self.started and pool is not None:
-            unfold_pool_warnings(pool)
+        return self.prepared
 
-    async def _start(self) -> None:
-        form, backend, stopping = self.form, self.backend, self.slots.stopping_event
-        form.claim_resources()
+    async def _prepare(self, warned: set[str] | None) -> bool:
+        self.form.claim_resources()
+        connected = checked = False
         try:
-            if not await reach(backend, timeout=self.connect_timeout, stopping=stopping,
-                               where=self._where):
-                form.release_resources()
-                return
-            if not await open_connections(backend, keep=form.connections, stopping=stopping,
-                                          where=self._where):
-                await backend.close()
-                form.release_resources()
-                return
-        except BaseException:
-            form.release_resources()
-            raise
-        try:
-            await self._prepare()
-        except BaseException:
-            await backend.close()
-            form.release_resources()
-            raise
-        form.start()
+            connected = await connect(
+                self.backend, keep=self.form.connections, timeout=self.connect_timeout,
+                stopping=self.slots.stopping_event, where=self._where, warned=warned)
+            if connected:
+                await self._check()
+                checked = True
+        finally:
+            if not checked:
+                if connected:
+                    await self.backend.close()
+                self.form.release_resources()
+        return checked
+
+    def begin(self) -> None:
+        """Claim, once `prepare()` passed: the slots, the form's tasks, the listener, the
+        clock's readings and the wake-ups on this process's commits."""
+        self.form.start()
         self.runner.start()
-        listening = backend.listener(self.wakes()) if self.listen else None
+        listening = self.backend.listener(self.wakes()) if self.listen else None
         if listening is not None:
             self._listener = asyncio.create_task(listening, name=f"{self.name}:listen")
         self._tasks = [asyncio.create_task(self._slot(i), name=f"{self.name}:{i}")
                        for i in range(self.workers)]
-        if self._clock_sync is not None:
-            self._clock_sync.start()
+        self._clock_sync.start()
         if not self.backend.enqueues_notify:
-            # Enqueues of this process through SQLAlchemy or Django wake a slot once they
-            # commit (inboxgen.connections): the wake-up crosses from the committing thread.
-            loop = asyncio.get_running_loop()
-            self._forget_wake = connections.wake_on_commit(
-                self.descriptor.table, functools.partial(_wake_from, loop, self.slots.wake_one))
-        self.started = True
+            self.slots.wake_on_commits(self.descriptor.table)
+        self.prepared, self.started = False, True
+        self.outage.serving = True
         if self.observation is not None:
             self.observation.serving(lambda: self.slots.in_work)
         log.info("%s: serving %s (%s%s) on %s, %d worker(s), batch %d", self.name,
                  self.descriptor.qualified_name, self.descriptor.form,
-                 ", FIFO" if self.descriptor.fifo else "", backend.driver, self.workers,
+                 ", FIFO" if self.descriptor.fifo else "", self.backend.driver, self.workers,
                  self.batch)
 
+    async def unprepare(self) -> None:
+        """Close what `prepare()` opened, for a start that goes no further (a service whose
+        other queue cannot start)."""
+        if self.prepared:
+            self.prepared = False
+            await self.backend.close()
+            self.form.release_resources()
+            if self.backend.own_pool_name is not None:
+                unfold_pool_warnings(self.backend.own_pool_name)
+
     def wakes(self) -> Wakes:
-        """What a listener wakes as this worker's rows arrive (a service's shared listener
-        takes it too)."""
-        return Wakes(self.name, self.group, self.slots.wake, self.slots.wake_one,
-                     self.slots.wake_waiting_slot, self.outage.lost_connection,
-                     self._listening_on)
+        """What a listener (the worker's, or a service's shared one) wakes as rows arrive."""
+        return self.slots.wakes(self.name, self.group, self.outage.lost_connection)
 
-    def _listening_on(self, pid: int) -> None:
-        self.listener_pid = pid
-
-    async def _prepare(self) -> None:
+    async def _check(self) -> None:
         """What the server offers, and every statement prepared against the live tables."""
-        d = self.descriptor
         async with self.backend.connection() as conn:
             offers = await self.backend.check_server(conn, self._where)
             self.one_session = offers.one_session
-            if self._clock_sync is not None:
-                await self._clock_sync.measure(conn)
+            await self._clock_sync.measure(conn)
             if not offers.one_session:
                 if self.form.needs_one_session:
                     raise WorkerConfigError(
-                        "the connection is behind a transaction pooler (each transaction ran "
-                        "on another server session), where advisory locks do not hold: "
-                        "connect directly or use session pooling", **self._where)
+                        f"the connection to {self.backend.label} is behind a transaction "
+                        f"pooler (each transaction ran on another server session), where "
+                        f"advisory locks do not hold: connect directly or use session "
+                        f"pooling", **self._where)
                 if self.listen:
                     log.warning("%s: behind a transaction pooler LISTEN cannot work: polling "
                                 "every %g s instead", self.name, self.poll_interval)
                     self.listen = False
-            for name in d.statements:
-                try:
-                    await self.backend.explain(conn, name)
-                except Exception as err:  # the driver's error names what is missing
-                    detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-                    raise SchemaError(f"statement does not prepare against the database: "
-                                      f"{detail}", statement=name, **self._where) from err
+            await explain_all(self.backend, conn, self.descriptor.statements, self._where)
 
     def stop(self) -> None:
         """Stop claiming; `serve()` then lets jobs in work finish and returns."""
@@ -257,8 +233,10 @@ class Worker:
 
     def hurry(self) -> None:
         """Stop without waiting for the jobs in work: they are cancelled, and their rows left
-        as the form's rule says (a second signal does this)."""
+        as the form's rule says (a second signal does this). A connection that the
+        cancellation closes is no outage: its failures are DEBUG lines from now on."""
         self.slots.stop()
+        self.outage.hurried = True
         self._hurry.set()
 
     def wake(self) -> None:
@@ -291,8 +269,7 @@ class Worker:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
         await self.form.stop()
-        if self._clock_sync is not None:
-            await self._clock_sync.stop()
+        await self._clock_sync.stop()
         await cancel_and_wait(self._listener)
         self.form.release_resources()
         self.runner.stop()
@@ -301,9 +278,6 @@ class Worker:
             unfold_pool_warnings(self.backend.own_pool_name)
         self._tasks = []
         self._listener = None
-        if self._forget_wake is not None:
-            self._forget_wake()
-            self._forget_wake = None
         if self.observation is not None:
             self.observation.stopped()
         # Ready to start again (a worker can serve, stop, and serve once more).
@@ -311,17 +285,15 @@ class Worker:
         self.slots.reset()
         self._hurry = asyncio.Event()
         self.outage.at_stop()
-        st = self.stats
-        extra = f", {st.renewed} lease renewal(s)" if self.descriptor.form == "lease" else ""
-        if st.lease_lost:
-            extra += f", {st.lease_lost} lease(s) lost"
-        if st.deleted:
-            extra += f", {st.deleted} row(s) deleted while in work"
-        log.info("%s: stopped: %d delivered, %d acked, %d dropped, %d retried, %d dead-lettered"
-                 "%s", self.name, st.delivered, st.acked, st.dropped, st.retried,
-                 st.dead_lettered, extra)
+        log.info("%s: stopped: %s", self.name,
+                 self.stats.summary(lease=self.descriptor.form == "lease"))
 
     # -- what tests and the command line read ---------------------------------------------
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The listening session's process id, where there is one."""
+        return self.slots.listener_pid
 
     @property
     def abandoned_threads(self) -> int:
@@ -369,9 +341,3 @@ class Worker:
                 failures += 1
                 self.form.claim_failed(err)
                 await self.slots.wait(index, retry_delay(failures))
-
-
-def _wake_from(loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> None:
-    """Run `wake` on `loop` from any thread; nothing once the loop has closed."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(wake)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -186,6 +187,114 @@ def test_a_backend_that_names_no_module_fails_the_system_checks(shop: Shop) -> N
     assert "Traceback" not in failed.stderr
     assert ("?: (inboxgen.E001) TASKS['default']: cannot import 'taskshop.queues.nowhere': No "
             "module named 'taskshop.queues.nowhere'") in failed.stderr.splitlines()
+
+
+# What `manage.py check` says of a wrong setting of the backend, one line each: (OPTIONS given
+# over the project's, the line after "?: (inboxgen.E001) TASKS['default']: ").
+WRONG_OPTIONS = [
+    ({"MODULE": "taskshop.queues.nowhere"},
+     "cannot import 'taskshop.queues.nowhere': No module named 'taskshop.queues.nowhere'"),
+    ({"MODULE": "taskshop.queues"},  # the package, not the table's module in it
+     "'taskshop.queues' is not a module inboxgen built (or was built before state()): run "
+     "inboxgen build"),
+    ({"MODULE": "taskshop.broken"},
+     "cannot import 'taskshop.broken': ZeroDivisionError: division by zero"),
+    ({"DATABASE": "replica"}, "OPTIONS['DATABASE'] names 'replica', which is not in DATABASES"),
+    ({"WORKERS": 0}, "OPTIONS['WORKERS'] must be a whole number of 1 or more"),
+    ({"TIMEOUT": 5}, "unknown OPTIONS TIMEOUT (it takes DATABASE, MODULE, WORKERS)"),
+]
+
+
+@pytest.mark.parametrize("shop", ["sqlite"], indirect=True)
+def test_manage_py_check_reports_a_wrong_backend_setting_in_one_line(shop: Shop) -> None:
+    """`manage.py check` imports OPTIONS["MODULE"] and checks it and the other OPTIONS: a
+    mistake is inboxgen.E001, one line naming the backend, and the command fails without a
+    traceback; the project's own settings pass."""
+    checked = shop.manage("check")
+    assert checked.returncode == 0, checked.stderr
+    assert "System check identified no issues" in checked.stdout, checked.stdout
+    for options, line in WRONG_OPTIONS:
+        shop.env["TASKSHOP_OPTIONS"] = json.dumps(options)
+        checked = shop.manage("check")
+        assert checked.returncode == 1, (options, checked.stdout, checked.stderr)
+        assert "Traceback" not in checked.stderr, checked.stderr
+        errors = [e for e in checked.stderr.splitlines() if "inboxgen.E001" in e]
+        assert errors == [f"?: (inboxgen.E001) TASKS['default']: {line}"], checked.stderr
+
+
+def serve_until(shop: Shop, seen: Callable[[list[str]], bool], what: str,
+                timeout: float = 60) -> list[str]:
+    """`manage.py inboxgen_serve` until its output's lines satisfy `seen`, then SIGTERM: the
+    lines it printed."""
+    server = shop.serve()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert server.stdout is not None
+        for line in server.stdout:
+            lines.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: seen(lines), what, timeout)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        reader.join(timeout=10)
+    assert server.returncode == 0, "\n".join(lines)
+    return lines
+
+
+def about(lines: list[str], task_id: str) -> list[str]:
+    """The lines that name task (row) `task_id`: Django's and the worker's."""
+    return [line for line in lines
+            if f"Task id={task_id} " in line or f"on row {task_id} " in line]
+
+
+@pytest.mark.parametrize("shop", ["sqlite"], indirect=True)
+def test_a_failing_task_logs_a_line_per_attempt_and_reads_ready_until_its_last(
+        shop: Shop) -> None:
+    """With DEBUG on (Django's own lines shown, as in development), a task that fails on each
+    of its 2 attempts: its first failure is one line (the worker's, saying it is retried), no
+    traceback, and Django neither logs nor signals it FAILED: get_result() reads READY, since
+    it will run again. Its last failure: Django's FAILED line and the worker's, with the one
+    traceback, and get_result() reads FAILED."""
+    shop.env["TASKSHOP_DEBUG"] = "1"
+    made = shop.shell("out['id'] = explode.enqueue().id")
+    task = made["id"]
+
+    def failed(lines: list[str]) -> bool:
+        return any("handler failed" in line for line in lines)
+
+    first = serve_until(shop, failed, "the first attempt to fail")
+    # The row waits for its second attempt: READY, as Django names a task to be run again.
+    assert shop.statuses({"task": task}) == {"task": "READY"}
+    mine = about(first, task)
+    assert [line.split(" ", 3)[-1] if "handler failed" in line else line for line in mine] == [
+        f"Task id={task} path=taskshop.tasks.explode state=RUNNING",
+        f"default:default: handler failed on row {task} (attempt 1 of 2): "
+        f"RuntimeError('this task always fails'); " + mine[-1].split("; ", 1)[1]], first
+    assert "retrying in" in mine[-1], mine
+    assert not any("Traceback" in line or "state=FAILED" in line for line in first), first
+
+    def dead(lines: list[str]) -> bool:
+        return any("dead letters" in line for line in lines)
+
+    last = serve_until(shop, dead, "the last attempt to fail")
+    assert shop.statuses({"task": task}) == {"task": "FAILED"}
+    mine = about(last, task)
+    assert mine[:2] == [f"Task id={task} path=taskshop.tasks.explode state=RUNNING",
+                        f"Task id={task} path=taskshop.tasks.explode state=FAILED"], last
+    assert len(mine) == 3 and mine[2].endswith(
+        f"ERROR default:default: handler failed on row {task} (attempt 2 of 2): "
+        f"RuntimeError('this task always fails'); its last attempt failed: moved to the dead "
+        f"letters (table task_jobs_dead)"), last
+    assert sum("Traceback" in line for line in last) == 1, last
+    # The traceback follows the worker's line and ends with the task's error.
+    start = last.index(mine[2]) + 1
+    assert last[start] == "Traceback (most recent call last):", last
+    assert "RuntimeError: this task always fails" in last[start:], last
 
 
 def test_the_projects_task_modules_are_built_from_its_specs() -> None:

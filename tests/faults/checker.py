@@ -108,6 +108,9 @@ class Report:
     unexpected_exits: list[str] = field(default_factory=list)
     slow_exits: list[str] = field(default_factory=list)
     leftovers: dict[str, int] = field(default_factory=dict)
+    # What a run that is no case of the suite is for ("checker self-test: ..."): the summary
+    # names it, and its problems are expected.
+    label: str = ""
     leftovers_mid: list[dict[str, int]] = field(default_factory=list)
     processes_started: int = 0
     deaths: int = 0

@@ -79,9 +79,10 @@ class FaultRuns:
         return self._private[kind]
 
     def get(self, case: Case | str, request: pytest.FixtureRequest, *, run: int = 1,
-            **overrides: Any) -> Report:
+            label: str = "", **overrides: Any) -> Report:
         """The report of `case` (run now unless it ran already); `run=2` asks for a second,
-        separate run. `overrides` change the case's scenario (and make a run of its own)."""
+        separate run. `overrides` change the case's scenario (and make a run of its own);
+        `label` says in the summary what such a run is for."""
         case = BY_ID[case] if isinstance(case, str) else case
         key = case.id + (repr(sorted(overrides.items())) if overrides else "")
         key += f"-run{run}" if run != 1 else ""
@@ -95,6 +96,7 @@ class FaultRuns:
             folder = self.base / key.replace("/", "_").replace(" ", "")[:80]
             try:
                 self.reports[key] = run_case(case, servers, folder, overrides=overrides)
+                self.reports[key].label = label
             except BaseException as err:
                 self.errors[key] = err
                 raise
@@ -111,17 +113,22 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 
 def markdown(reports: Iterable[Report]) -> str:
-    """The report table: one row per scenario and form."""
+    """The report table: one row per scenario and form; labelled runs (the checker's
+    self-test, whose problems are expected) last, named as such."""
     head = ("| scenario | form | fault | jobs | lost | duplicated | stranded | healthy dead "
             "(unexplained) | recovery ratio | recovered within s | clean rate /s | drain s | "
             "deliveries | processes | lease lost | in work: max/slots (mean) | verdict |")
     rule = "|" + "---|" * 17
     rows = [head, rule]
-    for r in reports:
+    for r in sorted(reports, key=lambda r: bool(r.label)):
         problems = r.problems()
         verdict = "ok" if not problems else "; ".join(p[:120] for p in problems)
+        if r.label:  # a self-test must find the problems it was built to cause
+            verdict = (f"expected of the self-test: {verdict}" if problems else
+                       "the self-test found no problem: the checker missed those it caused")
+        scenario = f"{r.scenario} ({r.label})" if r.label else r.scenario
         rows.append(
-            f"| {r.scenario} | {r.shape} | {r.fault} | {r.jobs} | {r.lost} | {r.duplicated} | "
+            f"| {scenario} | {r.shape} | {r.fault} | {r.jobs} | {r.lost} | {r.duplicated} | "
             f"{r.stranded} | {r.healthy_dead} ({r.healthy_dead_unexplained}) | "
             f"{_num(r.recovery_ratio)} | {_num(r.recovered_within_s, 1)} | "
             f"{_num(r.clean_rate, 0)} | {_num(r.drain_s, 1)} | {r.deliveries} | "

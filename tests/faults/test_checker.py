@@ -15,7 +15,9 @@ import pytest
 
 from .checker import EARLY_SLACK, Report, early_runs, overlapping_deliveries
 from .eventlog import Event, EventLog, EventReader, parse_line, read_events
-from .harness import FaultRuns
+from .harness import FaultRuns, markdown
+
+SELF_TEST = "checker self-test: a handler broken on purpose"
 
 
 def test_the_checker_sees_lost_duplicated_and_fenced_effects(
@@ -24,13 +26,27 @@ def test_the_checker_sees_lost_duplicated_and_fenced_effects(
     # (400 drained in 1.5 s on tables with the build's settings, sometimes before any stop).
     jobs = 800
     report = fault_runs.get("pg-lease-sigstop", request, jobs=jobs, effects="outside",
-                            skip_every=50)
+                            skip_every=50, label=SELF_TEST)
     assert report.fenced_checked >= 1, report.summary()
     assert report.lost == jobs // 50, report.summary()
     assert report.fenced >= 1, report.summary()
     assert report.duplicated >= 1, report.summary()
     problems = " ".join(report.problems())
     assert "lost" in problems and "duplicated" in problems and "fenced" in problems
+
+
+def test_the_summary_labels_the_checkers_self_test_and_lists_it_last() -> None:
+    """The self-test's row shows lost and duplicated effects, as it must: it says what it is,
+    so a reader of the summary does not take it for a case that failed."""
+    broken = Report("pg-lease-sigstop", "pg-lease", "sigstop", jobs=800, lost=16, duplicated=4,
+                    label=SELF_TEST)
+    clean = Report("pg-lease-sigstop", "pg-lease", "sigstop", jobs=400)
+    head, rule, *rows = markdown([broken, clean]).splitlines()
+    assert rows[0].startswith("| pg-lease-sigstop | pg-lease | sigstop | 400 | 0 | 0 |")
+    assert rows[1].startswith(f"| pg-lease-sigstop ({SELF_TEST}) | pg-lease | sigstop | 800 | "
+                              f"16 | 4 |"), rows[1]
+    assert rows[1].endswith(" | expected of the self-test: lost = 16 (e.g. []); duplicated = 4 "
+                            "(e.g. []) |"), rows[1]
 
 
 def test_the_event_log_keeps_complete_lines_only(tmp_path: Path) -> None:

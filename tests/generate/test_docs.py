@@ -257,3 +257,56 @@ def test_the_statements_the_docs_quote_are_the_generated_ones() -> None:
         assert not wrong, "\n".join(wrong)
     finally:
         sys.path.remove(str(REPO))
+
+
+SETTINGS = """\
+from psycopg.conninfo import conninfo_to_dict
+
+_db = conninfo_to_dict({dsn!r})
+INSTALLED_APPS = ["shop"]
+DATABASES = {{"default": {{"ENGINE": "django.db.backends.postgresql", "NAME": _db["dbname"],
+                           "USER": _db["user"], "HOST": _db["host"], "PORT": _db["port"]}}}}
+USE_TZ = True
+"""
+
+
+def test_the_django_pages_migration_creates_the_table_its_spec_describes(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """docs/django.md's task table: its SQL, the migration that creates it from that SQL and the
+    spec, in a Django project: `manage.py migrate` makes the table, `inboxgen verify` finds it
+    as the spec says, and the migration reverses."""
+    page = (REPO / "docs" / "django.md").read_text(encoding="utf-8")
+    files = {}
+    for m in FENCE.finditer(page):
+        first, _, body = m.group(2).partition("\n")
+        named = re.fullmatch(r"(?:#|--) ([\w./-]+\.\w+)", first)
+        if named:
+            files[named.group(1)] = body
+    assert sorted(files) == ["shop/migrations/0002_task_jobs.py", "shop/sql/tasks.sql",
+                             "specs/tasks.toml"]
+    for name, body in {**files, "shop/__init__.py": "", "shop/migrations/__init__.py": "",
+                       "shop/migrations/0001_initial.py":
+                           "from django.db import migrations\n\n\nclass Migration("
+                           "migrations.Migration):\n    initial = True\n",
+                       "settings.py": SETTINGS.format(dsn=pg_dsn),
+                       "pyproject.toml": '[tool.inboxgen]\nout = "generated"\n'}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(body, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "INBOXGEN"))}
+    env["DJANGO_SETTINGS_MODULE"] = "settings"
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, f"{args}: {done.stdout}{done.stderr}"
+        return done.stdout
+
+    run("django", "migrate", "shop")
+    run("inboxgen", "build")
+    assert "against PostgreSQL" in run("inboxgen", "verify", "--database-url", pg_dsn)
+    run("django", "migrate", "shop", "0001")
+    import psycopg
+
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT to_regclass('task_jobs'), to_regclass('task_jobs_dead')"
+                            ).fetchone() == (None, None)

@@ -9,11 +9,11 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
 from genutil import build_module
+from venvs import make_venv
 
 from inboxgen.generate.build import generate, spec_files
 from inboxgen.generate.config import Project, find_project
@@ -132,8 +132,7 @@ def test_installed_wheel_ships_its_templates(source: str, tmp_path: Path) -> Non
     assert "inboxgen/templates/module.py.j2" in names
     assert not any(n.startswith("templates/") for n in names)
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=True)
-    python = env_dir / "bin" / "python"
+    python = make_venv(env_dir, with_pip=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
                     str(wheel)], check=True, capture_output=True)
     project = tmp_path / "project"

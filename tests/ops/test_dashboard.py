@@ -12,6 +12,8 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,9 +29,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from dbcases import Layout, Queue, cli_project
+from dbcases import Layout, Queue, apply_ddl, cli_project
+from genutil import build_module
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from venvs import make_venv
 
 starlette = pytest.importorskip("starlette")  # the dashboard extra; the dev extra has it
 uvicorn = pytest.importorskip("uvicorn")
@@ -38,6 +42,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.routing import Mount  # noqa: E402
 
@@ -318,8 +323,10 @@ def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_a
         assert code == 403, body
         assert counts(status_json(root, env))["jobs", "dead"] == {"dead": "1"}
 
-        # With it, typed into the page's form: back in group g, due now.
-        browser.find_element(By.CSS_SELECTOR, 'input[name="to_group"]').send_keys("g")
+        # With it, typed into the page's form: back in group g (the queue's one group, chosen
+        # for the operator), due now.
+        into = Select(browser.find_element(By.CSS_SELECTOR, 'select[name="to_group"]'))
+        assert into.first_selected_option.get_attribute("value") == "g"
         browser.find_element(By.CSS_SELECTOR, 'form[action$="/actions/requeue"] '
                                               'input[name="token"]').send_keys(TOKEN)
         browser.find_element(By.CSS_SELECTOR, 'button[value="requeue"]').click()
@@ -532,3 +539,279 @@ def test_mistakes_are_one_line(sqlite_project: tuple[Path, Queue, str], tmp_path
     assert result.returncode == 2
     assert result.stderr.strip() == ("inboxgen: inboxgen dashboard needs starlette and "
                                      "uvicorn: pip install 'inboxgen[dashboard]'")
+
+
+# Every time a page shows reads like this (UTC, to the second).
+SHOWN_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+EVENTS_SPEC = """\
+table = "events"
+dialect = "sqlite"
+claim = "lease"
+
+[columns]
+id = { role = "id", generated = true }
+queue = "group"
+run_after = "retry_after"
+attempt = { role = "attempt", generated = true }
+finished_at = "processed_at"
+locked_until = "locked_until"
+payload = { role = "payload", codec = "json" }
+
+[runtime]
+max_attempts = 3
+
+[dead_letter]
+group = "dead"
+"""
+EVENTS_DDL = """\
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    queue TEXT NOT NULL,
+    run_after TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    finished_at TEXT,
+    locked_until TEXT,
+    payload TEXT NOT NULL
+);
+CREATE INDEX events_claim ON events (queue, run_after, id) WHERE finished_at IS NULL;
+"""
+BLOBS_SPEC = """\
+table = "blobs"
+dialect = "sqlite"
+claim = "lease"
+
+[columns]
+id = { role = "id", generated = true }
+run_after = "retry_after"
+attempt = { role = "attempt", generated = true }
+locked_until = "locked_until"
+payload = { role = "payload", codec = "bytes" }
+
+[runtime]
+max_attempts = 3
+
+[dead_letter]
+table = "blobs_dead"
+"""
+BLOBS_DDL = """\
+CREATE TABLE blobs (
+    id INTEGER PRIMARY KEY,
+    run_after TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TEXT,
+    payload BLOB NOT NULL
+);
+CREATE INDEX blobs_claim ON blobs (run_after, id);
+CREATE TABLE blobs_dead (
+    id INTEGER PRIMARY KEY,
+    run_after TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    locked_until TEXT,
+    payload BLOB NOT NULL
+);
+"""
+# A JSON payload with markup and text beyond ASCII: shown as JSON, escaped, not as a repr.
+EVENT = {"to": "ada@example.com", "subject": "<b>Your order</b> ünïcode", "lines": [1, 2.5]}
+UTF8 = "line one\nzweite Zeile: grüße".encode()
+BINARY = bytes([0, 255, 16, 128]) + b"tail"
+
+
+def test_the_requeue_form_offers_the_groups_and_pages_read_plainly(
+        fresh_database: Callable[[str], str], tmp_path: Path, browser: WebDriver,
+        artifacts: Path) -> None:
+    """A dead letter of a table whose dead letters go to a group is requeued through its page
+    with nothing but the token typed: the form offers the queue's groups, the only one chosen
+    (with several, the operator must choose). Every time on the pages reads one way
+    (`2026-12-03 08:32:53 UTC`). A JSON payload is shown as indented JSON, escaped; bytes as
+    their UTF-8 text, or as hex where they are not UTF-8; none as a Python repr."""
+    from inboxgen.ops.connect import connect
+
+    path = fresh_database("sqlite")
+    events = build_module(tmp_path / "events", EVENTS_SPEC, EVENTS_DDL, "events")
+    blobs = build_module(tmp_path / "blobs", BLOBS_SPEC, BLOBS_DDL, "blobs")
+    apply_ddl("sqlite", path, EVENTS_DDL + BLOBS_DDL)
+    conn, _ = connect("sqlite", path)
+    at = now()
+
+    def event(group: str, due: int) -> int:
+        row = events.NewRow(queue=group, run_after=at + dt.timedelta(seconds=due),
+                            payload=EVENT)
+        return int(events.insert(conn, row))
+
+    def blob(payload: bytes) -> int:
+        return int(blobs.insert(conn, blobs.NewRow(run_after=at, payload=payload)))
+
+    ids = {"ready": event("emails", -5), "finished": event("emails", -60),
+           "dead": event("dead", -90), "utf8": blob(UTF8), "binary": blob(BINARY)}
+    conn.execute("INSERT INTO blobs_dead SELECT * FROM blobs")  # both dead letters
+    conn.execute("DELETE FROM blobs")
+    conn.execute("UPDATE events SET finished_at = run_after WHERE id = ?", (ids["finished"],))
+    conn.execute("UPDATE events SET attempt = 3 WHERE queue = 'dead'")
+    conn.commit()
+    web = dashboard.app(path, [events, blobs], allow_actions=True, token=TOKEN,
+                        show_payloads=True, refresh=0)
+    pretty = json.dumps(EVENT, indent=2, ensure_ascii=False)
+
+    def times_read_plainly() -> None:
+        shown = [t.text for t in browser.find_elements(By.TAG_NAME, "time")]
+        assert shown and all(SHOWN_TIME.fullmatch(t) for t in shown), shown
+        text = browser.find_element(By.TAG_NAME, "body").text
+        assert not re.search(r"\d\d:\d\d:\d\d[.+]|\d{4}-\d\d-\d\dT", text), text
+
+    def payload_shown() -> str:
+        return str(browser.find_element(By.CSS_SELECTOR, "pre.payload").text)
+
+    try:
+        with in_thread(web) as base:
+            browser.get(base + "/")
+            times_read_plainly()
+            listed = browser.find_elements(By.CSS_SELECTOR, "table.dead-list pre.payload")
+            # Newest first: the events' dead letter, then the blobs' (binary, then UTF-8 text).
+            assert [p.text for p in listed] == [pretty, BINARY.hex(" "), UTF8.decode()]
+            assert "{'to'" not in browser.page_source and "b'" not in browser.page_source
+            browser.save_screenshot(str(artifacts / "overview.png"))
+
+            browser.get(f"{base}/job?table=events&id={ids['finished']}")
+            times_read_plainly()
+            assert SHOWN_TIME.fullmatch(browser.find_element(By.CSS_SELECTOR, ".finished").text)
+
+            browser.get(f"{base}/job?table=events&id={ids['dead']}")
+            times_read_plainly()
+            assert payload_shown() == pretty
+            assert "&lt;b&gt;Your order&lt;/b&gt;" in browser.page_source
+            assert "<b>Your order" not in browser.page_source
+            into = Select(browser.find_element(By.CSS_SELECTOR, 'select[name="to_group"]'))
+            assert [o.text for o in into.options] == ["emails"]
+            assert into.first_selected_option.get_attribute("value") == "emails"
+            browser.save_screenshot(str(artifacts / "dead-job.png"))
+            browser.find_element(By.CSS_SELECTOR, 'form[action$="/actions/requeue"] '
+                                                  'input[name="token"]').send_keys(TOKEN)
+            browser.find_element(By.CSS_SELECTOR, 'button[value="requeue"]').click()
+            result = browser.find_element(By.CSS_SELECTOR, ".result").text
+            assert result == "events: put 1 dead letter(s) back into the queue (group emails)"
+            found = events.state(conn, id=ids["dead"], now=now() + dt.timedelta(seconds=1))
+            conn.rollback()
+            assert found is not None and found.state == "ready"  # due now, in group emails
+
+            # Two groups: neither is chosen for the operator, who must pick one (or type one).
+            ids["sms"], ids["dead-2"] = event("sms", -5), event("dead", -5)
+            conn.commit()
+            page = f"{base}/job?table=events&id={ids['dead-2']}"
+            browser.get(page)
+            into = Select(browser.find_element(By.CSS_SELECTOR, 'select[name="to_group"]'))
+            assert [o.get_attribute("value") for o in into.options] == ["", "emails", "sms"]
+            assert into.first_selected_option.get_attribute("value") == ""
+
+            def requeue(choose: str | None) -> str:
+                browser.get(page)
+                if choose is not None:
+                    Select(browser.find_element(By.CSS_SELECTOR, 'select[name="to_group"]')
+                           ).select_by_value(choose)
+                browser.find_element(By.CSS_SELECTOR, 'form[action$="/actions/requeue"] '
+                                                      'input[name="token"]').send_keys(TOKEN)
+                browser.find_element(By.CSS_SELECTOR, 'button[value="requeue"]').click()
+                return str(browser.find_element(By.CSS_SELECTOR, ".error, .result").text)
+
+            assert requeue(None) == (f"choose the group to put job {ids['dead-2']} back into "
+                                     f"(events keeps its dead letters in group dead, which does "
+                                     f"not remember their own)")
+            assert events.state(conn, id=ids["dead-2"], now=now()).state == "dead"
+            conn.rollback()
+            assert requeue("sms") == ("events: put 1 dead letter(s) back into the queue "
+                                      "(group sms)")
+
+            for name, shown in (("utf8", UTF8.decode()), ("binary", BINARY.hex(" "))):
+                browser.get(f"{base}/job?table=blobs&id={ids[name]}")
+                times_read_plainly()
+                assert payload_shown() == shown, name
+                assert "b'" not in browser.page_source
+            browser.save_screenshot(str(artifacts / "binary-job.png"))
+    finally:
+        dashboard.dashboard_of(web).database.close()
+        conn.close()
+
+
+TEMPLATES = Path(dashboard.__file__).parent / "templates"
+# Run in a fresh venv with the wheel installed: the installed dashboard's templates, and its
+# 404 page for a table it does not have, rendered from them (no database is read for it).
+INSTALLED = """\
+import asyncio, json, sys
+import inboxgen.ops.dashboard as dashboard
+from inboxgen.ops.dashboard import pages
+sys.path.insert(0, ".")
+import shop_emails
+
+web = dashboard.app("unused.db", [shop_emails])
+answer = {"body": b""}
+
+async def receive():
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+async def send(message):
+    if message["type"] == "http.response.start":
+        answer["status"] = message["status"]
+    elif message["type"] == "http.response.body":
+        answer["body"] += message.get("body", b"")
+
+scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+         "scheme": "http", "path": "/job", "raw_path": b"/job",
+         "query_string": b"table=nope&id=1", "root_path": "", "headers": [],
+         "client": ("127.0.0.1", 1), "server": ("localhost", 80)}
+asyncio.run(web(scope, receive, send))
+names = pages.ENV.list_templates()
+for name in names:
+    pages.ENV.get_template(name)
+print(json.dumps({"file": dashboard.__file__, "templates": names, "status": answer["status"],
+                  "body": answer["body"].decode()}))
+"""
+
+
+@pytest.mark.parametrize("source", ["checkout", "sdist"])
+def test_the_wheel_and_the_sdist_ship_the_dashboard_templates(source: str,
+                                                              tmp_path: Path) -> None:
+    """The dashboard's pages are template files of its package; the sdist carries them, and
+    the wheel built from the checkout or from the sdist; installed from that wheel in a fresh
+    venv, outside the checkout, the dashboard renders its pages from them."""
+    import tarfile
+    import zipfile
+
+    repo = Path(__file__).resolve().parents[2]
+    shipped = sorted(p.name for p in TEMPLATES.glob("*.html"))
+    assert {"layout.html", "overview.html", "job.html", "done.html", "error.html"} <= set(
+        shipped), shipped
+    built = repo
+    if source == "sdist":
+        subprocess.run([sys.executable, "-c", "import sys; from hatchling.build import "
+                        "build_sdist; build_sdist(sys.argv[1])", str(tmp_path / "sdist")],
+                       cwd=repo, check=True, capture_output=True)
+        (sdist,) = (tmp_path / "sdist").glob("inboxgen-*.tar.gz")
+        with tarfile.open(sdist) as tar:
+            inside = sorted(n.rsplit("/", 1)[1] for n in tar.getnames()
+                            if "/inboxgen/ops/dashboard/templates/" in n)
+            assert inside == shipped
+            tar.extractall(tmp_path / "unpacked", filter="data")
+        (built,) = (tmp_path / "unpacked").iterdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path / "dist"), str(built)], check=True,
+                   capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("inboxgen-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        inside = sorted(n.rsplit("/", 1)[1] for n in zf.namelist()
+                        if n.startswith("inboxgen/ops/dashboard/templates/"))
+    assert inside == shipped
+    env_dir = tmp_path / "venv"
+    python = make_venv(env_dir, with_pip=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+                    str(wheel)], check=True, capture_output=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(repo / "generated_examples" / "shop_emails.py", project)
+    ran = subprocess.run([str(python), "-c", INSTALLED], cwd=project, capture_output=True,
+                         text=True, check=False, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    got = json.loads(ran.stdout)
+    assert got["file"].startswith(str(env_dir)), "the wheel, not the checkout, must be imported"
+    assert sorted(got["templates"]) == shipped
+    assert got["status"] == 404
+    assert "<p class=\"error\">no queue table &#39;nope&#39; here</p>" in got["body"], got
+    assert '<h1><a href="/">inboxgen</a>' in got["body"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -225,15 +226,40 @@ def test_prune_deletes_old_processed_rows_in_batches(project: Callable[..., Proj
     assert q.settle("finish", conn, row, now=dt.datetime.now(dt.UTC))  # processed just now
     conn.commit()
     open_job = q.add(conn, payload="open", retry_after=when(-60))
+    started = dt.datetime.now(dt.UTC)
     dry = run(root, "prune", "specs/jobs.toml", "--database-url", url, "--older-than", "30d",
               "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "would delete 100000 row(s)" in dry.stdout
+    # The count, and the cutoff it counted from (30 days before the command ran), in UTC.
+    said = re.fullmatch(r"jobs: would delete 100000 row\(s\) processed before (\S+ \S+) UTC "
+                        r"\(more than 30d ago\); nothing was deleted\n", dry.stdout)
+    assert said is not None, dry.stdout
+    cutoff = dt.datetime.fromisoformat(said[1]).replace(tzinfo=dt.UTC)
+    assert abs((started - dt.timedelta(days=30) - cutoff).total_seconds()) < 60
+    assert len(q.ids()) == 100_002
     done = run(root, "prune", "specs/jobs.toml", "--database-url", url, "--older-than", "30d",
                "--batch", "7000")
     assert done.returncode == 0, done.stderr
-    assert "deleted 100000 row(s) processed more than 30d ago" in done.stdout
+    assert re.fullmatch(r"jobs: deleted 100000 row\(s\) processed before \S+ \S+ UTC "
+                        r"\(more than 30d ago\)\n", done.stdout), done.stdout
     assert sorted(q.ids()) == sorted([recent, open_job])
+
+
+@pytest.mark.parametrize("age", ["1", "30", "1.5", "30 days", "1w", "d"])
+def test_prune_refuses_an_age_without_its_unit(project: Callable[..., Project],
+                                               age: str) -> None:
+    """A bare number is no age: prune deletes rows, so it never guesses the unit."""
+    root, q, url = project("sqlite", Layout(form="lease"))
+    fill_processed(q, 3, dt.datetime.now(dt.UTC) - dt.timedelta(days=2))
+    for extra in ([], ["--dry-run"]):
+        result = run(root, "prune", "specs/jobs.toml", "--database-url", url, "--older-than",
+                     age, *extra)
+        assert result.returncode == 2, (age, result.stdout, result.stderr)
+        assert result.stderr == (
+            f"inboxgen: --older-than {age!r}: give the age with its unit: 30d (days), 12h "
+            f"(hours), 45m (minutes) or 90s (seconds)\n"), result.stderr
+        assert result.stdout == ""
+    assert len(q.ids()) == 3
 
 
 def test_a_password_never_shows_and_a_refusal_is_one_line(project: Callable[..., Project],
@@ -322,12 +348,13 @@ def test_cancel_deletes_queued_jobs_and_names_those_it_left(
     ids = mix(q)
     result = run(root, "cancel", "specs/jobs.toml", "--database-url", url,
                  "--id", str(ids["ready-1"]), "--id", str(ids["scheduled"]),
-                 "--id", str(ids["work"]), "--id", str(ids["done"]))
-    # The leased and the finished job stay; the command says which, and fails.
+                 "--id", str(ids["work"]), "--id", str(ids["done"]), "--id", "999999")
+    # The leased and the finished job stay, and one not there is none; the command says which
+    # is which, and fails.
     assert result.returncode == 1, result.stderr
     assert result.stdout.strip() == (
-        f"jobs: cancelled 2 job(s); not cancelled (held by a worker, finished, or not there): "
-        f"{ids['work']}, {ids['done']}")
+        f"jobs: cancelled 2 job(s); not cancelled: {ids['work']} (held by a worker), "
+        f"{ids['done']} (finished), 999999 (not there)")
     left = {r["id"] for r in q.rows()}
     assert left == {ids["ready-2"], ids["work"], ids["done"], ids["dead"]}
     again = run(root, "cancel", "specs/jobs.toml", "--database-url", url,
@@ -335,3 +362,66 @@ def test_cancel_deletes_queued_jobs_and_names_those_it_left(
     assert again.returncode == 0 and again.stdout.strip() == "jobs: cancelled 1 job(s)"
     wrong = run(root, "cancel", "specs/jobs.toml", "--database-url", url, "--id", "x")
     assert wrong.returncode == 2 and "is not an id of table jobs" in wrong.stderr
+
+
+def test_a_malformed_postgres_address_is_one_line_naming_the_option(
+        project: Callable[..., Project]) -> None:
+    """The command's own option is named, not an argument of the Python API, and the address
+    (which may hold a password) is not quoted."""
+    root, _, _ = project("postgres", Layout(form="lease"))
+    result = run(root, "status", "--database-url", "host=db password=s3cret dbname")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "inboxgen: --database-url: the database address is neither a PostgreSQL connection "
+        "string (host=... dbname=...) nor a URL (postgresql://user@host/db) (table jobs)\n")
+
+
+def test_cancel_names_a_job_held_under_a_row_lock_and_a_dead_letter(
+        project: Callable[..., Project]) -> None:
+    """A row lock's job in work looks ready from outside its transaction (state() cannot see
+    the lock), and a job in the dead-letter table is no queued job: each is named as what it
+    is."""
+    root, q, url = project("postgres", Layout(form="row_lock", dead="table"))
+    conn = q.connect()
+    held, dead, free = (q.add(conn, payload=p, retry_after=when(-60 + i))
+                        for i, p in enumerate(("held", "dead", "free")))
+    conn.commit()
+    row = q.claim_one(conn, now=dt.datetime.now(dt.UTC))  # held: its transaction stays open
+    assert q.id_of(row) == held
+    other = q.connect()
+    row = q.claim_one(other, now=dt.datetime.now(dt.UTC))
+    assert q.id_of(row) == dead and q.settle("dead_letter", other, row)
+    other.commit()
+    result = run(root, "cancel", "specs/jobs.toml", "--database-url", url,
+                 "--id", str(held), "--id", str(dead), "--id", str(free))
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == (f"jobs: cancelled 1 job(s); not cancelled: {held} (held by a "
+                             f"worker), {dead} (a dead letter)\n")
+    conn.rollback()
+
+
+def test_status_says_a_table_has_no_rows_and_that_groups_without_rows_are_not_listed(
+        project: Callable[..., Project]) -> None:
+    """Groups are not declared anywhere: status finds them in the rows. A group whose last row
+    was pruned has no line, and status says so rather than leaving the reader to wonder."""
+    root, q, url = project("sqlite", Layout(form="lease", group=True))
+    note = ("jobs: groups are found in the rows: a group with no row left (all finished and "
+            "deleted, or pruned) is not listed")
+    conn = q.connect()
+    q.add(conn, payload="sent", retry_after=when(-60), **{q.group_attr: "emails"})
+    row = q.claim_one(conn, now=dt.datetime.now(dt.UTC), group="emails")
+    conn.commit()
+    assert q.settle("finish", conn, row, now=dt.datetime.now(dt.UTC) - dt.timedelta(hours=2))
+    conn.commit()
+    before = run(root, "status", "--database-url", url)
+    assert before.returncode == 0, before.stderr
+    header, *lines = before.stdout.splitlines()
+    assert [r.split() for r in lines] == [["jobs", "emails", "0", "0", "0", "1"], note.split()]
+    pruned = run(root, "prune", "specs/jobs.toml", "--database-url", url, "--older-than", "1h")
+    assert pruned.returncode == 0 and "deleted 1 row(s)" in pruned.stdout, pruned.stderr
+    after = run(root, "status", "--database-url", url)
+    assert after.returncode == 0, after.stderr
+    header, *lines = after.stdout.splitlines()
+    assert [r.split() for r in lines] == [["jobs", "(no", "rows)"], note.split()], after.stdout
+    (table,) = json.loads(run(root, "status", "--database-url", url, "--json").stdout)
+    assert table["groups"] == [] and table["grouped"] is True

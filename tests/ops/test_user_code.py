@@ -187,3 +187,35 @@ def test_a_worker_target_that_is_not_a_worker_is_one_line(tmp_path: Path, target
     result = inboxgen(tmp_path, "worker", target)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.splitlines() == [f"inboxgen: {line}"]
+
+
+def test_an_import_failure_names_no_file_of_inboxgen_or_of_the_projects_venv(
+        tmp_path: Path) -> None:
+    """A project whose virtual environment (with inboxgen in it) lives in the project's folder,
+    as `python3 -m venv .venv` makes it: the line names the project's own file where one raised,
+    never a file of inboxgen's or of another installed package."""
+    from venvs import make_venv
+
+    REPO = Path(__file__).resolve().parents[2]
+    python = make_venv(tmp_path / ".venv")
+    # The suite's pip and hatchling install a wheel of this checkout into the venv (its
+    # dependencies, seen there, are not fetched).
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         str(REPO)], capture_output=True, text=True, check=False, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    where = subprocess.run([str(python), "-c", "import inboxgen; print(inboxgen.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(str(tmp_path / ".venv")), where.stdout
+    (tmp_path / "needs.py").write_text("import os\nimport nosuchdep\n")
+    for target, line in [
+        ("nosuch.mod:worker", "nosuch.mod:worker: cannot import nosuch.mod: No module named "
+                              "'nosuch'"),
+        ("needs:worker", "needs:worker: cannot import needs: No module named 'nosuchdep' "
+                         "(needs.py:2)"),
+    ]:
+        result = subprocess.run([str(tmp_path / ".venv" / "bin" / "inboxgen"), "worker", target],
+                                cwd=tmp_path, capture_output=True, text=True, check=False,
+                                timeout=120)
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert result.stderr.splitlines() == [f"inboxgen: {line}"]

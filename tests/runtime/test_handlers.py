@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -64,16 +65,17 @@ def test_one_notification_wakes_one_slot(pg_jobs: Queue) -> None:
         worker.backend.call = counting  # type: ignore[method-assign]
         await worker.start()
         try:
-            for _ in range(200):  # every slot has claimed once and waits
-                if len(worker.slots.waiting) == 10 and worker.listener_pid is not None:
-                    break
-                await asyncio.sleep(0.02)
+            # Deadlines far off, reached only on failure: a loaded machine is slow, not wrong.
+            deadline = time.monotonic() + 60
+            while not (len(worker.slots.waiting) == 10 and worker.listener_pid is not None):
+                assert time.monotonic() < deadline, "the slots never all waited"
+                await asyncio.sleep(0.02)  # every slot has claimed once and waits
             claims = 0
             with psycopg.connect(dsn) as conn:
                 module.insert(conn, module.NewRow(payload={"n": 1}), notify=True)
-            for _ in range(250):
-                if picked and len(worker.slots.waiting) == 10:
-                    break
+            deadline = time.monotonic() + 60
+            while not (picked and len(worker.slots.waiting) == 10):
+                assert time.monotonic() < deadline, "the notified job was not taken"
                 await asyncio.sleep(0.02)
         finally:
             await worker.shutdown()

@@ -18,7 +18,7 @@ import attrs
 import psycopg
 import pytest
 import sqlalchemy as sa
-from dbcases import Layout, MakeQueue, Queue
+from dbcases import Layout, MakeQueue, Queue, call
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -135,6 +135,79 @@ def test_async_session_insert_joins_the_orm_transaction(queue: MakeQueue, dialec
     assert orders(sync_engine) == (["paid"] if commit else [])
     assert len(q.ids()) == (4 if commit else 0)
     sync_engine.dispose()
+
+
+
+# -- notify(), state() and cancel(): what a service calls in its own transaction too -----------
+
+NOW = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)  # past every new row's due time and lease
+
+
+@pytest.mark.parametrize("sa_queue", DIALECTS, indirect=True)
+def test_notify_state_and_cancel_take_a_session_and_join_its_transaction(
+        sa_queue: tuple[Queue, sa.Engine]) -> None:
+    q, engine = sa_queue
+    listener = psycopg.connect(q.target, autocommit=True) if q.pg else None
+    if listener is not None:
+        listener.execute(f'LISTEN "{q.mod.CHANNEL}"')
+    with Session(engine) as session:
+        new_id = q.mod.insert(session, q.new())
+        if q.pg:
+            q.mod.notify(session)
+        # Read in the Session's transaction: the job it has not committed yet.
+        found = call(q.mod.state, session, id=new_id, now=NOW)
+        assert found is not None and (found.id, found.state) == (new_id, "ready")
+        if listener is not None:
+            assert list(listener.notifies(timeout=0.2)) == []  # nothing before the commit
+        session.commit()
+    if listener is not None:
+        (note,) = list(listener.notifies(timeout=5, stop_after=1))
+        assert note.channel == q.mod.CHANNEL
+        listener.close()
+    with Session(engine) as session:
+        assert call(q.mod.cancel, session, id=new_id, now=NOW) is True
+        session.rollback()  # the cancel goes with the Session's rollback
+    assert q.ids() == [new_id]
+    with engine.connect() as conn:  # a Connection that ran nothing yet
+        assert call(q.mod.cancel, conn, id=new_id, now=NOW) is True
+        conn.commit()
+    assert q.ids() == []
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+def test_the_async_twins_of_notify_state_and_cancel_take_an_async_session(
+        queue: MakeQueue, dialect: str) -> None:
+    q = queue(dialect, SHAPE)
+
+    async def main() -> int:
+        engine = create_async_engine(url(q, asynchronous=True))
+        try:
+            async with AsyncSession(engine) as session:
+                new_id: int = await q.mod.insert_async(session, q.new())
+                if q.pg:
+                    await q.mod.notify_async(session)
+                found = await call(q.mod.state_async, session, id=new_id, now=NOW)
+                assert found is not None and found.state == "ready"
+                await session.commit()
+            async with AsyncSession(engine) as session:
+                assert await call(q.mod.cancel_async, session, id=new_id, now=NOW) is True
+                await session.rollback()
+            return new_id
+        finally:
+            await engine.dispose()
+
+    new_id = asyncio.run(main())
+    assert q.ids() == [new_id]  # the cancel went with the rollback
+
+
+def test_notify_given_an_engine_names_what_it_needs(queue: MakeQueue) -> None:
+    q = queue("postgres", SHAPE)
+    engine = sa.create_engine(url(q))
+    with pytest.raises(WrongConnection) as err:
+        q.mod.notify(engine)
+    assert str(err.value) == (f"{q.mod.TABLE}.notify() needs {NEEDS['postgres']}; "
+                              "got sqlalchemy.engine.base.Engine")
+    engine.dispose()
 
 
 # -- Django ------------------------------------------------------------------------------------
@@ -409,10 +482,10 @@ def test_an_enqueue_through_the_orm_wakes_this_process_workers_at_commit(
             await asyncio.sleep(0.2)  # its first claim found nothing: it waits for an hour
             started = time.monotonic()
             await asyncio.to_thread(enqueue)
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(60):  # reached only on failure; the poll is an hour
                 await picked.wait()
             return time.monotonic() - started
         finally:
             await worker.shutdown()
 
-    assert asyncio.run(main()) < 10
+    assert asyncio.run(main()) < 60

@@ -205,3 +205,86 @@ def test_a_transactional_handler_whose_connection_dies_is_not_a_handler_failure(
     lines = worker_lines(caplog, logging.WARNING)
     assert len(lines) == 1 and "was lost" in lines[0] and "new ones work" in lines[0], lines
     assert not [r for r in caplog.records if r.exc_info], "no traceback"
+
+
+def _render_receipt(order: int) -> None:
+    raise ValueError(f"order {order} has no lines")
+
+
+@pytest.mark.parametrize("kind", ["plain", "async", "async watched", "transactional"])
+def test_a_failed_handler_traceback_shows_the_handlers_frames_only(
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture, kind: str) -> None:
+    """The logged traceback starts at the handler: none of inboxgen's runtime frames, nor those
+    of the thread or the event loop that ran it, only the handler's and what it called."""
+    q = queue("sqlite", "emails")
+    # A fake clock runs an async handler in a task of its own (the runtime's testing mode).
+    clock = fake_clock() if kind == "async watched" else None
+    add_confirmation(q.db, q.mod, dt.datetime.now(dt.UTC) if clock is None else clock.now())
+
+    def send_receipt(job: Job[Any]) -> None:
+        _render_receipt(7)
+
+    async def send_receipt_async(job: Job[Any]) -> None:
+        await asyncio.sleep(0)
+        _render_receipt(7)
+
+    handler = send_receipt_async if kind.startswith("async") else send_receipt
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.db.database, clock=clock,
+                    transactional=kind == "transactional", max_attempts=1, listen=False)
+    asyncio.run(run_until_idle(worker, timeout=30))
+
+    (record,) = [r for r in caplog.records if "handler failed" in r.getMessage()]
+    assert record.exc_info is not None
+    text = logging.Formatter().formatException(record.exc_info)
+    frames = [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
+    assert [f.rsplit(", in ", 1)[1] for f in frames] == [handler.__name__, "_render_receipt"], \
+        text
+    assert all(__file__ in f for f in frames), text
+    assert "inboxgen" not in text and "concurrent" not in text and "asyncio" not in text, text
+    assert text.endswith("ValueError: order 7 has no lines"), text
+
+
+def failure_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "handler failed" in r.getMessage()]
+
+
+def test_a_jobs_traceback_comes_once_with_its_last_attempt(
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    """Each failed attempt is one line; only the last (the row goes to the dead letters) carries
+    the traceback: a retry's line names the error and when it runs again."""
+    q = queue("sqlite", "emails")
+    clock = fake_clock()
+    add_confirmation(q.db, q.mod, clock.now())
+
+    def send(job: Job[Any]) -> None:
+        raise ConnectionError("smtp server down")
+
+    worker = Worker(q.mod.DESCRIPTOR, send, database=q.db.database, max_attempts=3,
+                    clock=clock, listen=False)
+    serve_until(worker, clock, lambda: worker.stats.dead_lettered > 0, max_seconds=60)
+    records = failure_records(caplog)
+    assert [(r.levelname, r.exc_info is not None) for r in records] == [
+        ("WARNING", False), ("WARNING", False), ("ERROR", True)], [r.getMessage() for r in records]
+    assert all("ConnectionError('smtp server down')" in r.getMessage() for r in records)
+
+
+def test_where_attempts_are_not_limited_the_first_failure_carries_the_traceback(
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    """No max_attempts, so no last attempt: the first failure's line carries the traceback, the
+    retries' lines do not."""
+    q = queue("sqlite", "reports")
+    with q.db.transaction() as conn:
+        q.mod.insert(conn, q.mod.NewRow(payload=b"quarterly"))
+    calls: list[int | None] = []
+
+    def render(job: Job[bytes]) -> None:
+        calls.append(job.attempt)
+        if len(calls) < 3:
+            raise ValueError("the template is missing")
+
+    worker = Worker(q.mod.DESCRIPTOR, render, database=q.db.database, listen=False)
+    asyncio.run(run_until_idle(worker, timeout=30))
+    assert calls == [1, 2, 3] and worker.stats.acked == 1
+    records = failure_records(caplog)
+    assert [(r.levelname, r.exc_info is not None) for r in records] == [
+        ("WARNING", True), ("WARNING", False)], [r.getMessage() for r in records]

@@ -820,8 +820,10 @@ async def _listen_scenario(q: Queue) -> None:
     async def handler(job: Job[Any]) -> None:
         starts.append((job.id, time.monotonic()))
 
+    # Polls far apart: a job that starts well before the next poll was woken. The bounds below
+    # are against the poll, not a latency, which a loaded machine stretches to seconds.
     worker = Worker(q.module.DESCRIPTOR, handler, database=q.database, group=GROUP,
-                    workers=2, poll_interval=10)
+                    workers=2, poll_interval=300)
     assert worker.listen
     serving = asyncio.create_task(worker.serve())
 
@@ -833,7 +835,7 @@ async def _listen_scenario(q: Queue) -> None:
             await q.module.notify_async(conn, GROUP)
             await conn.commit()
             committed = time.monotonic()
-        await until_async(lambda: len(starts) > seen, 15, "the notified job to start")
+        await until_async(lambda: len(starts) > seen, 60, "the notified job to start")
         return starts[seen][1] - committed
 
     try:
@@ -841,7 +843,7 @@ async def _listen_scenario(q: Queue) -> None:
                           "the worker to listen and go idle")
         first = await enqueue_and_wait()
         print(f"notify latency {first * 1000:.1f} ms")
-        assert first < 1.0, f"a notified job started after {first:.3f} s (poll interval 10 s)"
+        assert first < 60, f"a notified job started after {first:.3f} s (poll interval 300 s)"
 
         old = worker.listener_pid
         async with await psycopg.AsyncConnection.connect(q.database, autocommit=True) as admin:
@@ -857,8 +859,8 @@ async def _listen_scenario(q: Queue) -> None:
             assert await cur.fetchone() is not None, "the new listening session is alive"
         second = await enqueue_and_wait()
         print(f"notify latency after the listener was killed {second * 1000:.1f} ms")
-        assert second < 1.0, f"after the listener was killed, a notified job started after " \
-                             f"{second:.3f} s"
+        assert second < 60, f"after the listener was killed, a notified job started after " \
+                            f"{second:.3f} s (poll interval 300 s)"
     finally:
         worker.stop()
         await asyncio.wait_for(serving, 15)

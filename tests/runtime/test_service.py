@@ -113,7 +113,7 @@ def test_an_enqueue_with_notify_wakes_its_queue_at_once(queue: MakeQueue) -> Non
 
     service = Service(pg.target)
     for group in ("a", "b"):
-        service.queue(pg.mod.DESCRIPTOR, handler(group), group=group, poll_interval=60)
+        service.queue(pg.mod.DESCRIPTOR, handler(group), group=group, poll_interval=300)
 
     async def run() -> float:
         await service.start()
@@ -123,14 +123,15 @@ def test_an_enqueue_with_notify_wakes_its_queue_at_once(queue: MakeQueue) -> Non
             sent = time.monotonic()
             pg.mod.insert(conn, pg.new(grp="b", retry_after=_due()), notify=True)
             conn.commit()
-            await asyncio.to_thread(got.wait, 10)
+            await asyncio.to_thread(got.wait, 60)
             return sent
         finally:
             await service.shutdown()
 
     sent = asyncio.run(run())
     assert list(ran) == ["b"]
-    assert ran["b"] - sent < 2  # not the 60 s poll
+    # Against the poll, not a latency: a loaded machine may take seconds to run the wake-up.
+    assert ran["b"] - sent < 60  # not the 300 s poll
 
 
 def test_every_queue_that_cannot_start_is_named_at_once(queue: MakeQueue) -> None:

@@ -5,6 +5,7 @@ timeout, and a signal during that wait stops the worker promptly."""
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from dbcases import MakeQueue, Queue
+from dbcases import Layout, MakeQueue, Queue
 from genutil import build_module
 from semantics_util import PLAIN, SECRET, start, worker_app
 
@@ -181,6 +182,46 @@ def test_a_second_signal_stops_at_once_and_the_exit_says_what_was_done(
     assert "again: stopping at once" in err
     assert "stopped: 2 delivered, 1 acked" in err
     assert "Traceback" not in err
+
+
+def test_a_second_signal_that_cuts_a_statement_short_tells_no_lost_connection(
+        tmp_path: Path, queue: MakeQueue) -> None:
+    """The second SIGINT cancels a claim whose statement is under way (here MariaDB's, waiting
+    for a row lock another session holds): asyncmy closes the connection it cancels. That is
+    the stop the operator asked for, not an outage: no WARNING or ERROR says a connection was
+    lost or claims failed."""
+    q = queue("mysql", Layout(form="advisory", processed=False))
+    conn = q.connect()
+    q.mod.insert(conn, q.new(retry_after=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)))
+    conn.commit()
+    with conn.cursor() as cur:  # the worker's take (an UPDATE of the row) waits for this lock
+        cur.execute("SELECT * FROM jobs FOR UPDATE")
+    cmd, env = worker_app(tmp_path, q.mod, "hurried_app",
+                          f"worker = Worker(m.DESCRIPTOR, lambda job: None, database="
+                          f"{q.target!r}, workers=2, poll_interval=0.05)\n")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 20
+        line = ""
+        while "serving" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        assert "serving" in line, line
+        time.sleep(0.5)  # a slot's take waits for the row lock
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(10)
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        conn.rollback()
+    assert code == 0, err
+    assert "SIGINT again: stopping at once" in err, err
+    loud = [line for line in err.splitlines() if " WARNING " in line or " ERROR " in line]
+    assert [line for line in loud if "again: stopping at once" not in line] == [], err
+    assert "stopped: 0 delivered" in err, err
 
 
 def test_the_cli_worker_refused_exits_1_with_one_line(tmp_path: Path, pg_jobs: Queue,

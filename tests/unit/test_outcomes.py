@@ -130,6 +130,17 @@ def test_the_failure_line_says_what_becomes_of_the_row() -> None:
     assert says(Settlement(REQUEUE), has_retry_after=False).startswith("retrying now (the table")
 
 
+@pytest.mark.parametrize(("seconds", "said"), [
+    (0.999988, "1"),  # the backoff of 1 s, read against a clock a few microseconds later
+    (3.999_9, "4"), (2.5, "2.5"), (0.125, "0.125"), (0.123456, "0.123"), (9.9996, "10"),
+    (29.99998, "30"), (12.4, "12"), (299.99999, "300"), (-0.000_01, "0"),
+])
+def test_the_failure_line_rounds_the_delay_for_a_person(seconds: float, said: str) -> None:
+    due = NOW + dt.timedelta(seconds=seconds)
+    assert what_happens(Settlement(REQUEUE_AT, due=due), has_retry_after=True, now=NOW,
+                        dead_letters="group emails.dead") == f"retrying in {said} s"
+
+
 def test_a_lease_ends_on_a_whole_second() -> None:
     start = NOW.replace(microsecond=250_000)
     assert lease_expiry(start, 30) == NOW + dt.timedelta(seconds=31)

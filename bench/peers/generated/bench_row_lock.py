@@ -24,7 +24,6 @@ from inboxgen.descriptor import (
     TableDescriptor,
     TableHealth,
 )
-from psycopg.types.json import Jsonb
 
 TABLE: Final = "bench_row_lock"
 CHANNEL: Final = "bench_row_lock"
@@ -52,7 +51,7 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {"payload": Jsonb(row.payload, dumps=_v.json_text)}
+    return {"payload": _v.payload_jsonb(row.payload, TABLE)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
@@ -239,9 +238,7 @@ def insert_many(
     notify, listening workers wake when the transaction commits.
     """
     conn = _c.postgres_connection(conn, "bench_row_lock.insert_many")
-    conn.execute(INSERT_MANY, {
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-    })
+    conn.execute(INSERT_MANY, {"payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows]})
     if notify and rows:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
@@ -254,9 +251,7 @@ async def insert_many_async(
     notify, listening workers wake when the transaction commits.
     """
     conn = await _c.postgres_connection_async(conn, "bench_row_lock.insert_many")
-    await conn.execute(INSERT_MANY, {
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-    })
+    await conn.execute(INSERT_MANY, {"payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows]})
     if notify and rows:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
@@ -267,13 +262,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "bench_row_lock.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "bench_row_lock.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -439,18 +438,20 @@ WHERE "id" = ANY(ARRAY(
 """
 
 
-def cancel(conn: psycopg.Connection[Any], *, id: int) -> bool:
+def cancel(conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.postgres_connection(conn, "bench_row_lock.cancel")
     cur = conn.execute(CANCEL, {"id": id})
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
+async def cancel_async(conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.postgres_connection_async(conn, "bench_row_lock.cancel")
     cur = await conn.execute(CANCEL, {"id": id})
     return cur.rowcount == 1
 
@@ -468,22 +469,26 @@ WHERE "id" = %(id)s
 
 
 def state(
-    conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "bench_row_lock.state")
     cur = conn.execute(STATE, {"id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime | None = None,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "bench_row_lock.state")
     cur = await conn.execute(STATE, {"id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

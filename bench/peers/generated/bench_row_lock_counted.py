@@ -24,7 +24,6 @@ from inboxgen.descriptor import (
     TableDescriptor,
     TableHealth,
 )
-from psycopg.types.json import Jsonb
 
 TABLE: Final = "bench_row_lock_counted"
 CHANNEL: Final = "bench_row_lock_counted"
@@ -58,7 +57,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {"queue": row.queue, "payload": Jsonb(row.payload, dumps=_v.json_text)}
+    return {"queue": row.queue, "payload": _v.payload_jsonb(row.payload, TABLE)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
@@ -292,7 +291,7 @@ def insert_many(
     conn = _c.postgres_connection(conn, "bench_row_lock_counted.insert_many")
     conn.execute(INSERT_MANY, {
         "queue": [r.queue for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
     })
     if notify:
         for group in sorted({r.queue for r in rows}):
@@ -309,7 +308,7 @@ async def insert_many_async(
     conn = await _c.postgres_connection_async(conn, "bench_row_lock_counted.insert_many")
     await conn.execute(INSERT_MANY, {
         "queue": [r.queue for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
     })
     if notify:
         for group in sorted({r.queue for r in rows}):
@@ -322,13 +321,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "bench_row_lock_counted.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "bench_row_lock_counted.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -497,18 +500,20 @@ WHERE "id" = ANY(ARRAY(
 """
 
 
-def cancel(conn: psycopg.Connection[Any], *, id: int) -> bool:
+def cancel(conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.postgres_connection(conn, "bench_row_lock_counted.cancel")
     cur = conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
+async def cancel_async(conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.postgres_connection_async(conn, "bench_row_lock_counted.cancel")
     cur = await conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
     return cur.rowcount == 1
 
@@ -527,22 +532,26 @@ WHERE "id" = %(id)s
 
 
 def state(
-    conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "bench_row_lock_counted.state")
     cur = conn.execute(STATE, {"dead_group": "jobs.dead", "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime | None = None,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "bench_row_lock_counted.state")
     cur = await conn.execute(STATE, {"dead_group": "jobs.dead", "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

@@ -67,10 +67,11 @@ class TaskBackend(BaseTaskBackend):
         if unknown:
             raise InvalidTaskBackend(f"{where}: unknown OPTIONS {', '.join(unknown)} (it takes "
                                      f"{', '.join(sorted(known))})")
-        if self.database not in connections.settings:
+        if not isinstance(self.database, str) or self.database not in connections.settings:
             raise InvalidTaskBackend(f"{where}: OPTIONS['DATABASE'] names {self.database!r}, "
                                      "which is not in DATABASES")
         if self.workers is not None and (not isinstance(self.workers, int)
+                                         or isinstance(self.workers, bool)
                                          or self.workers < 1):
             raise InvalidTaskBackend(f"{where}: OPTIONS['WORKERS'] must be a whole number of 1 "
                                      "or more")
@@ -85,6 +86,10 @@ class TaskBackend(BaseTaskBackend):
         return table
 
     def check(self, **kwargs: Any) -> list[Error]:
+        """The settings' mistake, found when the backend was made (OPTIONS["MODULE"] imported
+        and checked, the other OPTIONS and QUEUES too), as one line: inboxgen.E001. Django
+        runs it in `manage.py check` and before commands such as migrate and inboxgen_serve
+        (the app "inboxgen.contrib.django" registers the check)."""
         return [] if self.problem is None else [Error(self.problem, id="inboxgen.E001")]
 
     @property

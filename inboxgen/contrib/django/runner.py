@@ -1,7 +1,13 @@
 """The handler a Django task's row is delivered to: it imports the task its payload names and
 calls it with the enqueued arguments, as Django's own backends do, with the framework's
 signals. A task that raises raises here, so the worker retries it and, after `max_attempts`,
-dead-letters it."""
+dead-letters it.
+
+`task_started` is sent for each attempt; `task_finished` once the task is done: when it
+succeeded, or when its last attempt failed (FAILED). A failed attempt that will be retried is
+no end: the task is READY again, as `get_result()` reads its row, and the worker's log line
+says so (`retrying in 2 s`). Django's `task_finished` log line for the last failure carries no
+traceback: the worker's line beside it does."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import traceback
 from typing import Any
 
 from django.db import close_old_connections
-from django.tasks import TaskContext, TaskResult, TaskResultStatus
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
@@ -19,7 +25,9 @@ from inboxgen.contrib.django.table import ARGS, KWARGS, TASK
 from inboxgen.runtime.jobs import Job
 
 
-def run_task(job: Job[Any]) -> None:
+def run_task(job: Job[Any], max_attempts: int | None = None) -> None:
+    """Run the task of `job`. `max_attempts`: the worker's (the spec's), which tells the last
+    attempt; None: attempts are not limited, so no failure is the last."""
     body = job.payload
     task = task_at(body[TASK])
     now = timezone.now()
@@ -33,6 +41,26 @@ def run_task(job: Job[Any]) -> None:
     # Django's connections are per thread: drop those past their age, as a request does.
     close_old_connections()
     try:
+        failure = _call(task, result)
+        if failure is None:
+            _finished(result, TaskResultStatus.SUCCESSFUL)
+            return
+        last = (max_attempts is not None and job.attempt is not None
+                and job.attempt >= max_attempts)
+        if last:
+            # Sent outside the except block: Django's receiver logs the FAILED line without
+            # the traceback, which the worker's line about the same failure carries.
+            _finished(result, TaskResultStatus.FAILED)
+        else:
+            object.__setattr__(result, "status", TaskResultStatus.READY)  # to be run again
+        raise failure
+    finally:
+        close_old_connections()
+
+
+def _call(task: Task, result: TaskResult) -> BaseException | None:
+    """Call the task; what it raised (kept in `result.errors`), or None."""
+    try:
         if task.takes_context:
             task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
         else:
@@ -42,12 +70,8 @@ def run_task(job: Job[Any]) -> None:
         result.errors.append(TaskError(
             exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
             traceback="".join(traceback.format_exception(err))))
-        _finished(result, TaskResultStatus.FAILED)
-        raise
-    else:
-        _finished(result, TaskResultStatus.SUCCESSFUL)
-    finally:
-        close_old_connections()
+        return err
+    return None
 
 
 def _finished(result: TaskResult, status: TaskResultStatus) -> None:

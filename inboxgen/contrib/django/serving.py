@@ -3,6 +3,7 @@ queue name, on the database Django's settings name for it."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +41,11 @@ def service_from_settings(aliases: Sequence[str] | None = None) -> Service:
         queues: list[str | None] = sorted(backend.queues) if backend.usable.grouped else [None]
         for queue in queues:
             name = backend.alias if queue is None else f"{backend.alias}:{queue}"
-            service.queue(backend.descriptor, run_task, database=database, group=queue,
+            # The task runner tells the last attempt as the worker does, by the spec's
+            # max_attempts (the queue takes no other).
+            runner = functools.partial(run_task,
+                                       max_attempts=backend.descriptor.defaults.max_attempts)
+            service.queue(backend.descriptor, runner, database=database, group=queue,
                           name=name, workers=backend.workers)
     return service
 

@@ -15,6 +15,8 @@ from typing import Any
 import attrs
 from django.tasks.exceptions import InvalidTaskBackend
 
+from inboxgen.runtime.connecting import first_line
+
 # What a task row's payload holds: the task's import path and its arguments.
 TASK, ARGS, KWARGS = "task", "args", "kwargs"
 # The roles a backend fills from a task; a row's other columns need defaults.
@@ -41,7 +43,11 @@ class TaskTable:
         try:
             module = import_module(path)
         except ImportError as err:
-            raise InvalidTaskBackend(f"{where}: cannot import {path!r}: {err}") from None
+            raise InvalidTaskBackend(f"{where}: cannot import {path!r}: {first_line(err)}"
+                                     ) from None
+        except Exception as err:  # the module raised as it ran: one line, as the checks say it
+            raise InvalidTaskBackend(f"{where}: cannot import {path!r}: {type(err).__name__}: "
+                                     f"{first_line(err)}") from None
         d = getattr(module, "DESCRIPTOR", None)
         if d is None or not hasattr(module, "state"):
             raise InvalidTaskBackend(f"{where}: {path!r} is not a module inboxgen built (or was "

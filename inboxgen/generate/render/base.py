@@ -51,6 +51,13 @@ _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "
               "before"]
 
 
+# The functions a service calls in its own transaction, which take what it holds there besides
+# the driver connection: a SQLAlchemy Connection or Session (their async twins in the twins) or
+# Django's connection (docs/connections.md). The others are the runtime's and the operations
+# commands', run on connections of their own: they take the driver connection only.
+HELD = frozenset({"insert", "insert_unique", "insert_many", "notify", "state", "cancel"})
+
+
 # The kinds of result a step makes of its statement, each written by the template's macro of
 # the same name (the one macro writes the plain function and its async twin):
 #   exec          nothing read; the function returns `result` when there is one
@@ -89,9 +96,10 @@ class Func:
     doc: str
     steps: tuple[Step, ...]  # the last runs unconditionally
     before: tuple[str, ...] = ()  # lines run first (a guard, a first statement)
-    # An enqueue function: its `conn` may also be a SQLAlchemy or Django connection over the
-    # driver's (inboxgen.connections), turned into the driver's first.
-    enqueue: bool = False
+    # A function a service calls in its own transaction (HELD): its `conn` may also be a
+    # SQLAlchemy or Django connection over the driver's (inboxgen.connections), turned into
+    # the driver's first.
+    held: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.steps or self.steps[-1].when:
@@ -197,12 +205,15 @@ class Renderer:
         kind = f.column.kind
         nullable = self.may_be_none(f)
         if f.role == "payload" and self.q.codec == "json":
+            # Encoded and checked at the enqueue (inboxgen.values): JSON that the payload's
+            # class refuses, or a value JSON cannot hold, fails there, naming the table.
+            typed = f", {self.payload_type()}" if self.q.payload_type else ""
             if kind == cat.JSON and self.binds_jsonb:
-                enc = f"Jsonb({expr}, dumps=_v.json_text)"
+                enc = f"_v.payload_jsonb({expr}, TABLE{typed})"
             elif kind == cat.BYTES:
-                enc = f"_v.json_bytes({expr})"
+                enc = f"_v.payload_bytes({expr}, TABLE{typed})"
             else:
-                enc = f"_v.json_text({expr})"
+                enc = f"_v.payload_text({expr}, TABLE{typed})"
             return f"None if {expr} is None else {enc}" if nullable else enc
         if f.role == "headers":
             if kind == cat.JSON and self.binds_jsonb:
@@ -368,16 +379,17 @@ class Renderer:
                             before=(*self.cur("DEAD_LETTER_COPY", self.params(s)),
                                     "if cur.rowcount != 1:",
                                     "    return False")))
-        out += [self.enqueue(f) for f in self.inserts()]
+        out += self.inserts()
         out += self.operations()
-        return out
+        return [self.held(f) for f in out]
 
-    def enqueue(self, f: Func) -> Func:
-        """An enqueue function (not notify) that first finds the driver connection in `conn`."""
-        if f.name not in ("insert", "insert_unique", "insert_many"):
+    def held(self, f: Func) -> Func:
+        """A function of HELD, that first finds the driver connection in `conn`; any other as
+        it is."""
+        if f.name not in HELD:
             return f
         where = py_str(f"{self.q.table.name}.{f.name}")
-        return attrs.evolve(f, enqueue=True, before=(
+        return attrs.evolve(f, held=True, before=(
             f"conn = AWAIT _c.{self.connection_helper}(conn, {where})", *f.before))
 
     def inserts(self) -> list[Func]:

@@ -45,7 +45,7 @@ def pg_params(conninfo: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"the PostgreSQL connection string has an unknown parameter "
                              f"{unknown[1]!r}") from None
         # libpq's reason quotes the text, which may hold a password.
-        raise ValueError("database= is neither a PostgreSQL connection string "
+        raise ValueError("the database address is neither a PostgreSQL connection string "
                          "(host=... dbname=...) nor a URL (postgresql://user@host/db)") from None
     try:
         timeout_from_conninfo(params)  # psycopg reads connect_timeout itself

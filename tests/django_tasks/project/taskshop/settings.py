@@ -1,7 +1,10 @@
 """Settings of the task shop. The database comes from the environment: TASKSHOP_ENGINE
 (postgresql, mysql or sqlite3), TASKSHOP_NAME and, for a server, TASKSHOP_HOST, TASKSHOP_PORT
-and TASKSHOP_USER. TASKSHOP_MODULE replaces the task table's module."""
+and TASKSHOP_USER. TASKSHOP_MODULE replaces the task table's module, TASKSHOP_OPTIONS (JSON)
+adds to or replaces the backend's OPTIONS, and TASKSHOP_DEBUG=1 turns DEBUG on (so Django's own
+log lines, `django.tasks` among them, reach the console, as in development)."""
 
+import json
 import os
 
 ENGINE = os.environ.get("TASKSHOP_ENGINE", "sqlite3")
@@ -13,7 +16,7 @@ if ENGINE == "mysql":
     pymysql.install_as_MySQLdb()
 
 SECRET_KEY = "taskshop-tests-only"
-DEBUG = False
+DEBUG = os.environ.get("TASKSHOP_DEBUG") == "1"
 USE_TZ = True
 INSTALLED_APPS = ["taskshop", "inboxgen.contrib.django"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -32,6 +35,7 @@ TASKS = {
     "default": {
         "BACKEND": "inboxgen.contrib.django.backend.TaskBackend",
         "QUEUES": ["default", "emails"],
-        "OPTIONS": {"MODULE": os.environ.get("TASKSHOP_MODULE", MODULES[ENGINE]), "WORKERS": 2},
+        "OPTIONS": {"MODULE": os.environ.get("TASKSHOP_MODULE", MODULES[ENGINE]), "WORKERS": 2,
+                    **json.loads(os.environ.get("TASKSHOP_OPTIONS", "{}"))},
     },
 }

@@ -67,7 +67,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "queue": row.queue, "priority": row.priority, "run_after": _v.naive_utc(row.run_after),
-        "payload": _v.json_text(row.payload),
+        "payload": _v.payload_text(row.payload, TABLE),
     }
 
 
@@ -527,10 +527,14 @@ WHERE `id` = %(id)s
 """
 
 
-def cancel(conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime) -> bool:
+def cancel(
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.mysql_connection(conn, "task_jobs.cancel")
     cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id, "now": _v.naive_utc(now)})
     if cur.fetchone() is None:
         return False  # held, finished or gone
@@ -538,10 +542,13 @@ def cancel(conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime) -> bool:
+async def cancel_async(
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.mysql_connection_async(conn, "task_jobs.cancel")
     cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id, "now": _v.naive_utc(now)})
     if await cur.fetchone() is None:
         return False  # held, finished or gone
@@ -568,22 +575,25 @@ WHERE `id` = %(id)s
 
 
 def state(
-    conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.mysql_connection(conn, "task_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.mysql_connection_async(conn, "task_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

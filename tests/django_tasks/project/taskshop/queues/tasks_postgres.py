@@ -24,7 +24,6 @@ from inboxgen.descriptor import (
     TableDescriptor,
     TableHealth,
 )
-from psycopg.types.json import Jsonb
 
 TABLE: Final = "task_jobs"
 CHANNEL: Final = "task_jobs"
@@ -68,7 +67,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "queue": row.queue, "priority": row.priority, "run_after": row.run_after,
-        "payload": Jsonb(row.payload, dumps=_v.json_text),
+        "payload": _v.payload_jsonb(row.payload, TABLE),
     }
 
 
@@ -520,7 +519,7 @@ def insert_many(
     conn.execute(INSERT_MANY, {
         "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
         "run_after": [r.run_after for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
     })
     if notify:
         for group in sorted({r.queue for r in rows}):
@@ -538,7 +537,7 @@ async def insert_many_async(
     await conn.execute(INSERT_MANY, {
         "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
         "run_after": [r.run_after for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
     })
     if notify:
         for group in sorted({r.queue for r in rows}):
@@ -551,13 +550,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "task_jobs.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "task_jobs.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -751,20 +754,24 @@ WHERE "id" = ANY(ARRAY(
 """
 
 
-def cancel(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> bool:
+def cancel(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.postgres_connection(conn, "task_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "now": now})
     return cur.rowcount == 1
 
 
 async def cancel_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.postgres_connection_async(conn, "task_jobs.cancel")
     cur = await conn.execute(CANCEL, {"id": id, "now": now})
     return cur.rowcount == 1
 
@@ -787,21 +794,25 @@ WHERE "id" = %(id)s
 """
 
 
-def state(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "task_jobs.state")
     cur = conn.execute(STATE, {"now": now, "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "task_jobs.state")
     cur = await conn.execute(STATE, {"now": now, "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

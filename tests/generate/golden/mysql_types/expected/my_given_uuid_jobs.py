@@ -469,10 +469,11 @@ WHERE `id` = %(id)s
 """
 
 
-def cancel(conn: pymysql.connections.Connection[Any], *, id: str) -> bool:
+def cancel(conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: str) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.mysql_connection(conn, "my_given_uuid_jobs.cancel")
     cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id})
     if cur.fetchone() is None:
         return False  # held, finished or gone
@@ -480,10 +481,11 @@ def cancel(conn: pymysql.connections.Connection[Any], *, id: str) -> bool:
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: str) -> bool:
+async def cancel_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: str) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.cancel")
     cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id})
     if await cur.fetchone() is None:
         return False  # held, finished or gone
@@ -506,11 +508,13 @@ WHERE `id` = %(id)s
 
 
 def state(
-    conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: str,
+    now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.mysql_connection(conn, "my_given_uuid_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {
         "dead_group": "dead", "now": _v.naive_utc(now), "id": id,
     })
@@ -519,11 +523,12 @@ def state(
 
 
 async def state_async(
-    conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: str, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {
         "dead_group": "dead", "now": _v.naive_utc(now), "id": id,
     })

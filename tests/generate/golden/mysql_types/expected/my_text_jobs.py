@@ -343,22 +343,25 @@ WHERE `id` = %(id)s
 
 
 def state(
-    conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: str,
+    now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.mysql_connection(conn, "my_text_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: str, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.mysql_connection_async(conn, "my_text_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

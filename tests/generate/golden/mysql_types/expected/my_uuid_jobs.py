@@ -138,7 +138,7 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
     return {
         "queue": row.queue, "priority": row.priority, "retry_after": _v.naive_utc(row.retry_after),
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
-        "payload": _v.json_text(row.payload), "c_tinyint": row.c_tinyint,
+        "payload": _v.payload_text(row.payload, TABLE), "c_tinyint": row.c_tinyint,
         "c_smallint": row.c_smallint, "c_mediumint": row.c_mediumint, "c_int": row.c_int,
         "c_bigint": row.c_bigint, "c_int_unsigned": row.c_int_unsigned,
         "c_bigint_unsigned": row.c_bigint_unsigned, "c_varchar": row.c_varchar,
@@ -545,10 +545,14 @@ WHERE `id` = %(id)s
 """
 
 
-def cancel(conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime) -> bool:
+def cancel(
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: str,
+    now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.mysql_connection(conn, "my_uuid_jobs.cancel")
     cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id, "now": _v.naive_utc(now)})
     if cur.fetchone() is None:
         return False  # held, finished or gone
@@ -556,10 +560,13 @@ def cancel(conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime) -> bool:
+async def cancel_async(
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: str, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.mysql_connection_async(conn, "my_uuid_jobs.cancel")
     cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id, "now": _v.naive_utc(now)})
     if await cur.fetchone() is None:
         return False  # held, finished or gone
@@ -582,22 +589,25 @@ WHERE `id` = %(id)s
 
 
 def state(
-    conn: pymysql.connections.Connection[Any], *, id: str, now: datetime.datetime,
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, id: str,
+    now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.mysql_connection(conn, "my_uuid_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: _v.AsyncMySQLConnection, *, id: str, now: datetime.datetime,
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: str, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.mysql_connection_async(conn, "my_uuid_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

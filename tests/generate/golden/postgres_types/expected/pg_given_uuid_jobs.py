@@ -447,13 +447,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "pg_given_uuid_jobs.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "pg_given_uuid_jobs.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -625,18 +629,22 @@ WHERE "id" = ANY(ARRAY(
 """
 
 
-def cancel(conn: psycopg.Connection[Any], *, id: uuid.UUID) -> bool:
+def cancel(conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: uuid.UUID) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.postgres_connection(conn, "pg_given_uuid_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID) -> bool:
+async def cancel_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: uuid.UUID,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_given_uuid_jobs.cancel")
     cur = await conn.execute(CANCEL, {"id": id, "row_key": f"inboxgen:{TABLE}:"})
     return cur.rowcount == 1
 
@@ -656,22 +664,24 @@ WHERE "id" = %(id)s
 
 
 def state(
-    conn: psycopg.Connection[Any], *, id: uuid.UUID, now: datetime.datetime,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: uuid.UUID, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "pg_given_uuid_jobs.state")
     cur = conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: uuid.UUID, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_given_uuid_jobs.state")
     cur = await conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

@@ -248,13 +248,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "pg_integer_jobs.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "pg_integer_jobs.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -369,18 +373,20 @@ WHERE "id" = ANY(ARRAY(
 """
 
 
-def cancel(conn: psycopg.Connection[Any], *, id: int) -> bool:
+def cancel(conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.postgres_connection(conn, "pg_integer_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id})
     return cur.rowcount == 1
 
 
-async def cancel_async(conn: psycopg.AsyncConnection[Any], *, id: int) -> bool:
+async def cancel_async(conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_integer_jobs.cancel")
     cur = await conn.execute(CANCEL, {"id": id})
     return cur.rowcount == 1
 
@@ -395,22 +401,26 @@ WHERE "id" = %(id)s
 
 
 def state(
-    conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime | None = None,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "pg_integer_jobs.state")
     cur = conn.execute(STATE, {"id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime | None = None,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_integer_jobs.state")
     cur = await conn.execute(STATE, {"id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

@@ -24,7 +24,6 @@ from inboxgen.descriptor import (
     TableDescriptor,
     TableHealth,
 )
-from psycopg.types.json import Jsonb
 
 TABLE: Final = "pg_serial_jobs"
 CHANNEL: Final = "pg_serial_jobs"
@@ -55,7 +54,7 @@ def _claim_order(row: ClaimedRow) -> tuple[Any, ...]:
 
 
 def _insert_params(row: NewRow) -> dict[str, Any]:
-    return {"payload": Jsonb(row.payload, dumps=_v.json_text)}
+    return {"payload": _v.payload_jsonb(row.payload, TABLE)}
 
 
 def _status(r: tuple[Any, ...]) -> QueueStatus:
@@ -366,9 +365,7 @@ def insert_many(
     notify, listening workers wake when the transaction commits.
     """
     conn = _c.postgres_connection(conn, "pg_serial_jobs.insert_many")
-    conn.execute(INSERT_MANY, {
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-    })
+    conn.execute(INSERT_MANY, {"payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows]})
     if notify and rows:
         conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
@@ -381,9 +378,7 @@ async def insert_many_async(
     notify, listening workers wake when the transaction commits.
     """
     conn = await _c.postgres_connection_async(conn, "pg_serial_jobs.insert_many")
-    await conn.execute(INSERT_MANY, {
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
-    })
+    await conn.execute(INSERT_MANY, {"payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows]})
     if notify and rows:
         await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": ""})
 
@@ -394,13 +389,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "pg_serial_jobs.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "pg_serial_jobs.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -515,20 +514,24 @@ WHERE "id" = ANY(ARRAY(
 """
 
 
-def cancel(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> bool:
+def cancel(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.postgres_connection(conn, "pg_serial_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "now": now})
     return cur.rowcount == 1
 
 
 async def cancel_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_serial_jobs.cancel")
     cur = await conn.execute(CANCEL, {"id": id, "now": now})
     return cur.rowcount == 1
 
@@ -545,21 +548,25 @@ WHERE "id" = %(id)s
 """
 
 
-def state(conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "pg_serial_jobs.state")
     cur = conn.execute(STATE, {"now": now, "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_serial_jobs.state")
     cur = await conn.execute(STATE, {"now": now, "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

@@ -341,13 +341,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "pg_text_jobs.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "pg_text_jobs.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -484,21 +488,25 @@ WHERE "id" = %(id)s
 """
 
 
-def state(conn: psycopg.Connection[Any], *, id: str, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: str, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "pg_text_jobs.state")
     cur = conn.execute(STATE, {"now": now, "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: str, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: str, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_text_jobs.state")
     cur = await conn.execute(STATE, {"now": now, "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

@@ -118,7 +118,7 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
         "queue": row.queue, "priority": row.priority,
         "retry_after": _v.naive_utc_or_none(row.retry_after),
         "headers": None if row.headers is None else Jsonb(dict(row.headers)),
-        "payload": Jsonb(row.payload, dumps=_v.json_text), "c_smallint": row.c_smallint,
+        "payload": _v.payload_jsonb(row.payload, TABLE), "c_smallint": row.c_smallint,
         "c_integer": row.c_integer, "c_bigint": row.c_bigint, "c_text": row.c_text,
         "c_varchar": row.c_varchar, "c_char": row.c_char, "c_uuid": row.c_uuid,
         "c_uuid_null": row.c_uuid_null, "c_timestamp": _v.naive_utc(row.c_timestamp),
@@ -601,7 +601,7 @@ def insert_many(
         "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
         "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],
         "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
         "c_smallint": [r.c_smallint for r in rows], "c_integer": [r.c_integer for r in rows],
         "c_bigint": [r.c_bigint for r in rows], "c_text": [r.c_text for r in rows],
         "c_varchar": [r.c_varchar for r in rows], "c_char": [r.c_char for r in rows],
@@ -632,7 +632,7 @@ async def insert_many_async(
         "queue": [r.queue for r in rows], "priority": [r.priority for r in rows],
         "retry_after": [_v.naive_utc_or_none(r.retry_after) for r in rows],
         "headers": [None if r.headers is None else Jsonb(dict(r.headers)) for r in rows],
-        "payload": [Jsonb(r.payload, dumps=_v.json_text) for r in rows],
+        "payload": [_v.payload_jsonb(r.payload, TABLE) for r in rows],
         "c_smallint": [r.c_smallint for r in rows], "c_integer": [r.c_integer for r in rows],
         "c_bigint": [r.c_bigint for r in rows], "c_text": [r.c_text for r in rows],
         "c_varchar": [r.c_varchar for r in rows], "c_char": [r.c_char for r in rows],
@@ -656,13 +656,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 """
 
 
-def notify(conn: psycopg.Connection[Any], group: str = "") -> None:
+def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = _c.postgres_connection(conn, "pg_uuid_jobs.notify")
     conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
-async def notify_async(conn: psycopg.AsyncConnection[Any], group: str = "") -> None:
+async def notify_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, group: str = "",
+) -> None:
     """Wake workers listening on the table's channel; the payload is the group."""
+    conn = await _c.postgres_connection_async(conn, "pg_uuid_jobs.notify")
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
 
 
@@ -835,20 +839,24 @@ WHERE "id" = ANY(ARRAY(
 """
 
 
-def cancel(conn: psycopg.Connection[Any], *, id: uuid.UUID, now: datetime.datetime) -> bool:
+def cancel(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: uuid.UUID, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.postgres_connection(conn, "pg_uuid_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "now": _v.naive_utc(now)})
     return cur.rowcount == 1
 
 
 async def cancel_async(
-    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: uuid.UUID, now: datetime.datetime,
 ) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_uuid_jobs.cancel")
     cur = await conn.execute(CANCEL, {"id": id, "now": _v.naive_utc(now)})
     return cur.rowcount == 1
 
@@ -868,22 +876,24 @@ WHERE "id" = %(id)s
 
 
 def state(
-    conn: psycopg.Connection[Any], *, id: uuid.UUID, now: datetime.datetime,
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: uuid.UUID, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.postgres_connection(conn, "pg_uuid_jobs.state")
     cur = conn.execute(STATE, {"now": _v.naive_utc(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)
 
 
 async def state_async(
-    conn: psycopg.AsyncConnection[Any], *, id: uuid.UUID, now: datetime.datetime,
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: uuid.UUID, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = await _c.postgres_connection_async(conn, "pg_uuid_jobs.state")
     cur = await conn.execute(STATE, {"now": _v.naive_utc(now), "id": id})
     row = await cur.fetchone()
     return None if row is None else _state(row)

@@ -223,11 +223,13 @@ WHERE "id" = :id
 
 
 def state(
-    conn: sqlite3.Connection, *, id: int, now: datetime.datetime | None = None,
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int,
+    now: datetime.datetime | None = None,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.sqlite_connection(conn, "lite_advisory_jobs.state")
     cur = conn.execute(STATE, {"id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)

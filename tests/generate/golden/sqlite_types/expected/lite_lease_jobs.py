@@ -98,8 +98,8 @@ def _insert_params(row: NewRow) -> dict[str, Any]:
         "queue": row.queue, "priority": row.priority,
         "retry_after": _v.sqlite_time_or_none(row.retry_after),
         "headers": None if row.headers is None else _v.json_text(dict(row.headers)),
-        "payload": _v.json_bytes(row.payload), "c_integer": row.c_integer, "c_int": row.c_int,
-        "c_text": row.c_text, "c_varchar": row.c_varchar, "c_blob": row.c_blob,
+        "payload": _v.payload_bytes(row.payload, TABLE), "c_integer": row.c_integer,
+        "c_int": row.c_int, "c_text": row.c_text, "c_varchar": row.c_varchar, "c_blob": row.c_blob,
         "c_json": row.c_json, "c_real": row.c_real, "c_numeric": row.c_numeric,
         "c_boolean": row.c_boolean, "c_uuid": row.c_uuid, "c_date": row.c_date,
         "c_datetime": row.c_datetime,
@@ -439,10 +439,13 @@ WHERE "id" = :id
 """
 
 
-def cancel(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> bool:
+def cancel(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> bool:
     """Delete queued row `id` unless a worker holds it (or it is finished); returns whether it did.
     Nothing is committed here.
     """
+    conn = _c.sqlite_connection(conn, "lite_lease_jobs.cancel")
     cur = conn.execute(CANCEL, {"id": id, "now": _v.sqlite_time(now)})
     return cur.rowcount == 1
 
@@ -461,10 +464,13 @@ WHERE "id" = :id
 """
 
 
-def state(conn: sqlite3.Connection, *, id: int, now: datetime.datetime) -> JobState | None:
+def state(
+    conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
+) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
     dead), with its payload.
     """
+    conn = _c.sqlite_connection(conn, "lite_lease_jobs.state")
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
     row = cur.fetchone()
     return None if row is None else _state(row)

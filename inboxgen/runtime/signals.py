@@ -1,0 +1,44 @@
+"""`run()` of a worker or a service: serve on a new event loop with SIGINT and SIGTERM handled
+(Unix), the handlers removed again when serving ends; and the line each signal gets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def run_with_signals(serve: Callable[[], Awaitable[None]],
+                     signalled: Callable[[signal.Signals], None]) -> None:
+    """Run `serve()` to its end on a new event loop, calling `signalled(sig)` on the loop for
+    each SIGINT or SIGTERM meanwhile."""
+    asyncio.run(_with_signals(serve, signalled))
+
+
+async def _with_signals(serve: Callable[[], Awaitable[None]],
+                        signalled: Callable[[signal.Signals], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in SIGNALS:
+        loop.add_signal_handler(sig, signalled, sig)
+    try:
+        await serve()
+    finally:
+        for sig in SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+def say_signalled(log: logging.Logger, name: str, sig: signal.Signals, *, again: bool,
+                  in_work: int, timeout: float, unfinished: str) -> None:
+    """The line a signal gets: the first stops claiming and says how many jobs in work it waits
+    for; the second (`again`) stops at once, and `unfinished` says what becomes of those jobs."""
+    if again:
+        log.warning("%s: %s again: stopping at once%s", name, sig.name,
+                    f" ({unfinished})" if unfinished else "")
+    elif in_work:
+        log.warning("%s: %s: stopping; waiting up to %g s for %d job(s) in work (again to stop "
+                    "at once)", name, sig.name, timeout, in_work)
+    else:
+        log.info("%s: %s: stopping", name, sig.name)

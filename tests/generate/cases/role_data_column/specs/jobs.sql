@@ -1,0 +1,5 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    key TEXT NOT NULL,
+    payload JSONB NOT NULL
+);
