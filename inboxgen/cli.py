@@ -151,16 +151,9 @@ def _run_worker(target: str, level: str, *, service: bool = False) -> int:
     except WorkerError as err:
         print(f"inboxgen: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FAILED
-    abandoned = runs.abandoned_threads
-    if abandoned:
-        # Python waits for every thread at exit, and a handler's thread cannot be stopped: the
-        # worker was told to stop at once, so exit without waiting for them.
-        logging.getLogger("inboxgen.worker").warning(
-            "%s: exiting with %d handler thread(s) still running", runs.name, abandoned)
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_OK)
+    from inboxgen.runtime.signals import exit_past_abandoned_threads
+
+    exit_past_abandoned_threads(runs.name, runs.abandoned_threads, EXIT_OK)
     return EXIT_OK
 
 

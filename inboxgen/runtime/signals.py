@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -42,3 +44,17 @@ def say_signalled(log: logging.Logger, name: str, sig: signal.Signals, *, again:
                     "at once)", name, sig.name, timeout, in_work)
     else:
         log.info("%s: %s: stopping", name, sig.name)
+
+
+def exit_past_abandoned_threads(name: str, abandoned: int, code: int = 0) -> None:
+    """After a second signal: Python waits for every thread at exit, and a handler's thread
+    cannot be stopped, so a process whose `run()` left `abandoned` of them exits at once
+    instead (a command's last step). Returns where none were left."""
+    if not abandoned:
+        return
+    logging.getLogger("inboxgen.worker").warning(
+        "%s: exiting with %d handler thread(s) still running", name, abandoned)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -88,3 +88,39 @@ def test_a_database_that_is_not_there_is_one_warning_then_one_line(
                                 f"PostgreSQL at {info['host']}:{port}, database {name}"), lines
     if waits:
         assert "cannot connect to PostgreSQL" in lines[0] and "trying again" in lines[0], lines
+
+
+def test_a_second_sigterm_stops_manage_py_inboxgen_serve_at_once(
+        tmp_path: Path, fresh_database: Callable[[str], str]) -> None:
+    """As `inboxgen serve`: the second signal stops at once, and the command exits without
+    waiting for the thread of the task still running."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT), "TASKSHOP_ENGINE": "sqlite3",
+           "TASKSHOP_NAME": fresh_database("sqlite")}
+    started = tmp_path / "started"
+    for args in (["migrate", "-v", "0"],
+                 ["shell", "-v", "0", "-c", "from taskshop.tasks import wait_a_minute; "
+                                            f"wait_a_minute.enqueue({str(started)!r})"]):
+        done = subprocess.run([sys.executable, "manage.py", *args], cwd=PROJECT, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+    server = subprocess.Popen([sys.executable, "manage.py", "inboxgen_serve"], cwd=PROJECT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert server.poll() is None and time.monotonic() < deadline, "the task did not start"
+            time.sleep(0.05)
+        server.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert server.poll() is None, "the first signal waits for the task in work"
+        server.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        out, _ = server.communicate(timeout=20)
+        took = time.monotonic() - began
+    finally:
+        server.kill()
+        server.wait()
+    assert server.returncode == 0, out
+    assert took < 5, f"exited {took:.1f} s after the second signal:\n{out}"
+    assert "exiting with 1 handler thread(s) still running" in out, out

@@ -29,3 +29,13 @@ async def write_note_async(text: str) -> None:
 @task
 def explode() -> None:
     raise RuntimeError("this task always fails")
+
+
+@task
+def wait_a_minute(started: str) -> None:
+    """Touches `started`, then takes a minute (a plain handler's thread cannot be stopped)."""
+    import time
+    from pathlib import Path
+
+    Path(started).touch()
+    time.sleep(60)

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from inboxgen.contrib.django.serving import service_from_settings
 from inboxgen.errors import InboxgenError
+from inboxgen.runtime.signals import exit_past_abandoned_threads
 
 
 class Command(BaseCommand):
@@ -36,3 +37,5 @@ class Command(BaseCommand):
             service.run()
         except (ImproperlyConfigured, InboxgenError) as err:
             raise CommandError(str(err).splitlines()[0]) from None
+        # A second signal stopped at once: do not wait at exit for plain handlers' threads.
+        exit_past_abandoned_threads(service.name, service.abandoned_threads)
