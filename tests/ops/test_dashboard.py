@@ -42,7 +42,9 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.routing import Mount  # noqa: E402
 
@@ -304,8 +306,7 @@ def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_a
         browser.find_element(By.CSS_SELECTOR, 'section[data-table="jobs"] input[name="id"]'
                              ).send_keys(str(ids["dead"]))
         browser.find_element(By.CSS_SELECTOR, "form.lookup button").click()
-        assert browser.find_element(By.CSS_SELECTOR, ".state").get_attribute("data-state") \
-            == "dead"
+        assert _loaded(browser, ".state").get_attribute("data-state") == "dead"
         assert browser.find_element(By.CSS_SELECTOR, ".attempt").text == "1"
         assert "payload-dead" not in browser.page_source
         assert browser.find_elements(By.CSS_SELECTOR, ".payload-hidden")
@@ -330,7 +331,7 @@ def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_a
         browser.find_element(By.CSS_SELECTOR, 'form[action$="/actions/requeue"] '
                                               'input[name="token"]').send_keys(TOKEN)
         browser.find_element(By.CSS_SELECTOR, 'button[value="requeue"]').click()
-        result = browser.find_element(By.CSS_SELECTOR, ".result").text
+        result = _loaded(browser, ".result").text
         assert result == "jobs: put 1 dead letter(s) back into the queue (group g)", result
         shot("requeued")
         after = counts(status_json(root, env))
@@ -687,7 +688,7 @@ def test_the_requeue_form_offers_the_groups_and_pages_read_plainly(
             browser.find_element(By.CSS_SELECTOR, 'form[action$="/actions/requeue"] '
                                                   'input[name="token"]').send_keys(TOKEN)
             browser.find_element(By.CSS_SELECTOR, 'button[value="requeue"]').click()
-            result = browser.find_element(By.CSS_SELECTOR, ".result").text
+            result = _loaded(browser, ".result").text
             assert result == "events: put 1 dead letter(s) back into the queue (group emails)"
             found = events.state(conn, id=ids["dead"], now=now() + dt.timedelta(seconds=1))
             conn.rollback()
@@ -710,7 +711,7 @@ def test_the_requeue_form_offers_the_groups_and_pages_read_plainly(
                 browser.find_element(By.CSS_SELECTOR, 'form[action$="/actions/requeue"] '
                                                       'input[name="token"]').send_keys(TOKEN)
                 browser.find_element(By.CSS_SELECTOR, 'button[value="requeue"]').click()
-                return str(browser.find_element(By.CSS_SELECTOR, ".error, .result").text)
+                return str(_loaded(browser, ".error, .result").text)
 
             assert requeue(None) == (f"choose the group to put job {ids['dead-2']} back into "
                                      f"(events keeps its dead letters in group dead, which does "
@@ -815,3 +816,10 @@ def test_the_wheel_and_the_sdist_ship_the_dashboard_templates(source: str,
     assert got["status"] == 404
     assert "<p class=\"error\">no queue table &#39;nope&#39; here</p>" in got["body"], got
     assert '<h1><a href="/">inboxgen</a>' in got["body"]
+
+
+def _loaded(browser: WebDriver, selector: str) -> Any:
+    """The element `selector` of the page a click led to: waited for, as the answer is a new
+    page and the old one may still be there when the click returns."""
+    return WebDriverWait(browser, 15).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, selector)))
