@@ -48,7 +48,8 @@ class Scenario:
         self.s, self.mod, self.module_path = shape, module, module_path
         self.project, self.database, self.logs = project, database, logs
         self.problems: list[str] = []
-        self.ids: dict[str, Any] = {}
+        self.ids: dict[str, Any] = {}  # job key -> its id
+        self.kinds: dict[str, str] = {}  # job key -> what its handler does
         self.d = module.DESCRIPTOR
         logs.mkdir(parents=True, exist_ok=True)
 
@@ -143,7 +144,7 @@ class Scenario:
             conn.commit()
         finally:
             conn.close()
-        self.kinds = {**getattr(self, "kinds", {}), **{j.key: j.kind for j in jobs}}
+        self.kinds.update({j.key: j.kind for j in jobs})
 
     def start(self) -> subprocess.Popen[bytes]:
         config = {"tests": str(TESTS), "project": str(self.project),
@@ -301,7 +302,6 @@ class Scenario:
             self.problems.append(f"/api/status raised {type(err).__name__}: {err}")
 
     def compare_status(self, source: str, report: Any) -> None:
-        self.status_report = report
         counts = status_counts(report, self.s.name)
         want = self.expected_counts()
         if counts != want:
