@@ -108,6 +108,7 @@ class Operations:
     """
 
     claim: Callable[..., Any] | None = None
+    scheduled: Callable[..., Any] | None = None  # rows due later, for the claim's choice
     fifo_claim: Callable[..., Any] | None = None
     candidates: Callable[..., Any] | None = None
     take: Callable[..., Any] | None = None

@@ -758,7 +758,7 @@ class Queue:
     # claiming and settling, whatever the form
 
     def claim(self, conn: Any, *, now: dt.datetime = T0, until: dt.datetime | None = None,
-              limit: int = 1, group: str = "g") -> list[Any]:
+              limit: int = 1, group: str = "g", by_priority: bool = False) -> list[Any]:
         """Claim up to `limit` rows the form's way; nothing is committed.
 
         Lease: CLAIM with the expiry `until` (default now + LEASE). Row lock: CLAIM in the open
@@ -768,10 +768,12 @@ class Queue:
         is committed, each row is locked again by RELOCK in a new transaction and
         CLAIM_UNGUARD gives the turn back; the rows are those RELOCK returned. Advisory:
         CANDIDATES, then (PostgreSQL and MySQL) LOCK of each candidate's key and TAKE; keys
-        whose TAKE finds nothing are unlocked again.
+        whose TAKE finds nothing are unlocked again. `by_priority`: the claim statement's
+        twin that reads the due rows priority by priority, where the module has one.
         """
         args: dict[str, Any] = {"now": now, "limit": limit, "group": group,
-                                "locked_until": until or now + dt.timedelta(seconds=LEASE)}
+                                "locked_until": until or now + dt.timedelta(seconds=LEASE),
+                                "by_priority": by_priority}
         m = self.mod
         if self.count_crashes and hasattr(m, "release"):
             counted = list(call(m.claim, conn, **args))
@@ -1042,13 +1044,15 @@ def tour(q: Queue) -> list[str]:
         if i == 0 and hasattr(m, "fifo_claim"):
             row = q.fifo_claim(conn)
             assert row is not None
-        else:
-            row = q.claim_one(conn)
+        else:  # every other claim by the claim statement's twin, where there is one
+            row = q.claim_one(conn, by_priority=i % 2 == 1)
         if q.form != "row_lock":
             conn.commit()
         assert q.settle(name, conn, row, retry_after=at(-30), new_locked_until=at(90)), name
         conn.commit()
         q.release(conn, row)
+    if hasattr(m, "scheduled"):  # what the runtime reads to choose the claim by priority
+        assert call(m.scheduled, conn, group="g", now=T0, limit=10) == 0
     if hasattr(m, "finish_many"):  # the batch statements, with a batch of one
         row = q.claim_one(conn)
         if q.form != "row_lock":

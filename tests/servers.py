@@ -88,7 +88,10 @@ class PostgresServer:
     host: str
     port: int
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        # durable: the server's stock fsync, synchronous_commit and full_page_writes (for
+        # benchmarks that measure what users run); otherwise tuned for speed.
+        self.durable = durable
         self.bindir = find_pg_bindir()
         self.as_root = os.geteuid() == 0
         parent: str | None = None
@@ -223,7 +226,8 @@ class PostgresServer:
         for _attempt in range(3):  # a just-probed free port can be taken by someone else
             self.port = _free_port()
             settings = {
-                **_SETTINGS,
+                **{k: v for k, v in _SETTINGS.items()
+                   if not self.durable or k in ("listen_addresses", "max_connections")},
                 "port": str(self.port),
                 "unix_socket_directories": str(self.socket_dir),
             }

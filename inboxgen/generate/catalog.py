@@ -652,6 +652,13 @@ def _line_of_word(word: str, st: Statement) -> int:
     return st.line
 
 
+def _constraint_kind(cons: exp.Expression) -> exp.Expression | None:
+    """What a column constraint says (NOT NULL, DEFAULT, ...). sqlglot lists a few words of a
+    column definition (IN / OUT, after a word it read as a type) as constraints of their own,
+    without a kind."""
+    return cons.args.get("kind") if isinstance(cons, exp.ColumnConstraint) else cons
+
+
 def _column(cd: exp.ColumnDef, st: Statement, d: Dialect) -> tuple[Column, bool]:
     """The column a definition describes, and whether it declares itself the primary key."""
     name = _ident(cd.this, d)
@@ -671,7 +678,7 @@ def _column(cd: exp.ColumnDef, st: Statement, d: Dialect) -> tuple[Column, bool]
     default_sql = None
     primary = False
     for cons in cd.constraints:
-        k = cons.kind
+        k = _constraint_kind(cons)
         if isinstance(k, exp.NotNullColumnConstraint):
             nullable = bool(k.args.get("allow_null"))
         elif isinstance(k, exp.PrimaryKeyColumnConstraint):
@@ -742,7 +749,8 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
             table.columns.append(col)
             if primary:
                 table.primary_key = [col.name]
-            if any(isinstance(c.kind, exp.UniqueColumnConstraint) for c in item.constraints):
+            if any(isinstance(_constraint_kind(c), exp.UniqueColumnConstraint)
+                   for c in item.constraints):
                 catalog.indexes.append(Index(None, schema, name, [col.name], True, False,
                                              st.path, col.line))
         elif isinstance(item, exp.PrimaryKey):

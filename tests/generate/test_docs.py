@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from genutil import import_path
 
 from inboxgen import cli, pytest_plugin
 
@@ -224,7 +225,8 @@ def test_the_testing_examples_run_as_written(tmp_path: Path) -> None:
     assert "3 passed" in run.stdout
 
 
-SOURCE = re.compile(r"From ((?:`generated_examples/\w+\.py`(?: and )?)+)[^\n]*\n(?:[^\n`]+\n)*"
+MODULE = r"(?:generated_examples|tests/generate/golden/\w+/expected)/\w+\.py"
+SOURCE = re.compile(rf"From ((?:`{MODULE}`(?: and )?)+)[^\n]*\n(?:[^\n`]+\n)*"
                     r"\n```sql\n(.*?)^```", re.S | re.M)
 # A statement's comment: "-- NAME: what it does", continued on further "-- " lines.
 STATEMENT = re.compile(r"^-- ([A-Z_]+): [^\n]*\n(?:-- [^\n]*\n)*(.*?)(?=^-- [A-Z_]+: |\Z)",
@@ -238,7 +240,7 @@ def _excerpts() -> list[tuple[str, list[str], str, str]]:
     for page in (REPO / "docs" / "generated.md", REPO / "docs" / "mysql.md"):
         text = page.read_text(encoding="utf-8")
         for m in SOURCE.finditer(text):
-            modules = re.findall(r"generated_examples/(\w+)\.py", m.group(1))
+            modules = re.findall(MODULE, m.group(1))
             line = text.count("\n", 0, m.start()) + 1
             for s in STATEMENT.finditer(m.group(2)):
                 found.append((f"{page.name}:{line}", modules, s.group(1), s.group(2).strip()))
@@ -248,15 +250,11 @@ def _excerpts() -> list[tuple[str, list[str], str, str]]:
 def test_the_statements_the_docs_quote_are_the_generated_ones() -> None:
     excerpts = _excerpts()
     assert len(excerpts) >= 10
-    sys.path.insert(0, str(REPO))
-    try:
-        wrong = [f"{where}: {name} is not what {', '.join(modules)} generate"
-                 for where, modules, name, sql in excerpts
-                 if not any(getattr(importlib.import_module(f"generated_examples.{m}"), name,
-                                    "").strip() == sql for m in modules)]
-        assert not wrong, "\n".join(wrong)
-    finally:
-        sys.path.remove(str(REPO))
+    wrong = [f"{where}: {name} is not what {', '.join(modules)} generate"
+             for where, modules, name, sql in excerpts
+             if not any(getattr(import_path(REPO / m, m.replace("/", "_")[:-3]), name,
+                                "").strip() == sql for m in modules)]
+    assert not wrong, "\n".join(wrong)
 
 
 SETTINGS = """\

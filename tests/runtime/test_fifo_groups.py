@@ -159,3 +159,38 @@ def test_fifo_messages_keep_order_with_four_workers(queue: MakeQueue, kind: str)
     assert handled == _fifo_expectation(bodies)
     assert tracker.peak == 1
     assert db.rows("SELECT conversation, payload FROM messages") == [("c2", "other")]
+
+
+@pytest.mark.parametrize("kind", ["postgres-row_lock", "postgres-lease", "sqlite-lease"])
+def test_fifo_worker_with_a_batch_goes_on_to_the_groups_next_row_without_waiting(
+        queue: MakeQueue, kind: str) -> None:
+    """A FIFO claim takes its group's head alone, whatever the batch: a claim of one row is a
+    full one, so the slot claims again at once rather than waiting the poll interval (an hour
+    here) after each job."""
+    dialect, form = kind.split("-")
+    spec, ddl = FIFO[form]
+    q = queue(dialect, spec=spec.replace('dialect = "sqlite"', f'dialect = "{dialect}"'),
+              ddl=typed(ddl, dialect), name="messages")
+    bodies = [f"m{i}" for i in range(1, 6)]
+    with q.db.transaction() as conn:
+        q.mod.insert_many(conn, [q.mod.NewRow(conversation="c1", payload=b) for b in bodies])
+    handled: list[str] = []
+
+    async def deliver(job: Job[str]) -> None:
+        handled.append(job.payload)
+
+    worker = Worker(q.mod.DESCRIPTOR, deliver, database=q.db.database, group="c1", workers=1,
+                    batch=16, poll_interval=3600, listen=False)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            for _ in range(200):
+                if len(handled) == len(bodies):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert handled == bodies

@@ -3,8 +3,10 @@ of another group stay; the claim's plan uses the index."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,39 +177,130 @@ def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whol
 
 
 SCHEDULED_AHEAD = 50_000
-
-
-@pytest.mark.parametrize("layout", [
+BY_PRIORITY_LAYOUTS = [
     pytest.param(Layout(form="row_lock"), id="row_lock"),
     pytest.param(Layout(form="row_lock", count_crashes=True), id="row_lock-count_crashes"),
     pytest.param(Layout(form="lease"), id="lease"),
     pytest.param(Layout(form="advisory"), id="advisory"),
-])
-def test_postgres_claim_reads_no_scheduled_rows_of_a_more_urgent_priority(
-        queue: MakeQueue, layout: Layout) -> None:
-    """Rows due tomorrow at priority 0 sort before today's due rows at priority 1: one scan in
-    claim order would read every one of them before it found a due row (thousands of buffers
-    at this size, growing with them). Read priority by priority, the claim reads a handful."""
-    q = queue("postgres", layout)
-    conn = q.connect()
+]
+
+
+def schedule_ahead(q: Queue, conn: Any, scheduled: int) -> list[Any]:
+    """`scheduled` rows due tomorrow at priority 0, then three due rows at priority 1 (their
+    ids returned): in claim order every scheduled row sorts before the due ones."""
     later = T0 + dt.timedelta(days=1)
     q.mod.insert_many(conn, [q.new(payload="later", priority=0, retry_after=later)
-                             for _ in range(SCHEDULED_AHEAD)])
+                             for _ in range(scheduled)])
     conn.commit()
     due = [q.add(conn, payload=f"due-{i}", priority=1, retry_after=at(-10)) for i in range(3)]
     conn.execute(f"ANALYZE {q.table_sql()}")
+    # No autovacuum: its pass over the indexes would count with the claims' reads.
+    conn.execute(f"ALTER TABLE {q.table_sql()} SET (autovacuum_enabled = false)")
     conn.commit()
-    name = "CANDIDATES" if layout.form == "advisory" else "CLAIM"
+    return due
+
+
+def claim_buffers(q: Queue, conn: Any, statement: str) -> int:
+    """The buffers claim statement `statement` reads for 2 rows (EXPLAIN, rolled back)."""
     args = {"now": T0, "limit": 2, "group": "g", "row_key": "inboxgen:jobs:",
             "locked_until": T0 + dt.timedelta(seconds=LEASE)}
-    cur = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.STATEMENTS[name],
-                       {k: args[k] for k in q.mod.DESCRIPTOR.statement_params[name]})
+    cur = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.STATEMENTS[statement],
+                       {k: args[k] for k in q.mod.DESCRIPTOR.statement_params[statement]})
     ((explained,),) = cur.fetchall()
     conn.rollback()
     top = explained[0]["Plan"]
-    buffers = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
-    assert buffers < 100, f"{buffers} buffers for a claim of 2 rows"
-    assert sorted(q.id_of(r) for r in q.claim(conn, limit=2)) == due[:2]
+    return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+
+
+@pytest.mark.parametrize("layout", BY_PRIORITY_LAYOUTS)
+def test_postgres_claim_by_priority_reads_no_scheduled_rows_of_a_more_urgent_priority(
+        queue: MakeQueue, layout: Layout) -> None:
+    """Rows due tomorrow at priority 0 sort before today's due rows at priority 1: the plain
+    claim's one scan in claim order reads every one of them before it finds a due row
+    (thousands of buffers at this size, growing with them). Its twin reads priority by
+    priority: a handful, and the same rows."""
+    q = queue("postgres", layout)
+    conn = q.connect()
+    due = schedule_ahead(q, conn, SCHEDULED_AHEAD)
+    name = "CANDIDATES" if layout.form == "advisory" else "CLAIM"
+    assert claim_buffers(q, conn, name) > 100  # what the twin is for
+    walked = claim_buffers(q, conn, f"{name}_BY_PRIORITY")
+    assert walked < 100, f"{walked} buffers for a claim of 2 rows"
+    assert sorted(q.id_of(r) for r in q.claim(conn, limit=2, by_priority=True)) == due[:2]
+
+
+def test_postgres_scheduled_counts_the_rows_due_later_up_to_its_limit(
+        queue: MakeQueue) -> None:
+    """SCHEDULED counts unfinished rows due later, of every priority, of the worker's group
+    only, and stops at `limit`."""
+    q = queue("postgres", Layout(form="lease", group=True))
+    conn = q.connect()
+    later = T0 + dt.timedelta(hours=1)
+    for priority in (0, 3, 7):
+        for _ in range(4):
+            q.add(conn, payload="later", priority=priority, retry_after=later)
+    q.add(conn, payload="due", priority=0, retry_after=at(-10))
+    q.add(conn, payload="other group", priority=0, retry_after=later, **{q.group_attr: "h"})
+    assert q.mod.scheduled(conn, group="g", now=T0, limit=100) == 12
+    assert q.mod.scheduled(conn, group="g", now=T0, limit=5) == 5
+    assert q.mod.scheduled(conn, group="g", now=later, limit=100) == 0  # all due by then
+
+
+@pytest.mark.parametrize("layout", BY_PRIORITY_LAYOUTS)
+def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
+        queue: MakeQueue, layout: Layout) -> None:
+    """A worker on a table holding more rows due later than WALK_FROM claims by priority: all
+    its claims and counts read fewer index blocks than one plain claim reads past them (as
+    the server counts the blocks), and it runs the due rows."""
+    from inboxgen import Worker
+    from inboxgen.runtime.priorities import WALK_FROM
+    from inboxgen.testing import FakeClock
+
+    q = queue("postgres", layout)
+    conn = q.connect()
+    due = schedule_ahead(q, conn, SCHEDULED_AHEAD)
+    assert SCHEDULED_AHEAD > 4 * WALK_FROM
+    name = "CANDIDATES" if layout.form == "advisory" else "CLAIM"
+    one_plain_claim = claim_buffers(q, conn, name)
+    conn.close()  # and with it, its counts reported
+    ran: list[Any] = []
+
+    async def handler(job: Any) -> None:
+        ran.append(job.id)
+
+    def index_blocks_read() -> int:
+        """The table's index blocks read, as the server counts them once every session has
+        reported its counts (a session reports as it ends, or once a second at most)."""
+        seen = -1
+        for _ in range(50):
+            time.sleep(0.3)
+            with psycopg.connect(q.target) as watch:
+                (n,) = watch.execute("SELECT SUM(idx_blks_hit + idx_blks_read) FROM "
+                                     "pg_statio_user_indexes WHERE relid = "
+                                     f"'{q.table_sql()}'::regclass").fetchone() or (0,)
+            if int(n) == seen:
+                break
+            seen = int(n)
+        return seen
+
+    before = index_blocks_read()
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2,
+                    batch=2, poll_interval=3600, listen=False, clock=FakeClock(T0))
+
+    async def run_the_due_rows() -> None:
+        await worker.start()
+        try:
+            for _ in range(600):
+                if len(ran) == len(due):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(run_the_due_rows())
+    assert sorted(ran) == sorted(due)
+    read = index_blocks_read() - before  # the worker's sessions reported theirs as they closed
+    assert read < one_plain_claim, f"{read} index blocks read to claim 3 rows"
 
 
 KEPT = 20_000

@@ -313,6 +313,9 @@ class Renderer:
                      if q.lease else "")
         if "CLAIM" in st:
             out.append(self.claim())
+        if "SCHEDULED" in st:
+            out.append(self.scalar("scheduled", "SCHEDULED", "int",
+                                   self.args(st["SCHEDULED"])))
         if "CLAIM_GUARD" in st:
             for name in ("CLAIM_GUARD", "CLAIM_UNGUARD"):
                 out.append(self.flag(name))
@@ -329,11 +332,12 @@ class Renderer:
                 Step("one", self.cur("RELOCK", self.params(relock)), "_claimed(row)"),)))
         if "CANDIDATES" in st:
             cand = st["CANDIDATES"]
+            name, extra, doc, pick = self.by_priority("CANDIDATES")
             out.append(Func("candidates", self.args(cand, skip=("limit",),
-                                                    extra="limit: int = 1"),
-                            "list[ClaimedRow]", cand.doc, (
-                                Step("many", self.cur("CANDIDATES", self.params(cand)),
-                                     "_claimed(r)"),)))
+                                                    extra="limit: int = 1" + extra),
+                            "list[ClaimedRow]", cand.doc + doc, (
+                                Step("many", self.cur(name, self.params(cand)),
+                                     "_claimed(r)"),), before=pick))
             take = st["TAKE"]
             count = (tuple(self.run("", "TAKE_COUNT", self.params(st["TAKE_COUNT"])))
                      if "TAKE_COUNT" in st else ())
@@ -664,10 +668,22 @@ class Renderer:
                  if q.form == LEASE or q.count_crashes else ())
         extra = "limit: int = 1" + (", from_id: int | None = None" if "from_id" in claim.params
                                     else "")
-        return Func("claim", self.args(claim, skip=("limit", "from_id"), extra=extra),
-                    "list[ClaimedRow]", claim.doc, (
-                        Step("many", self.cur("CLAIM", self.params(claim)), "_claimed(r)",
-                             after=order),))
+        name, walk, doc, pick = self.by_priority("CLAIM")
+        return Func("claim", self.args(claim, skip=("limit", "from_id"), extra=extra + walk),
+                    "list[ClaimedRow]", claim.doc + doc, (
+                        Step("many", self.cur(name, self.params(claim)), "_claimed(r)",
+                             after=order),), before=pick)
+
+    def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:
+        """Where the table has a twin of claim statement `name` that reads the due rows
+        priority by priority: the statement to run, the argument that picks the twin, what the
+        docstring says of it and the line that picks it; else `name` and nothing."""
+        if f"{name}_BY_PRIORITY" not in self.st:
+            return name, "", "", ()
+        return ("statement", ", by_priority: bool = False",
+                f" With `by_priority`, {name}_BY_PRIORITY: the due rows read priority by "
+                "priority, for a table holding many rows due later (`scheduled()`).",
+                (f"statement = {name}_BY_PRIORITY if by_priority else {name}",))
 
     def fifo_head_claim(self) -> Func:
         """Hook: fifo_claim() on FIFO_HEAD, for dialects whose statements have it."""

@@ -73,21 +73,44 @@ class PostgresStatements(Statements):
 
     @property
     def by_priority(self) -> bool:
-        """Whether claims read the due rows priority by priority. In (priority, retry_after, id)
-        order the rows of one priority that are due later sit before the due rows of the next
-        one: a single index scan walks every scheduled row of a more urgent priority before it
-        reaches a due row. Reading each priority's due rows on their own (a loose index scan:
-        the next priority is one index probe) stops at the first row due later. A nullable
-        priority keeps the single scan: a loose scan would never reach its NULLs."""
+        """Whether the table gets claims that read the due rows priority by priority
+        (CLAIM_BY_PRIORITY, CANDIDATES_BY_PRIORITY) beside its plain ones. In (priority,
+        retry_after, id) order the rows of one priority that are due later sit before the due
+        rows of the next one: the plain claim's single index scan reads every scheduled row of
+        a more urgent priority before it reaches a due row. Reading each priority's due rows on
+        their own (a loose index scan: the next priority is one index probe) stops at the first
+        row due later, but costs a claim of an ordinary table a quarter more (the planner plans
+        it anew at every call, as it does every claim), so the runtime takes it only while
+        SCHEDULED counts enough scheduled rows to outweigh that. A nullable priority keeps the
+        single scan: a loose scan would never reach its NULLs. A FIFO table claims its groups'
+        heads."""
         pr, ra = self.role("priority"), self.role("retry_after")
-        return pr is not None and ra is not None and not pr.column.nullable
+        return (pr is not None and ra is not None and not pr.column.nullable
+                and not self.q.fifo)
 
-    def due_by_priority(self, columns: str, lock: str, also: tuple[str, ...] = ()) -> str:
-        """SELECT `columns` of the first `limit` due rows in claim order, priority by priority:
-        the priorities of unfinished rows, each found by one probe of the claim index, and for
-        each (in that order, until `limit` rows came) its due rows, locked as `lock` says. The
-        outer LIMIT stops the walk: priorities past it are never read, their rows never
-        locked."""
+    # While True, the claims being built read the due rows priority by priority.
+    walking = False
+
+    def claims(self) -> None:
+        super().claims()
+        if not self.by_priority:
+            return
+        plain, self.out, self.walking = self.out, [], True
+        try:
+            super().claims()
+        finally:
+            walked, self.out, self.walking = self.out, plain, False
+        for st in walked:
+            if st.name in ("CLAIM", "CANDIDATES"):
+                self.add(f"{st.name}_BY_PRIORITY", st.sql,
+                         f"{st.name} reading the due rows priority by priority, so that rows "
+                         "due later at a more urgent priority are not read: for a table holding "
+                         "many of them (SCHEDULED).")
+        self.scheduled()
+
+    def priority_walk(self) -> tuple[str, str]:
+        """The recursive CTE that lists the priorities of unfinished rows in claim order, each
+        found by one probe of the claim index, and its name."""
         pr = self.role("priority")
         assert pr is not None
         prc, t = self.c(pr), self.t()
@@ -95,20 +118,11 @@ class PostgresStatements(Statements):
         walk = "inboxgen_priorities"
 
         def first_priority(extra: list[str], indent: str) -> str:
-            return "\n".join((f"{indent}SELECT {prc}", f"{indent}FROM {t}",
-                              self.where(unfinished + extra, indent),
-                              f"{indent}ORDER BY {prc}", f"{indent}LIMIT 1"))
+            return "\n".join(x for x in (
+                f"{indent}SELECT {prc}", f"{indent}FROM {t}",
+                self.where(unfinished + extra, indent),
+                f"{indent}ORDER BY {prc}", f"{indent}LIMIT 1") if x)
 
-        due = [c for c in self.filters() if c not in unfinished]
-        order = ", ".join(self.c(f) for f in (self.role("retry_after"), self.q.id) if f)
-        inner = "\n".join(x for x in (
-            f"    SELECT {columns}",
-            f"    FROM {t}",
-            self.where(unfinished + [f"{prc} = {walk}.{prc}"] + due + list(also), "    "),
-            f"    ORDER BY {order}",
-            f"    LIMIT {self.p('limit')}",
-            f"    {lock.strip()}" if lock else "",
-        ) if x)
         return "\n".join((
             f"WITH RECURSIVE {walk} AS (",
             "    (",
@@ -121,23 +135,61 @@ class PostgresStatements(Statements):
             f"    FROM {walk}",
             f"    WHERE {walk}.{prc} IS NOT NULL",
             ")",
-            "SELECT due.*",
-            f"FROM {walk}",
-            "CROSS JOIN LATERAL (",
-            inner,
-            ") AS due",
-            f"LIMIT {self.p('limit')}",
+        )), walk
+
+    def due_by_priority(self, columns: str, lock: str, also: tuple[str, ...] = ()) -> str:
+        """SELECT `columns` of the first `limit` due rows in claim order, priority by priority:
+        for each priority of unfinished rows (in that order, until `limit` rows came) its due
+        rows, locked as `lock` says. The outer LIMIT stops the walk: priorities past it are
+        never read, their rows never locked."""
+        pr = self.role("priority")
+        assert pr is not None
+        prc = self.c(pr)
+        cte, walk = self.priority_walk()
+        unfinished = self.unfinished()
+        due = [c for c in self.filters() if c not in unfinished]
+        order = ", ".join(self.c(f) for f in (self.role("retry_after"), self.q.id) if f)
+        inner = "\n".join(x for x in (
+            f"    SELECT {columns}",
+            f"    FROM {self.t()}",
+            self.where(unfinished + [f"{prc} = {walk}.{prc}"] + due + list(also), "    "),
+            f"    ORDER BY {order}",
+            f"    LIMIT {self.p('limit')}",
+            f"    {lock.strip()}" if lock else "",
+        ) if x)
+        return "\n".join((cte, "SELECT due.*", f"FROM {walk}", "CROSS JOIN LATERAL (", inner,
+                          ") AS due", f"LIMIT {self.p('limit')}"))
+
+    def scheduled(self) -> None:
+        """SCHEDULED: how many unfinished rows are due later, counted up to `limit`, priority by
+        priority (a probe per priority and the rows counted): what the runtime reads, once a
+        second, to choose between the plain claim and the one by priority."""
+        pr, ra = self.role("priority"), self.role("retry_after")
+        assert pr is not None and ra is not None
+        cte, walk = self.priority_walk()
+        later = "\n".join((
+            "    SELECT 1",
+            f"    FROM {self.t()}",
+            self.where(self.unfinished() + [f"{self.c(pr)} = {walk}.{self.c(pr)}",
+                                            f"{self.c(ra)} > {self.p('now')}"], "    "),
+            f"    LIMIT {self.p('limit')}",
         ))
+        self.add("SCHEDULED", "\n".join((
+            cte, "SELECT COUNT(*)", "FROM (", "    SELECT 1", f"    FROM {walk}",
+            "    CROSS JOIN LATERAL (",
+            "\n".join("    " + line for line in later.splitlines()),
+            "    ) AS later", f"    LIMIT {self.p('limit')}", ") AS counted")),
+            "Count the rows due later (up to `limit`), priority by priority.")
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
                          ) -> None:
-        if not self.by_priority:
+        if not self.walking:
             super().select_claimable(name, doc, lock=lock)
             return
         self.add(name, self.due_by_priority(self.select_list(), lock), doc)
 
     def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:
-        if not self.by_priority:
+        if not self.walking:
             return super().picked(lock, also)
         inner = self.due_by_priority(self.c(self.q.id), lock, also)
         return self.d.picked_by(self.c(self.q.id),

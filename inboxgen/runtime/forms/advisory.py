@@ -65,8 +65,10 @@ class Advisory(Form):
         async with backend.connection() as conn:
             read_at = self._settle_seq
             started = time.monotonic()
-            candidates = await self.calls(conn, "candidates", group=group, now=self.clock.now(),
-                                          limit=limit)
+            now = self.clock.now()
+            await self.priorities.choose(conn, now)
+            candidates = await self.calls(conn, "candidates", group=group, now=now, limit=limit,
+                                          by_priority=self.priorities.by_priority)
             # The claim's round trip, for observers, is the read of the due rows.
             self.observed_claim(candidates, limit, started)
             await backend.commit(conn)

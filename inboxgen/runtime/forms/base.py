@@ -23,6 +23,7 @@ from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.delivery import Delivery
 from inboxgen.runtime.jobs import Held
 from inboxgen.runtime.outcomes import FINISH, Settlement
+from inboxgen.runtime.priorities import PriorityChoice
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
@@ -118,10 +119,17 @@ class Form:
         self.slots = parts.slots
         self.observation = parts.observation
         self._due = self.d.role_attrs.get("retry_after")  # what the queue's lag is read from
+        self.priorities = PriorityChoice(self.calls, self.settings.group)
         self.delivery = Delivery(descriptor=self.d, settings=self.settings, clock=self.clock,
                                  runner=parts.runner, backend=self.backend, calls=self.calls,
                                  stats=self.stats, outage=self.outage, form=self,
                                  done=self.slots.done, observation=parts.observation)
+
+    @property
+    def full_claim(self) -> int:
+        """How many rows a claim that leaves rows due brings: `batch`, or one where a claim
+        takes its FIFO group's head alone (a claim of fewer says the queue looked drained)."""
+        return 1 if self.d.fifo else self.settings.batch
 
     @property
     def connections(self) -> int:
@@ -217,6 +225,7 @@ class Form:
 
     async def claim(self, conn: Any, now: _dt.datetime, limit: int,
                     until: _dt.datetime | None = None) -> list[Any]:
+        await self.priorities.choose(conn, now)
         op, values = self.claim_call(now, limit, until)
         if self.observation is None:
             return self.claimed(await self.calls(conn, op, **values))
@@ -254,7 +263,8 @@ class Form:
         group = self.settings.group
         if self.d.fifo:
             return "fifo_claim", {"group": group, "now": now, "locked_until": until}
-        return "claim", {"group": group, "now": now, "locked_until": until, "limit": limit}
+        return "claim", {"group": group, "now": now, "locked_until": until, "limit": limit,
+                         "by_priority": self.priorities.by_priority}
 
     def held(self, row: Any, **extra: Any) -> Held:
         attrs_ = self.d.role_attrs

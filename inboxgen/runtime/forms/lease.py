@@ -149,6 +149,10 @@ class Lease(Form):
         """One claim of up to `limit` rows (from id `from_id` on, where the claim takes one)
         into the slots' queue; returns the ids claimed, in claim order."""
         now, until = self._lease_from_now()
+        count = self.priorities.count_due(now)
+        if count is not None:  # once a second, where the table has a claim by priority
+            (later,) = await self.backend.alone([self.calls.step("scheduled", count)])
+            self.priorities.counted(later)
         op, values = self.claim_call(now, limit, until)
         # One statement standing alone: on PostgreSQL an autocommit statement, on a threaded
         # driver a transaction of its own in one call.
@@ -353,7 +357,7 @@ class FifoLease(Lease):
             await self.deliver_all(held)
         finally:
             self.renewer.release(held)
-        return len(rows) < batch
+        return len(rows) < self.full_claim
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         await self._settle(h, s, None)  # the group's next row waits for this one

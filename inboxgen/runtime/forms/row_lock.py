@@ -65,7 +65,7 @@ class RowLock(Form):
         except Exception as err:
             self.report_lost(held, err)
             raise
-        return len(rows) < batch
+        return len(rows) < self.full_claim
 
     def report_lost(self, held: list[Held], err: BaseException) -> None:
         settled = [h for h in held if h.settled]
@@ -235,7 +235,7 @@ class PipelinedRowLock(RowLock):
             raise StepFailed(cut + err.done, err.cause) from err.cause
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
-        backend, slots, batch = self.backend, self.slots, self.settings.batch
+        backend, slots, full = self.backend, self.slots, self.full_claim
         idle = Idle()
         async with backend.session() as conn, backend.pipeline(conn) as pipe:
             in_tx = False  # a claim's transaction is open on the connection
@@ -249,11 +249,11 @@ class PipelinedRowLock(RowLock):
                 worked()
                 if not claim:
                     return
-                if len(rows) == batch:
+                if len(rows) == full:
                     slots.wake_waiting_slot()  # a full claim: more rows are likely due
                 held.extend(self.held(r, deferred=pending) for r in rows)
                 await self.deliver_all(held, conn)
-                if len(rows) < batch:
+                if len(rows) < full:
                     # Drained: commit now rather than hold the rows through the wait.
                     await self._send_round(conn, pipe, pending, held, commit=True, claim=False)
                     in_tx, pending = False, []
@@ -272,8 +272,9 @@ class PipelinedRowLock(RowLock):
         if commit:
             steps.append(COMMIT)
         if claim:
-            steps += [BEGIN, self.calls.step(*self.claim_call(self.clock.now(),
-                                                              self.settings.batch))]
+            now = self.clock.now()
+            await self.priorities.choose(conn, now)  # once a second: one round trip more
+            steps += [BEGIN, self.calls.step(*self.claim_call(now, self.settings.batch))]
         started = time.monotonic()
         try:
             results = await self.together(conn, pipe, steps, idle=idle)
@@ -348,8 +349,9 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
         pending.clear()
         if claim:
-            steps.append(self.calls.step(*self.claim_call(self.clock.now(),
-                                                          self.settings.batch)))
+            now = self.clock.now()
+            await self.priorities.choose(conn, now)  # once a second: one round trip more
+            steps.append(self.calls.step(*self.claim_call(now, self.settings.batch)))
         steps.append(COMMIT)
         committed_after = len(steps)  # steps done once the COMMIT has run
         if held:

@@ -98,6 +98,27 @@ UPDATE "task_jobs"
 SET "locked_until" = %(locked_until)s,
     "attempt" = "attempt" + 1
 WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "task_jobs"
+    WHERE "queue" = %(group)s
+      AND "finished_at" IS NULL
+      AND "run_after" <= %(now)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+    ORDER BY "priority", "run_after", "id"
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "finished_at",
+          "locked_until", "payload"
+"""
+
+# CLAIM reading the due rows priority by priority, so that rows due later at a more urgent
+# priority are not read: for a table holding many of them (SCHEDULED).
+CLAIM_BY_PRIORITY: Final[LiteralString] = """
+UPDATE "task_jobs"
+SET "locked_until" = %(locked_until)s,
+    "attempt" = "attempt" + 1
+WHERE "id" = ANY(ARRAY(
     WITH RECURSIVE inboxgen_priorities AS (
         (
             SELECT "priority"
@@ -143,12 +164,15 @@ RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "f
 
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(CLAIM, {
-        "locked_until": locked_until, "group": group, "now": now, "limit": limit,
-    })
+    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
+    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
+    later (`scheduled()`).
+    """
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    cur = conn.execute(statement, {"locked_until": locked_until, "group": group, "now": now,
+        "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -156,15 +180,78 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = await conn.execute(CLAIM, {
-        "locked_until": locked_until, "group": group, "now": now, "limit": limit,
-    })
+    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
+    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
+    later (`scheduled()`).
+    """
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    cur = await conn.execute(statement, {"locked_until": locked_until, "group": group, "now": now,
+        "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
+
+
+# Count the rows due later (up to `limit`), priority by priority.
+SCHEDULED: Final[LiteralString] = """
+WITH RECURSIVE inboxgen_priorities AS (
+    (
+        SELECT "priority"
+        FROM "task_jobs"
+        WHERE "queue" = %(group)s
+          AND "finished_at" IS NULL
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT "priority"
+        FROM "task_jobs"
+        WHERE "queue" = %(group)s
+          AND "finished_at" IS NULL
+          AND "priority" > inboxgen_priorities."priority"
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    FROM inboxgen_priorities
+    WHERE inboxgen_priorities."priority" IS NOT NULL
+)
+SELECT COUNT(*)
+FROM (
+    SELECT 1
+    FROM inboxgen_priorities
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM "task_jobs"
+        WHERE "queue" = %(group)s
+          AND "finished_at" IS NULL
+          AND "priority" = inboxgen_priorities."priority"
+          AND "run_after" > %(now)s
+        LIMIT %(limit)s
+    ) AS later
+    LIMIT %(limit)s
+) AS counted
+"""
+
+
+def scheduled(
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = conn.execute(SCHEDULED, {"group": group, "now": now, "limit": limit})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def scheduled_async(
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = await conn.execute(SCHEDULED, {"group": group, "now": now, "limit": limit})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # Extend a held lease; the held expiry is the token.
@@ -904,25 +991,26 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
-    dead_letter=dead_letter, renew_many=renew_many, finish_many=finish_many, insert=insert,
-    insert_many=insert_many, notify=notify,
+    claim=claim, scheduled=scheduled, renew=renew, finish=finish, retry=retry,
+    retry_after=retry_after, dead_letter=dead_letter, renew_many=renew_many,
+    finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
-    retry_after=retry_after_async, dead_letter=dead_letter_async, renew_many=renew_many_async,
-    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, scheduled=scheduled_async, renew=renew_async, finish=finish_async,
+    retry=retry_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
+    renew_many=renew_many_async, finish_many=finish_many_async, insert=insert_async,
+    insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
-    "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "CANCEL": CANCEL,
-    "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY, "SCHEDULED": SCHEDULED, "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE, "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS,
+    "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -105,6 +105,30 @@ WITH counted AS (
     UPDATE "pg_given_uuid_jobs"
     SET "attempt" = "attempt" + 1
     WHERE "id" = ANY(ARRAY(
+        SELECT "id"
+        FROM "pg_given_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+          AND "retry_after" <= %(now)s
+          AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
+        ORDER BY "priority", "retry_after", "id"
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt",
+              "processed_at", "headers", "payload", "c_smallserial", "c_bigserial"
+)
+SELECT counted.*
+FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::text, 0))
+"""
+
+# CLAIM reading the due rows priority by priority, so that rows due later at a more urgent
+# priority are not read: for a table holding many of them (SCHEDULED).
+CLAIM_BY_PRIORITY: Final[LiteralString] = """
+WITH counted AS (
+    UPDATE "pg_given_uuid_jobs"
+    SET "attempt" = "attempt" + 1
+    WHERE "id" = ANY(ARRAY(
         WITH RECURSIVE inboxgen_priorities AS (
             (
                 SELECT "priority"
@@ -153,13 +177,16 @@ FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::tex
 
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
+    by_priority: bool = False,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+    the attempt); each row's key stays locked for the session until RELEASE. With `by_priority`,
+    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
+    later (`scheduled()`).
     """
-    cur = conn.execute(CLAIM, {
-        "group": group, "now": now, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    cur = conn.execute(statement, {"group": group, "now": now, "row_key": f"inboxgen:{TABLE}:",
+        "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -167,16 +194,79 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
+    by_priority: bool = False,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+    the attempt); each row's key stays locked for the session until RELEASE. With `by_priority`,
+    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
+    later (`scheduled()`).
     """
-    cur = await conn.execute(CLAIM, {
-        "group": group, "now": now, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    cur = await conn.execute(statement, {"group": group, "now": now, "row_key":
+        f"inboxgen:{TABLE}:", "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
+
+
+# Count the rows due later (up to `limit`), priority by priority.
+SCHEDULED: Final[LiteralString] = """
+WITH RECURSIVE inboxgen_priorities AS (
+    (
+        SELECT "priority"
+        FROM "pg_given_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT "priority"
+        FROM "pg_given_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+          AND "priority" > inboxgen_priorities."priority"
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    FROM inboxgen_priorities
+    WHERE inboxgen_priorities."priority" IS NOT NULL
+)
+SELECT COUNT(*)
+FROM (
+    SELECT 1
+    FROM inboxgen_priorities
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM "pg_given_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+          AND "priority" = inboxgen_priorities."priority"
+          AND "retry_after" > %(now)s
+        LIMIT %(limit)s
+    ) AS later
+    LIMIT %(limit)s
+) AS counted
+"""
+
+
+def scheduled(
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = conn.execute(SCHEDULED, {"group": group, "now": now, "limit": limit})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def scheduled_async(
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = await conn.execute(SCHEDULED, {"group": group, "now": now, "limit": limit})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # Unlock the keys of counted rows once their settlements have committed.
@@ -770,18 +860,20 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, release=release, finish=finish, retry_after=retry_after, dead_letter=dead_letter,
-    finish_many=finish_many, insert=insert, insert_unique=insert_unique, insert_many=insert_many,
-    notify=notify,
+    claim=claim, scheduled=scheduled, release=release, finish=finish, retry_after=retry_after,
+    dead_letter=dead_letter, finish_many=finish_many, insert=insert, insert_unique=insert_unique,
+    insert_many=insert_many, notify=notify,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, release=release_async, finish=finish_async, retry_after=retry_after_async,
-    dead_letter=dead_letter_async, finish_many=finish_many_async, insert=insert_async,
-    insert_unique=insert_unique_async, insert_many=insert_many_async, notify=notify_async,
+    claim=claim_async, scheduled=scheduled_async, release=release_async, finish=finish_async,
+    retry_after=retry_after_async, dead_letter=dead_letter_async, finish_many=finish_many_async,
+    insert=insert_async, insert_unique=insert_unique_async, insert_many=insert_many_async,
+    notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "RELEASE": RELEASE, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
+    "CLAIM": CLAIM, "RELEASE": RELEASE, "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY,
+    "SCHEDULED": SCHEDULED, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
     "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,

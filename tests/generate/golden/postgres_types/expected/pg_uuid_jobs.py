@@ -157,6 +157,30 @@ UPDATE "pg_uuid_jobs"
 SET "locked_until" = %(locked_until)s,
     "attempt" = "attempt" + 1
 WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "pg_uuid_jobs"
+    WHERE "queue" = %(group)s
+      AND "processed_at" IS NULL
+      AND "retry_after" <= %(now)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+    ORDER BY "priority", "retry_after", "id"
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", "processed_at",
+          "locked_until", "headers", "payload", "c_smallint", "c_integer", "c_bigint",
+          "c_serial", "c_text", "c_varchar", "c_char", "c_uuid", "c_uuid_null", "c_timestamp",
+          "c_timestamptz", "c_json", "c_jsonb", "c_bytea", "c_boolean", "c_real", "c_double",
+          "c_numeric", "c_date", "c_time"
+"""
+
+# CLAIM reading the due rows priority by priority, so that rows due later at a more urgent
+# priority are not read: for a table holding many of them (SCHEDULED).
+CLAIM_BY_PRIORITY: Final[LiteralString] = """
+UPDATE "pg_uuid_jobs"
+SET "locked_until" = %(locked_until)s,
+    "attempt" = "attempt" + 1
+WHERE "id" = ANY(ARRAY(
     WITH RECURSIVE inboxgen_priorities AS (
         (
             SELECT "priority"
@@ -205,13 +229,15 @@ RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", 
 
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = conn.execute(CLAIM, {
-        "locked_until": _v.naive_utc(locked_until), "group": group, "now": _v.naive_utc(now),
-        "limit": limit,
-    })
+    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
+    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
+    later (`scheduled()`).
+    """
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    cur = conn.execute(statement, {"locked_until": _v.naive_utc(locked_until), "group": group,
+        "now": _v.naive_utc(now), "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -219,16 +245,78 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
-    cur = await conn.execute(CLAIM, {
-        "locked_until": _v.naive_utc(locked_until), "group": group, "now": _v.naive_utc(now),
-        "limit": limit,
-    })
+    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
+    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
+    later (`scheduled()`).
+    """
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    cur = await conn.execute(statement, {"locked_until": _v.naive_utc(locked_until), "group":
+        group, "now": _v.naive_utc(now), "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
+
+
+# Count the rows due later (up to `limit`), priority by priority.
+SCHEDULED: Final[LiteralString] = """
+WITH RECURSIVE inboxgen_priorities AS (
+    (
+        SELECT "priority"
+        FROM "pg_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT "priority"
+        FROM "pg_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+          AND "priority" > inboxgen_priorities."priority"
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    FROM inboxgen_priorities
+    WHERE inboxgen_priorities."priority" IS NOT NULL
+)
+SELECT COUNT(*)
+FROM (
+    SELECT 1
+    FROM inboxgen_priorities
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM "pg_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+          AND "priority" = inboxgen_priorities."priority"
+          AND "retry_after" > %(now)s
+        LIMIT %(limit)s
+    ) AS later
+    LIMIT %(limit)s
+) AS counted
+"""
+
+
+def scheduled(
+    conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = conn.execute(SCHEDULED, {"group": group, "now": _v.naive_utc(now), "limit": limit})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def scheduled_async(
+    conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = await conn.execute(SCHEDULED, {"group": group, "now": _v.naive_utc(now), "limit": limit})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # Extend a held lease; the held expiry is the token.
@@ -900,22 +988,24 @@ async def state_async(
 
 
 OPS: Final = Operations(
-    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
-    renew_many=renew_many, finish_many=finish_many, insert=insert, insert_many=insert_many,
-    notify=notify,
+    claim=claim, scheduled=scheduled, renew=renew, finish=finish, retry=retry,
+    retry_after=retry_after, renew_many=renew_many, finish_many=finish_many, insert=insert,
+    insert_many=insert_many, notify=notify,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
-    retry_after=retry_after_async, renew_many=renew_many_async, finish_many=finish_many_async,
-    insert=insert_async, insert_many=insert_many_async, notify=notify_async,
+    claim=claim_async, scheduled=scheduled_async, renew=renew_async, finish=finish_async,
+    retry=retry_async, retry_after=retry_after_async, renew_many=renew_many_async,
+    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
+    notify=notify_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "CANCEL": CANCEL,
-    "STATE": STATE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM": CLAIM, "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY, "SCHEDULED": SCHEDULED, "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
+    "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE, "CANCEL": CANCEL, "STATE": STATE, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

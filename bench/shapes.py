@@ -1,0 +1,371 @@
+"""W3 on every production shape: drain N pre-enqueued no-op jobs with one Worker (10 slots, batch
+1 and 16) per shape, claim form and release, on private servers with stock durability, and print
+each figure beside its ratios. Not a test: figures depend on the machine.
+
+    python bench/shapes.py [--jobs N] [--dialects postgres,mysql] [--shapes a,b]
+                           [--variants row_lock,row_lock_counted,lease] [--batches 1,16]
+                           [--previous REV]
+
+The shapes are the conformance matrix's production shapes (tests/conformance/axes.py,
+PRODUCTION), each written as the matrix writes it (tests/conformance/shapes.py) with the claim
+index and, on PostgreSQL, the storage settings the build asks for. The variants:
+
+- `row_lock`: the row lock with `count_crashes = false` (a crash does not spend an attempt);
+- `row_lock_counted`: the row lock counting every claim (`max_attempts`' default);
+- `lease`.
+
+Each drain runs twice, in a process of its own: with this checkout's generator and runtime
+("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
+extracted with `git archive`), the two drains of one configuration minutes apart on the same
+server. On PostgreSQL a third figure, "bare", drains the row lock's table with the plainest
+loop over the generated statements (10 connections in pipeline mode, a round's acks as one
+FINISH_MANY, its COMMIT, BEGIN and the next claim in one round trip), with each release's
+statements. Printed per line: jobs/s now, before, bare now and bare before; the ratios now /
+before, now / bare, and counted / uncounted; and the server's CPU per job (steadier than the
+rate on a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PREVIOUS = "a3abc9c"  # the last release before the per-priority claims
+VARIANTS = ("row_lock", "row_lock_counted", "lease")
+
+
+# -- the drain, in a process of its own (this checkout's inboxgen, or a release's) ------------
+
+async def _noop(job: object) -> None:
+    return None
+
+
+def child(args: dict[str, Any]) -> None:
+    """Drain the table with whichever inboxgen is on the path; print jobs/s and CPU as JSON."""
+    import importlib.util
+    import resource
+
+    from inboxgen import Worker
+
+    spec = importlib.util.spec_from_file_location("bench_shape", args["module"])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    async def drain() -> float:
+        worker = Worker(module.DESCRIPTOR, _noop, database=args["database"], workers=10,
+                        batch=args["batch"], poll_interval=0.05, listen=False,
+                        **({"group": args["group"]} if args["group"] else {}))
+        started = time.perf_counter()
+        await worker.start()
+        try:
+            while await _unfinished(args["dialect"], args["database"], args["left"]):
+                await asyncio.sleep(0.01)
+        finally:
+            await worker.shutdown()
+        return time.perf_counter() - started
+
+    seconds = asyncio.run(drain())
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime}))
+
+
+async def _unfinished(dialect: str, database: str, sql: str) -> bool:
+    """Whether the table still holds an unfinished row (checked on a connection of its own)."""
+    if dialect == "postgres":
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(database, autocommit=True) as conn:
+            row = await (await conn.execute(sql)).fetchone()
+    else:
+        row = await asyncio.to_thread(_mysql_one, database, sql)
+    return bool(row and row[0])
+
+
+def _mysql_args(url: str) -> dict[str, Any]:
+    """PyMySQL's arguments for a private server's `mysql://root@host:port/db` URL."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return {"host": parts.hostname, "port": parts.port, "user": parts.username or "root",
+            "password": parts.password or "", "database": parts.path.lstrip("/")}
+
+
+def _mysql_one(url: str, sql: str) -> Any:
+    import pymysql
+
+    conn = pymysql.connect(**_mysql_args(url), autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchone()
+    finally:
+        conn.close()
+
+
+# -- the parent: servers, projects, tables and the table of figures ----------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--dialects", default="postgres,mysql")
+    parser.add_argument("--shapes", default="")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--previous", default=PREVIOUS)
+    parser.add_argument("--child", default="")
+    opts = parser.parse_args()
+    if opts.child:
+        child(json.loads(opts.child))
+        return
+    Sweep(opts).run()
+
+
+class Sweep:
+    def __init__(self, opts: argparse.Namespace) -> None:
+        sys.path[:0] = [str(REPO / "tests")]
+        from conformance.axes import PRODUCTION
+
+        self.opts = opts
+        self.root = Path(tempfile.mkdtemp(prefix="inboxgen-shapes-"))
+        self.previous = self._release(opts.previous)
+        self.shapes = [s for s in (opts.shapes.split(",") if opts.shapes else PRODUCTION)]
+        self.variants = opts.variants.split(",")
+        self.batches = [int(b) for b in opts.batches.split(",")]
+        self.rates: dict[tuple[str, ...], float] = {}
+        self.server_pid = 0  # the running server's main process: its CPU is counted
+
+    def _release(self, rev: str) -> Path:
+        """The `inboxgen` package of commit `rev`, extracted where nothing else imports from."""
+        out = self.root / f"release-{rev}"
+        out.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "inboxgen"],
+                                 capture_output=True, check=True).stdout
+        with tempfile.TemporaryFile() as f:
+            f.write(archive)
+            f.seek(0)
+            with tarfile.open(fileobj=f) as tar:
+                tar.extractall(out, filter="data")
+        return out
+
+    def run(self) -> None:
+        for dialect in self.opts.dialects.split(","):
+            server, database = self._server(dialect)
+            try:
+                print(f"\n{dialect}: {self.opts.jobs} jobs a drain, 10 slots", flush=True)
+                for name in self.shapes:
+                    for variant in self.variants:
+                        self._measure(dialect, name, variant, database)
+            finally:
+                server.stop()
+
+    def _server(self, dialect: str) -> tuple[Any, Any]:
+        if dialect == "postgres":
+            from servers import PostgresServer
+
+            pg = PostgresServer(durable=True)
+            self.server_pid = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+            return pg, pg.create_database
+        from mariadb_server import MariaDBServer
+
+        my = MariaDBServer("--skip-log-bin", "--innodb-flush-log-at-trx-commit=1")
+        assert my._proc is not None
+        self.server_pid = my._proc.pid
+        return my, my.create_database
+
+    def _shape(self, dialect: str, name: str, variant: str) -> Any:
+        from conformance.axes import production
+
+        form = "lease" if variant == "lease" else "row_lock"
+        count = "false" if variant == "row_lock" else "default"
+        return production(name, dialect=dialect, form=form, count_crashes=count)
+
+    def _build(self, shape: Any, release: Path | None) -> Path:
+        """Build the shape's project with this checkout (`release` None) or a release; the
+        generated module's path."""
+        from conformance import shapes
+
+        where = self.root / f"{shape.name}-{'now' if release is None else 'before'}"
+        (where / "migrations").mkdir(parents=True)
+        migration = where / "migrations" / f"{shape.name}.sql"
+        migration.write_text(shapes.ddl(shape))
+        spec = shapes.spec(shape).replace(f"lease = {shapes.LEASE_SECONDS}", "lease = 30")
+        (where / f"{shape.name}.toml").write_text(spec)
+        env = dict(os.environ)
+        build = [sys.executable, "-m", "inboxgen", "build", "."]
+        # The storage settings this checkout's build asks for, for both releases' tables.
+        advice = subprocess.run(build, cwd=where, env=env, capture_output=True, text=True,
+                                check=True).stderr
+        migration.write_text(migration.read_text() + "".join(
+            f"{line.split(': ')[-1]};\n" for line in advice.splitlines()
+            if "default storage settings" in line))
+        if release is not None:
+            env["PYTHONPATH"] = str(release)
+        subprocess.run(build, cwd=where, env=env, capture_output=True, text=True, check=True)
+        return where / "generated" / f"{shape.name}.py"
+
+    def _measure(self, dialect: str, name: str, variant: str, create: Any) -> None:
+        from conformance import shapes
+
+        shape = self._shape(dialect, name, variant)
+        now_path, before_path = self._build(shape, None), self._build(shape, self.previous)
+        if variant == "row_lock_counted" and "count_crashes=True" not in now_path.read_text():
+            return  # the shape does not count (a FIFO table's claim is its group's head)
+        ddl = (now_path.parent.parent / "migrations" / f"{shape.name}.sql").read_text()
+        group = shapes.GROUP if shape.group != "none" else None
+        for batch in self.batches:
+            figures = {}
+            for label, path, release in (("now", now_path, None),
+                                         ("before", before_path, self.previous)):
+                database = create(f"{shape.name}_{batch}_{label}"[:60])
+                self._fill(shape, database, ddl, path, group)
+                figures[label] = self._drain(shape, database, path, batch, group, release)
+            self.rates[(dialect, name, variant, str(batch))] = figures["now"][0]
+            line = (f"{name:18} {variant:17} batch {batch:2}: now {figures['now'][0]:7.0f}, "
+                    f"before {figures['before'][0]:7.0f} jobs/s "
+                    f"({figures['now'][0] / figures['before'][0]:.2f}x)")
+            if dialect == "postgres" and variant == "row_lock":
+                bare = {}
+                for label, path in (("now", now_path), ("before", before_path)):
+                    database = create(f"{shape.name}_{batch}_bare_{label}"[:60])
+                    self._fill(shape, database, ddl, path, group)
+                    bare[label] = asyncio.run(_bare_drain(database, path, batch, group,
+                                                          self.opts.jobs))
+                line += (f"; bare now {bare['now']:7.0f}, before {bare['before']:7.0f} "
+                         f"(runtime / bare {figures['now'][0] / bare['now']:.2f}x)")
+            uncounted = self.rates.get((dialect, name, "row_lock", str(batch)))
+            if variant == "row_lock_counted" and uncounted:
+                line += f"; counted / uncounted {figures['now'][0] / uncounted:.2f}x"
+            line += (f"; server CPU per job {figures['now'][1]:.0f} us "
+                     f"(before {figures['before'][1]:.0f})")
+            print(line, flush=True)
+
+    def _fill(self, shape: Any, database: str, ddl: str, path: Path, group: str | None) -> None:
+        """Create the tables and enqueue the jobs through the module's insert_many."""
+        sys.path[:0] = [str(path.parent)]
+        try:
+            module = _load(path)
+        finally:
+            del sys.path[0]
+        from conformance import shapes
+
+        new_id = (lambda n: shapes.new_id(shape, n)) if shape.id != "integer" else None
+        rows = []
+        for n in range(self.opts.jobs):
+            values: dict[str, Any] = {"payload": {"key": str(n), "kind": "ack"}}
+            if new_id is not None:
+                values["id"] = new_id(n)
+            if group is not None:
+                values["grp"] = group
+            rows.append(module.NewRow(**values))
+        if shape.dialect == "postgres":
+            import psycopg
+
+            with psycopg.connect(database) as conn:
+                conn.execute(ddl)
+                for chunk in range(0, len(rows), 5000):
+                    module.insert_many(conn, rows[chunk:chunk + 5000])
+                conn.commit()
+            with psycopg.connect(database, autocommit=True) as conn:
+                conn.execute(f"VACUUM ANALYZE {shape.name}")
+        else:
+            import pymysql
+
+            conn = pymysql.connect(**_mysql_args(database))
+            try:
+                with conn.cursor() as cur:
+                    for statement in filter(str.strip, ddl.split(";")):
+                        cur.execute(statement)
+                for chunk in range(0, len(rows), 5000):
+                    module.insert_many(conn, rows[chunk:chunk + 5000])
+                conn.commit()
+                with conn.cursor() as cur:
+                    cur.execute(f"ANALYZE TABLE {shape.name}")
+            finally:
+                conn.close()
+
+    def _drain(self, shape: Any, database: str, path: Path, batch: int, group: str | None,
+               release: Path | None) -> tuple[float, float]:
+        """jobs/s of one drain in a process of its own, and the server's CPU per job (us)."""
+        from drain import server_cpu
+
+        left = (f"SELECT EXISTS (SELECT 1 FROM {shape.name}"
+                + (" WHERE processed_at IS NULL" if shape.finished == "kept" else "") + ")")
+        env = dict(os.environ)
+        if release is not None:
+            env["PYTHONPATH"] = str(release)
+        args = {"module": str(path), "database": database, "batch": batch, "group": group,
+                "dialect": shape.dialect, "left": left}
+        name = "postgres" if shape.dialect == "postgres" else "mariadbd"
+        cpu = server_cpu(name, self.server_pid)
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
+                               json.dumps(args)], cwd=path.parent, env=env,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{shape.name} batch {batch}: {done.stderr.strip()[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        return (self.opts.jobs / result["seconds"],
+                (server_cpu(name, self.server_pid) - cpu) / self.opts.jobs * 1e6)
+
+
+def _load(path: Path) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"shape_{path.stem}_{path.parent.parent.name}",
+                                                  path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _bare_drain(database: str, path: Path, batch: int, group: str | None,
+                      jobs: int) -> float:
+    """jobs/s of the plainest pipelined row-lock loop over the module's statements: 10
+    connections, each round the last batch's acks (one FINISH_MANY), COMMIT, BEGIN and the
+    next claim in one round trip."""
+    import psycopg
+
+    module = _load(path)
+    now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
+    claim = {"now": now, "limit": batch, "group": group, "row_key": ""}
+    claim = {k: v for k, v in claim.items() if f"%({k})s" in module.CLAIM}
+    finish = "FINISH_MANY" if hasattr(module, "FINISH_MANY") else "FINISH"
+
+    async def loop() -> int:
+        done: list[Any] = []
+        ran = 0
+        async with await psycopg.AsyncConnection.connect(database, autocommit=True) as conn:
+            while True:
+                async with conn.pipeline():
+                    if done:
+                        await conn.execute(getattr(module, finish),
+                                           {"id": done, "now": now})
+                        await conn.execute("COMMIT")
+                    await conn.execute("BEGIN")
+                    cur = await conn.execute(module.CLAIM, claim)
+                rows = await cur.fetchall()
+                done = [module._claimed(r).id for r in rows]
+                ran += len(done)
+                if not rows:
+                    await conn.execute("COMMIT")
+                    return ran
+
+    started = time.perf_counter()
+    ran = sum(await asyncio.gather(*(loop() for _ in range(10))))
+    return ran / (time.perf_counter() - started)
+
+
+if __name__ == "__main__":
+    main()
