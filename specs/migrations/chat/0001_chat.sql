@@ -9,5 +9,5 @@ CREATE TABLE "Chat"."OutgoingMessages" (
 );
 CREATE INDEX outgoing_claim ON "Chat"."OutgoingMessages" (conversation, retry_after, "MessageId");
 -- Queue churn: room on each page for updated rows, vacuum after a fixed count of dead rows.
-ALTER TABLE "Chat"."OutgoingMessages" SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+ALTER TABLE "Chat"."OutgoingMessages" SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);

@@ -9,7 +9,7 @@ CREATE TABLE ledger_jobs (
 );
 CREATE INDEX ledger_jobs_claim ON ledger_jobs (retry_after, id);
 -- Queue churn: room on each page for updated rows, vacuum after a fixed count of dead rows.
-ALTER TABLE ledger_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+ALTER TABLE ledger_jobs SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
 
 -- Spent jobs move here with their attempt count.

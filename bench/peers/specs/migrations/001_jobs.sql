@@ -28,9 +28,9 @@ CREATE TABLE bench_row_lock_counted (
 CREATE INDEX bench_row_lock_counted_ready ON bench_row_lock_counted (queue, id)
     WHERE processed_at IS NULL;
 
-ALTER TABLE bench_row_lock SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+ALTER TABLE bench_row_lock SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
-ALTER TABLE bench_lease SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+ALTER TABLE bench_lease SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
-ALTER TABLE bench_row_lock_counted SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+ALTER TABLE bench_row_lock_counted SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);

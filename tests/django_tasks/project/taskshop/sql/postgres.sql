@@ -8,7 +8,7 @@ CREATE TABLE task_jobs (
     locked_until TIMESTAMPTZ,
     payload JSONB NOT NULL
 );
-ALTER TABLE task_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
+ALTER TABLE task_jobs SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
 CREATE INDEX task_jobs_claim ON task_jobs (queue, priority, run_after, id)
     WHERE finished_at IS NULL;
