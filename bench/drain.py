@@ -11,10 +11,22 @@ Service (its pool, its shared listener), each timed until its table is empty.
 
     python bench/drain.py --observe [N] [FORM ...]
 
-With --observe, five times: a lone Worker; the same with OpenTelemetry (the SDK's tracer and
-meter providers, spans batched to an exporter that keeps them in memory), every span recorded,
-one trace in 100 sampled, and metrics alone (no tracer provider); and with Prometheus (a
-registry of its own); each timed until its table is empty.
+With --observe, each form drains at batch 16 (where a job costs the least, so an observer's
+share shows the most) in eight ways, three rounds in turn, each round in another order (a
+drain's place in the turn moves its CPU as much as an observer does), each timed until its table
+is empty: a lone Worker; with Prometheus (a registry of its own, scraped once at the end); with
+the SDK's providers (spans batched to an exporter that drops them, metrics read once at the
+end), an observer that makes the SDK's delivery span and nothing else, then inboxgen's
+OpenTelemetry, every span recorded (a no-op meter provider), then both again with no span
+sampled; inboxgen's OpenTelemetry with spans and metrics, and with metrics alone. Each line
+gives a way's least CPU per job and best rate of the three (the machine's other work only
+adds), and the observer's CPU per job over the lone Worker's; a span drain's, its ratio to the
+SDK's span in a loop and to the SDK's observer in a drain (where the SDK's allocations cost more
+than in a loop: the garbage collector walks a bigger heap). Before the drains it measures, in
+this process and with the same providers, what the SDK itself costs a span: started and ended
+bare, and started, made current and ended as a delivery uses it (attributes, the outcome set),
+recorded and sampled out; the same for inboxgen's own delivery calls (ratio: inboxgen's / the
+SDK's); and one SDK histogram recording.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,58 +106,222 @@ def own_cpu() -> float:
 
 
 def drain(server: PostgresServer, form: str, batch: int, n: int,
-          served_by: str = "") -> tuple[float, float, float]:
+          served_by: str = "", run: str = "") -> tuple[float, float, float]:
     """jobs/s, and this process's and the server's CPU microseconds per job. `served_by`
-    "worker", "service", "otel" or "prometheus" (a worker with those observers): that, timed
-    until the table is empty (all the same way)."""
+    "worker", "service" or one of OBSERVED (a worker with those observers): that, timed
+    until the table is empty (all the same way). The CPU counts the observers' own ending
+    (spans exported, metrics collected), the rate does not."""
     root = Path(tempfile.mkdtemp())
     module: Any = build_module(root, SPECS[form], DDL.replace(
         "    locked_until TIMESTAMPTZ,\n", "" if form != "lease" else "    locked_until "
         "TIMESTAMPTZ,\n"), name=f"jobs_{form}_{batch}")
-    dsn = server.create_database(f"{form}_{batch}{served_by.replace('-', '_')}")
+    dsn = server.create_database(f"{form}_{batch}{served_by.replace('-', '_')}{run}")
     with psycopg.connect(dsn) as conn:
         conn.execute(ddl_of(root, f"jobs_{form}_{batch}"))
         module.insert_many(conn, [module.NewRow(payload={"n": i}) for i in range(n)])
     settings: dict[str, Any] = dict(workers=10, batch=batch, poll_interval=0.05, listen=False)
-    cpu, server_before, started = own_cpu(), server_cpu(), time.perf_counter()
+    observers, finish = observers_for(served_by)
+    # The private server's processes alone: other servers on the machine do not count.
+    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    cpu, server_before, started = own_cpu(), server_cpu(root=postmaster), time.perf_counter()
     if served_by:
-        asyncio.run(until_empty(module, dsn, settings, served_by == "service",
-                                observers_for(served_by)))
+        asyncio.run(until_empty(module, dsn, settings, served_by == "service", observers))
     else:
         asyncio.run(run_until_idle(Worker(module.DESCRIPTOR, noop, database=dsn, **settings),
                                    timeout=600))
     seconds = time.perf_counter() - started
-    return (n / seconds, (own_cpu() - cpu) / n * 1e6, (server_cpu() - server_before) / n * 1e6)
+    finish()
+    return (n / seconds, (own_cpu() - cpu) / n * 1e6,
+            (server_cpu(root=postmaster) - server_before) / n * 1e6)
 
 
-def observers_for(served_by: str) -> list[Any]:
-    """The observers a drain runs with: none, OpenTelemetry's or Prometheus'."""
+# The observed drains: Prometheus; the SDK's delivery span alone (sdk-, an observer that makes
+# only that) and OpenTelemetry's spans, every one recorded or none sampled; spans and metrics;
+# metrics alone.
+OBSERVED = ("prometheus", "sdk-spans", "otel-spans", "sdk-unsampled", "otel-unsampled",
+            "otel-all", "otel-metrics")
+# Each OpenTelemetry drain of spans alone, against the SDK's: the sampling, and its SDK drain.
+SPANS = {"otel-spans": (True, "sdk-spans"), "otel-unsampled": (False, "sdk-unsampled")}
+# A delivery span's attributes but the job's own (its id and attempt).
+ATTRS = {"messaging.system": "inboxgen", "messaging.destination.name": "jobs",
+         "db.system.name": "postgresql", "messaging.operation.name": "process",
+         "messaging.operation.type": "process"}
+
+
+def observers_for(served_by: str) -> tuple[list[Any], Callable[[], None]]:
+    """The observers a drain runs with, and what ends them (a scrape, the spans' last export,
+    a collection)."""
+    if served_by.startswith("sdk"):
+        tracing, _, finish = otel_providers(spans=True, sampled=served_by == "sdk-spans",
+                                            metrics=False)
+        return [sdk_spans(tracing)], finish
     if served_by.startswith("otel"):
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-        from opentelemetry.trace import NoOpTracerProvider
-
         from inboxgen.contrib.otel import OpenTelemetry
 
-        # otel: every span recorded; otel-sampled: 1 trace in 100; otel-metrics: no traces.
-        tracing: Any = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01))) \
-            if served_by == "otel-sampled" else TracerProvider()
-        tracing.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
-        if served_by == "otel-metrics":
-            tracing = NoOpTracerProvider()
-        meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-        return [OpenTelemetry(tracer_provider=tracing, meter_provider=meters)]
+        tracing, meters, finish = otel_providers(
+            spans=served_by != "otel-metrics", sampled=served_by != "otel-unsampled",
+            metrics=served_by in ("otel-all", "otel-metrics"))
+        return [OpenTelemetry(tracer_provider=tracing, meter_provider=meters)], finish
     if served_by == "prometheus":
-        from prometheus_client import CollectorRegistry
+        from prometheus_client import CollectorRegistry, generate_latest
 
         from inboxgen.contrib.prometheus import Prometheus
 
-        return [Prometheus(registry=CollectorRegistry())]
-    return []
+        registry = CollectorRegistry()
+
+        def scrape() -> None:
+            generate_latest(registry)
+
+        return [Prometheus(registry=registry)], scrape
+    return [], lambda: None
+
+
+def sdk_spans(tracing: Any) -> Any:
+    """An observer that does no more than the SDK needs for a delivery's span (span_costs()'
+    SDK loop, split over a delivery): the SDK's own cost in a draining worker, where its
+    allocations cost more than in a loop (a bigger heap for the garbage collector to walk)."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind
+
+    from inboxgen import Observer, Watch
+
+    tracer = trace.get_tracer("bench", tracer_provider=tracing)
+    consumer = SpanKind.CONSUMER
+
+    class Span(Watch):
+        __slots__ = ("span", "token")
+
+        def __init__(self, span: Any, token: Any) -> None:
+            self.span, self.token = span, token
+
+        def decided(self, outcome: str, error: BaseException | None) -> None:
+            self.span.set_attribute("inboxgen.outcome", outcome)
+
+        def end(self) -> None:
+            context.detach(self.token)
+            self.span.end()
+
+    class SdkSpans(Observer):
+        def delivery(self, queue: Any, job_id: Any, attempt: int | None,
+                     headers: Any) -> Watch:
+            span = tracer.start_span("process jobs", kind=consumer, attributes={
+                **ATTRS, "messaging.message.id": str(job_id), "inboxgen.attempt": attempt})
+            return Span(span, context.attach(trace.set_span_in_context(span)))
+
+    return SdkSpans()
+
+
+def otel_providers(spans: bool, sampled: bool,
+                   metrics: bool) -> tuple[Any, Any, Callable[[], None]]:
+    """The SDK's tracer and meter providers as an application would set them up (no-op ones
+    where `spans` or `metrics` is off): spans batched to an exporter that drops them, metrics
+    read by a reader collected once, by the returned function, which also exports the spans
+    left."""
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+    from opentelemetry.trace import NoOpTracerProvider
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracing: Any = NoOpTracerProvider()
+    if spans:
+        tracing = TracerProvider(sampler=ALWAYS_ON if sampled else ALWAYS_OFF)
+        tracing.add_span_processor(BatchSpanProcessor(Drop()))
+    reader = InMemoryMetricReader()
+    meters: Any = MeterProvider(metric_readers=[reader]) if metrics else NoOpMeterProvider()
+
+    def finish() -> None:
+        if spans:
+            tracing.force_flush()
+        if metrics:
+            reader.get_metrics_data()
+
+    return tracing, meters, finish
+
+
+# What span_costs() measures: the SDK's span started and ended bare; the same as a delivery
+# uses it; inboxgen's own delivery calls.
+BARE, SDK, INBOXGEN = "SDK span, bare", "SDK span as a delivery", "inboxgen's delivery"
+
+
+def span_costs(sampled: bool, n: int = 10000) -> dict[str, float]:
+    """CPU microseconds per span, in this process (the batch processor's thread too), with the
+    providers the drains use, every span recorded or none sampled: the SDK's span started and
+    ended bare (BARE); as a delivery uses it (SDK: its attributes, made current, the outcome
+    set, ended); and inboxgen's own delivery calls (INBOXGEN: the observer's delivery(), the
+    handler's time, the outcome, end(), settled())."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind
+
+    from inboxgen.contrib.otel import OpenTelemetry
+    from inboxgen.runtime.observe import Observation, QueueInfo
+
+    tracing, meters, finish = otel_providers(spans=True, sampled=sampled, metrics=False)
+    tracer = trace.get_tracer("bench", tracer_provider=tracing)
+    consumer = SpanKind.CONSUMER  # read once, as inboxgen does (an enum's member costs)
+    observation = Observation(QueueInfo("jobs", "jobs", None, "postgres"),
+                              [OpenTelemetry(tracer_provider=tracing, meter_provider=meters)])
+
+    def bare() -> None:
+        for _ in range(n):
+            tracer.start_span("process jobs").end()
+
+    def sdk() -> None:
+        for i in range(n):
+            span = tracer.start_span("process jobs", kind=consumer, attributes={
+                **ATTRS, "messaging.message.id": str(i), "inboxgen.attempt": 1})
+            token = context.attach(trace.set_span_in_context(span))
+            span.set_attribute("inboxgen.outcome", "acked")
+            context.detach(token)
+            span.end()
+
+    def inboxgen() -> None:
+        for i in range(n):
+            watch = observation.delivery(i, 1, {})
+            assert watch is not None
+            watch.handled(0.001)
+            watch.decided("acked", None)
+            watch.end()
+            observation.settled("acked")
+
+    loops = {BARE: bare, SDK: sdk, INBOXGEN: inboxgen}
+    for loop in loops.values():
+        loop()  # warm up
+    finish()
+    costs = dict.fromkeys(loops, float("inf"))
+    for _ in range(7):  # the least of seven, taken in turns: the machine is shared
+        for name, loop in loops.items():
+            cpu = own_cpu()
+            loop()
+            finish()
+            costs[name] = min(costs[name], (own_cpu() - cpu) / n * 1e6)
+    tracing.shutdown()
+    return costs
+
+
+def histogram_cost(n: int = 10000) -> float:
+    """CPU microseconds of one SDK histogram recording with a queue's attributes, with the
+    meter provider the drains use (what inboxgen.handler.duration costs a job)."""
+    from opentelemetry import metrics
+
+    _, meters, finish = otel_providers(spans=False, sampled=False, metrics=True)
+    histogram = metrics.get_meter("bench", meter_provider=meters).create_histogram("h")
+    attrs = {"messaging.system": "inboxgen", "messaging.destination.name": "jobs",
+             "db.system.name": "postgresql"}
+    best = float("inf")
+    for _ in range(5):
+        cpu = own_cpu()
+        for _ in range(n):
+            histogram.record(0.001, attrs)
+        finish()
+        best = min(best, (own_cpu() - cpu) / n * 1e6)
+    return best
 
 
 async def until_empty(module: Any, dsn: str, settings: dict[str, Any], service: bool,
@@ -166,12 +343,10 @@ async def until_empty(module: Any, dsn: str, settings: dict[str, Any], service: 
 
 
 def main(n: int, forms: list[str], service: bool, observe: bool = False) -> None:
+    if observe:
+        return observed(n, forms)
+    ways = ("worker", "service") if service else ("",)
     server = PostgresServer()
-    ways: tuple[str, ...] = ("",)
-    if service:
-        ways = ("worker", "service")
-    elif observe:
-        ways = ("worker", "otel", "otel-sampled", "otel-metrics", "prometheus")
     try:
         for form in forms or SPECS:
             for batch in (1, 16):
@@ -180,6 +355,49 @@ def main(n: int, forms: list[str], service: bool, observe: bool = False) -> None
                     print(f"{form:16} batch {batch:2}{' ' + served_by if served_by else ''}: "
                           f"{rate:7.0f} jobs/s, CPU per job {python_us:5.1f} us here and "
                           f"{server_us:5.1f} us in the server", flush=True)
+    finally:
+        server.stop()
+
+
+def observed(n: int, forms: list[str], batch: int = 16, rounds: int = 3) -> None:
+    """--observe: the SDK's costs in loops, then each form's drains, `rounds` times in turn;
+    each way's least CPU per job and best rate (what the machine's other work disturbed
+    least), and its CPU per job over the lone Worker's."""
+    loop: dict[bool, float] = {}  # the SDK's delivery span in a loop, by sampling
+    for sampled in (True, False):
+        costs = span_costs(sampled)
+        print(f"spans {'recorded' if sampled else 'sampled out'}: "
+              + ", ".join(f"{name} {us:.1f} us" for name, us in costs.items())
+              + f" of CPU; inboxgen's / the SDK's: {costs[INBOXGEN] / costs[SDK]:.2f}x",
+              flush=True)
+        loop[sampled] = costs[SDK]
+    print(f"SDK histogram recording: {histogram_cost():.1f} us of CPU", flush=True)
+    ways = ("worker", *OBSERVED)
+    server = PostgresServer()
+    try:
+        for form in forms or SPECS:
+            runs: dict[str, list[tuple[float, float, float]]] = {way: [] for way in ways}
+            for r in range(rounds):
+                # Each round starts elsewhere in the list (see the module's docstring).
+                shift = r * len(ways) // rounds
+                for way in ways[shift:] + ways[:shift]:
+                    runs[way].append(drain(server, form, batch, n, way, f"_{r}"))
+            rate = {way: max(run[0] for run in runs[way]) for way in ways}
+            cpu = {way: min(run[1] for run in runs[way]) for way in ways}
+            for way in ways:
+                line = (f"{form:16} batch {batch:2} {way:14}: {rate[way]:7.0f} jobs/s, CPU per "
+                        f"job {cpu[way]:5.1f} us here, "
+                        f"{min(run[2] for run in runs[way]):5.1f} us in the server")
+                if way != "worker":
+                    added = cpu[way] - cpu["worker"]
+                    line += f"; {rate[way] / rate['worker']:.2f}x, {added:+5.1f} us a job"
+                    if way in SPANS:
+                        sampled, sdk = SPANS[way]
+                        alone = cpu[sdk] - cpu["worker"]
+                        line += (f" ({added / loop[sampled]:.2f}x the SDK's span in a loop, "
+                                 + (f"{added / alone:.2f}x" if alone > 0 else "-")
+                                 + " in a drain)")
+                print(line, flush=True)
     finally:
         server.stop()
 

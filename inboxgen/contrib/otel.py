@@ -20,10 +20,12 @@ from opentelemetry import context, metrics, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.runtime.observe import DEAD_LETTERED, Observer, QueueInfo, Watch
+from inboxgen.runtime.observe import QueueInfo, Watch
+from inboxgen.runtime.tallies import OUTCOMES, Tally, Tallying
 
 SCOPE = "inboxgen"
 SYSTEM = "inboxgen"  # messaging.system: the queue is inboxgen's table, not a broker
+CONSUMER = SpanKind.CONSUMER  # read once: an enum's member costs a lookup on Python 3.11
 DB_SYSTEMS = {"postgres": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}
 
 
@@ -47,130 +49,125 @@ def queue_attributes(table: str, group: str | None, dialect: str) -> dict[str, s
             "db.system.name": DB_SYSTEMS.get(dialect, dialect)}
 
 
-class OpenTelemetry(Observer):
+class _Queue(Tally):
+    """One queue's counts, and its attributes, made once. (Its durations go to the SDK's
+    histograms, not to the tally's buckets.)"""
+
+    __slots__ = ("attrs", "outcome_attrs", "span_name", "span_attrs", "handler_duration")
+
+    def __init__(self, queue: QueueInfo, handler_duration: metrics.Histogram | None) -> None:
+        super().__init__()
+        self.handler_duration = handler_duration  # None: not recorded
+        self.attrs = queue_attributes(queue.table, queue.group, queue.dialect)
+        self.outcome_attrs = {o: {**self.attrs, "inboxgen.outcome": o} for o in OUTCOMES}
+        self.span_name = f"process {self.attrs['messaging.destination.name']}"
+        self.span_attrs: dict[str, str | int] = {
+            **self.attrs, "messaging.operation.name": "process",
+            "messaging.operation.type": "process"}
+
+
+class OpenTelemetry(Tallying[_Queue]):
     def __init__(self, *, tracer_provider: trace.TracerProvider | None = None,
-                 meter_provider: metrics.MeterProvider | None = None) -> None:
+                 meter_provider: metrics.MeterProvider | None = None,
+                 durations: bool = True) -> None:
+        super().__init__()
         self.tracer = trace.get_tracer(SCOPE, _version(), tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, _version(), meter_provider=meter_provider)
-        # The histograms are recorded as things happen. The counts and the lag are kept here
-        # and read when the SDK collects (observable instruments): a recording through the
-        # SDK costs tens of microseconds, about a no-op job's own cost.
-        self.handler_duration = meter.create_histogram(
-            "inboxgen.handler.duration", unit="s", description="Time a handler ran")
-        self.claim_duration = meter.create_histogram(
-            "inboxgen.claim.duration", unit="s", description="Round trip of a claim")
-        self._queues: dict[QueueInfo, _Queue] = {}
+        # The durations are histograms, recorded as things happen: OpenTelemetry has no
+        # observable histogram, and a histogram is what a backend draws percentiles from (and
+        # links to the delivery's trace by exemplars). They are the one call into the SDK's
+        # metrics a job makes: `durations=False` leaves them out, and a meter that records
+        # nothing (NoOpMeterProvider: spans alone) is not called. The counts, the lag and the
+        # rows in work are kept in the worker (runtime/tallies.py) and read when the SDK
+        # collects.
+        self.handler_duration: metrics.Histogram | None = None
+        self.claim_duration: metrics.Histogram | None = None
+        if durations and not isinstance(meter, metrics.NoOpMeter):
+            self.handler_duration = meter.create_histogram(
+                "inboxgen.handler.duration", unit="s", description="Time a handler ran")
+            self.claim_duration = meter.create_histogram(
+                "inboxgen.claim.duration", unit="s", description="Round trip of a claim")
         meter.create_observable_counter(
             "inboxgen.deliveries", callbacks=[self._read_deliveries], unit="{delivery}",
             description="Deliveries whose settlement was written, by outcome")
         meter.create_observable_gauge(
-            "inboxgen.queue.lag", callbacks=[self._read("lag")], unit="s",
+            "inboxgen.queue.lag", callbacks=[self._read(lambda t: t.lag)], unit="s",
             description="How long the oldest job the last claim took had been due")
         meter.create_observable_counter(
-            "inboxgen.leases.lost", callbacks=[self._read("leases_lost")], unit="{lease}",
+            "inboxgen.leases.lost", callbacks=[self._read(lambda t: t.leases_lost)],
+            unit="{lease}",
             description="Leases that ran out before the job's settlement was written")
         meter.create_observable_counter(
-            "inboxgen.dead_lettered", callbacks=[self._read("dead_lettered")], unit="{job}",
-            description="Rows moved to the dead letters")
+            "inboxgen.dead_lettered", callbacks=[self._read(lambda t: t.dead_lettered)],
+            unit="{job}", description="Rows moved to the dead letters")
         meter.create_observable_up_down_counter(
-            "inboxgen.jobs.in_work", callbacks=[self._read("in_work")], unit="{job}",
-            description="Jobs claimed and not yet settled")
+            "inboxgen.jobs.in_work",
+            callbacks=[self._read(lambda t: None if t.reading is None else t.in_work)],
+            unit="{job}", description="Jobs claimed and not yet settled")
 
-    def of(self, queue: QueueInfo) -> _Queue:
-        q = self._queues.get(queue)
-        if q is None:
-            q = self._queues[queue] = _Queue(queue)
-        return q
+    def new_tally(self, queue: QueueInfo) -> _Queue:
+        return _Queue(queue, self.handler_duration)
 
     def delivery(self, queue: QueueInfo, job_id: Any, attempt: int | None,
                  headers: Mapping[str, str]) -> Watch | None:
-        q = self.of(queue)
-        span_attrs: dict[str, str | int] = {**q.span_attrs, "messaging.message.id": str(job_id)}
+        q = self.tallies.get(queue) or self.tally(queue)
+        # Everything the span carries is given at its start, in one dict: the SDK checks each
+        # attribute it is given, once.
+        attributes = {**q.span_attrs, "messaging.message.id": str(job_id)}
         if attempt is not None:
-            span_attrs["inboxgen.attempt"] = attempt
+            attributes["inboxgen.attempt"] = attempt
         parent = propagate.extract(headers) if headers else None
-        span = self.tracer.start_span(q.span_name, context=parent, kind=SpanKind.CONSUMER,
-                                      attributes=span_attrs)
+        span = self.tracer.start_span(q.span_name, context=parent, kind=CONSUMER,
+                                      attributes=attributes)
         # Current from here on, so that the handler's own spans are its children (a plain
-        # handler's thread runs in a copy of this context).
-        token = context.attach(trace.set_span_in_context(span))
-        return _Delivery(self, q, span, token)
+        # handler's thread runs in a copy of this context). A span the sampler left out is made
+        # current too: the handler's spans are then left out as well.
+        return _Delivery(q, span, context.attach(trace.set_span_in_context(span)))
 
     def claimed(self, queue: QueueInfo, rows: int, seconds: float) -> None:
-        self.claim_duration.record(seconds, self.of(queue).attrs)
-
-    def lag(self, queue: QueueInfo, seconds: float) -> None:
-        self.of(queue).lag = seconds
-
-    def settled(self, queue: QueueInfo, outcome: str) -> None:
-        q = self.of(queue)
-        q.deliveries[outcome] = q.deliveries.get(outcome, 0) + 1
-        if outcome == DEAD_LETTERED:
-            q.dead_lettered += 1
-
-    def serving(self, queue: QueueInfo, in_work: Callable[[], int]) -> None:
-        self.of(queue).reading = in_work
-
-    def stopped(self, queue: QueueInfo) -> None:
-        self.of(queue).reading = None
-
-    def lease_lost(self, queue: QueueInfo) -> None:
-        self.of(queue).leases_lost += 1
+        if self.claim_duration is not None:
+            self.claim_duration.record(seconds, self.tally(queue).attrs)
 
     def _read_deliveries(self, options: metrics.CallbackOptions
                          ) -> Iterator[metrics.Observation]:
-        for q in list(self._queues.values()):
-            for outcome, n in list(q.deliveries.items()):
-                yield metrics.Observation(n, {**q.attrs, "inboxgen.outcome": outcome})
+        for q in list(self.tallies.values()):
+            for outcome, n in q.deliveries.copy().items():
+                if n:  # an outcome is reported from its first delivery on
+                    yield metrics.Observation(n, q.outcome_attrs[outcome])
 
-    def _read(self, name: str) -> Callable[[metrics.CallbackOptions],
-                                           Iterator[metrics.Observation]]:
+    def _read(self, value: Callable[[Tally], float | None]
+              ) -> Callable[[metrics.CallbackOptions], Iterator[metrics.Observation]]:
         def read(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
-            for q in list(self._queues.values()):
-                value = getattr(q, name)
-                if value is not None:
-                    yield metrics.Observation(value, q.attrs)
+            for q in list(self.tallies.values()):
+                v = value(q)
+                if v is not None:
+                    yield metrics.Observation(v, q.attrs)
         return read
 
 
-class _Queue:
-    """One queue's attributes, made once, and its counts since the observer was made."""
-
-    def __init__(self, queue: QueueInfo) -> None:
-        self.attrs = queue_attributes(queue.table, queue.group, queue.dialect)
-        self.span_name = f"process {self.attrs['messaging.destination.name']}"
-        self.span_attrs = {**self.attrs, "messaging.operation.name": "process",
-                           "messaging.operation.type": "process"}
-        self.deliveries: dict[str, int] = {}
-        self.dead_lettered = 0
-        self.leases_lost = 0
-        self.lag: float | None = None
-        self.reading: Callable[[], int] | None = None
-
-    @property
-    def in_work(self) -> int | None:
-        return None if self.reading is None else self.reading()
-
-
 class _Delivery(Watch):
-    def __init__(self, otel: OpenTelemetry, q: _Queue, span: trace.Span, token: object) -> None:
-        self.otel = otel
+    __slots__ = ("q", "span", "token")
+
+    def __init__(self, q: _Queue, span: trace.Span, token: object) -> None:
         self.q = q
         self.span = span
         self.token = token
 
     def handled(self, seconds: float) -> None:
-        self.otel.handler_duration.record(seconds, self.q.attrs)
+        q = self.q
+        if q.handler_duration is not None:
+            q.handler_duration.record(seconds, q.attrs)
 
     def decided(self, outcome: str, error: BaseException | None) -> None:
-        self.span.set_attribute("inboxgen.outcome", outcome)
-        if error is not None:
-            self.span.record_exception(error)
-            self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span = self.span
+        span.set_attribute("inboxgen.outcome", outcome)
+        if error is not None and span.is_recording():
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
     def end(self) -> None:
-        with contextlib.suppress(ValueError):  # detached in another context: nothing to undo
-            context.detach(self.token)  # type: ignore[arg-type]
+        # Detached where it was attached: the delivery's own task, after its handler.
+        context.detach(self.token)  # type: ignore[arg-type]
         self.span.end()
 
 

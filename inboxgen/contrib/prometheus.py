@@ -5,99 +5,69 @@
 
 Every metric is labelled by `queue` (the worker's name), `table` and `group` ("" for a table
 without groups); see docs/observability.md for the list.
+
+The worker counts into plain numbers (runtime/tallies.py) and prometheus_client reads them when
+it is scraped, through one collector per registry: a call into prometheus_client per job costs
+a sizeable share of a short job. Observers on the same registry share its collector, and a queue
+seen by two of them is counted once per delivery, in one series.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+import prometheus_client.metrics
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from inboxgen.runtime.observe import (
-    ACKED,
-    DEAD_LETTERED,
-    DROPPED,
-    RETRIED,
-    Observer,
-    QueueInfo,
-    Watch,
-)
+from inboxgen.runtime.observe import QueueInfo
+from inboxgen.runtime.tallies import OUTCOMES, Buckets, Tally, Tallying
 
 log = logging.getLogger("inboxgen.metrics")
 
 LABELS = ("queue", "table", "group")
-# Handler times from a millisecond to a quarter of an hour; claim round trips are shorter.
-HANDLER_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300,
-                   900)
-OUTCOMES = (ACKED, DROPPED, RETRIED, DEAD_LETTERED)
-CLAIM_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5)
 
 
-class Prometheus(Observer):
+class Prometheus(Tallying[Tally]):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__()
         self.registry = registry if registry is not None else REGISTRY
-        r = self.registry
-        self.deliveries = Counter("inboxgen_deliveries", "Deliveries whose settlement was "
-                                  "written, by outcome", (*LABELS, "outcome"), registry=r)
-        self.handler_duration = Histogram("inboxgen_handler_duration_seconds",
-                                          "Time a handler ran", LABELS, registry=r,
-                                          buckets=HANDLER_BUCKETS)
-        self.claim_duration = Histogram("inboxgen_claim_duration_seconds",
-                                        "Round trip of a claim", LABELS, registry=r,
-                                        buckets=CLAIM_BUCKETS)
-        self.queue_lag = Gauge("inboxgen_queue_lag_seconds", "How long the oldest job the "
-                               "last claim took had been due (0: nothing due waits)", LABELS,
-                               registry=r)
-        self.in_work = Gauge("inboxgen_jobs_in_work", "Jobs claimed and not yet settled",
-                             LABELS, registry=r)
-        self.leases_lost = Counter("inboxgen_leases_lost", "Leases that ran out before the "
-                                   "job's settlement was written", LABELS, registry=r)
-        self.dead_lettered = Counter("inboxgen_dead_lettered", "Rows moved to the dead letters",
-                                     LABELS, registry=r)
+        self.collector = _collector_of(self.registry)
         self._server: Any = None
-        self._series: dict[QueueInfo, _Series] = {}
 
     @staticmethod
     def labels(queue: QueueInfo) -> Mapping[str, str]:
         return {"queue": queue.name, "table": queue.table, "group": queue.group or ""}
 
-    def of(self, queue: QueueInfo) -> _Series:
-        """The queue's series, looked up once: prometheus_client's labels() is slow next to
-        a job."""
-        series = self._series.get(queue)
-        if series is None:
-            series = self._series[queue] = _Series(self, self.labels(queue))
-        return series
-
-    def delivery(self, queue: QueueInfo, job_id: Any, attempt: int | None,
-                 headers: Mapping[str, str]) -> Watch | None:
-        return _Timed(self.of(queue).handler.observe)
-
-    def claimed(self, queue: QueueInfo, rows: int, seconds: float) -> None:
-        self.of(queue).claim.observe(seconds)
-
-    def lag(self, queue: QueueInfo, seconds: float) -> None:
-        self.of(queue).lag.set(seconds)
-
-    def settled(self, queue: QueueInfo, outcome: str) -> None:
-        series = self.of(queue)
-        series.deliveries[outcome].inc()
-        if outcome == DEAD_LETTERED:
-            series.dead_lettered.inc()
+    def new_tally(self, queue: QueueInfo) -> Tally:
+        # Every series exists from the queue's first sight (its worker's start), at 0, so that
+        # rates and alerts see the queue before its first failure.
+        return self.collector.tally(tuple(self.labels(queue).values()))
 
     def serving(self, queue: QueueInfo, in_work: Callable[[], int]) -> None:
-        # Every series exists from the start, at 0 (_Series makes them), so that rates and
-        # alerts see the queue before its first failure.
-        self.of(queue).in_work.set_function(in_work)
+        # A worker told of by two observers of one registry (a service's expose_metrics() and a
+        # Prometheus() of its own in observers=, say) is counted by the first alone: `in_work`
+        # is the worker's, the same for each of its observers.
+        if not self.collector.counts(in_work, self):
+            log.warning("%s: another Prometheus observer counts this worker into the same "
+                        "registry; this one leaves it to that one", queue.name)
+            self.tallies[queue] = Tally()  # counted into, never read
+            return
+        super().serving(queue, in_work)
 
     def stopped(self, queue: QueueInfo) -> None:
-        self.of(queue).in_work.set(0)
-
-    def lease_lost(self, queue: QueueInfo) -> None:
-        self.of(queue).leases_lost.inc()
+        t = self.tally(queue)
+        if t.reading is not None:
+            self.collector.stopped(t.reading, self)
+        super().stopped(queue)
 
     # -- the endpoint -----------------------------------------------------------------------
 
@@ -118,22 +88,107 @@ class Prometheus(Observer):
             server.server_close()
 
 
-class _Timed(Watch):
-    def __init__(self, observe: Callable[[float], None]) -> None:
-        self.observe = observe
-
-    def handled(self, seconds: float) -> None:
-        self.observe(seconds)
+# One collector per registry, registered once, whichever observer comes first.
+_collectors: weakref.WeakKeyDictionary[CollectorRegistry, _Collector] = \
+    weakref.WeakKeyDictionary()
+_collectors_lock = threading.Lock()
 
 
-class _Series:
-    """One queue's series of every metric."""
+def _collector_of(registry: CollectorRegistry) -> _Collector:
+    with _collectors_lock:
+        collector = _collectors.get(registry)
+        if collector is None:
+            collector = _collectors[registry] = _Collector()
+            registry.register(collector)
+        return collector
 
-    def __init__(self, p: Prometheus, labels: Mapping[str, str]) -> None:
-        self.deliveries = {o: p.deliveries.labels(**labels, outcome=o) for o in OUTCOMES}
-        self.handler = p.handler_duration.labels(**labels)
-        self.claim = p.claim_duration.labels(**labels)
-        self.lag = p.queue_lag.labels(**labels)
-        self.in_work = p.in_work.labels(**labels)
-        self.leases_lost = p.leases_lost.labels(**labels)
-        self.dead_lettered = p.dead_lettered.labels(**labels)
+
+class _Collector(Collector):
+    """The tallies of every queue observed into one registry, as metric families."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[tuple[str, ...], Tally] = {}
+        # The observer counting each worker (by its in_work reading) while it serves.
+        self.counters: dict[Callable[[], int], Prometheus] = {}
+        self._lock = threading.Lock()  # tallies are added on workers' loops, read by scrapes
+
+    def counts(self, worker: Callable[[], int], observer: Prometheus) -> bool:
+        """Whether `observer` is the one counting `worker` (the first to ask)."""
+        with self._lock:
+            return self.counters.setdefault(worker, observer) is observer
+
+    def stopped(self, worker: Callable[[], int], observer: Prometheus) -> None:
+        with self._lock:
+            if self.counters.get(worker) is observer:
+                del self.counters[worker]
+
+    def tally(self, labels: tuple[str, ...]) -> Tally:
+        with self._lock:
+            t = self.tallies.get(labels)
+            if t is None:
+                t = self.tallies[labels] = Tally()
+                t.lag = 0.0
+            return t
+
+    def describe(self) -> list[Any]:
+        # The families without samples: what registry.register() checks names against.
+        return list(self._families([]))
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            tallies = list(self.tallies.items())
+        return self._families(tallies)
+
+    @staticmethod
+    def _families(tallies: list[tuple[tuple[str, ...], Tally]]) -> Iterator[Any]:
+        created = getattr(prometheus_client.metrics, "_use_created", True)  # see its
+        # disable_created_metrics(), which a custom collector has to honour itself
+
+        def when(t: Tally) -> float | None:
+            return t.created if created else None
+
+        deliveries = CounterMetricFamily("inboxgen_deliveries", "Deliveries whose settlement "
+                                         "was written, by outcome", labels=(*LABELS, "outcome"))
+        handler = HistogramMetricFamily("inboxgen_handler_duration_seconds",
+                                        "Time a handler ran", labels=LABELS)
+        claims = HistogramMetricFamily("inboxgen_claim_duration_seconds",
+                                       "Round trip of a claim", labels=LABELS)
+        lag = GaugeMetricFamily("inboxgen_queue_lag_seconds", "How long the oldest job the "
+                                "last claim took had been due (0: nothing due waits)",
+                                labels=LABELS)
+        in_work = GaugeMetricFamily("inboxgen_jobs_in_work",
+                                    "Jobs claimed and not yet settled", labels=LABELS)
+        leases_lost = CounterMetricFamily("inboxgen_leases_lost", "Leases that ran out before "
+                                          "the job's settlement was written", labels=LABELS)
+        dead_lettered = CounterMetricFamily("inboxgen_dead_lettered",
+                                            "Rows moved to the dead letters", labels=LABELS)
+        for labels, t in tallies:
+            for outcome in OUTCOMES:
+                deliveries.add_metric((*labels, outcome), t.deliveries[outcome],
+                                      created=when(t))
+            _histogram(handler, labels, t.handler, when(t))
+            _histogram(claims, labels, t.claims, when(t))
+            lag.add_metric(labels, t.lag or 0.0)
+            in_work.add_metric(labels, t.in_work)
+            leases_lost.add_metric(labels, t.leases_lost, created=when(t))
+            dead_lettered.add_metric(labels, t.dead_lettered, created=when(t))
+        yield from (deliveries, handler, claims, lag, in_work, leases_lost, dead_lettered)
+
+
+@functools.cache
+def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """The `le` labels of the buckets, written as prometheus_client's Histogram writes them."""
+    return tuple(floatToGoString(b) for b in (*bounds, float("inf")))  # type: ignore[no-untyped-call]
+
+
+def _histogram(family: HistogramMetricFamily, labels: tuple[str, ...], buckets: Buckets,
+               created: float | None) -> None:
+    counts, total = buckets.read()
+    cumulative, running = [], 0
+    for le, n in zip(_les(buckets.bounds), counts, strict=True):
+        running += n
+        cumulative.append((le, float(running)))
+    family.add_metric(labels, cumulative, total)
+    if created is not None:
+        family.add_sample(family.name + "_created", dict(zip(LABELS, labels, strict=True)),
+                          created)

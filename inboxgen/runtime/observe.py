@@ -9,6 +9,7 @@ A leaf module: it imports nothing of the runtime.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ import attrs
 ACKED, DROPPED, RETRIED, DEAD_LETTERED = "acked", "dropped", "retried", "dead_lettered"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # observers look their state up by it on every job
 class QueueInfo:
     """The queue a worker serves, as observers label it."""
 
@@ -30,6 +31,8 @@ class QueueInfo:
 
 class Watch:
     """One delivery as an observer follows it, from before its handler runs to its end."""
+
+    __slots__ = ()
 
     def handled(self, seconds: float) -> None:
         """The handler returned or raised after `seconds`."""
@@ -75,10 +78,23 @@ class Observation:
 
     def __init__(self, queue: QueueInfo, observers: Sequence[Observer]) -> None:
         self.queue = queue
-        self.observers = tuple(observers)
+        # One given twice is told once (by identity: an observer need not be hashable).
+        self.observers = tuple(o for i, o in enumerate(observers)
+                               if not any(o is earlier for earlier in observers[:i]))
+        # Told on every job: with one observer (the common case) its own methods, bound to the
+        # queue, with no call of ours between.
+        self.delivery: Callable[[Any, int | None, Mapping[str, str]], Watch | None]
+        self.settled: Callable[[str], None]
+        if len(self.observers) == 1:
+            (one,) = self.observers
+            self.delivery = functools.partial(one.delivery, queue)
+            self.settled = functools.partial(one.settled, queue)
+        else:
+            self.delivery = self._deliveries
+            self.settled = self._settled
 
-    def delivery(self, job_id: Any, attempt: int | None,
-                 headers: Mapping[str, str]) -> Watch | None:
+    def _deliveries(self, job_id: Any, attempt: int | None,
+                    headers: Mapping[str, str]) -> Watch | None:
         watches = [w for o in self.observers
                    if (w := o.delivery(self.queue, job_id, attempt, headers)) is not None]
         if not watches:
@@ -93,7 +109,7 @@ class Observation:
         for o in self.observers:
             o.lag(self.queue, seconds)
 
-    def settled(self, outcome: str) -> None:
+    def _settled(self, outcome: str) -> None:
         for o in self.observers:
             o.settled(self.queue, outcome)
 
@@ -111,6 +127,8 @@ class Observation:
 
 
 class _Watches(Watch):
+    __slots__ = ("watches",)
+
     def __init__(self, watches: list[Watch]) -> None:
         self.watches = watches
 
