@@ -16,8 +16,8 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
 
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
-extracted with `git archive`), the two drains of one configuration minutes apart on the same
-server. On PostgreSQL a third figure, "bare", drains the row lock's table with the plainest
+extracted with `git archive`), the two drains of one configuration one after the other on the
+same server, each batch size taking them in the other order. On PostgreSQL a third figure, "bare", drains the row lock's table with the plainest
 loop over the generated statements (10 connections in pipeline mode, a round's acks as one
 FINISH_MANY, its COMMIT, BEGIN and the next claim in one round trip), with each release's
 statements. Printed per line: jobs/s now, before, bare now and bare before; the ratios now /
@@ -224,10 +224,11 @@ class Sweep:
             return  # the shape does not count (a FIFO table's claim is its group's head)
         ddl = (now_path.parent.parent / "migrations" / f"{shape.name}.sql").read_text()
         group = shapes.GROUP if shape.group != "none" else None
-        for batch in self.batches:
+        for turn, batch in enumerate(self.batches):
             figures = {}
-            for label, path, release in (("now", now_path, None),
-                                         ("before", before_path, self.previous)):
+            # Each batch size takes the releases in the other order: neither always runs first.
+            runs = [("now", now_path, None), ("before", before_path, self.previous)]
+            for label, path, release in runs[::-1] if turn % 2 else runs:
                 database = create(f"{shape.name}_{batch}_{label}"[:60])
                 self._fill(shape, database, ddl, path, group)
                 figures[label] = self._drain(shape, database, path, batch, group, release)
@@ -235,9 +236,11 @@ class Sweep:
             line = (f"{name:18} {variant:17} batch {batch:2}: now {figures['now'][0]:7.0f}, "
                     f"before {figures['before'][0]:7.0f} jobs/s "
                     f"({figures['now'][0] / figures['before'][0]:.2f}x)")
-            if dialect == "postgres" and variant == "row_lock":
+            # (A FIFO table's claims take each group's head in turn: no plain loop to compare.)
+            if dialect == "postgres" and variant == "row_lock" and shape.group != "fifo":
                 bare = {}
-                for label, path in (("now", now_path), ("before", before_path)):
+                pairs = [("now", now_path), ("before", before_path)]
+                for label, path in pairs[::-1] if turn % 2 else pairs:
                     database = create(f"{shape.name}_{batch}_bare_{label}"[:60])
                     self._fill(shape, database, ddl, path, group)
                     bare[label] = asyncio.run(_bare_drain(database, path, batch, group,
