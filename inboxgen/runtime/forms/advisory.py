@@ -83,7 +83,14 @@ class Advisory(Form):
                     held += 1
                     continue  # another slot of this worker holds it: no round trip to learn so
                 self._keys_in_work.add(key)  # reserved before the lock's round trip
-                if not await backend.lock_key(conn, key, self):
+                try:
+                    locked = await backend.lock_key(conn, key, self)
+                except BaseException:
+                    # A lost connection (a server restart): the reservation must not outlive
+                    # the round, or this worker would pass over the key's rows for good.
+                    self._keys_in_work.discard(key)
+                    raise
+                if not locked:
                     self._keys_in_work.discard(key)
                     held += 1
                     continue
