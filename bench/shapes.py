@@ -17,12 +17,12 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
 extracted with `git archive`), the two drains of one configuration one after the other on the
-same server, each batch size taking them in the other order. On PostgreSQL a third figure, "bare", drains the row lock's table with the plainest
-loop over the generated statements (10 connections in pipeline mode, a round's acks as one
-FINISH_MANY, its COMMIT, BEGIN and the next claim in one round trip), with each release's
-statements. Printed per line: jobs/s now, before, bare now and bare before; the ratios now /
-before, now / bare, and counted / uncounted; and the server's CPU per job (steadier than the
-rate on a shared machine).
+same server, each batch size taking them in the other order. On PostgreSQL a third figure,
+"bare", drains the row lock's table with the plainest loop over the generated statements (10
+connections in pipeline mode, a round's acks as one FINISH_MANY, its COMMIT, BEGIN and the next
+claim in one round trip), with each release's statements. Printed per line: jobs/s now, before,
+bare now and bare before; the ratios now / before, now / bare, and counted / uncounted; and the
+server's CPU per job (steadier than the rate on a shared machine).
 """
 
 from __future__ import annotations

@@ -78,22 +78,26 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Claim up to `limit` rows; the claim's open transaction holds them.
+# Select up to `limit` due rows whose keys no other session holds, and lock them until
+# CLAIM_COUNT, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `job_id`, `name`, `attempt`, `payload`
 FROM `email_jobs` FORCE INDEX (`email_jobs_claim`)
 WHERE `name` = %(group)s
+  AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `job_id`), 256)),
+      CONNECTION_ID()) = CONNECTION_ID()
 ORDER BY `job_id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
 # Count the next delivery of the claimed rows (committed at once, so a crash still spends the
-# attempt).
+# attempt) and lock their keys for the session until RELEASE.
 CLAIM_COUNT: Final[LiteralString] = """
 UPDATE `email_jobs`
 SET `attempt` = `attempt` + 1
 WHERE `job_id` IN %(ids)s
+  AND GET_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `job_id`), 256), 0)
 """
 
 
@@ -101,12 +105,16 @@ def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt).
+    the attempt) and lock their keys for the session until RELEASE.
     """
-    cur = _v.mysql_execute(conn, CLAIM, {"group": group, "limit": limit})
+    cur = _v.mysql_execute(conn, CLAIM, {
+        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     if rows:
-        _v.mysql_execute(conn, CLAIM_COUNT, {"ids": tuple(r.job_id for r in rows)})
+        _v.mysql_execute(conn, CLAIM_COUNT, {
+            "ids": tuple(r.job_id for r in rows), "row_key": f"inboxgen:{TABLE}:",
+        })
     return rows
 
 
@@ -114,83 +122,38 @@ async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt).
+    the attempt) and lock their keys for the session until RELEASE.
     """
-    cur = await _v.mysql_execute_async(conn, CLAIM, {"group": group, "limit": limit})
+    cur = await _v.mysql_execute_async(conn, CLAIM, {
+        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     if rows:
-        await _v.mysql_execute_async(conn, CLAIM_COUNT, {"ids": tuple(r.job_id for r in rows)})
+        await _v.mysql_execute_async(conn, CLAIM_COUNT, {
+            "ids": tuple(r.job_id for r in rows), "row_key": f"inboxgen:{TABLE}:",
+        })
     return rows
 
 
-# Take the table's claim turn (a session lock), waiting up to `wait` s.
-CLAIM_GUARD: Final[LiteralString] = """
-SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), name), %(wait)s)
-FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name
+# Unlock the keys of counted rows once their settlements have committed: every key the session
+# holds, as a session claims again only after its rows settled.
+RELEASE: Final[LiteralString] = """
+SELECT RELEASE_ALL_LOCKS()
 """
 
 
-def claim_guard(conn: pymysql.connections.Connection[Any], *, key: str, wait: float) -> bool:
-    """Take the table's claim turn (a session lock), waiting up to `wait` s."""
-    cur = _v.mysql_execute(conn, CLAIM_GUARD, {"wait": wait, "key": key})
-    row = cur.fetchone()
-    return row is not None and bool(row[0])
+def release(conn: pymysql.connections.Connection[Any]) -> None:
+    """Unlock the keys of counted rows once their settlements have committed: every key the session
+    holds, as a session claims again only after its rows settled.
+    """
+    _v.mysql_execute(conn, RELEASE, {})
 
 
-async def claim_guard_async(conn: _v.AsyncMySQLConnection, *, key: str, wait: float) -> bool:
-    """Take the table's claim turn (a session lock), waiting up to `wait` s."""
-    cur = await _v.mysql_execute_async(conn, CLAIM_GUARD, {"wait": wait, "key": key})
-    row = await cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-# Give the table's claim turn back.
-CLAIM_UNGUARD: Final[LiteralString] = """
-SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), name))
-FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name
-"""
-
-
-def claim_unguard(conn: pymysql.connections.Connection[Any], *, key: str) -> bool:
-    """Give the table's claim turn back."""
-    cur = _v.mysql_execute(conn, CLAIM_UNGUARD, {"key": key})
-    row = cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-async def claim_unguard_async(conn: _v.AsyncMySQLConnection, *, key: str) -> bool:
-    """Give the table's claim turn back."""
-    cur = await _v.mysql_execute_async(conn, CLAIM_UNGUARD, {"key": key})
-    row = await cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-# Lock a counted row for the handler's transaction, unless another claim counted it since.
-RELOCK: Final[LiteralString] = """
-SELECT `job_id`, `name`, `attempt` - 1 AS `attempt`, `payload`
-FROM `email_jobs`
-WHERE `job_id` = %(id)s
-  AND `attempt` = %(attempt)s + 1
-FOR UPDATE SKIP LOCKED
-"""
-
-
-def relock(
-    conn: pymysql.connections.Connection[Any], *, id: int, attempt: int,
-) -> ClaimedRow | None:
-    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
-    cur = _v.mysql_execute(conn, RELOCK, {"id": id, "attempt": attempt})
-    row = cur.fetchone()
-    return None if row is None else _claimed(row)
-
-
-async def relock_async(
-    conn: _v.AsyncMySQLConnection, *, id: int, attempt: int,
-) -> ClaimedRow | None:
-    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
-    cur = await _v.mysql_execute_async(conn, RELOCK, {"id": id, "attempt": attempt})
-    row = await cur.fetchone()
-    return None if row is None else _claimed(row)
+async def release_async(conn: _v.AsyncMySQLConnection) -> None:
+    """Unlock the keys of counted rows once their settlements have committed: every key the session
+    holds, as a session claims again only after its rows settled.
+    """
+    await _v.mysql_execute_async(conn, RELEASE, {})
 
 
 # Ack or drop: delete the row.
@@ -313,6 +276,8 @@ CANCEL_PICK: Final[LiteralString] = """
 SELECT `job_id`
 FROM `email_jobs`
 WHERE `job_id` = %(id)s
+  AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `job_id`), 256)),
+      CONNECTION_ID()) = CONNECTION_ID()
 FOR UPDATE SKIP LOCKED
 """
 
@@ -329,7 +294,9 @@ def cancel(conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, i
     Nothing is committed here.
     """
     conn = _c.mysql_connection(conn, "email_jobs.cancel")
-    cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id})
+    cur = _v.mysql_execute(conn, CANCEL_PICK, {
+        "id": id, "row_key": f"inboxgen:{TABLE}:",
+    })
     if cur.fetchone() is None:
         return False  # held, finished or gone
     cur = _v.mysql_execute(conn, CANCEL, {"id": id})
@@ -341,7 +308,9 @@ async def cancel_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: in
     Nothing is committed here.
     """
     conn = await _c.mysql_connection_async(conn, "email_jobs.cancel")
-    cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id})
+    cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {
+        "id": id, "row_key": f"inboxgen:{TABLE}:",
+    })
     if await cur.fetchone() is None:
         return False  # held, finished or gone
     cur = await _v.mysql_execute_async(conn, CANCEL, {"id": id})
@@ -471,20 +440,19 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, claim_guard=claim_guard, claim_unguard=claim_unguard, relock=relock, finish=finish,
-    dead_letter=dead_letter, insert=insert, insert_many=insert_many,
+    claim=claim, release=release, finish=finish, dead_letter=dead_letter, insert=insert,
+    insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, claim_guard=claim_guard_async, claim_unguard=claim_unguard_async,
-    relock=relock_async, finish=finish_async, dead_letter=dead_letter_async, insert=insert_async,
-    insert_many=insert_many_async,
+    claim=claim_async, release=release_async, finish=finish_async, dead_letter=dead_letter_async,
+    insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "CLAIM_GUARD": CLAIM_GUARD,
-    "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "DEAD_LETTER": DEAD_LETTER,
-    "INSERT": INSERT, "STATUS": STATUS, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
+    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
+    "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "REQUEUE": REQUEUE,
+    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -664,7 +664,8 @@ class Queue:
 
     def close(self) -> None:
         for conn in self.connections:
-            conn.close()
+            if getattr(conn, "open", True):  # PyMySQL's close() refuses a closed connection
+                conn.close()
         if self._reader is not None:
             self._reader.close()
 
@@ -762,11 +763,8 @@ class Queue:
         """Claim up to `limit` rows the form's way; nothing is committed.
 
         Lease: CLAIM with the expiry `until` (default now + LEASE). Row lock: CLAIM in the open
-        transaction; with count_crashes, as the runtime does: on PostgreSQL CLAIM counts the
-        rows and is committed, their keys staying locked for the session (RELEASE unlocks
-        them); on MySQL CLAIM_GUARD takes the table's claim turn, CLAIM (counting the attempt)
-        is committed, each row is locked again by RELOCK in a new transaction and
-        CLAIM_UNGUARD gives the turn back; the rows are those RELOCK returned. Advisory:
+        transaction; with count_crashes, as the runtime does: CLAIM counts the rows and is
+        committed, their keys staying locked for the session (RELEASE unlocks them). Advisory:
         CANDIDATES, then (PostgreSQL and MySQL) LOCK of each candidate's key and TAKE; keys
         whose TAKE finds nothing are unlocked again. `by_priority`: the claim statement's
         twin that reads the due rows priority by priority, where the module has one.
@@ -775,22 +773,10 @@ class Queue:
                                 "locked_until": until or now + dt.timedelta(seconds=LEASE),
                                 "by_priority": by_priority}
         m = self.mod
-        if self.count_crashes and hasattr(m, "release"):
+        if self.count_crashes:
             counted = list(call(m.claim, conn, **args))
             conn.commit()
             return counted
-        if self.count_crashes:
-            # As the runtime does: the table's claim turn from the count until the relock.
-            turn = {"key": f"{m.DESCRIPTOR.qualified_name}:claim", "wait": 5}
-            assert call(m.claim_guard, conn, **turn)
-            conn.commit()
-            counted = list(call(m.claim, conn, **args))
-            conn.commit()
-            relocked = [r for r in counted
-                        if m.relock(conn, id=self.id_of(r), attempt=self.value(r, "attempt"))
-                        is not None]
-            assert call(m.claim_unguard, conn, **turn)
-            return relocked
         if self.form != "advisory":
             return list(call(m.claim, conn, **args))
         taken = []
@@ -833,13 +819,13 @@ class Queue:
         return result
 
     def release(self, conn: Any, row: Any) -> None:
-        """Advisory on PostgreSQL and MySQL: unlock the row's key; a counted row lock on
-        PostgreSQL: unlock the counted row's key (RELEASE). Other forms hold nothing to
-        release; SQLite keeps no keys in the database."""
+        """Advisory on PostgreSQL and MySQL: unlock the row's key; a counted row lock: unlock
+        the counted row's key (RELEASE; MySQL's unlocks every key of the session). Other forms
+        hold nothing to release; SQLite keeps no keys in the database."""
         if self.form == "advisory" and self.locks:
             assert self.mod.unlock(conn, key=self.mod.advisory_key(row))
-        elif self.count_crashes and hasattr(self.mod, "release"):
-            self.mod.release(conn, id=[self.id_of(row)])
+        elif self.count_crashes:
+            call(self.mod.release, conn, id=[self.id_of(row)])
 
 
 def call(fn: Callable[..., Any], conn: Any, **available: Any) -> Any:

@@ -316,20 +316,15 @@ class Renderer:
         if "SCHEDULED" in st:
             out.append(self.scalar("scheduled", "SCHEDULED", "int",
                                    self.args(st["SCHEDULED"])))
-        if "CLAIM_GUARD" in st:
-            for name in ("CLAIM_GUARD", "CLAIM_UNGUARD"):
-                out.append(self.flag(name))
         if "RELEASE" in st:
             release = st["RELEASE"]
             id_t = self.raw_type(self.q.id).removesuffix(" | None")
-            out.append(Func("release", f"*, id: Sequence[{id_t}]", "None", release.doc, (
+            # MySQL's RELEASE unlocks every key of the session and names no rows.
+            ids = f"*, id: Sequence[{id_t}]" if "id" in release.params else ""
+            out.append(Func("release", ids, "None", release.doc, (
                 Step("exec", tuple(self.run("", "RELEASE", [
                     f"{py_str(p)}: {self.param_value(p)}" if p != "id"
                     else f'"id": {self.batch_value("id")}' for p in release.params]))),)))
-        if "RELOCK" in st:
-            relock = st["RELOCK"]
-            out.append(Func("relock", self.args(relock), "ClaimedRow | None", relock.doc, (
-                Step("one", self.cur("RELOCK", self.params(relock)), "_claimed(row)"),)))
         if "CANDIDATES" in st:
             cand = st["CANDIDATES"]
             name, extra, doc, pick = self.by_priority("CANDIDATES")

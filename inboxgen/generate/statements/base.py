@@ -210,37 +210,11 @@ class Statements:
         self.select_claimable("CLAIM", "Claim up to `limit` rows; the claim's open transaction "
                                        "holds them.")
 
-    def claim_guard(self) -> None:
-        """count_crashes: a claim counts its rows and commits, then locks them again. Between
-        the two the rows are unlocked and still due, so claims of the table take turns on a
-        session lock from the count until the rows are locked again (CLAIM_GUARD and
-        CLAIM_UNGUARD); otherwise a concurrent claim would count the same rows once more, for a
-        delivery that never happens."""
-        raise NotImplementedError
-
-    def relock(self) -> None:
-        self.claim_guard()
-        attempt = self.role("attempt")
-        assert attempt is not None
-        self.add("RELOCK", f"SELECT {self.select_list(returning_claim=True)}\nFROM {self.t()}\n"
-                 + self.where([f"{self.c(self.q.id)} = {self.p('id')}",
-                               f"{self.c(attempt)} = {self.p('attempt')} + 1"])
-                 + "\nFOR UPDATE SKIP LOCKED",
-                 "Lock a counted row for the handler's transaction, unless another claim "
-                 "counted it since.")
-
     def claim_row_lock_counted(self) -> None:
-        """Row lock that survives crash loops: count the attempt in a short transaction of its
-        own, then lock the row again (guarded by the attempt) for the handler's transaction."""
-        attempt = self.role("attempt")
-        assert attempt is not None
-        self.add("CLAIM", f"UPDATE {self.t()}\n"
-                          f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
-                          f"WHERE {self.picked('    FOR UPDATE SKIP LOCKED')}\n"
-                          f"RETURNING {self.select_list(returning_claim=True)}",
-                 "Count the next delivery of up to `limit` rows (commit it at once, so a crash "
-                 "still spends the attempt).")
-        self.relock()
+        """Row lock that survives crash loops: the claim counts the attempt and commits at once,
+        and a session lock on each counted row's key keeps the row from other claims until
+        RELEASE (the dialect's statements say how)."""
+        raise NotImplementedError
 
     def claim_set(self) -> list[str]:
         lu = self.role("locked_until")

@@ -34,14 +34,10 @@ class MySQLStatements(Statements):
     def claims(self) -> None:
         form = self.q.form
         attempt = self.role("attempt")
-        if form == ROW_LOCK:
+        if form == ROW_LOCK and self.q.count_crashes:
+            self.claim_row_lock_counted()
+        elif form == ROW_LOCK:
             self.claim_row_lock()
-            if self.q.count_crashes:
-                assert attempt is not None
-                self.mark("CLAIM_COUNT", [f"{self.c(attempt)} = {self.c(attempt)} + 1"],
-                          "Count the next delivery of the claimed rows (committed at once, so a "
-                          "crash still spends the attempt).")
-                self.relock()
         elif form == LEASE:
             self.select_claimable("CLAIM", "Select up to `limit` due rows and lock them until "
                                            "CLAIM_MARK, in the same transaction.")
@@ -101,21 +97,56 @@ class MySQLStatements(Statements):
                      + self.where(head_filters + [f"{self.c(lu)} > {self.p('now')}"]),
                      "Rows of the group under a live lease: any blocks the claim.")
 
-    def claim_guard(self) -> None:
-        name = "FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name"
-        self.add("CLAIM_GUARD", "SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), "
-                                f"name), %(wait)s)\n{name}",
-                 "Take the table's claim turn (a session lock), waiting up to `wait` s.")
-        self.add("CLAIM_UNGUARD", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, "
-                                  f"SHA2(name, 256), name))\n{name}",
-                 "Give the table's claim turn back.")
+    def row_key(self) -> str:
+        """The name of a counted row's session lock: the database, the table and the row's
+        id, hashed to fit MySQL's 64 characters."""
+        return f"SHA2(CONCAT(DATABASE(), '.', %(row_key)s, {self.c(self.q.id)}), 256)"
+
+    @staticmethod
+    def key_free(key: str) -> str:
+        """No other session holds `key` (this one may: its own rows, as on PostgreSQL)."""
+        return f"COALESCE(IS_USED_LOCK({key}), CONNECTION_ID()) = CONNECTION_ID()"
+
+    def claim_row_lock_counted(self) -> None:
+        """count_crashes: the claim counts its rows and commits at once, so a job that kills its
+        process still spends its attempt. The rows' locks end with that commit, so a session
+        lock on each row's key (GET_LOCK) keeps it from other claims instead, from the count
+        until RELEASE after its settlement commits. A claim passes over rows whose key another
+        session holds (IS_USED_LOCK, which has no effect: a claim that sorts cannot leave keys
+        locked on rows it does not return) and takes the keys of the rows it locked as it counts
+        them: no other session can take a key between the two, as only the holder of a row's
+        lock takes its key. A crash ends the session, which frees the rows, counted."""
+        attempt = self.role("attempt")
+        assert attempt is not None
+        key, idc = self.row_key(), self.c(self.q.id)
+        self.add("CLAIM", "\n".join((
+            f"SELECT {self.select_list()}",
+            f"FROM {self.t()}{self.force_index()}",
+            self.where([*self.filters(), self.key_free(key)]),
+            f"ORDER BY {self.order()}",
+            f"LIMIT {self.p('limit')}",
+            "FOR UPDATE SKIP LOCKED",
+        )), "Select up to `limit` due rows whose keys no other session holds, and lock them "
+            "until CLAIM_COUNT, in the same transaction.")
+        self.add("CLAIM_COUNT", f"UPDATE {self.t()}\n"
+                                f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
+                                f"WHERE {idc} IN {self.p('ids')}\n"
+                                f"  AND GET_LOCK({key}, 0)",
+                 "Count the next delivery of the claimed rows (committed at once, so a crash "
+                 "still spends the attempt) and lock their keys for the session until RELEASE.")
+        self.add("RELEASE", "SELECT RELEASE_ALL_LOCKS()",
+                 "Unlock the keys of counted rows once their settlements have committed: every "
+                 "key the session holds, as a session claims again only after its rows settled.")
 
     def cancel(self) -> None:
         """No DELETE reads its own table in a subquery: CANCEL_PICK locks the row (skipping
         one a holder has locked), then CANCEL deletes it, in the caller's transaction."""
         idc = self.c(self.q.id)
+        conds = self.cancellable()
+        if self.q.count_crashes and not self.q.lease:
+            conds.append(self.key_free(self.row_key()))  # a counted row in work
         self.add("CANCEL_PICK", f"SELECT {idc}\nFROM {self.t()}\n"
-                 + self.where(self.cancellable()) + "\nFOR UPDATE SKIP LOCKED",
+                 + self.where(conds) + "\nFOR UPDATE SKIP LOCKED",
                  "Lock queued row `id` for cancel() unless a worker holds it.")
         self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {idc} = {self.p('id')}", CANCEL_DOC)
 

@@ -9,6 +9,7 @@ a PyMySQL connection, or its address or its module leaves asyncmy out. `mysql+py
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,11 @@ class MySQLBackend(MySQLServer, ThreadedBackend):
 
     async def commit(self, conn: Any) -> None:
         await self._run(conn, conn.commit)
+
+    async def end_session(self, conn: Any) -> None:
+        # Closed, the connection is not usable: its return discards it.
+        with contextlib.suppress(Exception):
+            await self._run(conn, conn.close)
 
     async def rollback(self, conn: Any) -> None:
         await self._run(conn, conn.rollback)

@@ -100,6 +100,9 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
         self._open.discard(conn)
         conn.close()
 
+    async def end_session(self, conn: Any) -> None:
+        self._drop(conn)  # its return finds it closed and lets it go
+
     async def probe(self) -> None:
         conn = await self._new()
         self._open.discard(conn)

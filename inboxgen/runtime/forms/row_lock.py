@@ -42,8 +42,12 @@ def row_lock(parts: Parts) -> Form:
                      or one_statement(parts.descriptor, "dead_letter")))
     if parts.descriptor.count_crashes:
         if parts.descriptor.ops.release is None:
-            return TurnCountedRowLock(parts)  # MySQL/MariaDB, and modules built before keys
-        return PipelinedCountedRowLock(parts) if together else CountedRowLock(parts)
+            return TurnCountedRowLock(parts)  # modules built before counted rows had keys
+        # MySQL's RELEASE unlocks every key of the session, so it cannot travel behind the
+        # next claim's count, which locks the next rows' keys.
+        per_row = "id" in parts.descriptor.statement_params["RELEASE"]
+        return (PipelinedCountedRowLock(parts) if together and per_row
+                else CountedRowLock(parts))
     return PipelinedRowLock(parts) if together else RowLock(parts)
 
 
@@ -155,12 +159,12 @@ class CountedRowLock(RowLock):
 
 
 class TurnCountedRowLock(RowLock):
-    """count_crashes where the module has no per-row keys (MySQL/MariaDB): the attempt is
-    counted and committed first, so a job that kills its process still spends it; the rows
-    are then locked again, all in the transaction they are worked in. From the count until
-    that relock the claim holds the table's claim turn (a session lock), so no other claim
-    counts the same rows for a delivery that never happens: only a delivery that began and
-    never settled is counted."""
+    """count_crashes where the module has no per-row keys (one built before they came): the
+    attempt is counted and committed first, so a job that kills its process still spends it;
+    the rows are then locked again, all in the transaction they are worked in. From the count
+    until that relock the claim holds the table's claim turn (a session lock), so no other
+    claim counts the same rows for a delivery that never happens: only a delivery that began
+    and never settled is counted."""
 
     async def round(self) -> bool:
         backend, batch = self.backend, self.settings.batch

@@ -95,24 +95,28 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Claim up to `limit` rows; the claim's open transaction holds them.
+# Select up to `limit` due rows whose keys no other session holds, and lock them until
+# CLAIM_COUNT, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `queue`, `priority`, `retry_after`, `attempt`, `processed_at`, `headers`, `payload`
 FROM `my_given_uuid_jobs` FORCE INDEX (`my_given_uuid_jobs_claim`)
 WHERE `queue` = %(group)s
   AND `processed_at` IS NULL
   AND `retry_after` <= %(now)s
+  AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256)),
+      CONNECTION_ID()) = CONNECTION_ID()
 ORDER BY `priority`, `retry_after`, `id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
 # Count the next delivery of the claimed rows (committed at once, so a crash still spends the
-# attempt).
+# attempt) and lock their keys for the session until RELEASE.
 CLAIM_COUNT: Final[LiteralString] = """
 UPDATE `my_given_uuid_jobs`
 SET `attempt` = `attempt` + 1
 WHERE `id` IN %(ids)s
+  AND GET_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256), 0)
 """
 
 
@@ -121,14 +125,16 @@ def claim(
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt).
+    the attempt) and lock their keys for the session until RELEASE.
     """
     cur = _v.mysql_execute(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "group": group, "now": _v.naive_utc(now), "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     if rows:
-        _v.mysql_execute(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
+        _v.mysql_execute(conn, CLAIM_COUNT, {
+            "ids": tuple(r.id for r in rows), "row_key": f"inboxgen:{TABLE}:",
+        })
     return rows
 
 
@@ -136,86 +142,38 @@ async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime, limit: int = 1,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt).
+    the attempt) and lock their keys for the session until RELEASE.
     """
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "group": group, "now": _v.naive_utc(now), "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     if rows:
-        await _v.mysql_execute_async(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
+        await _v.mysql_execute_async(conn, CLAIM_COUNT, {
+            "ids": tuple(r.id for r in rows), "row_key": f"inboxgen:{TABLE}:",
+        })
     return rows
 
 
-# Take the table's claim turn (a session lock), waiting up to `wait` s.
-CLAIM_GUARD: Final[LiteralString] = """
-SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), name), %(wait)s)
-FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name
+# Unlock the keys of counted rows once their settlements have committed: every key the session
+# holds, as a session claims again only after its rows settled.
+RELEASE: Final[LiteralString] = """
+SELECT RELEASE_ALL_LOCKS()
 """
 
 
-def claim_guard(conn: pymysql.connections.Connection[Any], *, key: str, wait: float) -> bool:
-    """Take the table's claim turn (a session lock), waiting up to `wait` s."""
-    cur = _v.mysql_execute(conn, CLAIM_GUARD, {"wait": wait, "key": key})
-    row = cur.fetchone()
-    return row is not None and bool(row[0])
+def release(conn: pymysql.connections.Connection[Any]) -> None:
+    """Unlock the keys of counted rows once their settlements have committed: every key the session
+    holds, as a session claims again only after its rows settled.
+    """
+    _v.mysql_execute(conn, RELEASE, {})
 
 
-async def claim_guard_async(conn: _v.AsyncMySQLConnection, *, key: str, wait: float) -> bool:
-    """Take the table's claim turn (a session lock), waiting up to `wait` s."""
-    cur = await _v.mysql_execute_async(conn, CLAIM_GUARD, {"wait": wait, "key": key})
-    row = await cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-# Give the table's claim turn back.
-CLAIM_UNGUARD: Final[LiteralString] = """
-SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), name))
-FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name
-"""
-
-
-def claim_unguard(conn: pymysql.connections.Connection[Any], *, key: str) -> bool:
-    """Give the table's claim turn back."""
-    cur = _v.mysql_execute(conn, CLAIM_UNGUARD, {"key": key})
-    row = cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-async def claim_unguard_async(conn: _v.AsyncMySQLConnection, *, key: str) -> bool:
-    """Give the table's claim turn back."""
-    cur = await _v.mysql_execute_async(conn, CLAIM_UNGUARD, {"key": key})
-    row = await cur.fetchone()
-    return row is not None and bool(row[0])
-
-
-# Lock a counted row for the handler's transaction, unless another claim counted it since.
-RELOCK: Final[LiteralString] = """
-SELECT `id`, `queue`, `priority`, `retry_after`, `attempt` - 1 AS `attempt`, `processed_at`,
-       `headers`, `payload`
-FROM `my_given_uuid_jobs`
-WHERE `id` = %(id)s
-  AND `attempt` = %(attempt)s + 1
-FOR UPDATE SKIP LOCKED
-"""
-
-
-def relock(
-    conn: pymysql.connections.Connection[Any], *, id: str, attempt: int,
-) -> ClaimedRow | None:
-    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
-    cur = _v.mysql_execute(conn, RELOCK, {"id": id, "attempt": attempt})
-    row = cur.fetchone()
-    return None if row is None else _claimed(row)
-
-
-async def relock_async(
-    conn: _v.AsyncMySQLConnection, *, id: str, attempt: int,
-) -> ClaimedRow | None:
-    """Lock a counted row for the handler's transaction, unless another claim counted it since."""
-    cur = await _v.mysql_execute_async(conn, RELOCK, {"id": id, "attempt": attempt})
-    row = await cur.fetchone()
-    return None if row is None else _claimed(row)
+async def release_async(conn: _v.AsyncMySQLConnection) -> None:
+    """Unlock the keys of counted rows once their settlements have committed: every key the session
+    holds, as a session claims again only after its rows settled.
+    """
+    await _v.mysql_execute_async(conn, RELEASE, {})
 
 
 # Ack or drop: mark the row processed (kept for audit).
@@ -458,6 +416,8 @@ SELECT `id`
 FROM `my_given_uuid_jobs`
 WHERE `id` = %(id)s
   AND `processed_at` IS NULL
+  AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256)),
+      CONNECTION_ID()) = CONNECTION_ID()
 FOR UPDATE SKIP LOCKED
 """
 
@@ -474,7 +434,9 @@ def cancel(conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, *, i
     Nothing is committed here.
     """
     conn = _c.mysql_connection(conn, "my_given_uuid_jobs.cancel")
-    cur = _v.mysql_execute(conn, CANCEL_PICK, {"id": id})
+    cur = _v.mysql_execute(conn, CANCEL_PICK, {
+        "id": id, "row_key": f"inboxgen:{TABLE}:",
+    })
     if cur.fetchone() is None:
         return False  # held, finished or gone
     cur = _v.mysql_execute(conn, CANCEL, {"id": id})
@@ -486,7 +448,9 @@ async def cancel_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: st
     Nothing is committed here.
     """
     conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.cancel")
-    cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {"id": id})
+    cur = await _v.mysql_execute_async(conn, CANCEL_PICK, {
+        "id": id, "row_key": f"inboxgen:{TABLE}:",
+    })
     if await cur.fetchone() is None:
         return False  # held, finished or gone
     cur = await _v.mysql_execute_async(conn, CANCEL, {"id": id})
@@ -621,22 +585,19 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, claim_guard=claim_guard, claim_unguard=claim_unguard, relock=relock, finish=finish,
-    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_unique=insert_unique,
-    insert_many=insert_many,
+    claim=claim, release=release, finish=finish, retry_after=retry_after, dead_letter=dead_letter,
+    insert=insert, insert_unique=insert_unique, insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, claim_guard=claim_guard_async, claim_unguard=claim_unguard_async,
-    relock=relock_async, finish=finish_async, retry_after=retry_after_async,
+    claim=claim_async, release=release_async, finish=finish_async, retry_after=retry_after_async,
     dead_letter=dead_letter_async, insert=insert_async, insert_unique=insert_unique_async,
     insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "CLAIM_GUARD": CLAIM_GUARD,
-    "CLAIM_UNGUARD": CLAIM_UNGUARD, "RELOCK": RELOCK, "FINISH": FINISH, "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
+    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS,
+    "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
     "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
 }
 
