@@ -118,9 +118,11 @@ async def run_until_idle(worker: Worker, *, timeout: float = 60.0) -> None:
                 return
             clock = worker.clock
             # Jump only when every running handler waits on the fake clock: one awaiting real
-            # I/O must not see its lease run out under it.
-            if (isinstance(clock, FakeClock) and worker.in_flight
-                    and all(t in clock.sleeping_tasks for t in worker.handler_tasks)):
+            # I/O must not see its lease run out under it. A job in work with no handler running
+            # is being claimed or settled (real I/O, however calm it looks): no jump then.
+            tasks = worker.handler_tasks
+            if (isinstance(clock, FakeClock) and worker.in_flight and tasks
+                    and all(t in clock.sleeping_tasks for t in tasks)):
                 clock.jump()
             if loop.time() > deadline:
                 raise TimeoutError(f"{worker.name}: still busy after {timeout} s")
