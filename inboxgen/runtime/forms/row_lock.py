@@ -43,11 +43,7 @@ def row_lock(parts: Parts) -> Form:
     if parts.descriptor.count_crashes:
         if parts.descriptor.ops.release is None:
             return TurnCountedRowLock(parts)  # modules built before counted rows had keys
-        # MySQL's RELEASE unlocks every key of the session, so it cannot travel behind the
-        # next claim's count, which locks the next rows' keys.
-        per_row = "id" in parts.descriptor.statement_params["RELEASE"]
-        return (PipelinedCountedRowLock(parts) if together and per_row
-                else CountedRowLock(parts))
+        return PipelinedCountedRowLock(parts) if together else CountedRowLock(parts)
     return PipelinedRowLock(parts) if together else RowLock(parts)
 
 
@@ -299,9 +295,17 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     settlements, the next batch's claim (it counts the rows and locks their keys), the COMMIT
     of both, the RELEASE of the settled rows' keys and the BEGIN of the transaction the next
     settlements run in. A batch costs one round trip and one commit, as without counting; a
-    crash ends the session and frees the counted rows."""
+    crash ends the session and frees the counted rows.
+
+    Where RELEASE unlocks every key of the session (MySQL's names no rows), it runs after the
+    settlements and before the claim instead: the settlements have locked the settled rows in
+    the open transaction, which keeps them from other claims until its COMMIT."""
 
     unfinished = CountedRowLock.unfinished
+
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        self._release_first = "id" not in self.d.statement_params["RELEASE"]
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
         async with self.backend.session() as conn:
@@ -352,14 +356,18 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
         pending.clear()
+        release = self.calls.step("release", {"id": [h.id for h in held]}) if held else None
+        first = release is not None and self._release_first
+        if release is not None and first:
+            steps.append(release)
         if claim:
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch)))
         steps.append(COMMIT)
         committed_after = len(steps)  # steps done once the COMMIT has run
-        if held:
-            steps.append(self.calls.step("release", {"id": [h.id for h in held]}))
+        if release is not None and not first:
+            steps.append(release)
         if claim:
             steps.append(BEGIN)
         started = time.monotonic()
@@ -372,8 +380,8 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         if not claim:
             await self.backend.sync(pipe)
             return []
-        # The claim is the last call before the COMMIT; the RELEASE's result follows it.
-        rows = self.claimed(results[-2] if held else results[-1])
+        # The claim is the last call before the COMMIT; a RELEASE after it comes last.
+        rows = self.claimed(results[-2] if release is not None and not first else results[-1])
         self.observed_claim(rows, self.settings.batch, started)
         return rows
 
