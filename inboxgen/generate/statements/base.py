@@ -156,13 +156,14 @@ class Statements:
 
     # -- statements -----------------------------------------------------------------------------
 
-    def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
-                         ) -> None:
-        """SELECT the rows due for a claim, in claim order, locked as `lock` says."""
+    def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED",
+                         also: tuple[str, ...] = ()) -> None:
+        """SELECT the rows due for a claim, in claim order, locked as `lock` says; `also` are
+        further conditions a claimed row meets."""
         self.add(name, "\n".join(x for x in (
             f"SELECT {self.select_list()}",
             f"FROM {self.t()}{self.force_index() if lock else ''}",
-            self.where(self.filters()),
+            self.where([*self.filters(), *also]),
             f"ORDER BY {self.order()}",
             f"LIMIT {self.p('limit')}",
             lock,

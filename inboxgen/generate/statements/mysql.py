@@ -25,11 +25,13 @@ class MySQLStatements(Statements):
             return ""
         return f" FORCE INDEX ({self.d.quote(self.q.claim_index)})"
 
-    def mark(self, name: str, sets: list[str], doc: str) -> None:
+    def mark(self, name: str, sets: list[str], doc: str, also: tuple[str, ...] = ()) -> None:
         """UPDATE the rows a MySQL claim selected (MySQL has no UPDATE ... RETURNING); `ids`
-        is a list, which PyMySQL writes as a parenthesised list."""
+        is a list, which PyMySQL writes as a parenthesised list. `also`: further conditions,
+        each evaluated on the selected rows alone."""
         self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
-                 + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}", doc)
+                 + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}"
+                 + "".join(f"\n  AND {a}" for a in also), doc)
 
     def claims(self) -> None:
         form = self.q.form
@@ -118,22 +120,14 @@ class MySQLStatements(Statements):
         lock takes its key. A crash ends the session, which frees the rows, counted."""
         attempt = self.role("attempt")
         assert attempt is not None
-        key, idc = self.row_key(), self.c(self.q.id)
-        self.add("CLAIM", "\n".join((
-            f"SELECT {self.select_list()}",
-            f"FROM {self.t()}{self.force_index()}",
-            self.where([*self.filters(), self.key_free(key)]),
-            f"ORDER BY {self.order()}",
-            f"LIMIT {self.p('limit')}",
-            "FOR UPDATE SKIP LOCKED",
-        )), "Select up to `limit` due rows whose keys no other session holds, and lock them "
-            "until CLAIM_COUNT, in the same transaction.")
-        self.add("CLAIM_COUNT", f"UPDATE {self.t()}\n"
-                                f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
-                                f"WHERE {idc} IN {self.p('ids')}\n"
-                                f"  AND GET_LOCK({key}, 0)",
-                 "Count the next delivery of the claimed rows (committed at once, so a crash "
-                 "still spends the attempt) and lock their keys for the session until RELEASE.")
+        key = self.row_key()
+        self.select_claimable("CLAIM", "Select up to `limit` due rows whose keys no other "
+                                       "session holds, and lock them until CLAIM_COUNT, in the "
+                                       "same transaction.", also=(self.key_free(key),))
+        self.mark("CLAIM_COUNT", [f"{self.c(attempt)} = {self.c(attempt)} + 1"],
+                  "Count the next delivery of the claimed rows (committed at once, so a crash "
+                  "still spends the attempt) and lock their keys for the session until RELEASE.",
+                  also=(f"GET_LOCK({key}, 0)",))
         self.add("RELEASE", "SELECT RELEASE_ALL_LOCKS()",
                  "Unlock the keys of counted rows once their settlements have committed: every "
                  "key the session holds, as a session claims again only after its rows settled.")

@@ -181,12 +181,12 @@ class PostgresStatements(Statements):
             "    ) AS later", f"    LIMIT {self.p('limit')}", ") AS counted")),
             "Count the rows due later (up to `limit`), priority by priority.")
 
-    def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED"
-                         ) -> None:
+    def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED",
+                         also: tuple[str, ...] = ()) -> None:
         if not self.walking:
-            super().select_claimable(name, doc, lock=lock)
+            super().select_claimable(name, doc, lock=lock, also=also)
             return
-        self.add(name, self.due_by_priority(self.select_list(), lock), doc)
+        self.add(name, self.due_by_priority(self.select_list(), lock, also), doc)
 
     def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:
         if not self.walking:

@@ -356,18 +356,24 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
         pending.clear()
-        release = self.calls.step("release", {"id": [h.id for h in held]}) if held else None
-        first = release is not None and self._release_first
-        if release is not None and first:
-            steps.append(release)
+        # The RELEASE of the settled rows' keys: before the claim (`early`) or after the COMMIT.
+        early = late = None
+        if held:
+            release = self.calls.step("release", {"id": [h.id for h in held]})
+            if self._release_first:
+                early = release
+            else:
+                late = release
+        if early is not None:
+            steps.append(early)
         if claim:
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch)))
         steps.append(COMMIT)
         committed_after = len(steps)  # steps done once the COMMIT has run
-        if release is not None and not first:
-            steps.append(release)
+        if late is not None:
+            steps.append(late)
         if claim:
             steps.append(BEGIN)
         started = time.monotonic()
@@ -381,7 +387,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             await self.backend.sync(pipe)
             return []
         # The claim is the last call before the COMMIT; a RELEASE after it comes last.
-        rows = self.claimed(results[-2] if release is not None and not first else results[-1])
+        rows = self.claimed(results[-1] if late is None else results[-2])
         self.observed_claim(rows, self.settings.batch, started)
         return rows
 
