@@ -197,7 +197,8 @@ def toml_key(name: str) -> str:
 
 def spec_toml(table: str, columns: Mapping[str, str], *, dialect: str = "postgres",
               runtime: Mapping[str, Any] | None = None,
-              dead_letter: Mapping[str, str] | None = None, **options: Any) -> str:
+              dead_letter: Mapping[str, str] | None = None,
+              flow: Mapping[str, str] | None = None, **options: Any) -> str:
     """A spec's text: the table and dialect, the top-level `options` (claim, advisory_key, fifo,
     count_crashes, unique...), each column's role, and the [runtime] and [dead_letter] tables.
 
@@ -212,7 +213,8 @@ def spec_toml(table: str, columns: Mapping[str, str], *, dialect: str = "postgre
                                          f'codec = "{e}"' for e in extra)]
         lines.append(f"{toml_key(name)} = " + (f"{{ {', '.join(fields)} }}" if extra
                                                 else f'"{role}"'))
-    for section, settings in (("runtime", runtime), ("dead_letter", dead_letter)):
+    for section, settings in (("runtime", runtime), ("dead_letter", dead_letter),
+                              ("flow", flow)):
         if settings:
             lines += ["", f"[{section}]", *(f"{k} = {json.dumps(v)}" for k, v in settings.items())]
     return "\n".join(lines) + "\n"
@@ -267,6 +269,7 @@ class Layout:
     key: str = "account-{account}"  # the advisory key template
     count_crashes: bool = False  # row lock: the claim counts the attempt in its own transaction
     headers: bool = False
+    pauses: bool = False  # [flow] pauses = "jobs_pauses"
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -328,6 +331,9 @@ class Layout:
                          for role, name, sql in cols]
             body = ",\n".join(f"    {ident(name, dialect)} {sql}" for name, sql in dead_cols)
             out.append(f"CREATE TABLE jobs_dead (\n{body}\n){options};")
+        if self.pauses:
+            text = TYPES["text"][dialect]
+            out.append(f"CREATE TABLE jobs_pauses (queue {text} NOT NULL, paused_group {text});")
         return "\n".join(out) + "\n"
 
     def spec(self, dialect: str) -> str:
@@ -348,7 +354,7 @@ class Layout:
                          runtime={"lease": LEASE, **({"max_attempts": 3} if self.dead else {})},
                          dead_letter=None if not self.dead else
                          {"group": "dead"} if self.dead == "group" else {"table": "jobs_dead"},
-                         **options)
+                         flow={"pauses": "jobs_pauses"} if self.pauses else None, **options)
 
 
 # -- a database of any dialect, as another process sees it -------------------------------------

@@ -17,6 +17,8 @@ from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
 from inboxgen.generate.model import ClaimIndex, Field, Queue, TableRef, attr_name
 from inboxgen.generate.spec import RoleBinding, Spec
 
+_PAUSE_COLUMNS = "columns queue (text, NOT NULL) and paused_group (text, NULL)"
+
 # Which column kinds each role accepts (SQLite keeps its times as TEXT).
 _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "id": (cat.INT, cat.TEXT, cat.UUID),
@@ -131,6 +133,7 @@ class _Checker:
         codec = self.codec(payload) if payload else None
         key = self.advisory_key(form, fields)
         dead_table = self.dead_letter(table, roles)
+        pause_table = self.pauses(table, "group" in roles)
         unique = self.unique(table, fields)
         # Roles whose column is missing were reported; the index advice would be off by them.
         claim_index, suggested = (self.indexes(table, roles, form)
@@ -145,7 +148,7 @@ class _Checker:
             payload_type=next((b.type for b in spec.bindings if b.role == "payload"), None),
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
-            claim_index=claim_index, suggested_index=suggested,
+            claim_index=claim_index, suggested_index=suggested, pause_table=pause_table,
         )
 
     def ddl_names(self) -> str:
@@ -516,6 +519,52 @@ class _Checker:
                                f"as {other.type_sql}, but \"{table.name}.{c.name}\" is "
                                f"{c.type_sql}")
         return TableRef(dest.schema, dest.name)
+
+    def pauses(self, table: Table, grouped: bool) -> TableRef | None:
+        """[flow] pauses: the table whose rows pause the queue (`queue` holds the queue's name,
+        `paused_group` NULL) or one group of it (`paused_group` holds the group). The claims
+        read it; pause() and resume() write it, with these two columns alone."""
+        name = self.spec.pause_table
+        if name is None:
+            return None
+        line = self.spec.line("flow", "pauses")
+        schema, _, bare = name.partition(".") if "." in name else ("", "", name)
+        pauses = self.catalog.table(schema or None, bare)
+        if pauses is None:
+            self.err(line, f"pause table \"{name}\" is not created by the DDL "
+                           f"({self.ddl_names()}); create it with {_PAUSE_COLUMNS}")
+            return None
+        if pauses is table:
+            self.err(line, f"pause table \"{name}\" is the queue table itself: name a table "
+                           f"of its own, with {_PAUSE_COLUMNS}")
+            return None
+        self.check_identifier(pauses.name, line, "table")
+        wanted = {"queue": False, "paused_group": True}
+        if not grouped:
+            wanted.pop("paused_group")  # a table without groups pauses as a whole
+        for column, nullable in wanted.items():
+            col = pauses.column(column, self.d)
+            how = "NOT NULL" if not nullable else "NULL"
+            if col is None:
+                self.err(line, f"pause table \"{pauses.name}\" lacks column \"{column}\" "
+                               f"(text, {how}): it needs {_PAUSE_COLUMNS}")
+            elif col.kind != cat.TEXT or col.db_only:
+                self.err(line, f"pause table \"{pauses.name}\" has column \"{col.name}\" as "
+                               f"{col.type_sql} ({col.path}:{col.line}); it must be a plain "
+                               f"text column")
+            elif col.nullable != nullable:
+                self.err(line, f"pause table \"{pauses.name}\" has column \"{col.name}\" "
+                               f"{'NOT NULL' if nullable else 'nullable'} ({col.path}:"
+                               f"{col.line}); it must be {how}: "
+                               + ("NULL pauses the whole queue" if nullable else
+                                  "each row names its queue"))
+        for col in pauses.columns:
+            if col.name.lower() in wanted or col.nullable or col.has_default or col.auto:
+                continue
+            self.err(line, f"pause table \"{pauses.name}\" has column \"{col.name}\" NOT NULL "
+                           f"without a default ({col.path}:{col.line}); pause() writes "
+                           f"{' and '.join(wanted)} alone: give it a default or allow NULL")
+        return TableRef(pauses.schema, pauses.name)
 
     def unique(self, table: Table, fields: list[Field]) -> tuple[Field, ...]:
         out: list[Field] = []

@@ -136,6 +136,8 @@ class Queue:
     claim_index: str | None = None  # the index serving the claim order, where it has a name
     # The claim index the build asks for (verify --database-url looks for it on the server).
     suggested_index: ClaimIndex | None = None
+    # [flow] pauses: the table whose rows pause the queue or one of its groups.
+    pause_table: TableRef | None = None
 
     def role(self, role: str) -> Field | None:
         return next((f for f in self.fields if f.role == role), None)

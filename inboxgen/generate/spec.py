@@ -37,11 +37,12 @@ CODECS = ("json", "bytes", "text")
 _TOP_KEYS = {
     "table", "dialect", "ddl", "claim", "advisory_key", "fifo", "unique", "server_version",
     "count_crashes", "reviewed",
-    "columns", "dead_letter", "runtime",
+    "columns", "dead_letter", "runtime", "flow",
 }
 _COLUMN_KEYS = {"role", "generated", "codec", "type"}
 _DEAD_LETTER_KEYS = {"group", "table"}
 _RUNTIME_KEYS = {"workers", "batch", "lease", "poll_interval", "max_attempts"}
+_FLOW_KEYS = {"pauses"}
 
 
 @attrs.frozen
@@ -88,6 +89,8 @@ class Spec:
     dead_letter_table: str | None
     runtime: RuntimeDefaults
     lines: dict[tuple[str, ...], int]
+    # [flow] pauses: the table whose rows pause the queue or one of its groups.
+    pause_table: str | None = None
 
     def line(self, *key: str) -> int:
         return line_of(self.lines, key)
@@ -290,6 +293,7 @@ class _Reader:
         bindings = self.columns(data)
         dl_group, dl_table = self.dead_letter(data)
         runtime = self.runtime(data)
+        pause_table = self.flow(data)
         if self.problems or dialect is None:
             raise SpecInvalid(self.problems)
         return Spec(
@@ -299,7 +303,7 @@ class _Reader:
             count_crashes=count_crashes, reviewed=reviewed,
             unique=tuple(unique), server_version=server_version, bindings=tuple(bindings),
             dead_letter_group=dl_group, dead_letter_table=dl_table, runtime=runtime,
-            lines=self.lines,
+            lines=self.lines, pause_table=pause_table,
         )
 
     def ddl(self, data: dict[str, Any]) -> list[Path]:
@@ -413,6 +417,20 @@ class _Reader:
         if group is None and table is None and not self.problems:
             self.err(("dead_letter",), "dead_letter needs 'group' or 'table'")
         return group, table
+
+    def flow(self, data: dict[str, Any]) -> str | None:
+        flow = data.get("flow")
+        if flow is None:
+            return None
+        if not isinstance(flow, dict):
+            self.err(("flow",), "'flow' must be a table")
+            return None
+        self.unknown(flow, _FLOW_KEYS, ("flow",))
+        pauses: str | None = self.typed(flow, ("flow", "pauses"), str, "a table name")
+        if pauses == "":
+            self.err(("flow", "pauses"), "'flow.pauses' must name a table")
+            return None
+        return pauses
 
     def runtime(self, data: dict[str, Any]) -> RuntimeDefaults:
         rt = data.get("runtime")

@@ -50,6 +50,8 @@ def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog
                 continue  # a table function (json_each)
             if node.name in _SERVER_VIEWS and queue.dialect.name == "postgres":
                 continue  # the server's own views (inboxgen status)
+            if node.name.upper() == "DUAL" and queue.dialect.name == "mysql":
+                continue  # SELECT ... FROM DUAL WHERE ...: values, no table
             db = node.args.get("db")
             schema = db.name if isinstance(db, exp.Identifier) else None
             table = catalog.table(schema, node.name)

@@ -253,6 +253,8 @@ class Renderer:
             return self.ids_of(f"r.{self.q.id.attr} for r in rows")
         if name == "row_key":
             return 'f"inboxgen:{TABLE}:"'  # the prefix of a counted row's session lock key
+        if name == "queue":
+            return "TABLE"  # the queue's name in the pause table
         if name == "from_id":
             return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
         return name
@@ -294,7 +296,7 @@ class Renderer:
         types = self.arg_types()
         names = sorted((p for p in st.params
                         if p not in skip and p not in ("dead_group", "channel", "payload",
-                                                       "ids", "row_key")),
+                                                       "ids", "row_key", "queue")),
                        key=_ARG_ORDER.index)
         parts = [f"{p}: {types[p]}" for p in names]
         if extra:
@@ -502,6 +504,8 @@ class Renderer:
         if "CANCEL" in st:
             out.append(self.cancel())
         out.append(self.state())
+        if "PAUSE" in st:
+            out.extend(self.pauses())
         if "DEAD_LIST" in st:
             out.append(self.dead_letters())
         moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
@@ -547,6 +551,22 @@ class Renderer:
         if q.role("payload") is None:
             return "JobState", [*items, "payload=None"]
         return "JobState.with_payload", [*items, "stored=r[5]", "decode=decode_payload"]
+
+    def pauses(self) -> list[Func]:
+        """pause(), resume() and paused(): [flow] pauses."""
+        st = self.st
+        grouped = "group" in st["PAUSE"].params
+        args = "*, group: str | None = None" if grouped else ""
+        return [
+            Func("pause", args, "None", st["PAUSE"].doc, (
+                Step("exec", tuple(self.run("", "PAUSE", self.params(st["PAUSE"])))),)),
+            Func("resume", args, "bool", st["RESUME"].doc, (
+                Step("exec", self.cur("RESUME", self.params(st["RESUME"])),
+                     "cur.rowcount > 0"),)),
+            Func("paused", "", "list[str | None]", st["PAUSED"].doc, (
+                Step("many", self.cur("PAUSED", self.params(st["PAUSED"])),
+                     "None if r[0] is None else str(r[0])"),)),
+        ]
 
     def cancel(self) -> Func:
         s = self.st["CANCEL"]

@@ -77,6 +77,8 @@ class Statements:
         return ", ".join(cols)
 
     def filters(self, with_group: bool = True) -> list[str]:
+        """The conditions a claimed row meets: a claim's (`with_group`: of the worker's group,
+        not paused), or any due row's (STATUS's ready count)."""
         out: list[str] = []
         g, pa, ra, lu = (self.role(r) for r in ("group", "processed_at", "retry_after",
                                                   "locked_until"))
@@ -88,7 +90,23 @@ class Statements:
             out.append(f"{self.c(ra)} <= {self.p('now')}")
         if lu is not None:
             out.append(f"({self.c(lu)} IS NULL OR {self.c(lu)} <= {self.p('now')})")
+        if with_group:
+            out.extend(self.not_paused())
         return out
+
+    def not_paused(self) -> list[str]:
+        """[flow] pauses: a claim takes nothing while the queue, or the worker's group, is
+        paused. The subquery names no column of the claimed row, so the database evaluates it
+        once per claim, not per row."""
+        pauses = self.q.pause_table
+        if pauses is None:
+            return []
+        conds = [f"{self.d.quote('queue')} = {self.p('queue')}"]
+        if self.role("group") is not None:
+            pg = self.d.quote("paused_group")
+            conds.append(f"({pg} IS NULL OR {pg} = {self.p('group')})")
+        return ["NOT EXISTS (\n" + "\n".join((
+            "    SELECT 1", f"    FROM {self.t(pauses)}", self.where(conds, "    "))) + "\n)"]
 
     def in_group(self, group: Field) -> str:
         """The condition a claim puts on the group column."""
@@ -101,6 +119,7 @@ class Statements:
     def where(self, conds: list[str], indent: str = "") -> str:
         if not conds:
             return ""
+        conds = [c.replace("\n", "\n" + indent) for c in conds]  # a subquery's lines
         return f"{indent}WHERE " + f"\n{indent}  AND ".join(conds)
 
     def guard(self) -> list[str]:
@@ -300,6 +319,7 @@ class Statements:
         ra = self.role("retry_after")
         if ra is not None:
             conds.append(f"{self.c(ra)} <= {self.p('now')}")
+        conds += self.not_paused()
         self.fifo_guard()
         if self.q.form == ROW_LOCK:
             self.add("FIFO_CLAIM", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
@@ -425,6 +445,41 @@ class Statements:
         if q.form != ADVISORY:  # its holders hold a key computed from the row, not the row
             self.cancel()
         self.state(g, pa, ra, lu)
+        if q.pause_table is not None:
+            self.pauses(q.pause_table, g is not None)
+
+    def pauses(self, pauses: TableRef, grouped: bool) -> None:
+        """PAUSE, RESUME and PAUSED: the rows of the pause table for this queue (`queue`, its
+        name) and, with `paused_group` NULL, for all of it. PAUSE adds its row only where no
+        such row is (two at once may both add one: RESUME deletes every match)."""
+        q, t = self.d.quote, self.t(pauses)
+        cols, values = [q("queue")], [self.p("queue")]
+        match = [f"{q('queue')} = {self.p('queue')}"]
+        if grouped:
+            cols.append(q("paused_group"))
+            values.append(self.p("group"))
+            match.append(self.same_or_both_null(q("paused_group"), self.p("group")))
+        there = "\n".join(("    SELECT 1", f"    FROM {t}", self.where(match, "    ")))
+        self.add("PAUSE", f"INSERT INTO {t} ({', '.join(cols)})\n"
+                          f"SELECT {', '.join(values)}{self.from_no_table}\n"
+                          f"WHERE NOT EXISTS (\n{there}\n)",
+                 "Pause the queue" + (" (`group` None) or one group" if grouped else "")
+                 + ": claims take none of its rows until resume(). Rows in work finish.")
+        self.add("RESUME", f"DELETE FROM {t}\n" + self.where(match),
+                 "Lift the pause of the queue" + (" (`group` None: pauses of single groups "
+                                                  "stay) or of one group" if grouped else "")
+                 + "; returns whether there was one.")
+        self.add("PAUSED", f"SELECT DISTINCT {q('paused_group') if grouped else 'NULL'}\n"
+                           f"FROM {t}\n" + self.where(match[:1]),
+                 "What is paused: None for the whole queue"
+                 + (", else each paused group." if grouped else "."))
+
+    # How a SELECT of values alone, with a WHERE, names no table (MySQL: FROM DUAL).
+    from_no_table = ""
+
+    def same_or_both_null(self, a: str, b: str) -> str:
+        """`a` equals `b`, NULL equal to NULL (PostgreSQL's IS NOT DISTINCT FROM)."""
+        return f"{a} IS NOT DISTINCT FROM {b}"
 
     def cancellable(self) -> list[str]:
         """The conditions of a row `cancel()` may delete: this id, unfinished, and under a

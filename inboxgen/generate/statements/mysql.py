@@ -85,7 +85,7 @@ class MySQLStatements(Statements):
         self.add("FIFO_HEAD", "\n".join((
             f"SELECT {self.select_list()}",
             f"FROM {self.t()}{self.force_index()}",
-            self.where(head_filters),
+            self.where(head_filters + self.not_paused()),
             f"ORDER BY {self.order()}",
             "LIMIT 1",
             lock,
@@ -143,6 +143,11 @@ class MySQLStatements(Statements):
                  + self.where(conds) + "\nFOR UPDATE SKIP LOCKED",
                  "Lock queued row `id` for cancel() unless a worker holds it.")
         self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {idc} = {self.p('id')}", CANCEL_DOC)
+
+    from_no_table = " FROM DUAL"
+
+    def same_or_both_null(self, a: str, b: str) -> str:
+        return f"{a} <=> {b}"
 
     def prune_batch(self, old: str) -> str:
         # No LIMIT in an IN subquery, but DELETE ... LIMIT is MySQL's own.

@@ -21,6 +21,9 @@ class SqliteStatements(Statements):
         source = f"    FROM json_each({self.p('held')}) AS held"
         return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
 
+    def same_or_both_null(self, a: str, b: str) -> str:
+        return f"{a} IS {b}"
+
     def ids_in(self, column: str) -> str:
         return f"{column} IN (SELECT picked.value FROM json_each({self.p('ids')}) AS picked)"
 
