@@ -129,6 +129,9 @@ class Operations:
     insert_many: Callable[..., Any] | None = None
     insert_unique: Callable[..., Any] | None = None  # a schedule's next occurrence
     notify: Callable[..., Any] | None = None
+    pause: Callable[..., Any] | None = None  # [flow] pauses
+    resume: Callable[..., Any] | None = None
+    paused: Callable[..., Any] | None = None
 
 
 @attrs.frozen

@@ -328,6 +328,36 @@ class Service:
         return [listen(database, {}, routed, name=self.name)
                 for database, routed in routes.items()]
 
+    # -- pauses ([flow] pauses) --------------------------------------------------------------
+
+    async def pause(self, descriptor: TableDescriptor, *, group: str | None = None) -> None:
+        """Pause `descriptor`'s queue (`group` None) or one of its groups, for every worker of
+        every process (Worker.pause). The service must be started and serve the table."""
+        await self._serving_worker(descriptor).pause(group)
+
+    async def resume(self, descriptor: TableDescriptor, *, group: str | None = None) -> bool:
+        """Lift a pause of `descriptor`'s queue or of one group; returns whether there was one.
+        This service's queues of the table claim at once (Worker.resume)."""
+        lifted = await self._serving_worker(descriptor).resume(group)
+        for w in self.workers:
+            if w.descriptor.qualified_name == descriptor.qualified_name:
+                w.wake()
+        return lifted
+
+    async def paused(self, descriptor: TableDescriptor) -> list[str | None]:
+        """What of `descriptor`'s queue is paused: None for all of it, else each group."""
+        return await self._serving_worker(descriptor).paused()
+
+    def _serving_worker(self, descriptor: TableDescriptor) -> Worker:
+        found = next((w for w in self.workers if w.descriptor.qualified_name
+                      == descriptor.qualified_name and w.descriptor.dialect
+                      == descriptor.dialect), None)
+        if found is None:
+            raise WorkerConfigError("the service serves no queue of this table (or has not "
+                                    "started)", worker=self.name,
+                                    table=descriptor.qualified_name)
+        return found
+
     def _queue_of(self, descriptor: TableDescriptor, where: str) -> int | None:
         """The index of a queue serving `descriptor`'s table on `where`."""
         return next((i for i, q in enumerate(self._queued)

@@ -557,12 +557,15 @@ class Renderer:
         st = self.st
         grouped = "group" in st["PAUSE"].params
         args = "*, group: str | None = None" if grouped else ""
+        # Where the database notifies, resume() wakes the listening workers as it commits.
+        notify = self.notify_lines('group or ""' if grouped else '""') if "NOTIFY" in st else []
+        wake = " Listening workers wake as it commits." if notify else ""
         return [
             Func("pause", args, "None", st["PAUSE"].doc, (
                 Step("exec", tuple(self.run("", "PAUSE", self.params(st["PAUSE"])))),)),
-            Func("resume", args, "bool", st["RESUME"].doc, (
-                Step("exec", self.cur("RESUME", self.params(st["RESUME"])),
-                     "cur.rowcount > 0"),)),
+            Func("resume", args, "bool", st["RESUME"].doc + wake, (
+                Step("exec", self.cur("RESUME", self.params(st["RESUME"])), "lifted",
+                     after=("lifted = cur.rowcount > 0", *notify)),)),
             Func("paused", "", "list[str | None]", st["PAUSED"].doc, (
                 Step("many", self.cur("PAUSED", self.params(st["PAUSED"])),
                      "None if r[0] is None else str(r[0])"),)),

@@ -226,7 +226,8 @@ WHERE "queue" = :queue
 def resume(conn: sqlite3.Connection) -> bool:
     """Lift the pause of the queue; returns whether there was one."""
     cur = conn.execute(RESUME, {"queue": TABLE})
-    return cur.rowcount > 0
+    lifted = cur.rowcount > 0
+    return lifted
 
 
 # What is paused: None for the whole queue.
@@ -245,6 +246,7 @@ def paused(conn: sqlite3.Connection) -> list[str | None]:
 
 OPS: Final = Operations(
     candidates=candidates, take=take, finish=finish, insert=insert, insert_many=insert_many,
+    pause=pause, resume=resume, paused=paused,
 )
 
 STATEMENTS: Final = {

@@ -516,7 +516,8 @@ def resume(conn: pymysql.connections.Connection[Any], *, group: str | None = Non
     returns whether there was one.
     """
     cur = _v.mysql_execute(conn, RESUME, {"queue": TABLE, "group": group})
-    return cur.rowcount > 0
+    lifted = cur.rowcount > 0
+    return lifted
 
 
 async def resume_async(conn: _v.AsyncMySQLConnection, *, group: str | None = None) -> bool:
@@ -524,7 +525,8 @@ async def resume_async(conn: _v.AsyncMySQLConnection, *, group: str | None = Non
     returns whether there was one.
     """
     cur = await _v.mysql_execute_async(conn, RESUME, {"queue": TABLE, "group": group})
-    return cur.rowcount > 0
+    lifted = cur.rowcount > 0
+    return lifted
 
 
 # What is paused: None for the whole queue, else each paused group.
@@ -549,11 +551,12 @@ async def paused_async(conn: _v.AsyncMySQLConnection) -> list[str | None]:
 
 OPS: Final = Operations(
     claim=claim, fifo_claim=fifo_claim, renew=renew, finish=finish, retry=retry, insert=insert,
-    insert_many=insert_many,
+    insert_many=insert_many, pause=pause, resume=resume, paused=paused,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, fifo_claim=fifo_claim_async, renew=renew_async, finish=finish_async,
-    retry=retry_async, insert=insert_async, insert_many=insert_many_async,
+    retry=retry_async, insert=insert_async, insert_many=insert_many_async, pause=pause_async,
+    resume=resume_async, paused=paused_async,
 )
 
 STATEMENTS: Final = {

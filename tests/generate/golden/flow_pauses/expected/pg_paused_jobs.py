@@ -693,18 +693,22 @@ WHERE "queue" = %(queue)s
 
 def resume(conn: psycopg.Connection[Any], *, group: str | None = None) -> bool:
     """Lift the pause of the queue (`group` None: pauses of single groups stay) or of one group;
-    returns whether there was one.
+    returns whether there was one. Listening workers wake as it commits.
     """
     cur = conn.execute(RESUME, {"queue": TABLE, "group": group})
-    return cur.rowcount > 0
+    lifted = cur.rowcount > 0
+    conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group or ""})
+    return lifted
 
 
 async def resume_async(conn: psycopg.AsyncConnection[Any], *, group: str | None = None) -> bool:
     """Lift the pause of the queue (`group` None: pauses of single groups stay) or of one group;
-    returns whether there was one.
+    returns whether there was one. Listening workers wake as it commits.
     """
     cur = await conn.execute(RESUME, {"queue": TABLE, "group": group})
-    return cur.rowcount > 0
+    lifted = cur.rowcount > 0
+    await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group or ""})
+    return lifted
 
 
 # What is paused: None for the whole queue, else each paused group.
@@ -812,12 +816,13 @@ async def requeue_async(
 OPS: Final = Operations(
     claim=claim, scheduled=scheduled, release=release, finish=finish, retry_after=retry_after,
     dead_letter=dead_letter, finish_many=finish_many, insert=insert, insert_many=insert_many,
-    notify=notify,
+    notify=notify, pause=pause, resume=resume, paused=paused,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, scheduled=scheduled_async, release=release_async, finish=finish_async,
     retry_after=retry_after_async, dead_letter=dead_letter_async, finish_many=finish_many_async,
-    insert=insert_async, insert_many=insert_many_async, notify=notify_async,
+    insert=insert_async, insert_many=insert_many_async, notify=notify_async, pause=pause_async,
+    resume=resume_async, paused=paused_async,
 )
 
 STATEMENTS: Final = {
