@@ -1,5 +1,5 @@
-"""The `inboxgen` command: build and verify; status, requeue, cancel and prune on a live
-database, and a web dashboard of it; run a worker or a service.
+"""The `inboxgen` command: build and verify; status, requeue, cancel, prune, pause and resume on
+a live database, and a web dashboard of it; run a worker or a service.
 
 Exit codes: 0 clean; 1 a failed check or a difference; 2 a usage or configuration error.
 """
@@ -94,6 +94,14 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("spec", help="the spec of the queue table")
     cancel.add_argument("--id", action="append", dest="ids", required=True,
                         help="the job's row id (repeat for more)")
+    for verb, says in (("pause", "stop every worker's claims of a queue or one group (jobs in "
+                                 "work finish)"),
+                       ("resume", "lift a pause: workers claim again")):
+        paused = sub.add_parser(verb, help=says)
+        _database_url(paused)
+        paused.add_argument("spec", help="the spec of the queue table (its [flow] pauses)")
+        paused.add_argument("--group", help="only this group (default: the whole queue; "
+                                            "resuming it leaves groups paused on their own)")
     prune = sub.add_parser("prune", help="delete processed rows older than an age, in batches")
     _database_url(prune)
     prune.add_argument("spec", help="the spec of the queue table")
@@ -332,6 +340,30 @@ def _cancel(project: Project, args: argparse.Namespace) -> int:
     return EXIT_OK if not left else EXIT_FAILED
 
 
+def _pause(project: Project, args: argparse.Namespace) -> int:
+    from inboxgen.ops import maintenance
+
+    module = _one_module(project, args.spec)
+    conn, label = _connected(module, args.database_url)
+    try:
+        if args.command == "pause":
+            maintenance.pause(module, conn, group=args.group)
+            lifted = True
+        else:
+            lifted = maintenance.resume(module, conn, group=args.group)
+    finally:
+        conn.close()
+    what = module.DESCRIPTOR.qualified_name + (f" group {args.group}" if args.group else "")
+    if args.command == "pause":
+        print(_one_line(f"{what}: paused on {label}: no worker claims its jobs until "
+                        f"inboxgen resume"))
+    elif lifted:
+        print(_one_line(f"{what}: resumed on {label}"))
+    else:
+        print(_one_line(f"{what}: was not paused on {label}; nothing changed"))
+    return EXIT_OK
+
+
 def _prune(project: Project, args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -381,11 +413,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if args.command in ("worker", "serve"):  # the service's own code: its traceback
             raise
+        if args.command in _OPERATIONS and _from_driver(err):
+            # The database refused a statement (a table its migrations have not made yet, a
+            # permission): its own message says what, and it is no bug of inboxgen's.
+            _say(f"inboxgen {args.command}: the database refused it: {type(err).__name__}: "
+                 + next(iter(str(err).splitlines()), ""))
+            return EXIT_FAILED
         # build and verify: the last resort, one line and never a traceback
         first = next(iter(str(err).splitlines()), "")
         _say(f"inboxgen: internal error, please report it: {type(err).__name__}"
              + (f": {first}" if first else ""))
         return EXIT_FAILED
+
+
+def _from_driver(err: BaseException) -> bool:
+    """Whether `err` is a database driver's error (sqlite3, psycopg, PyMySQL)."""
+    return any(c.__module__.partition(".")[0] in ("sqlite3", "psycopg", "pymysql")
+               for c in type(err).__mro__)
 
 
 def _asyncapi(project: Project, args: argparse.Namespace) -> int:
@@ -462,6 +506,7 @@ def _bind_address(text: str) -> tuple[str, int]:
 
 
 _OPERATIONS = {"status": _status, "requeue": _requeue, "cancel": _cancel, "prune": _prune,
+               "pause": _pause, "resume": _pause,
                "asyncapi": _asyncapi, "dashboard": _dashboard}
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """`inboxgen requeue` (dead letters back to the queue), `inboxgen prune` (processed rows
 deleted in bounded batches, each its own short transaction, so retention never holds a long
-lock) and `inboxgen cancel` (queued jobs no worker holds, deleted). They run the modules' own
-statements and say what they changed; requeue and prune with dry_run change nothing."""
+lock), `inboxgen cancel` (queued jobs no worker holds, deleted) and `inboxgen pause` / `resume`
+(a queue or one of its groups, [flow] pauses). They run the modules' own statements and say
+what they changed; requeue and prune with dry_run change nothing."""
 
 from __future__ import annotations
 
@@ -152,6 +153,35 @@ def parse_age(text: str) -> _dt.timedelta:
                           f"(hours), 45m (minutes) or 90s (seconds)")
     unit = {"d": 86400, "h": 3600, "m": 60, "s": 1}[m.group(2)]
     return _dt.timedelta(seconds=float(m.group(1)) * unit)
+
+
+def pause(module: ModuleType, conn: Any, *, group: str | None) -> None:
+    """Pause the queue (`group` None) or one group: every worker's claims take none of its
+    jobs from the commit on; jobs in work finish."""
+    _pauses(module, conn, "pause", group)
+
+
+def resume(module: ModuleType, conn: Any, *, group: str | None) -> bool:
+    """Lift the pause of the queue (`group` None) or of one group; whether there was one."""
+    return bool(_pauses(module, conn, "resume", group))
+
+
+def _pauses(module: ModuleType, conn: Any, op: str, group: str | None) -> Any:
+    d = module.DESCRIPTOR
+    if not hasattr(module, op):
+        raise ConfigError(f"table {d.qualified_name} has no pause table: name one in its "
+                          f"spec's [flow] pauses (docs/flow.md) and build again")
+    if group is not None and "group" not in d.roles:
+        raise ConfigError(f"table {d.qualified_name} has no groups: {op} it whole, without "
+                          f"--group")
+    _begin(conn, d.dialect)
+    try:
+        result = getattr(module, op)(conn, **({} if group is None else {"group": group}))
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+    return result
 
 
 def _begin(conn: Any, dialect: str) -> None:

@@ -29,6 +29,9 @@ class TableStatus:
     # Whether the table has a group column. Groups are declared nowhere: they are found in the
     # rows, so a group with no row left has no entry in `groups`.
     grouped: bool = False
+    # [flow] pauses: what is paused (None in the list: the whole queue; else a group's name),
+    # or None where the table has no pause table.
+    paused: list[str | None] | None = None
 
 
 def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableStatus:
@@ -47,8 +50,13 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
         oldest = (module.oldest_transaction(conn) if hasattr(module, "oldest_transaction")
                   else None)
         health = module.table_health(conn) if hasattr(module, "table_health") else None
+        paused = module.paused(conn) if hasattr(module, "paused") else None
     finally:
         conn.rollback()  # read only: nothing to keep
+    if paused is not None:
+        paused.sort(key=lambda g: (g is not None, g or ""))  # the whole queue first
+        for g in groups:
+            g["paused"] = None in paused or (g["group"] is not None and g["group"] in paused)
     vacuumed = None if health is None or health.last_autovacuum is None else \
         health.last_autovacuum.isoformat()
     return TableStatus(
@@ -57,7 +65,7 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
         live_tuples=None if health is None else health.live_tuples,
         hot_update_share=(None if health is None or health.hot_share is None
                           else round(health.hot_share, 3)),
-        last_autovacuum=vacuumed, grouped="group" in d.roles)
+        last_autovacuum=vacuumed, grouped="group" in d.roles, paused=paused)
 
 
 def as_json(tables: list[TableStatus]) -> list[dict[str, Any]]:
@@ -72,7 +80,10 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
     for t in tables:
         for g in t.groups:
             dead = g["dead"]
-            rows.append([t.table, "" if g["group"] is None else str(g["group"]),
+            group = "" if g["group"] is None else str(g["group"])
+            if g.get("paused"):
+                group = f"{group} (paused)".lstrip()
+            rows.append([t.table, group,
                          "-" if dead else str(g["ready"]), "-" if dead else str(g["scheduled"]),
                          _n(g["in_work"]), _n(g["finished"]),
                          str(g["ready"] + g["scheduled"]) if dead else "",
@@ -81,6 +92,8 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
             rows.append([t.table, "(no rows)", "", "", "", "", "", ""])
         if t.dead_table is not None:
             rows.append([t.table, "(dead-letter table)", "", "", "", "", str(t.dead_table), ""])
+        if t.paused:
+            notes.append(_paused(t.table, t.paused))
         if t.advisory_locks is not None:
             notes.append(f"{t.table}: {t.advisory_locks} advisory lock(s) held in the database "
                          f"(every table's)")
@@ -96,6 +109,16 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in [heads, *rows]]
     return "\n".join(lines + notes) + "\n"
+
+
+def _paused(table: str, paused: list[str | None]) -> str:
+    groups = ", ".join(g for g in paused if g is not None)
+    if None not in paused:
+        return (f"{table}: group(s) {groups} paused: no claim takes their jobs until they are "
+                f"resumed (inboxgen resume --group)")
+    also = f", and group(s) {groups} on their own" if groups else ""
+    return (f"{table}: paused{also}: no claim takes its jobs until it is resumed "
+            f"(inboxgen resume)")
 
 
 def _health(t: TableStatus, now: _dt.datetime | None) -> str:

@@ -332,13 +332,13 @@ class Service:
 
     async def pause(self, descriptor: TableDescriptor, *, group: str | None = None) -> None:
         """Pause `descriptor`'s queue (`group` None) or one of its groups, for every worker of
-        every process (Worker.pause). The service must be started and serve the table."""
-        await self._serving_worker(descriptor).pause(group)
+        every process (Worker.pauses). The service must be started and serve the table."""
+        await self._serving_worker(descriptor).pauses.pause(group)
 
     async def resume(self, descriptor: TableDescriptor, *, group: str | None = None) -> bool:
         """Lift a pause of `descriptor`'s queue or of one group; returns whether there was one.
-        This service's queues of the table claim at once (Worker.resume)."""
-        lifted = await self._serving_worker(descriptor).resume(group)
+        This service's queues of the table claim at once (Worker.pauses)."""
+        lifted = await self._serving_worker(descriptor).pauses.resume(group)
         for w in self.workers:
             if w.descriptor.qualified_name == descriptor.qualified_name:
                 w.wake()
@@ -346,7 +346,7 @@ class Service:
 
     async def paused(self, descriptor: TableDescriptor) -> list[str | None]:
         """What of `descriptor`'s queue is paused: None for all of it, else each group."""
-        return await self._serving_worker(descriptor).paused()
+        return await self._serving_worker(descriptor).pauses.paused()
 
     def _serving_worker(self, descriptor: TableDescriptor) -> Worker:
         found = next((w for w in self.workers if w.descriptor.qualified_name

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inboxgen.descriptor import TableDescriptor
-from inboxgen.errors import WorkerConfigError, WorkerError
+from inboxgen.errors import WorkerConfigError
 from inboxgen.runtime.backends import BACKENDS, Backend
 from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.batching import Calls
@@ -30,6 +30,7 @@ from inboxgen.runtime.jobs import Handler, Job, Stats
 from inboxgen.runtime.observe import Observation, Observer, QueueInfo
 from inboxgen.runtime.outage import Outage, fold_pool_warnings, unfold_pool_warnings
 from inboxgen.runtime.outcomes import Backoff
+from inboxgen.runtime.pauses import Pauses
 from inboxgen.runtime.presence import Presence
 from inboxgen.runtime.settings import UNSET, fit_to_pool, settings_for
 from inboxgen.runtime.signals import run_with_signals, say_signalled
@@ -92,6 +93,9 @@ class Worker:
         # where LISTEN cannot work); known once started.
         self.one_session: bool | None = None
         self.calls = Calls(d, self.backend)
+        # [flow] pauses: `await worker.pauses.pause()`, resume(), paused().
+        self.pauses = Pauses(d, self.calls, self.backend, self._where,
+                             lambda: self.prepared or self.started, self.wake)
         self.outage = Outage(s.name, self.clock, self.backend, self.stats)
         self.runner = HandlerRunner(
             handler, workers=s.workers, name=s.name, abandon=self.backend.abandon,
@@ -247,42 +251,6 @@ class Worker:
     def wake_one(self) -> None:
         """One job may be ready: wake one waiting slot (or the next one to wait)."""
         self.slots.wake_one()
-
-    # -- pauses ([flow] pauses) --------------------------------------------------------------
-
-    async def pause(self, group: str | None = None) -> None:
-        """Pause the table's queue (`group` None) or one of its groups, for every worker of
-        every process: their claims take none of its rows until `resume()`. Jobs in work
-        finish. Needs the table's [flow] pauses and a started worker."""
-        await self._pauses("pause", group)
-
-    async def resume(self, group: str | None = None) -> bool:
-        """Lift a pause of the queue (`group` None; pauses of single groups stay) or of one
-        group; returns whether there was one. This worker claims at once, others within their
-        poll interval (on PostgreSQL, as the resume commits)."""
-        lifted = bool(await self._pauses("resume", group))
-        self.wake()
-        return lifted
-
-    async def paused(self) -> list[str | None]:
-        """What is paused: None for the whole queue, else each paused group."""
-        found: list[str | None] = await self._pauses("paused", None)
-        return found
-
-    async def _pauses(self, op: str, group: str | None) -> Any:
-        if not self.calls.has(op):
-            raise WorkerConfigError("the table has no pause table: name one in its spec's "
-                                    "[flow] pauses and build again", **self._where)
-        if group is not None and self.descriptor.roles.get("group") is None:
-            raise WorkerConfigError(f"the table has no groups: pause or resume it whole, not "
-                                    f"group {group!r}", **self._where)
-        if not (self.prepared or self.started):
-            raise WorkerError("start the worker before pausing or resuming through it (or "
-                              "call the module's pause() / resume() on a connection of yours)",
-                              **self._where)
-        values = {} if group is None else {"group": group}
-        (result,) = await self.backend.alone([self.calls.step(op, values)])
-        return result
 
     async def shutdown(self) -> None:
         """Wait for jobs in work (up to shutdown_timeout, or a second signal), then cancel what

@@ -33,6 +33,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "id": ("integer", "uuid", "text"),
     "attempt": ("integer", "smallint"),
     "payload": ("bytes", "json", "typed"),
+    "pauses": ("none", "table"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -46,7 +47,7 @@ TRIPLES = (("form", "dead", "handler"),)
 PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "default",
                    "handler": "async", "batch": "16", "dead": "table", "finished": "deleted",
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
-                   "payload": "json"}
+                   "payload": "json", "pauses": "none"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -72,6 +73,7 @@ class Shape:
     id: str
     attempt: str
     payload: str
+    pauses: str  # "table": [flow] pauses; the scenario pauses the queue (or group) first
 
     @property
     def name(self) -> str:
@@ -104,6 +106,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "id": {"integer": "int", "uuid": "uuid", "text": "txt"},
     "attempt": {"integer": "a4", "smallint": "a2"},
     "payload": {"bytes": "b", "json": "j", "typed": "ty"},
+    "pauses": {"none": "pn", "table": "pt"},
 }
 
 

@@ -40,6 +40,7 @@ TESTS = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "child.py"
 WAIT_S = 60.0  # for a worker to reach the state the scenario waits for
 SETTLE_S = 0.7  # served on after every fate was reached: a loop delivers again meanwhile
+PAUSED_S = 1.5  # a worker on a paused queue is watched this long (30 poll intervals)
 
 
 class Scenario:
@@ -98,8 +99,13 @@ class Scenario:
         code = self.wait_exit(first, WAIT_S)
         if code != -signal.SIGKILL:
             self.problems.append(f"the crashing job's worker exited with {code}, not SIGKILL")
+        if self.s.pauses == "table":
+            self.cli("pause", *self.pause_group())
         self.enqueue(shapes.jobs(self.s))
+        before = self.deliveries()
         second = self.start()
+        if self.s.pauses == "table":
+            self.check_pause_holds(second, before)
         reached = self.wait_for_fates(second)
         time.sleep(SETTLE_S)
         second.send_signal(signal.SIGTERM)
@@ -116,6 +122,41 @@ class Scenario:
         self.check_states()
         self.check_requeue_and_cancel()
         return self.problems
+
+    # -- a pause ([flow] pauses) ---------------------------------------------------------------
+
+    def pause_group(self) -> list[str]:
+        """What the scenario pauses: the worker's group where the table has groups (a group's
+        pause), else the whole queue."""
+        return ["--group", shapes.GROUP] if self.s.group != "none" else []
+
+    def cli(self, *args: str) -> str:
+        """`inboxgen <args> <the shape's spec>` in the project, as an operator runs it."""
+        env = {**os.environ, "INBOXGEN_DATABASE_URL": self.database}
+        spec = self.project / "specs" / f"{self.s.name}.toml"
+        done = subprocess.run([sys.executable, "-m", "inboxgen", *args, str(spec)],
+                              cwd=self.project, env=env, capture_output=True, text=True,
+                              timeout=60)
+        if done.returncode != 0:
+            self.problems.append(f"inboxgen {' '.join(args)} failed: "
+                                 f"{done.stderr.strip()[-500:]}")
+        return done.stdout
+
+    def check_pause_holds(self, proc: subprocess.Popen[bytes], before: Counter[str]) -> None:
+        """The worker, started on a paused queue, delivers nothing for PAUSED_S (many poll
+        intervals); status says what is paused; `inboxgen resume` then lets it drain."""
+        time.sleep(PAUSED_S)
+        if proc.poll() is not None:
+            self.problems.append(f"the worker exited while paused ({proc.returncode})")
+        elif self.deliveries() != before:
+            self.problems.append(f"paused, the worker delivered {self.deliveries() - before}")
+        report = self.cli("status", "--json")
+        paused = [t.get("paused") for t in json.loads(report or "[]")]
+        want = [[shapes.GROUP if self.s.group != "none" else None]]
+        if paused != want:
+            self.problems.append(f"inboxgen status says paused {paused}, expected {want}")
+        if "resumed" not in self.cli("resume", *self.pause_group()):
+            self.problems.append("inboxgen resume did not say it resumed")
 
     def enqueue(self, jobs: list[shapes.Job]) -> None:
         task = None

@@ -133,6 +133,10 @@ def ddl(s: Shape, names: Names | None = None) -> str:
                    + ",\n    ".join(columns(s, dead=True)) + "\n);")
     text = "TEXT" if s.dialect != "mysql" else "VARCHAR(64)"
     out.append(f"CREATE TABLE {names.sql(s.dialect, '_ledger')} (job_key {text} NOT NULL);")
+    if s.pauses == "table":
+        wide = "TEXT" if s.dialect != "mysql" else "VARCHAR(255)"
+        out.append(f"CREATE TABLE {names.sql(s.dialect, '_pauses')} (queue {wide} NOT NULL, "
+                   f"paused_group {text} NULL);")
     return "\n".join(out) + "\n"
 
 
@@ -168,6 +172,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append(f"max_attempts = {MAX_ATTEMPTS}")
         lines += ["", "[dead_letter]", f'group = "{DEAD_GROUP}"' if s.dead == "group"
                   else f'table = "{names.spec("_dead")}"']
+    if s.pauses == "table":
+        lines += ["", "[flow]", f'pauses = "{names.spec("_pauses")}"']
     return "\n".join(lines) + "\n"
 
 

@@ -193,7 +193,8 @@ def test_the_readme_says_which_commands_read_the_url_from_the_environment(
     sentence = re.search(r"`inboxgen status`[^.]*\$INBOXGEN_DATABASE_URL", readme)
     assert sentence is not None
     claimed = set(re.findall(r"`(?:inboxgen )?([a-z]+)`", sentence.group(0)))
-    assert claimed == reading == {"status", "requeue", "cancel", "prune", "dashboard"}
+    assert claimed == reading == {"status", "requeue", "cancel", "prune", "pause", "resume",
+                                  "dashboard"}
 
 
 def test_the_testing_examples_run_as_written(tmp_path: Path) -> None:
@@ -237,7 +238,8 @@ def _excerpts() -> list[tuple[str, list[str], str, str]]:
     """(where, modules, constant, SQL) for every statement a page quotes from a generated
     example: a ```sql block under a "From `generated_examples/....py`" line."""
     found = []
-    for page in (REPO / "docs" / "generated.md", REPO / "docs" / "mysql.md"):
+    for page in (REPO / "docs" / "generated.md", REPO / "docs" / "mysql.md",
+                 REPO / "docs" / "flow.md"):
         text = page.read_text(encoding="utf-8")
         for m in SOURCE.finditer(text):
             modules = re.findall(MODULE, m.group(1))

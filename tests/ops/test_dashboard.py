@@ -387,6 +387,72 @@ def sqlite_project(fresh_database: Callable[[str], str],
         q.close()
 
 
+def test_the_dashboard_shows_pauses_and_pauses_and_resumes_with_the_token(
+        fresh_database: Callable[[str], str], tmp_path: Path, browser: WebDriver,
+        artifacts: Path) -> None:
+    """A table with a pause table ([flow] pauses) on MariaDB, in Chromium: the page says it
+    runs; the queue is paused through the page's form (token typed in), then group g alone,
+    then the queue resumed: the page, `inboxgen status --json` and the pause table agree at
+    each step; without the token nothing changes (403)."""
+    url = fresh_database("mysql")
+    root = tmp_path / "app"
+    q = Queue(cli_project(root, "mysql", Layout(form="lease", group=True, pauses=True), url),
+              "mysql", url)
+    conn = q.connect()
+    for group in ("g", "h"):
+        q.add(conn, retry_after=now() - dt.timedelta(seconds=5), **{q.group_attr: group})
+    env = {**os.environ, "INBOXGEN_DATABASE_URL": url, "INBOXGEN_DASHBOARD_TOKEN": TOKEN}
+
+    def shown() -> tuple[str, dict[str, bool]]:
+        """What the page says of the pauses: its data-paused, and each group's badge."""
+        state = browser.find_element(By.CSS_SELECTOR, ".pause-state")
+        badges = {row.get_attribute("data-group") or "":
+                  bool(row.find_elements(By.CSS_SELECTOR, ".paused"))
+                  for row in browser.find_elements(By.CSS_SELECTOR, "tr[data-group]")}
+        return state.get_attribute("data-paused") or "", badges
+
+    def submit(group: str, verb: str) -> str:
+        browser.get(base + "/")
+        form = 'form[action$="/actions/pause"] '
+        if group:
+            browser.find_element(By.CSS_SELECTOR, form + 'input[name="group"]').send_keys(group)
+        browser.find_element(By.CSS_SELECTOR, form + 'input[name="token"]').send_keys(TOKEN)
+        browser.find_element(By.CSS_SELECTOR, form + f'button[value="{verb}"]').click()
+        result: str = _loaded(browser, ".result").text
+        browser.get(base + "/")
+        return result
+
+    with served(root, env, "--allow-actions", "--refresh", "0") as (base, _):
+        browser.get(base + "/")
+        assert browser.find_element(By.CSS_SELECTOR, ".pause-state").text == "running"
+        assert shown() == ("", {"g": False, "h": False})
+        code, body = http("POST", f"{base}/actions/pause", form={"table": "jobs"})
+        assert code == 403, body
+        assert q.mod.paused(conn) == []
+        conn.rollback()
+
+        assert submit("", "pause") == ("jobs: paused: no worker claims its jobs until it is "
+                                       "resumed")
+        assert shown() == ("queue", {"g": True, "h": True})
+        assert status_json(root, env)[0]["paused"] == [None]
+        browser.save_screenshot(str(artifacts / "dashboard-paused.png"))
+
+        assert submit("g", "pause").startswith("jobs group g: paused")
+        assert submit("", "resume") == "jobs: resumed"
+        assert shown() == ("g", {"g": True, "h": False})
+        assert [g["paused"] for g in status_json(root, env)[0]["groups"]] == [True, False]
+        assert q.mod.paused(conn) == ["g"]
+        conn.rollback()
+        assert submit("", "resume") == "jobs: was not paused; nothing changed"
+
+        code, body = http("POST", f"{base}/actions/pause",
+                          form={"table": "jobs", "group": "g", "do": "resume", "token": TOKEN})
+        assert code == 200 and "jobs group g: resumed" in body, body
+        browser.get(base + "/")
+        assert shown() == ("", {"g": False, "h": False})
+    q.close()
+
+
 @contextlib.contextmanager
 def in_thread(app: Any) -> Iterator[str]:
     """`app` served by uvicorn on a thread of this process until the block ends."""
@@ -466,7 +532,7 @@ def test_the_json_endpoint_of_an_app_mounted_in_an_asgi_app_on_sqlite(
 
 # Every route of the dashboard: its pages (GET) and its actions (POST).
 PAGES = ("/", "/job", "/api/status")
-ACTIONS = ("/actions/requeue", "/actions/cancel")
+ACTIONS = ("/actions/requeue", "/actions/cancel", "/actions/pause")
 READ_ONLY = '<p class="error">actions are off: this dashboard is read-only</p>'
 
 

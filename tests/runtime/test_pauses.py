@@ -1,6 +1,7 @@
 """Pausing a running queue ([flow] pauses): a worker claims nothing while its queue (or group)
 is paused, a job in work when the pause commits finishes, and resume() has the worker claim at
-once. Worker.pause/resume/paused and the Service's are the API; errors name what is missing."""
+once. worker.pauses (pause, resume, paused) and the Service's are the API; errors name what
+is missing."""
 
 from __future__ import annotations
 
@@ -66,16 +67,16 @@ def test_a_paused_worker_claims_nothing_until_resumed(queue: MakeQueue, dialect:
         await worker.start()
         try:
             await wait_for(lambda: worker.in_flight == 1)
-            await worker.pause()
-            assert await worker.paused() == [None]
+            await worker.pauses.pause()
+            assert await worker.pauses.paused() == [None]
             gate.set()
             await wait_for(lambda: ran == [first])  # the job in work finished
             await asyncio.sleep(QUIET)
             assert ran == [first]
-            assert await worker.resume() is True
+            assert await worker.pauses.resume() is True
             await wait_for(lambda: len(ran) == 6)
             assert sorted(ran) == sorted([first, *others])
-            assert await worker.paused() == []
+            assert await worker.pauses.paused() == []
         finally:
             await worker.shutdown()
 
@@ -130,11 +131,11 @@ def test_pausing_needs_a_pause_table_and_a_started_worker(queue: MakeQueue) -> N
     async def main() -> None:
         worker = Worker(plain.mod.DESCRIPTOR, lambda job: None, database=plain.target)
         with pytest.raises(WorkerConfigError, match=r"\[flow\] pauses"):
-            await worker.pause()
+            await worker.pauses.pause()
         idle = Worker(paused.mod.DESCRIPTOR, lambda job: None, database=paused.target)
         with pytest.raises(Exception, match="start the worker"):
-            await idle.pause()
+            await idle.pauses.pause()
         with pytest.raises(WorkerConfigError, match="no groups"):
-            await idle.pause(group="g")
+            await idle.pauses.pause(group="g")
 
     asyncio.run(main())

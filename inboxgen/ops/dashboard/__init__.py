@@ -6,10 +6,12 @@ a chart of those counts over the samples it took while serving, and a form that 
 up by its id (the module's `state()`). `/api/status` returns what `inboxgen status --json`
 prints. It runs the generated modules' statements and nothing else.
 
+A table with a pause table ([flow] pauses) shows whether it, or which of its groups, is paused.
 It is read-only unless built with `allow_actions=True` and a token: then a dead job can be put
-back into the queue (`requeue()`) and a queued one cancelled (`cancel()`), each POST carrying
-the token. Read-only, every POST (to a page or an action) is answered 403. The database is
-named by the connect helpers' label, which never holds a password.
+back into the queue (`requeue()`), a queued one cancelled (`cancel()`), and a queue or one
+group paused and resumed (`pause()`, `resume()`), each POST carrying the token. Read-only,
+every POST (to a page or an action) is answered 403. The database is named by the connect
+helpers' label, which never holds a password.
 
     from inboxgen.ops import dashboard
     app = dashboard.app("postgresql://ops@db/app", [mailer, reports])   # a Starlette app

@@ -1,5 +1,5 @@
 """The dashboard as a Starlette app: its pages (the overview, a job looked up by id, the JSON
-status) and, with actions on and the token, requeue and cancel."""
+status) and, with actions on and the token, requeue, cancel, pause and resume."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from inboxgen.ops.dashboard.pages import HEADERS, html, render
 from inboxgen.ops.dashboard.views import (
     dead_kept,
     notes,
+    pause_state,
     rows,
     shown_error,
     shown_payload,
@@ -63,7 +64,8 @@ def app(database_url: str, modules: Sequence[ModuleType], *, allow_actions: bool
              Route("/api/status", _api_status, methods=["GET"])]
     routes = [*pages,
               Route("/actions/requeue", _requeue, methods=["POST"]),
-              Route("/actions/cancel", _cancel, methods=["POST"])]
+              Route("/actions/cancel", _cancel, methods=["POST"]),
+              Route("/actions/pause", _pause, methods=["POST"])]
     if not allow_actions:
         # Read-only, every POST is refused as an action is (403), a page's too (not 405): an
         # operator is told why, whatever the path. With actions on, a page is no action: 405.
@@ -109,7 +111,7 @@ async def _overview(request: Request) -> Response:
     for t in tables:
         module = board.modules[t.table]
         sections.append({
-            "status": t, "rows": rows(t), "notes": notes(t, now),
+            "status": t, "rows": rows(t), "notes": notes(t, now), "pause": pause_state(t),
             "chart": chart(board.history, t.table), "dead_kept": dead_kept(module),
             "dead": totals(t, True)["dead"],
             "dead_list": [{"id": j.id, "attempt": j.attempt, "due": j.due,
@@ -239,6 +241,38 @@ async def _cancel(request: Request) -> Response:
     if refused is not None:
         return refused
     return await _act(request, board, fields, "cancel")
+
+
+async def _pause(request: Request) -> Response:
+    """Pause or resume (the form's `do`) a queue, or one group of it (`group`)."""
+    board, fields, refused = await _authorized(request)
+    if refused is not None:
+        return refused
+    table, verb = fields.get("table", ""), fields.get("do", "pause")
+    module = board.module(table)
+    group = fields.get("group", "").strip() or None
+    if module is None or verb not in ("pause", "resume"):
+        return html(render("error", request, board,
+                           message=f"give a queue table of this dashboard and pause or resume "
+                                   f"(table {table!r}, {verb!r})"), 400)
+    what = table + (f" group {group}" if group else "")
+
+    def run() -> str:
+        conn, _ = board.database.conn(module)
+        if verb == "pause":
+            maintenance.pause(module, conn, group=group)
+            return f"{what}: paused: no worker claims its jobs until it is resumed"
+        if maintenance.resume(module, conn, group=group):
+            return f"{what}: resumed"
+        return f"{what}: was not paused; nothing changed"
+
+    try:
+        message = await board.database.run(run)
+    except InboxgenError as err:
+        code = 400 if isinstance(err, ConfigError) else 503
+        return html(render("error", request, board, message=str(err)), code)
+    log.info("dashboard: %s (from %s)", message, request.client.host if request.client else "?")
+    return html(render("done", request, board, message=message, table=table, job_id=None))
 
 
 async def _act(request: Request, board: Dashboard, fields: dict[str, str],

@@ -34,12 +34,14 @@ def rows(t: TableStatus) -> list[dict[str, Any]]:
                   status._age(g["oldest_ready_waited_s"])])
         out.append({"group": "" if g["group"] is None else str(g["group"]), "is_dead": dead,
                     "cells": list(zip(COLUMNS, texts, strict=True)),
-                    "waited": None if dead else g["oldest_ready_waited_s"]})
+                    "waited": None if dead else g["oldest_ready_waited_s"],
+                    "paused": bool(g.get("paused")) and not dead})
     if not t.groups:
-        out.append({"group": "", "is_dead": False, "waited": None,
+        out.append({"group": "", "is_dead": False, "waited": None, "paused": False,
                     "cells": list(zip(COLUMNS, ["0", "0", "0", "", "", ""], strict=True))})
     if t.dead_table is not None:
         out.append({"group": "(dead-letter table)", "is_dead": True, "waited": None,
+                    "paused": False,
                     "cells": list(zip(COLUMNS, ["", "", "", "", str(t.dead_table), ""],
                                       strict=True))})
     return out
@@ -59,6 +61,19 @@ def notes(t: TableStatus, now: _dt.datetime) -> list[str]:
     if t.dead_tuples is not None:
         out.append(status._health(t, now).removeprefix(f"{t.table}: "))
     return out
+
+
+def pause_state(t: TableStatus) -> str | None:
+    """What the table's pause table says, as a page says it; None: it has none."""
+    if t.paused is None:
+        return None
+    groups = ", ".join(g for g in t.paused if g is not None)
+    if None in t.paused:
+        return "paused: no worker claims its jobs" + (
+            f" (and group(s) {groups} on their own)" if groups else "")
+    if groups:
+        return f"group(s) {groups} paused: no worker claims their jobs"
+    return "running"
 
 
 def dead_kept(module: ModuleType) -> str | None:
