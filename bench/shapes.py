@@ -12,7 +12,10 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
 
 - `row_lock`: the row lock with `count_crashes = false` (a crash does not spend an attempt);
 - `row_lock_counted`: the row lock counting every claim (`max_attempts`' default);
-- `lease`.
+- `lease`;
+- `row_lock_pauses`: the row lock on the shape with a pause table (`[flow] pauses`, nothing
+  paused), its "before" being this checkout's row lock on the shape without one: what the
+  pause condition in every claim costs.
 
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
@@ -43,6 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 PREVIOUS = "a3abc9c"  # the last release before the per-priority claims
 VARIANTS = ("row_lock", "row_lock_counted", "lease")
+PAUSES = "row_lock_pauses"  # not in the default sweep
 
 
 # -- the drain, in a process of its own (this checkout's inboxgen, or a release's) ------------
@@ -188,8 +192,9 @@ class Sweep:
         from conformance.axes import production
 
         form = "lease" if variant == "lease" else "row_lock"
-        count = "false" if variant == "row_lock" else "default"
-        return production(name, dialect=dialect, form=form, count_crashes=count)
+        count = "false" if variant in ("row_lock", PAUSES) else "default"
+        return production(name, dialect=dialect, form=form, count_crashes=count,
+                          pauses="table" if variant == PAUSES else "none")
 
     def _build(self, shape: Any, release: Path | None) -> Path:
         """Build the shape's project with this checkout (`release` None) or a release; the
@@ -219,19 +224,27 @@ class Sweep:
         from conformance import shapes
 
         shape = self._shape(dialect, name, variant)
-        now_path, before_path = self._build(shape, None), self._build(shape, self.previous)
+        now_path = self._build(shape, None)
         if variant == "row_lock_counted" and "count_crashes=True" not in now_path.read_text():
             return  # the shape does not count (a FIFO table's claim is its group's head)
+        if variant == PAUSES:  # "before": this checkout, the same shape without a pause table
+            other, release_before = self._shape(dialect, name, "row_lock"), None
+            before_path = self._build(other, None)
+        else:
+            other, release_before = shape, self.previous
+            before_path = self._build(shape, self.previous)
         ddl = (now_path.parent.parent / "migrations" / f"{shape.name}.sql").read_text()
+        ddl_before = (before_path.parent.parent / "migrations" / f"{other.name}.sql").read_text()
         group = shapes.GROUP if shape.group != "none" else None
         for turn, batch in enumerate(self.batches):
             figures = {}
             # Each batch size takes the releases in the other order: neither always runs first.
-            runs = [("now", now_path, None), ("before", before_path, self.previous)]
-            for label, path, release in runs[::-1] if turn % 2 else runs:
-                database = create(f"{shape.name}_{batch}_{label}"[:60])
-                self._fill(shape, database, ddl, path, group)
-                figures[label] = self._drain(shape, database, path, batch, group, release)
+            runs = [("now", shape, ddl, now_path, None),
+                    ("before", other, ddl_before, before_path, release_before)]
+            for label, table, made, path, release in runs[::-1] if turn % 2 else runs:
+                database = create(f"{table.name}_{batch}_{label}"[:60])
+                self._fill(table, database, made, path, group)
+                figures[label] = self._drain(table, database, path, batch, group, release)
             self.rates[(dialect, name, variant, str(batch))] = figures["now"][0]
             line = (f"{name:18} {variant:17} batch {batch:2}: now {figures['now'][0]:7.0f}, "
                     f"before {figures['before'][0]:7.0f} jobs/s "

@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,3 +145,67 @@ def test_pausing_needs_a_pause_table_and_a_started_worker(queue: MakeQueue) -> N
             await idle.pauses.pause(group="g")
 
     asyncio.run(main())
+
+
+# -- four processes of ten slots ------------------------------------------------------------------
+
+WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "process_worker.py"
+REPO = Path(__file__).resolve().parents[2]
+PROCESSES, SLOTS, JOBS = 4, 10, 240
+
+
+def events(logs: list[Path], kind: str) -> list[str]:
+    """The job ids of every `kind` event (start, done) the children logged."""
+    return [line.split()[1] for log in logs for line in log.read_text().splitlines()
+            if line.startswith(kind + " ")]
+
+
+def settle(check: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("dialect", "form"), [("postgres", "row_lock"), ("mysql", "lease"),
+                                               ("sqlite", "lease")])
+def test_a_pause_holds_across_four_processes_of_ten_slots(
+        queue: MakeQueue, tmp_path: Path, dialect: str, form: str) -> None:
+    """Four worker processes of ten slots drain a queue; it is paused mid-drain: once the claims
+    in flight at the pause's commit have returned, no handler starts in any process for 2 s,
+    and every job in work finishes; resumed, the rest drains. Every job starts exactly once."""
+    q = queue(dialect, Layout(form=form, processed=False, pauses=True))
+    due = dt.datetime.now(UTC) - dt.timedelta(seconds=60)
+    conn = q.connect()
+    q.mod.insert_many(conn, [q.new(retry_after=due) for _ in range(JOBS)])
+    conn.commit()
+    logs = [tmp_path / f"w{n}.log" for n in range(PROCESSES)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    children = [subprocess.Popen(
+        [sys.executable, str(WORKER_SCRIPT), q.mod.__file__, q.target, "run", "--log", str(log),
+         "--workers", str(SLOTS), "--job-seconds", "0.05", "--no-listen"],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for log in logs]
+    try:
+        settle(lambda: all(log.exists() for log in logs)
+               and len(events(logs, "start")) >= JOBS // 4)
+        q.mod.pause(conn)
+        conn.commit()
+        time.sleep(0.5)  # the claims in flight at the commit return their rows
+        started = events(logs, "start")
+        time.sleep(2.0)
+        assert events(logs, "start") == started  # nothing started while paused
+        settle(lambda: sorted(events(logs, "done")) == sorted(started))  # in work: finished
+        assert len(started) < JOBS
+        assert q.mod.resume(conn) is True
+        conn.commit()
+        settle(lambda: len(events(logs, "done")) >= JOBS)
+        assert len(events(logs, "start")) == len(set(events(logs, "start"))) == JOBS
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err.decode()[-2000:]
+    assert q.ids() == []
