@@ -111,14 +111,18 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
     return "\n".join(lines + notes) + "\n"
 
 
-def _paused(table: str, paused: list[str | None]) -> str:
+def paused_words(paused: list[str | None]) -> str:
+    """What `paused` (TableStatus.paused, not empty) pauses, in words: `paused`, `group(s) g, h
+    paused`, or `paused, and group(s) g on their own`."""
     groups = ", ".join(g for g in paused if g is not None)
     if None not in paused:
-        return (f"{table}: group(s) {groups} paused: no claim takes their jobs until they are "
-                f"resumed (inboxgen resume --group)")
-    also = f", and group(s) {groups} on their own" if groups else ""
-    return (f"{table}: paused{also}: no claim takes its jobs until it is resumed "
-            f"(inboxgen resume)")
+        return f"group(s) {groups} paused"
+    return "paused" + (f", and group(s) {groups} on their own" if groups else "")
+
+
+def _paused(table: str, paused: list[str | None]) -> str:
+    how = "inboxgen resume" if None in paused else "inboxgen resume --group"
+    return f"{table}: {paused_words(paused)}: no worker claims those jobs until resumed ({how})"
 
 
 def _health(t: TableStatus, now: _dt.datetime | None) -> str:

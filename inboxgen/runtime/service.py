@@ -340,7 +340,7 @@ class Service:
         This service's queues of the table claim at once (Worker.pauses)."""
         lifted = await self._serving_worker(descriptor).pauses.resume(group)
         for w in self.workers:
-            if w.descriptor.qualified_name == descriptor.qualified_name:
+            if _same_table(w.descriptor, descriptor):
                 w.wake()
         return lifted
 
@@ -349,9 +349,7 @@ class Service:
         return await self._serving_worker(descriptor).pauses.paused()
 
     def _serving_worker(self, descriptor: TableDescriptor) -> Worker:
-        found = next((w for w in self.workers if w.descriptor.qualified_name
-                      == descriptor.qualified_name and w.descriptor.dialect
-                      == descriptor.dialect), None)
+        found = next((w for w in self.workers if _same_table(w.descriptor, descriptor)), None)
         if found is None:
             raise WorkerConfigError("the service serves no queue of this table (or has not "
                                     "started)", worker=self.name,
@@ -361,9 +359,8 @@ class Service:
     def _queue_of(self, descriptor: TableDescriptor, where: str) -> int | None:
         """The index of a queue serving `descriptor`'s table on `where`."""
         return next((i for i, q in enumerate(self._queued)
-                     if q.descriptor.qualified_name == descriptor.qualified_name
-                     and q.descriptor.dialect == descriptor.dialect
-                     and str(q.database) == where), None)
+                     if _same_table(q.descriptor, descriptor) and str(q.database) == where),
+                    None)
 
     def _keep_schedules(self) -> None:
         """One task per schedule, enqueueing its occurrences on its queue's connections."""
@@ -453,3 +450,8 @@ async def _call(hook: Hook) -> None:
     result = hook()
     if inspect.isawaitable(result):
         await result
+
+
+def _same_table(a: TableDescriptor, b: TableDescriptor) -> bool:
+    """Whether two descriptors are of one table (its name and dialect)."""
+    return a.qualified_name == b.qualified_name and a.dialect == b.dialect

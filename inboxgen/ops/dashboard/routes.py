@@ -7,7 +7,7 @@ import contextlib
 import datetime as _dt
 import logging
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -266,13 +266,7 @@ async def _pause(request: Request) -> Response:
             return f"{what}: resumed"
         return f"{what}: was not paused; nothing changed"
 
-    try:
-        message = await board.database.run(run)
-    except InboxgenError as err:
-        code = 400 if isinstance(err, ConfigError) else 503
-        return html(render("error", request, board, message=str(err)), code)
-    log.info("dashboard: %s (from %s)", message, request.client.host if request.client else "?")
-    return html(render("done", request, board, message=message, table=table, job_id=None))
+    return await _done(request, board, run, table, None)
 
 
 async def _act(request: Request, board: Dashboard, fields: dict[str, str],
@@ -309,11 +303,20 @@ async def _act(request: Request, board: Dashboard, fields: dict[str, str],
                 f"{table}: job {raw_id} was not cancelled (held by a worker, finished, or not "
                 f"there)")
 
+    return await _done(request, board, run, table, raw_id)
+
+
+async def _done(request: Request, board: Dashboard, run: Callable[[], str], table: str,
+                job_id: str | None) -> Response:
+    """Run an action (`run`, on the database's thread; it returns what it did) and answer with
+    its line, logged with the client's address; a refusal or a database error is a one-line
+    page (400 or 503)."""
     try:
         message = await board.database.run(run)
     except InboxgenError as err:
         code = 400 if isinstance(err, ConfigError) else 503
         return html(render("error", request, board, message=str(err)), code)
-    log.info("dashboard: %s (job %r, from %s)", message, raw_id,
+    log.info("dashboard: %s (%sfrom %s)", message,
+             "" if job_id is None else f"job {job_id!r}, ",
              request.client.host if request.client else "?")
-    return html(render("done", request, board, message=message, table=table, job_id=raw_id))
+    return html(render("done", request, board, message=message, table=table, job_id=job_id))

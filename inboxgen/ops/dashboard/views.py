@@ -67,13 +67,9 @@ def pause_state(t: TableStatus) -> str | None:
     """What the table's pause table says, as a page says it; None: it has none."""
     if t.paused is None:
         return None
-    groups = ", ".join(g for g in t.paused if g is not None)
-    if None in t.paused:
-        return "paused: no worker claims its jobs" + (
-            f" (and group(s) {groups} on their own)" if groups else "")
-    if groups:
-        return f"group(s) {groups} paused: no worker claims their jobs"
-    return "running"
+    if not t.paused:
+        return "running"
+    return f"{status.paused_words(t.paused)}: no worker claims those jobs"
 
 
 def dead_kept(module: ModuleType) -> str | None:
