@@ -14,8 +14,8 @@ from inboxgen.errors import Diagnostic
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.catalog import Catalog, Column, Table
 from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
-from inboxgen.generate.model import ClaimIndex, Field, Queue, TableRef, attr_name
-from inboxgen.generate.spec import RoleBinding, Spec
+from inboxgen.generate.model import ClaimIndex, Field, Limits, Queue, TableRef, attr_name
+from inboxgen.generate.spec import FlowLimits, RoleBinding, Spec
 
 _PAUSE_COLUMNS = "columns queue (text, NOT NULL) and paused_group (text, NULL)"
 
@@ -134,6 +134,7 @@ class _Checker:
         key = self.advisory_key(form, fields)
         dead_table = self.dead_letter(table, roles)
         pause_table = self.pauses(table, "group" in roles)
+        limits = self.limits(table, roles, form)
         unique = self.unique(table, fields)
         # Roles whose column is missing were reported; the index advice would be off by them.
         claim_index, suggested = (self.indexes(table, roles, form)
@@ -149,6 +150,7 @@ class _Checker:
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
             claim_index=claim_index, suggested_index=suggested, pause_table=pause_table,
+            limits=limits,
         )
 
     def ddl_names(self) -> str:
@@ -566,6 +568,71 @@ class _Checker:
                            f"{' and '.join(wanted)} alone: give it a default or allow NULL")
         return TableRef(pauses.schema, pauses.name)
 
+    def limits(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]], form: str
+               ) -> Limits | None:
+        """[flow] concurrency and key_concurrency: a claim counts the jobs in work by their
+        leases, so the table needs the lease form (and not FIFO, which already runs one job of
+        a group at a time); the key is a NOT NULL column compared with `=`."""
+        given = self.spec.limits
+        if given is None:
+            return None
+        first = "concurrency" if given.concurrency is not None else "key"
+        line = self.spec.line("flow", first)
+        if form != LEASE:
+            self.err(line, f"[flow] {first} needs the lease form (a locked_until role): a claim "
+                           f"counts the jobs in work by their leases, and under the "
+                           f"{form.replace('_', ' ')} form jobs in work leave no mark in the "
+                           f"table")
+            return None
+        if self.spec.fifo:
+            self.err(line, f"[flow] {first} is not built for FIFO tables (each group already "
+                           f"runs one job at a time): remove it or fifo")
+            return None
+        key = None
+        if given.key is not None:
+            kline = self.spec.line("flow", "key")
+            col = table.column(given.key, self.d)
+            if col is None:
+                known = ", ".join(c.name for c in table.columns)
+                self.err(kline, f"[flow] key \"{given.key}\" is not a column of table "
+                                f"\"{table.name}\" (columns: {known})")
+                return None
+            if col.nullable:
+                self.err(kline, f"[flow] key \"{col.name}\" of table \"{table.name}\" allows "
+                                f"NULL ({col.path}:{col.line}): a row without a key would run "
+                                f"outside every limit; make it NOT NULL")
+                return None
+            if col.kind in (cat.JSON, cat.BYTES):
+                self.err(kline, f"[flow] key \"{col.name}\" of table \"{table.name}\" is "
+                                f"{col.type_sql} ({col.path}:{col.line}); a key is compared "
+                                f"with =: use a text, number or UUID column")
+                return None
+            self.check_identifier(col.name, kline, "column")
+            key = col.name
+        self.limit_indexes(table, roles["locked_until"][1].name, given, key)
+        return Limits(given.concurrency, key, given.key_concurrency)
+
+    def limit_indexes(self, table: Table, lease: str, given: FlowLimits,
+                      key: str | None) -> None:
+        """Each claim counts the jobs in work: the queue's through an index that starts with
+        the lease column, a key's through one that starts with the key."""
+        indexes = self.catalog.indexes_of(table)
+
+        def led_by(column: str) -> bool:
+            return any(i.columns and i.columns[0].lower() == column.lower() and not i.partial
+                       for i in indexes)
+
+        wants = []
+        if given.concurrency is not None and not led_by(lease):
+            wants.append(("concurrency", lease, f"({lease})"))
+        if key is not None and not led_by(key):
+            wants.append(("key", key, f"({key})"))
+        for name, column, cols in wants:
+            self.warn(self.spec.line("flow", name),
+                      f"no index of table \"{table.name}\" starts with {column}: every claim "
+                      f"counts the jobs in work by reading the whole table; create an index on "
+                      f"\"{table.name}\" {cols}")
+
     def unique(self, table: Table, fields: list[Field]) -> tuple[Field, ...]:
         out: list[Field] = []
         for name in self.spec.unique:
@@ -614,7 +681,9 @@ class _Checker:
         lease = roles.get("locked_until")
         if lease is not None and self.d.indexed_updates_cost:
             for i in indexes:
-                if any(lease[1].name.lower() in c.lower() for c in i.columns):
+                counts = (self.spec.limits is not None and self.spec.limits.concurrency
+                          is not None and i.columns[:1] == [lease[1].name])
+                if any(lease[1].name.lower() in c.lower() for c in i.columns) and not counts:
                     self.warn(i.line, f"index {i.name or '(unnamed)'} on \"{table.name}\" "
                                       f"mentions {lease[1].name}: every lease renewal becomes a "
                                       f"non-HOT update", i.path)

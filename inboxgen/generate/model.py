@@ -118,6 +118,17 @@ def _leads(columns: Sequence[str], order: Sequence[str]) -> bool:
 
 
 @attrs.frozen
+class Limits:
+    """[flow] limits, checked against the DDL: at most `concurrency` jobs of the queue in work at
+    once, and at most `key_concurrency` of one value of column `key` (its name as the DDL
+    writes it)."""
+
+    concurrency: int | None
+    key: str | None
+    key_concurrency: int | None
+
+
+@attrs.frozen
 class Queue:
     spec: Spec
     dialect: Dialect
@@ -138,6 +149,8 @@ class Queue:
     suggested_index: ClaimIndex | None = None
     # [flow] pauses: the table whose rows pause the queue or one of its groups.
     pause_table: TableRef | None = None
+    # [flow] limits on the jobs in work at once.
+    limits: Limits | None = None
 
     def role(self, role: str) -> Field | None:
         return next((f for f in self.fields if f.role == role), None)

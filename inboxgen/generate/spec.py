@@ -42,7 +42,7 @@ _TOP_KEYS = {
 _COLUMN_KEYS = {"role", "generated", "codec", "type"}
 _DEAD_LETTER_KEYS = {"group", "table"}
 _RUNTIME_KEYS = {"workers", "batch", "lease", "poll_interval", "max_attempts"}
-_FLOW_KEYS = {"pauses"}
+_FLOW_KEYS = {"pauses", "concurrency", "key", "key_concurrency"}
 
 
 @attrs.frozen
@@ -62,6 +62,16 @@ class Reviewed:
     files: tuple[str, ...]  # the file as the entry may name it
     line: int
     text: str  # the entry as written
+
+
+@attrs.frozen
+class FlowLimits:
+    """[flow] limits on the jobs in work at once, across every worker of every process: the
+    queue's (`concurrency`) and, with `key`, each key's (`key_concurrency`)."""
+
+    concurrency: int | None
+    key: str | None
+    key_concurrency: int | None
 
 
 @attrs.frozen
@@ -91,6 +101,9 @@ class Spec:
     lines: dict[tuple[str, ...], int]
     # [flow] pauses: the table whose rows pause the queue or one of its groups.
     pause_table: str | None = None
+    # [flow] limits: at most `concurrency` jobs in work at once, and at most `key_concurrency`
+    # of one value of column `key`.
+    limits: FlowLimits | None = None
 
     def line(self, *key: str) -> int:
         return line_of(self.lines, key)
@@ -293,7 +306,7 @@ class _Reader:
         bindings = self.columns(data)
         dl_group, dl_table = self.dead_letter(data)
         runtime = self.runtime(data)
-        pause_table = self.flow(data)
+        pause_table, limits = self.flow(data)
         if self.problems or dialect is None:
             raise SpecInvalid(self.problems)
         return Spec(
@@ -303,7 +316,7 @@ class _Reader:
             count_crashes=count_crashes, reviewed=reviewed,
             unique=tuple(unique), server_version=server_version, bindings=tuple(bindings),
             dead_letter_group=dl_group, dead_letter_table=dl_table, runtime=runtime,
-            lines=self.lines, pause_table=pause_table,
+            lines=self.lines, pause_table=pause_table, limits=limits,
         )
 
     def ddl(self, data: dict[str, Any]) -> list[Path]:
@@ -418,19 +431,43 @@ class _Reader:
             self.err(("dead_letter",), "dead_letter needs 'group' or 'table'")
         return group, table
 
-    def flow(self, data: dict[str, Any]) -> str | None:
+    def flow(self, data: dict[str, Any]) -> tuple[str | None, FlowLimits | None]:
         flow = data.get("flow")
         if flow is None:
-            return None
+            return None, None
         if not isinstance(flow, dict):
             self.err(("flow",), "'flow' must be a table")
-            return None
+            return None, None
         self.unknown(flow, _FLOW_KEYS, ("flow",))
         pauses: str | None = self.typed(flow, ("flow", "pauses"), str, "a table name")
         if pauses == "":
             self.err(("flow", "pauses"), "'flow.pauses' must name a table")
+            pauses = None
+        return pauses, self.limits(flow)
+
+    def limits(self, flow: dict[str, Any]) -> FlowLimits | None:
+        counts: dict[str, int | None] = {}
+        for name in ("concurrency", "key_concurrency"):
+            n = self.typed(flow, ("flow", name), int, "a whole number of jobs")
+            if n is not None and n < 1:
+                self.err(("flow", name), f"'flow.{name}' must be at least 1 (a limit of {n} "
+                                         f"would run nothing), not {n}")
+                n = None
+            counts[name] = n
+        key: str | None = self.typed(flow, ("flow", "key"), str, "a column name")
+        if key == "":
+            self.err(("flow", "key"), "'flow.key' must name a column of the queue table")
+            key = None
+        if key is not None and "key_concurrency" not in flow:
+            self.err(("flow", "key"), "'flow.key' needs 'flow.key_concurrency': how many jobs "
+                                      "of one key may be in work at once")
+        if "key_concurrency" in flow and "key" not in flow:
+            self.err(("flow", "key_concurrency"), "'flow.key_concurrency' needs 'flow.key': "
+                                                  "the column whose values are the keys")
+        if counts["concurrency"] is None and (key is None or counts["key_concurrency"] is None):
             return None
-        return pauses
+        return FlowLimits(counts["concurrency"], key if counts["key_concurrency"] else None,
+                          counts["key_concurrency"] if key else None)
 
     def runtime(self, data: dict[str, Any]) -> RuntimeDefaults:
         rt = data.get("runtime")

@@ -86,6 +86,8 @@ class Step:
     result: str = ""
     after: tuple[str, ...] = ()
     when: str = ""
+    # A `many` step's rows as an expression of ROWS, the rows the statement returned.
+    over: str = ""
 
 
 @attrs.frozen
@@ -257,12 +259,14 @@ class Renderer:
             return "TABLE"  # the queue's name in the pause table
         if name == "from_id":
             return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
+        if name in ("concurrency", "key_concurrency"):
+            return name.upper()  # the module's constants, from the spec's [flow]
         return name
 
     def ids_of(self, generator: str) -> str:
         """Hook: the `ids` parameter of a claim from a generator expression of the claimed
         rows' ids."""
-        return f"[{generator}]"
+        return self.array(f"[{generator}]")
 
     def ids_from(self, name: str) -> str:
         """Hook: the `ids` parameter from the sequence argument `name`."""
@@ -296,7 +300,8 @@ class Renderer:
         types = self.arg_types()
         names = sorted((p for p in st.params
                         if p not in skip and p not in ("dead_group", "channel", "payload",
-                                                       "ids", "row_key", "queue")),
+                                                       "ids", "row_key", "queue",
+                                                       "concurrency", "key_concurrency")),
                        key=_ARG_ORDER.index)
         parts = [f"{p}: {types[p]}" for p in names]
         if extra:
@@ -314,7 +319,12 @@ class Renderer:
         lease_doc = (" Returns False when the lease is no longer held (the row is untouched)."
                      if q.lease else "")
         if "CLAIM" in st:
-            out.append(self.claim())
+            out.append(self.claim_then_mark() if "CLAIM_MARK" in st else self.claim())
+        if "CLAIM_TURN_END" in st:
+            out.append(self.flag("CLAIM_TURN"))
+            turn_end = st["CLAIM_TURN_END"]
+            out.append(Func("claim_turn_end", "", "None", turn_end.doc, (
+                Step("exec", tuple(self.run("", "CLAIM_TURN_END", self.params(turn_end)))),)))
         if "SCHEDULED" in st:
             out.append(self.scalar("scheduled", "SCHEDULED", "int",
                                    self.args(st["SCHEDULED"])))
@@ -692,6 +702,34 @@ class Renderer:
                         Step("many", self.cur(name, self.params(claim)), "_claimed(r)",
                              after=order),), before=pick)
 
+    def claim_then_mark(self) -> Func:
+        """claim() on a CLAIM that reads and locks the rows, then CLAIM_MARK that writes their
+        leases (MySQL, which has no UPDATE ... RETURNING; and a limited queue's claim, which
+        keeps only the rows its limits leave room for, after CLAIM_TURN where the claim takes
+        its turn itself)."""
+        st = self.st
+        claim = st["CLAIM"]
+        then = ("if rows:", *("    " + line for line in
+                              self.run("", "CLAIM_MARK", self.params(st["CLAIM_MARK"]))))
+        args = self.args(claim, skip=("limit",),
+                         extra="locked_until: datetime.datetime, limit: int = 1")
+        doc = ("Claim up to `limit` rows under a lease ending at `locked_until`; run it in a "
+               "transaction and commit.")
+        over, turn = "", ()
+        if self.q.limits is not None:
+            over = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY)"
+            doc = ("Claim up to `limit` rows, as many as the limits leave room for, under a "
+                   "lease ending at `locked_until`; run it in a transaction and commit.")
+            if "CLAIM_TURN_END" in st:
+                doc += (" Call claim_turn() before the transaction and claim_turn_end() after "
+                        "its commit.")
+            elif "CLAIM_TURN" in st:
+                turn = tuple(self.run("", "CLAIM_TURN", self.params(st["CLAIM_TURN"])))
+                doc += " Takes the claim turn first, held until then."
+        return Func("claim", args, "list[ClaimedRow]", doc, (
+            Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then,
+                 over=over),), before=turn)
+
     def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:
         """Where the table has a twin of claim statement `name` that reads the due rows
         priority by priority: the statement to run, the argument that picks the twin, what the
@@ -713,7 +751,7 @@ class Renderer:
 
     @property
     def lease_after_read(self) -> bool:
-        return self.reads_before_leasing and self.q.lease
+        return (self.reads_before_leasing or self.q.limits is not None) and self.q.lease
 
     @staticmethod
     def id_cast(t: str, value: str) -> str:
@@ -758,6 +796,7 @@ class Renderer:
         d_table = q.dead_letter_table
         ctx: dict[str, object] = {
             "q": q,
+            "limits": q.limits,
             "spec_path": q.spec.display,
             "table_name": q.table.name,
             "qualified": qualified,

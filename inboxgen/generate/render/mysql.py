@@ -68,20 +68,14 @@ class MySQLRenderer(Renderer):
                                    "for r in rows])",)),))
 
     def claim(self) -> Func:
-        """MySQL has no UPDATE ... RETURNING: select and lock, then mark, in one transaction."""
+        """MySQL has no UPDATE ... RETURNING: a lease's claim selects and locks, then marks
+        (claim_then_mark); a counted row lock's counts its rows after the select."""
         st = self.st
         claim = st["CLAIM"]
         args = self.args(claim, skip=("limit",), extra="limit: int = 1")
         doc = claim.doc
         then: tuple[str, ...] = ()
-        if "CLAIM_MARK" in st:
-            then = ("if rows:", *("    " + line for line in
-                                  self.run("", "CLAIM_MARK", self.params(st["CLAIM_MARK"]))))
-            args = self.args(claim, skip=("limit",),
-                             extra="locked_until: datetime.datetime, limit: int = 1")
-            doc = "Claim up to `limit` rows under a lease ending at `locked_until`; run it in " \
-                  "a transaction and commit."
-        elif "CLAIM_COUNT" in st:
+        if "CLAIM_COUNT" in st:
             then = ("if rows:", *("    " + line for line in
                                   self.run("", "CLAIM_COUNT", self.params(st["CLAIM_COUNT"]))))
             doc = st["CLAIM_COUNT"].doc.replace("the claimed rows", "up to `limit` rows")

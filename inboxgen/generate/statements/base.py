@@ -218,6 +218,8 @@ class Statements:
             self.claim_row_lock_counted()
         elif form == ROW_LOCK:
             self.claim_row_lock()
+        elif form == LEASE and self.q.limits is not None:
+            self.claim_limited()
         elif form == LEASE:
             self.claim_lease()
         elif form == ADVISORY:
@@ -267,6 +269,66 @@ class Statements:
                  + f"\nWHERE {self.picked(self.lease_pick_lock)}\n"
                  + f"RETURNING {self.select_list(returning_claim=True)}",
                  "Claim up to `limit` rows under a lease ending at `locked_until`.")
+
+    def claim_limited(self) -> None:
+        """[flow] limits, under a lease: claims take turns (CLAIM_TURN, the dialect's lock,
+        held to the claim's commit), so each sees every lease the claims before it wrote. CLAIM
+        reads the due rows with the jobs in work (the live leases: of the queue, and of each
+        row's key) beside them; a full queue, or a key at its limit, gives no row. Of the rows
+        read, claim() keeps those the limits leave room for (a batch may hold several rows of
+        one key) and CLAIM_MARK writes their leases."""
+        limits = self.q.limits
+        assert limits is not None
+        self.claim_turn()
+        lu = self.role("locked_until")
+        assert lu is not None
+        held = self.d.quote("inboxgen_held")
+        live = f"{held}.{self.c(lu)} > {self.p('now')}"
+
+        def in_work(*conds: str) -> str:
+            return "\n".join(("(", "    SELECT COUNT(*)", f"    FROM {self.t()} AS {held}",
+                              self.where([*conds, live], "    "), ")"))
+
+        also: list[str] = []
+        queue_count = key_count = key_col = "NULL"
+        if limits.concurrency is not None:
+            queue_count = in_work()
+            also.append(f"{queue_count} < {self.p('concurrency')}")
+        if limits.key is not None:
+            key = self.d.quote(limits.key)
+            key_col = f"{self.t()}.{key}"
+            key_count = in_work(f"{held}.{key} = {key_col}")
+            also.append(f"{key_count} < {self.p('key_concurrency')}")
+        also += self.turn_held()
+        counts = [f"{queue_count} AS {self.d.quote('inboxgen_in_work')}",
+                  f"{key_col} AS {self.d.quote('inboxgen_key')}",
+                  f"{key_count} AS {self.d.quote('inboxgen_key_in_work')}"]
+        self.add("CLAIM", "\n".join(x for x in (
+            f"SELECT {self.select_list()},",
+            *("       " + line for line in ",\n".join(counts).splitlines()),
+            f"FROM {self.t()}{self.force_index()}",
+            self.where([*self.filters(), *also]),
+            f"ORDER BY {self.order()}",
+            f"LIMIT {self.p('limit')}",
+            self.limited_lock,
+        ) if x), "Under the claim turn, read up to `limit` due rows within the limits, with the "
+                 "jobs in work (of the queue, of the row's key) beside each.")
+        self.add("CLAIM_MARK", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
+                 + f"\nWHERE {self.ids_in(self.c(self.q.id))}",
+                 "Write the lease (the ownership token) on the rows of CLAIM that claim() kept.")
+
+    # How a limited claim's read locks the rows it reads (SQLite's transaction holds the file).
+    limited_lock = "FOR UPDATE SKIP LOCKED"
+
+    def claim_turn(self) -> None:
+        """CLAIM_TURN (and where it outlives the transaction, CLAIM_TURN_END): the lock that
+        makes a limited queue's claims take turns. SQLite's claims take turns anyway: each
+        holds the file's write lock from BEGIN IMMEDIATE."""
+
+    def turn_held(self) -> list[str]:
+        """A condition of CLAIM that holds only under the claim turn, where taking the turn can
+        give up waiting (MySQL's GET_LOCK)."""
+        return []
 
     def claim_advisory_candidates(self) -> None:
         self.select_claimable("CANDIDATES", "Rows due for a claim, in claim order; each is then "

@@ -40,6 +40,8 @@ class MySQLStatements(Statements):
             self.claim_row_lock_counted()
         elif form == ROW_LOCK:
             self.claim_row_lock()
+        elif form == LEASE and self.q.limits is not None:
+            self.claim_limited()
         elif form == LEASE:
             self.select_claimable("CLAIM", "Select up to `limit` due rows and lock them until "
                                            "CLAIM_MARK, in the same transaction.")
@@ -64,6 +66,23 @@ class MySQLStatements(Statements):
             self.add("UNLOCK", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256),"
                                f" name))\n{name}",
                      "Release the session-level lock on a job's key.")
+
+    # The claim turn's lock name: the database's and queue's names hashed, so that it stays
+    # within MySQL's 64 characters.
+    _TURN = "CONCAT('inboxgen turn:', SHA1(CONCAT(DATABASE(), '.', %(queue)s)))"
+
+    def claim_turn(self) -> None:
+        """A named lock: session-level, so CLAIM_TURN goes before the claim's transaction and
+        CLAIM_TURN_END after its commit (a read view begun under the turn sees every claim
+        before it). GET_LOCK gives up after ten seconds; CLAIM then reads nothing."""
+        self.add("CLAIM_TURN", f"SELECT GET_LOCK({self._TURN}, 10)",
+                 "Wait (ten seconds at most) for the claim turn of a limited queue, held until "
+                 "CLAIM_TURN_END; returns whether it came.")
+        self.add("CLAIM_TURN_END", f"SELECT RELEASE_LOCK({self._TURN})",
+                 "Give the claim turn up, after the claim's commit.")
+
+    def turn_held(self) -> list[str]:
+        return [f"IS_USED_LOCK({self._TURN}) = CONNECTION_ID()"]
 
     def fifo(self) -> None:
         """MySQL FIFO without advisory transaction locks: row locks on the group serialise its

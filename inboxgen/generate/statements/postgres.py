@@ -56,7 +56,7 @@ class PostgresStatements(Statements):
         second and whenever a claim comes back short, so no row waits longer than that."""
         integer = self.q.id.column.type_sql.upper() in _PG_INTEGERS
         return (self.q.lease and integer and self.role("priority") is None
-                and self.role("retry_after") is None)
+                and self.role("retry_after") is None and self.q.limits is None)
 
     def claim_lease(self) -> None:
         if not self.claims_from_id:
@@ -86,7 +86,7 @@ class PostgresStatements(Statements):
         heads."""
         pr, ra = self.role("priority"), self.role("retry_after")
         return (pr is not None and ra is not None and not pr.column.nullable
-                and not self.q.fifo)
+                and not self.q.fifo and self.q.limits is None)  # a limited claim reads once
 
     # While True, the claims being built read the due rows priority by priority.
     walking = False
@@ -249,6 +249,12 @@ class PostgresStatements(Statements):
         self.add("RELEASE", f"SELECT pg_advisory_unlock({key.format('held.id')})\n"
                             f"FROM unnest({self.p('id')}::{pg_array_type(self.q.id)}) AS held(id)",
                  "Unlock the keys of counted rows once their settlements have committed.")
+
+    def claim_turn(self) -> None:
+        self.add("CLAIM_TURN", "SELECT pg_advisory_xact_lock(hashtextextended('inboxgen turn:' "
+                               "|| %(queue)s, 0))",
+                 "Wait for the claim turn of a limited queue, held to the end of the "
+                 "transaction.")
 
     def advisory_locks(self) -> None:
         self.add("LOCK", "SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0))",

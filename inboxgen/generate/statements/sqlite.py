@@ -10,6 +10,8 @@ from inboxgen.generate.statements.base import Statements
 
 
 class SqliteStatements(Statements):
+    limited_lock = ""  # the claim's transaction holds the file's write lock
+
     def held_batch(self) -> str:
         # One JSON array of [id, locked_until, attempt] entries: joining one json_each per
         # column on its key would scan each array once per row.
