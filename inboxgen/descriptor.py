@@ -108,6 +108,10 @@ class Operations:
     """
 
     claim: Callable[..., Any] | None = None
+    # [flow] limits on MySQL: the claim turn, taken before a claim's transaction and given up
+    # after its commit (elsewhere claim() takes it, or the transaction is the turn).
+    claim_turn: Callable[..., Any] | None = None
+    claim_turn_end: Callable[..., Any] | None = None
     scheduled: Callable[..., Any] | None = None  # rows due later, for the claim's choice
     fifo_claim: Callable[..., Any] | None = None
     candidates: Callable[..., Any] | None = None

@@ -198,7 +198,7 @@ def toml_key(name: str) -> str:
 def spec_toml(table: str, columns: Mapping[str, str], *, dialect: str = "postgres",
               runtime: Mapping[str, Any] | None = None,
               dead_letter: Mapping[str, str] | None = None,
-              flow: Mapping[str, str] | None = None, **options: Any) -> str:
+              flow: Mapping[str, Any] | None = None, **options: Any) -> str:
     """A spec's text: the table and dialect, the top-level `options` (claim, advisory_key, fifo,
     count_crashes, unique...), each column's role, and the [runtime] and [dead_letter] tables.
 
@@ -270,6 +270,9 @@ class Layout:
     count_crashes: bool = False  # row lock: the claim counts the attempt in its own transaction
     headers: bool = False
     pauses: bool = False  # [flow] pauses = "jobs_pauses"
+    # [flow] limits (lease): at most this many jobs in work, and of one `account`.
+    concurrency: int | None = None
+    key_concurrency: int | None = None
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -334,6 +337,11 @@ class Layout:
         if self.pauses:
             text = TYPES["text"][dialect]
             out.append(f"CREATE TABLE jobs_pauses (queue {text} NOT NULL, paused_group {text});")
+        # The indexes a limited claim counts the jobs in work through.
+        if self.concurrency is not None:
+            out.append(f"CREATE INDEX jobs_in_work ON jobs ({names('locked_until')});")
+        if self.key_concurrency is not None:
+            out.append(f"CREATE INDEX jobs_account ON jobs ({names('account')});")
         return "\n".join(out) + "\n"
 
     def spec(self, dialect: str) -> str:
@@ -354,7 +362,15 @@ class Layout:
                          runtime={"lease": LEASE, **({"max_attempts": 3} if self.dead else {})},
                          dead_letter=None if not self.dead else
                          {"group": "dead"} if self.dead == "group" else {"table": "jobs_dead"},
-                         flow={"pauses": "jobs_pauses"} if self.pauses else None, **options)
+                         flow=self.flow() or None, **options)
+
+    def flow(self) -> dict[str, Any]:
+        flow: dict[str, Any] = {"pauses": "jobs_pauses"} if self.pauses else {}
+        if self.concurrency is not None:
+            flow["concurrency"] = self.concurrency
+        if self.key_concurrency is not None:
+            flow.update(key="account", key_concurrency=self.key_concurrency)
+        return flow
 
 
 # -- a database of any dialect, as another process sees it -------------------------------------

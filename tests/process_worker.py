@@ -72,6 +72,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--shutdown-timeout", type=float, default=30.0)
     p.add_argument("--job-seconds", type=float, default=0.0)
     p.add_argument("--no-listen", action="store_true")
+    p.add_argument("--stamps", action="store_true",
+                   help="end start and done lines with the machine's monotonic clock")
     return p.parse_args(argv)
 
 
@@ -83,8 +85,11 @@ def main(argv: list[str]) -> int:
     log = Log(args.log)
     log.write(f"ready {os.getpid()}")
 
+    def stamp() -> str:
+        return f" {time.monotonic():.6f}" if args.stamps else ""
+
     async def crash_handler(job: Job[Any]) -> None:
-        log.write(f"start {job.id} {job.attempt}")
+        log.write(f"start {job.id} {job.attempt}{stamp()}")
         await asyncio.Event().wait()  # until the parent kills the process
 
     async def drain_handler(job: Job[Any]) -> None:
@@ -93,9 +98,9 @@ def main(argv: list[str]) -> int:
             await asyncio.sleep(args.job_seconds)
 
     async def run_handler(job: Job[Any]) -> None:
-        log.write(f"start {job.id} {job.attempt}")
+        log.write(f"start {job.id} {job.attempt}{stamp()}")
         await asyncio.sleep(args.job_seconds)
-        log.write(f"done {job.id}")
+        log.write(f"done {job.id}{stamp()}")
 
     handler = {"crash": crash_handler, "drain": drain_handler, "run": run_handler}[args.mode]
     worker = Worker(

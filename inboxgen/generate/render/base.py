@@ -715,7 +715,8 @@ class Renderer:
                          extra="locked_until: datetime.datetime, limit: int = 1")
         doc = ("Claim up to `limit` rows under a lease ending at `locked_until`; run it in a "
                "transaction and commit.")
-        over, turn = "", ()
+        over = ""
+        turn: tuple[str, ...] = ()
         if self.q.limits is not None:
             over = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY)"
             doc = ("Claim up to `limit` rows, as many as the limits leave room for, under a "

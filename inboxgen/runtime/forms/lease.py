@@ -20,6 +20,7 @@ from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form, Parts
+from inboxgen.runtime.limits import claim_in_turn, limited
 from inboxgen.runtime.outcomes import FINISH, PARK, Settlement, lease_expiry
 from inboxgen.runtime.renewer import LeaseRenewer
 from inboxgen.runtime.settler import LeaseSettler
@@ -63,6 +64,7 @@ class Lease(Form):
         # claimed in id order).
         self._start = ClaimStart() if "from_id" in self.d.statement_params.get(
             "CLAIM", ()) and not self.d.fifo else None
+        self._limited = limited(self.d)  # [flow] limits: claims take turns
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
         # read before they are reported.
         self._checks: set[asyncio.Future[None]] = set()
@@ -154,11 +156,14 @@ class Lease(Form):
             (later,) = await self.backend.alone([self.calls.step("scheduled", count)])
             self.priorities.counted(later)
         op, values = self.claim_call(now, limit, until)
-        # One statement standing alone: on PostgreSQL an autocommit statement, on a threaded
-        # driver a transaction of its own in one call.
+        step = self.calls.step(op, {**values, "from_id": from_id})
         started = time.monotonic()
-        (result,) = await self.backend.alone([self.calls.step(op, {**values,
-                                                                   "from_id": from_id})])
+        if self._limited:
+            result = await claim_in_turn(self.backend, self.calls, step)
+        else:
+            # One statement standing alone: on PostgreSQL an autocommit statement, on a
+            # threaded driver a transaction of its own in one call.
+            (result,) = await self.backend.alone([step])
         rows = self.claimed(result)
         self.observed_claim(rows, limit, started)
         self.slots.took(len(rows))  # in work from the claim on: a shutdown waits for them

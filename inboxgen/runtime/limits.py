@@ -1,0 +1,39 @@
+"""[flow] limits: how a limited queue's claim runs. Its claims take turns, so each counts every
+lease the claims before it wrote: on PostgreSQL claim() takes a transaction lock first, on SQLite
+the transaction's write lock is the turn, and on MySQL a named lock is taken before the claim's
+transaction and given up after its commit (a lock given up before the commit would let the next
+claim count without this one's leases)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, StepFailed
+
+if TYPE_CHECKING:
+    from inboxgen.descriptor import TableDescriptor
+    from inboxgen.runtime.backends.base import Backend, Step
+    from inboxgen.runtime.batching import Calls
+
+
+def limited(d: TableDescriptor) -> bool:
+    """Whether the table's claims are limited ([flow] concurrency or key_concurrency)."""
+    params = d.statement_params.get("CLAIM", ())
+    return "concurrency" in params or "key_concurrency" in params
+
+
+async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:
+    """Run `claim` in a transaction of its own under the claim turn; returns its result."""
+    turned = calls.has("claim_turn")
+    async with backend.session() as conn:
+        try:
+            if turned:
+                # Should the wait give up, CLAIM reads nothing (it checks the turn is held).
+                await backend.together(conn, [calls.step("claim_turn", {})])
+            (result,) = await backend.together(conn, [BEGIN, claim, COMMIT])
+        except StepFailed as err:
+            raise err.cause from None
+        finally:
+            if turned:
+                await backend.together(conn, [calls.step("claim_turn_end", {})])
+        return result

@@ -1,0 +1,211 @@
+"""Limits on the jobs in work ([flow] concurrency, key and key_concurrency, lease form): one
+claim keeps to them, four worker processes of ten slots never exceed them, and a holder that
+dies holds its seat until its lease ends, then frees it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbcases import Layout, MakeQueue, Queue
+
+UTC = dt.UTC
+WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "process_worker.py"
+REPO = Path(__file__).resolve().parents[2]
+
+DIALECTS = ["postgres", "mysql", "sqlite"]
+
+
+def claim(q: Queue, conn: Any, limit: int, lease: float = 30.0) -> list[Any]:
+    """One claim of up to `limit` rows, committed, as the runtime runs it (MySQL: between the
+    claim turn and its end)."""
+    now = dt.datetime.now(UTC)
+    until = now + dt.timedelta(seconds=lease)
+    turned = hasattr(q.mod, "claim_turn")
+    if turned:
+        assert q.mod.claim_turn(conn) is True
+        conn.commit()
+    rows = q.mod.claim(conn, now=now, locked_until=until, limit=limit)
+    conn.commit()
+    if turned:
+        q.mod.claim_turn_end(conn)
+        conn.commit()
+    return list(rows)
+
+
+def add(q: Queue, accounts: list[str]) -> list[int]:
+    due = dt.datetime.now(UTC) - dt.timedelta(seconds=60)
+    conn = q.connect()
+    try:
+        ids = [q.add(conn, retry_after=due, account=a) for a in accounts]
+        conn.commit()
+        return ids
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_one_claim_keeps_to_the_queue_and_key_limits(queue: MakeQueue, dialect: str) -> None:
+    """A claim of ten rows takes as many as the limits leave room for: at most two of one
+    account, at most five in all; the next claim takes what the first left room for."""
+    q = queue(dialect, Layout(form="lease", processed=False, concurrency=5,
+                              key_concurrency=2))
+    ids = add(q, ["a"] * 4 + ["b"] * 4 + ["c"] * 4)
+    conn = q.connect()
+    try:
+        first = claim(q, conn, 10)
+        accounts = [r.account for r in first]
+        assert [r.id for r in first] == [ids[0], ids[1], ids[4], ids[5], ids[8]]
+        assert accounts == ["a", "a", "b", "b", "c"]
+        assert claim(q, conn, 10) == []  # five in work: the queue is full
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_key_at_its_limit_leaves_the_others_free(queue: MakeQueue, dialect: str) -> None:
+    """A key's jobs in work hold back that key's rows alone: the claim passes over them to the
+    next key's, in claim order."""
+    q = queue(dialect, Layout(form="lease", processed=False, key_concurrency=1))
+    ids = add(q, ["a", "a", "a", "b", "b"])
+    conn = q.connect()
+    try:
+        assert [r.id for r in claim(q, conn, 1)] == [ids[0]]
+        assert [r.id for r in claim(q, conn, 5)] == [ids[3]]
+        assert claim(q, conn, 5) == []
+        # a's job settles: a's next row is free again.
+        first = q.mod.state(conn, id=ids[0], now=dt.datetime.now(UTC))
+        assert first.state == "in_work"
+        q.db.exec(f"DELETE FROM jobs WHERE id = {ids[0]}")
+        assert [r.id for r in claim(q, conn, 5)] == [ids[1]]
+    finally:
+        conn.close()
+
+
+# -- four processes of ten slots ------------------------------------------------------------------
+
+PROCESSES, SLOTS = 4, 10
+
+
+def intervals(logs: list[Path]) -> dict[str, tuple[float, float]]:
+    """Each job's handler run, (start, done), on the machine's monotonic clock."""
+    start: dict[str, float] = {}
+    done: dict[str, float] = {}
+    for log in logs:
+        for line in log.read_text().splitlines():
+            kind, *rest = line.split()
+            if kind == "start":
+                assert rest[0] not in start, f"job {rest[0]} started twice"
+                start[rest[0]] = float(rest[2])
+            elif kind == "done":
+                done[rest[0]] = float(rest[1])
+    return {job: (t, done.get(job, float("inf"))) for job, t in start.items()}
+
+
+def most_at_once(runs: list[tuple[float, float]]) -> int:
+    """The most runs in progress at any instant (a run ending as another starts is not two)."""
+    events = sorted([(a, 1) for a, _ in runs] + [(b, -1) for _, b in runs],
+                    key=lambda e: (e[0], e[1]))
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def start_workers(q: Queue, logs: list[Path], mode: str,
+                  *extra: str) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return [subprocess.Popen(
+        [sys.executable, str(WORKER_SCRIPT), q.mod.__file__, q.database, mode, "--log", str(log),
+         "--stamps", *extra],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for log in logs]
+
+
+def settle(check: Any, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql+pymysql", "sqlite"])
+def test_four_processes_of_ten_slots_never_pass_the_limits(
+        queue: MakeQueue, tmp_path: Path, dialect: str) -> None:
+    """Forty slots over five accounts, a queue limit of six and two per account: at no instant
+    are more than six jobs in work, or more than two of one account, and both limits are
+    reached (they hold jobs back, not the whole queue). Every job runs exactly once."""
+    q = queue(dialect, Layout(form="lease", processed=False, concurrency=6, key_concurrency=2))
+    accounts = [f"acct-{n % 5}" for n in range(150)]
+    ids = add(q, accounts)
+    account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
+    logs = [tmp_path / f"w{n}.log" for n in range(PROCESSES)]
+    children = start_workers(q, logs, "run", "--workers", str(SLOTS), "--job-seconds", "0.03",
+                             "--no-listen", "--poll-interval", "0.02")
+    try:
+        settle(lambda: all(log.exists() for log in logs)
+               and sum(1 for log in logs for line in log.read_text().splitlines()
+                       if line.startswith("done ")) >= len(ids))
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err.decode()[-2000:]
+    runs = intervals(logs)
+    assert sorted(runs) == sorted(account_of)
+    assert most_at_once(list(runs.values())) == 6
+    per_account: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for job, run in runs.items():
+        per_account[account_of[job]].append(run)
+    assert max(most_at_once(r) for r in per_account.values()) == 2
+    assert q.ids() == []
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql+pymysql", "sqlite"])
+def test_a_killed_holder_frees_its_seat_when_its_lease_ends(
+        queue: MakeQueue, tmp_path: Path, dialect: str) -> None:
+    """A queue limited to one job in work: its holder is SIGKILLed mid-job; another process
+    starts nothing until the dead holder's lease ends, and then runs the rest."""
+    lease = 3
+    q = queue(dialect, Layout(form="lease", processed=False, concurrency=1))
+    ids = add(q, ["a", "b", "c"])
+    (holder_log, other_log) = (tmp_path / "holder.log", tmp_path / "other.log")
+    (holder,) = start_workers(q, [holder_log], "crash", "--lease", str(lease), "--no-listen")
+    try:
+        settle(lambda: holder_log.exists() and "start " in holder_log.read_text())
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        killed = time.monotonic()
+        (other,) = start_workers(q, [other_log], "run", "--lease", str(lease), "--no-listen",
+                                 "--poll-interval", "0.05")
+        try:
+            settle(lambda: other_log.exists()
+                   and other_log.read_text().count("done ") >= len(ids))
+        finally:
+            other.send_signal(signal.SIGTERM)
+            _, err = other.communicate(timeout=60)
+            assert other.returncode == 0, err.decode()[-2000:]
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    runs = intervals([other_log])
+    assert len(runs) == len(ids)  # the killed job too, once its lease ended
+    first_start = min(start for start, _ in runs.values())
+    # The seat was held for the rest of the dead holder's lease (claimed before `killed`)...
+    claimed = float(holder_log.read_text().split("start ", 1)[1].split()[2])
+    assert first_start >= claimed + lease - 0.05
+    # ...and no longer than a lease and a few polls past the kill.
+    assert first_start <= killed + lease + 2.0
+    assert most_at_once(list(runs.values())) == 1
