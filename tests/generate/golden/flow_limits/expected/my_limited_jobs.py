@@ -538,11 +538,13 @@ async def state_async(
 
 
 OPS: Final = Operations(
-    claim=claim, renew=renew, finish=finish, retry=retry, insert=insert, insert_many=insert_many,
+    claim=claim, claim_turn=claim_turn, claim_turn_end=claim_turn_end, renew=renew, finish=finish,
+    retry=retry, insert=insert, insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
-    insert=insert_async, insert_many=insert_many_async,
+    claim=claim_async, claim_turn=claim_turn_async, claim_turn_end=claim_turn_end_async,
+    renew=renew_async, finish=finish_async, retry=retry_async, insert=insert_async,
+    insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
