@@ -16,6 +16,9 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
 - `row_lock_pauses`: the row lock on the shape with a pause table (`[flow] pauses`, nothing
   paused), its "before" being this checkout's row lock on the shape without one: what the
   pause condition in every claim costs.
+- `lease_key_limits`: the lease with `[flow] key_concurrency = 2` on a tenant column holding
+  1,000 keys (spread by a hash of the id), its "before" this checkout's lease on the shape
+  without limits: what a per-key limit costs where it seldom binds.
 
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
@@ -47,6 +50,8 @@ REPO = Path(__file__).resolve().parent.parent
 PREVIOUS = "a3abc9c"  # the last release before the per-priority claims
 VARIANTS = ("row_lock", "row_lock_counted", "lease")
 PAUSES = "row_lock_pauses"  # not in the default sweep
+KEY_LIMITS = "lease_key_limits"  # nor this
+KEYS = 1000  # the tenants of its table
 
 
 # -- the drain, in a process of its own (this checkout's inboxgen, or a release's) ------------
@@ -191,10 +196,11 @@ class Sweep:
     def _shape(self, dialect: str, name: str, variant: str) -> Any:
         from conformance.axes import production
 
-        form = "lease" if variant == "lease" else "row_lock"
+        form = "lease" if variant in ("lease", KEY_LIMITS) else "row_lock"
         count = "false" if variant in ("row_lock", PAUSES) else "default"
         return production(name, dialect=dialect, form=form, count_crashes=count,
-                          pauses="table" if variant == PAUSES else "none")
+                          pauses="table" if variant == PAUSES else "none",
+                          limits="key" if variant == KEY_LIMITS else "none")
 
     def _build(self, shape: Any, release: Path | None) -> Path:
         """Build the shape's project with this checkout (`release` None) or a release; the
@@ -227,8 +233,9 @@ class Sweep:
         now_path = self._build(shape, None)
         if variant == "row_lock_counted" and "count_crashes=True" not in now_path.read_text():
             return  # the shape does not count (a FIFO table's claim is its group's head)
-        if variant == PAUSES:  # "before": this checkout, the same shape without a pause table
-            other, release_before = self._shape(dialect, name, "row_lock"), None
+        if variant in (PAUSES, KEY_LIMITS):  # "before": this checkout, the shape without
+            other = self._shape(dialect, name, "row_lock" if variant == PAUSES else "lease")
+            release_before = None
             before_path = self._build(other, None)
         else:
             other, release_before = shape, self.previous
@@ -293,6 +300,10 @@ class Sweep:
                 for chunk in range(0, len(rows), 5000):
                     module.insert_many(conn, rows[chunk:chunk + 5000])
                 conn.commit()
+                if shape.limits == "key":
+                    conn.execute(f"UPDATE {shape.name} SET tenant = "
+                                 f"(abs(hashtext(id::text)) % {KEYS})::text")
+                conn.commit()
             with psycopg.connect(database, autocommit=True) as conn:
                 conn.execute(f"VACUUM ANALYZE {shape.name}")
         else:
@@ -305,6 +316,10 @@ class Sweep:
                         cur.execute(statement)
                 for chunk in range(0, len(rows), 5000):
                     module.insert_many(conn, rows[chunk:chunk + 5000])
+                if shape.limits == "key":
+                    with conn.cursor() as cur:
+                        cur.execute(f"UPDATE {shape.name} SET tenant = "
+                                    f"CAST(CRC32(id) % {KEYS} AS CHAR)")
                 conn.commit()
                 with conn.cursor() as cur:
                     cur.execute(f"ANALYZE TABLE {shape.name}")

@@ -34,6 +34,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "attempt": ("integer", "smallint"),
     "payload": ("bytes", "json", "typed"),
     "pauses": ("none", "table"),
+    "limits": ("none", "queue", "key"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -47,7 +48,7 @@ TRIPLES = (("form", "dead", "handler"),)
 PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "default",
                    "handler": "async", "batch": "16", "dead": "table", "finished": "deleted",
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
-                   "payload": "json", "pauses": "none"}
+                   "payload": "json", "pauses": "none", "limits": "none"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -74,6 +75,9 @@ class Shape:
     attempt: str
     payload: str
     pauses: str  # "table": [flow] pauses; the scenario pauses the queue (or group) first
+    # [flow] "queue": concurrency = 3; "key": key_concurrency = 2 on a tenant column whose
+    # default every job takes
+    limits: str
 
     @property
     def name(self) -> str:
@@ -107,6 +111,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "attempt": {"integer": "a4", "smallint": "a2"},
     "payload": {"bytes": "b", "json": "j", "typed": "ty"},
     "pauses": {"none": "pn", "table": "pt"},
+    "limits": {"none": "ln", "queue": "lq", "key": "lk"},
 }
 
 
@@ -133,6 +138,10 @@ def refusal(s: Shape) -> str | None:
         return f"count_crashes = {s.count_crashes}"
     if s.count_crashes == "true" and s.group == "fifo":
         return "count_crashes = true"
+    if s.limits != "none" and s.form != "lease":
+        return "needs the lease form"
+    if s.limits != "none" and s.group == "fifo":
+        return "not built for FIFO"
     return None
 
 

@@ -90,6 +90,8 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
     if s.form == "lease":
         cols.append(f"locked_until {t['time']} NULL")
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
+    if s.limits == "key":
+        cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
     return cols
 
 
@@ -128,6 +130,13 @@ def ddl(s: Shape, names: Names | None = None) -> str:
     else:
         out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(queue) + "\n);")
     out.append(claim_index(s, names))
+    # The index a limited claim counts the jobs in work through.
+    counted = {"queue": ("_in_work", "locked_until"), "key": ("_tenant", "tenant")}
+    if s.limits in counted:
+        suffix, column = counted[s.limits]
+        index = (f'"{names.table}{suffix}"' if names.schema is not None
+                 and s.dialect == "postgres" else names.sql(s.dialect, suffix))
+        out.append(f"CREATE INDEX {index} ON {table} ({column});")
     if s.dead == "table":
         out.append(f"CREATE TABLE {names.sql(s.dialect, '_dead')} (\n    "
                    + ",\n    ".join(columns(s, dead=True)) + "\n);")
@@ -172,8 +181,11 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append(f"max_attempts = {MAX_ATTEMPTS}")
         lines += ["", "[dead_letter]", f'group = "{DEAD_GROUP}"' if s.dead == "group"
                   else f'table = "{names.spec("_dead")}"']
-    if s.pauses == "table":
-        lines += ["", "[flow]", f'pauses = "{names.spec("_pauses")}"']
+    flow = [f'pauses = "{names.spec("_pauses")}"'] if s.pauses == "table" else []
+    flow += {"queue": ["concurrency = 3"], "key": ['key = "tenant"', "key_concurrency = 2"]
+             }.get(s.limits, [])
+    if flow:
+        lines += ["", "[flow]", *flow]
     return "\n".join(lines) + "\n"
 
 

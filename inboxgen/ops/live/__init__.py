@@ -39,19 +39,41 @@ def check(module: ModuleType, queue: Queue, conn: Any, database: str) -> list[st
     found += _drift(queue, live, table)
     found += _unique(queue, db.unique_keys(d.schema, d.table), table)
     found += _claim_index(queue, db, (d.schema, d.table), table, database)
+    # MySQL's limited CLAIM reads nothing unless the session holds the claim turn: it is
+    # planned as the runtime runs it, under the turn.
+    turn = d.statements.get("CLAIM_TURN") if "CLAIM_TURN_END" in d.statements else None
+    if turn is not None:
+        db.run(turn, {"queue": module.TABLE})
+    try:
+        found += _plans(d, queue, db, table, module.TABLE)
+    finally:
+        if turn is not None:
+            db.run(d.statements["CLAIM_TURN_END"], {"queue": module.TABLE})
+    return found
+
+
+def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: str
+           ) -> list[str]:
+    """Every statement planned (`name_of_queue`: the queue's name, as its statements bind
+    it); each claim's plan read for an index in the claim order."""
+    found: list[str] = []
     for name, sql in d.statements.items():
         params = d.statement_params[name]
         # A claim is planned with a group and a time, so its plan is the real one; the rest
         # only prepare, with every value NULL.
         bound = (_sample(params, db.sample_time()) if name in _CLAIMS
                  else _sample(params, None))
+        if "queue" in bound:
+            bound["queue"] = name_of_queue
         try:
             plan = db.explain(sql, bound)
         except Exception as err:
             found.append(f"table {table}, statement {name}: does not prepare: {first_line(err)}")
             continue
         filters_rows = queue.role("group") is not None or queue.role("processed_at") is not None
-        if name in _CLAIMS and not db.ordered_by_index(plan, d.table, filters_rows=filters_rows):
+        others = frozenset({queue.pause_table.name} if queue.pause_table is not None else ())
+        if name in _CLAIMS and not db.ordered_by_index(plan, d.table, filters_rows=filters_rows,
+                                                       others=others):
             found.append(f"table {table}, statement {name}: no index serves the claim order "
                          f"(the plan sorts or scans the table): every claim reads all due rows")
     return found
@@ -137,6 +159,8 @@ def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
             bound[name] = "a table:"  # the prefix of a counted row's key
         elif name == "from_id":
             bound[name] = LOWEST_ID  # what claim() passes for "from the head"
+        elif name in ("concurrency", "key_concurrency"):
+            bound[name] = 1  # [flow] limits: a NULL limit would admit no row
         elif name in _TIMES:
             bound[name] = time
     return bound

@@ -45,7 +45,12 @@ class LiveDatabase:
         """The plan of `sql` (nothing runs); raises the driver's error when it fails."""
         raise NotImplementedError
 
-    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True) -> bool:
+    def run(self, sql: str, bound: dict[str, Any]) -> None:
+        """Run `sql`, a statement that changes no table (a session lock's)."""
+        raise NotImplementedError
+
+    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
+                         others: frozenset[str] = frozenset()) -> bool:
         """Whether `plan` reads `table` through an index in the claim's order. Without
         `filters_rows` (no group, no finished rows kept: a claim passes over leased and
         not-yet-due rows only) a walk of the table itself in that order serves it as well."""

@@ -83,7 +83,14 @@ class MySQLLive(LiveDatabase):
         finally:
             self.conn.rollback()
 
-    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True) -> bool:
+    def run(self, sql: str, bound: dict[str, Any]) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, bound)
+            cur.fetchall()
+        self.conn.rollback()
+
+    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
+                         others: frozenset[str] = frozenset()) -> bool:
         mine = [r for r in plan if r.get("table") == table]
         return bool(mine) and all(r.get("key") and "filesort" not in str(r.get("Extra") or "")
                                   for r in mine)

@@ -74,11 +74,14 @@ class PostgresLive(LiveDatabase):
         finally:
             self.conn.rollback()
 
-    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True) -> bool:
+    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
+                         others: frozenset[str] = frozenset()) -> bool:
         # With sequential scans and sorts priced out, a plan that still has one has no index
         # that serves the claim order (a claim reads only its own table). By node type: a
-        # partitioned table's Merge Append of index scans names its order as "Sort Key".
-        return not any(node.get("Node Type") in _NOT_IN_ORDER for node in _nodes(plan))
+        # partitioned table's Merge Append of index scans names its order as "Sort Key". The
+        # other tables a claim reads (`others`: a pause table of a few rows) may be scanned.
+        return not any(node.get("Node Type") in _NOT_IN_ORDER
+                       and node.get("Relation Name") not in others for node in _nodes(plan))
 
 
 # Plan nodes that mean the rows are not read in the claim's order from an index.

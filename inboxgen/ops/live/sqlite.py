@@ -66,7 +66,8 @@ class SqliteLive(LiveDatabase):
         rows = self.conn.execute("EXPLAIN QUERY PLAN " + sql, bound).fetchall()
         return "\n".join(str(r[-1]) for r in rows)
 
-    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True) -> bool:
+    def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
+                         others: frozenset[str] = frozenset()) -> bool:
         if "TEMP B-TREE FOR ORDER BY" in plan:
             return False
         # A bare SCAN with no sort walks the table in rowid order, which is then the claim
