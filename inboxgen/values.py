@@ -48,16 +48,20 @@ JSONValue = dict[str, "JSONValue"] | list["JSONValue"] | str | int | float | boo
 
 
 def within_limits(rows: Sequence[Sequence[Any]], concurrency: int | None,
-                  key_concurrency: int | None) -> list[tuple[Any, ...]]:
-    """The rows a limited claim keeps, in claim order, without the three columns CLAIM puts
-    last: the queue's jobs in work, the row's key and that key's jobs in work (NULL for a
-    limit the spec does not set). CLAIM read them under the claim turn, so the counts stand
-    until its commit; this adds the rows kept before each one."""
+                  key_concurrency: int | None, rate: int | None = None
+                  ) -> list[tuple[Any, ...]]:
+    """The rows a limited claim keeps, in claim order, without the four columns CLAIM puts
+    last: the queue's jobs in work, the claims of the rate's window, the row's key and that
+    key's jobs in work (NULL for a limit the spec does not set). CLAIM read them under the
+    claim turn, so the counts stand until its commit; this adds the rows kept before each
+    one."""
     kept: list[tuple[Any, ...]] = []
     per_key: dict[Any, int] = {}
     for row in rows:
-        *claimed, in_work, key, key_in_work = row
+        *claimed, in_work, recent, key, key_in_work = row
         if concurrency is not None and int(in_work) + len(kept) >= concurrency:
+            break
+        if rate is not None and int(recent) + len(kept) >= rate:
             break
         if key_concurrency is not None:
             n = per_key.get(key, int(key_in_work))

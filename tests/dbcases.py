@@ -273,6 +273,8 @@ class Layout:
     # [flow] limits (lease): at most this many jobs in work, and of one `account`.
     concurrency: int | None = None
     key_concurrency: int | None = None
+    # [flow] rate: at most rate[0] claims in any rate[1] seconds, recorded in jobs_claims.
+    rate: tuple[int, float] | None = None
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -342,6 +344,11 @@ class Layout:
             out.append(f"CREATE INDEX jobs_in_work ON jobs ({names('locked_until')});")
         if self.key_concurrency is not None:
             out.append(f"CREATE INDEX jobs_account ON jobs ({names('account')});")
+        if self.rate is not None:
+            text, time = TYPES["text"][dialect], TYPES["time"][dialect]
+            out += [f"CREATE TABLE jobs_claims (queue {text} NOT NULL, "
+                    f"claimed_at {time} NOT NULL);",
+                    "CREATE INDEX jobs_claims_window ON jobs_claims (queue, claimed_at);"]
         return "\n".join(out) + "\n"
 
     def spec(self, dialect: str) -> str:
@@ -370,6 +377,8 @@ class Layout:
             flow["concurrency"] = self.concurrency
         if self.key_concurrency is not None:
             flow.update(key="account", key_concurrency=self.key_concurrency)
+        if self.rate is not None:
+            flow.update(rate=self.rate[0], rate_seconds=self.rate[1], rate_table="jobs_claims")
         return flow
 
 

@@ -576,7 +576,8 @@ class _Checker:
         given = self.spec.limits
         if given is None:
             return None
-        first = "concurrency" if given.concurrency is not None else "key"
+        first = ("concurrency" if given.concurrency is not None else
+                 "key" if given.key is not None else "rate")
         line = self.spec.line("flow", first)
         if form != LEASE:
             self.err(line, f"[flow] {first} needs the lease form (a locked_until role): a claim "
@@ -610,7 +611,59 @@ class _Checker:
             self.check_identifier(col.name, kline, "column")
             key = col.name
         self.limit_indexes(table, roles["locked_until"][1].name, given, key)
-        return Limits(given.concurrency, key, given.key_concurrency)
+        rate_table = self.rate_table(table) if given.rate_table is not None else None
+        if given.rate_table is not None and rate_table is None:
+            return None
+        return Limits(given.concurrency, key, given.key_concurrency, given.rate,
+                      given.rate_seconds, rate_table)
+
+    def rate_table(self, table: Table) -> TableRef | None:
+        """[flow] rate_table: the table each claim of a rate-limited queue records its claims
+        in (`queue`, the queue's name; `claimed_at`, the database's time), read to count the
+        claims of the window."""
+        name = self.spec.limits.rate_table if self.spec.limits else None
+        assert name is not None
+        line = self.spec.line("flow", "rate_table")
+        time_type = {"postgres": "TIMESTAMPTZ", "mysql": "DATETIME(6)", "sqlite": "TEXT"}
+        wanted_sql = (f"columns queue (text, NOT NULL) and claimed_at "
+                      f"({time_type[self.d.name]}, NOT NULL)")
+        schema, _, bare = name.partition(".") if "." in name else ("", "", name)
+        found = self.catalog.table(schema or None, bare)
+        if found is None:
+            self.err(line, f"rate table \"{name}\" is not created by the DDL "
+                           f"({self.ddl_names()}); create it with {wanted_sql}")
+            return None
+        if found is table:
+            self.err(line, f"rate table \"{name}\" is the queue table itself: name a table of "
+                           f"its own, with {wanted_sql}")
+            return None
+        self.check_identifier(found.name, line, "table")
+        kinds = {"postgres": {cat.TIMESTAMPTZ}, "mysql": {cat.TIMESTAMP, cat.TIMESTAMPTZ},
+                 "sqlite": {cat.TEXT}}[self.d.name]
+        for column, ok in (("queue", {cat.TEXT}), ("claimed_at", kinds)):
+            col = found.column(column, self.d)
+            if col is None:
+                self.err(line, f"rate table \"{found.name}\" lacks column \"{column}\": it "
+                               f"needs {wanted_sql}")
+            elif col.kind not in ok or col.db_only:
+                self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" as "
+                               f"{col.type_sql} ({col.path}:{col.line}); it needs {wanted_sql}")
+            elif col.nullable:
+                self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" "
+                               f"nullable ({col.path}:{col.line}); it must be NOT NULL")
+        for col in found.columns:
+            if col.name.lower() in ("queue", "claimed_at") or col.nullable or col.has_default \
+                    or col.auto:
+                continue
+            self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" NOT NULL "
+                           f"without a default ({col.path}:{col.line}); a claim writes queue "
+                           f"and claimed_at alone: give it a default or allow NULL")
+        if not any(i.columns and i.columns[0].lower() == "queue"
+                   for i in self.catalog.indexes_of(found)):
+            self.warn(line, f"no index of rate table \"{found.name}\" starts with queue: every "
+                            f"claim counts the window's claims by reading the whole table; "
+                            f"create an index on \"{found.name}\" (queue, claimed_at)")
+        return TableRef(found.schema, found.name)
 
     def limit_indexes(self, table: Table, lease: str, given: FlowLimits,
                       key: str | None) -> None:

@@ -126,6 +126,11 @@ class Limits:
     concurrency: int | None
     key: str | None
     key_concurrency: int | None
+    # At most `rate` claims in any `rate_seconds` (by the database's clock), each claim
+    # recorded in `rate_table`.
+    rate: int | None = None
+    rate_seconds: float | None = None
+    rate_table: TableRef | None = None
 
 
 @attrs.frozen

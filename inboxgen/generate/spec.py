@@ -42,7 +42,8 @@ _TOP_KEYS = {
 _COLUMN_KEYS = {"role", "generated", "codec", "type"}
 _DEAD_LETTER_KEYS = {"group", "table"}
 _RUNTIME_KEYS = {"workers", "batch", "lease", "poll_interval", "max_attempts"}
-_FLOW_KEYS = {"pauses", "concurrency", "key", "key_concurrency"}
+_FLOW_KEYS = {"pauses", "concurrency", "key", "key_concurrency", "rate", "rate_seconds",
+              "rate_table"}
 
 
 @attrs.frozen
@@ -72,6 +73,10 @@ class FlowLimits:
     concurrency: int | None
     key: str | None
     key_concurrency: int | None
+    # At most `rate` claims in any `rate_seconds`, recorded in `rate_table`.
+    rate: int | None = None
+    rate_seconds: float | None = None
+    rate_table: str | None = None
 
 
 @attrs.frozen
@@ -464,10 +469,40 @@ class _Reader:
         if "key_concurrency" in flow and "key" not in flow:
             self.err(("flow", "key_concurrency"), "'flow.key_concurrency' needs 'flow.key': "
                                                   "the column whose values are the keys")
-        if counts["concurrency"] is None and (key is None or counts["key_concurrency"] is None):
+        rate, seconds, table = self.rate(flow)
+        if counts["concurrency"] is None and (key is None or counts["key_concurrency"] is None) \
+                and rate is None:
             return None
         return FlowLimits(counts["concurrency"], key if counts["key_concurrency"] else None,
-                          counts["key_concurrency"] if key else None)
+                          counts["key_concurrency"] if key else None, rate, seconds, table)
+
+    def rate(self, flow: dict[str, Any]) -> tuple[int | None, float | None, str | None]:
+        """rate, rate_seconds and rate_table: all three, or none."""
+        given = [k for k in ("rate", "rate_seconds", "rate_table") if k in flow]
+        if given and len(given) < 3:
+            missing = [k for k in ("rate", "rate_seconds", "rate_table") if k not in flow]
+            self.err(("flow", given[0]), f"'flow.{given[0]}' needs "
+                     + " and ".join(f"'flow.{k}'" for k in missing)
+                     + ": at most `rate` claims in any `rate_seconds`, recorded in `rate_table`")
+            return None, None, None
+        rate = self.typed(flow, ("flow", "rate"), int, "a whole number of claims")
+        if rate is not None and rate < 1:
+            self.err(("flow", "rate"), f"'flow.rate' must be at least 1 (a rate of {rate} "
+                                       f"would run nothing), not {rate}")
+            rate = None
+        seconds = self.typed(flow, ("flow", "rate_seconds"), float, "a number of seconds")
+        if seconds is not None and seconds <= 0:
+            self.err(("flow", "rate_seconds"), f"'flow.rate_seconds' must be more than 0 (the "
+                                               f"window the rate counts claims in), not "
+                                               f"{seconds}")
+            seconds = None
+        table = self.typed(flow, ("flow", "rate_table"), str, "a table name")
+        if table == "":
+            self.err(("flow", "rate_table"), "'flow.rate_table' must name a table")
+            table = None
+        if rate is None or seconds is None or table is None:
+            return None, None, None
+        return rate, float(seconds), table
 
     def runtime(self, data: dict[str, Any]) -> RuntimeDefaults:
         rt = data.get("runtime")

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
 
 def limited(d: TableDescriptor) -> bool:
-    """Whether the table's claims are limited ([flow] concurrency or key_concurrency)."""
+    """Whether the table's claims are limited ([flow] concurrency, key_concurrency, rate)."""
     params = d.statement_params.get("CLAIM", ())
-    return "concurrency" in params or "key_concurrency" in params
+    return any(p in params for p in ("concurrency", "key_concurrency", "rate"))
 
 
 async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:

@@ -137,6 +137,15 @@ def ddl(s: Shape, names: Names | None = None) -> str:
         index = (f'"{names.table}{suffix}"' if names.schema is not None
                  and s.dialect == "postgres" else names.sql(s.dialect, suffix))
         out.append(f"CREATE INDEX {index} ON {table} ({column});")
+    if s.limits == "rate":
+        wide = "TEXT" if s.dialect != "mysql" else "VARCHAR(255)"
+        when = {"postgres": "TIMESTAMPTZ", "mysql": "DATETIME(6)", "sqlite": "TEXT"}[s.dialect]
+        out.append(f"CREATE TABLE {names.sql(s.dialect, '_claims')} (queue {wide} NOT NULL, "
+                   f"claimed_at {when} NOT NULL);")
+        index = (f'"{names.table}_window"' if names.schema is not None
+                 and s.dialect == "postgres" else names.sql(s.dialect, "_window"))
+        out.append(f"CREATE INDEX {index} ON {names.sql(s.dialect, '_claims')} "
+                   f"(queue, claimed_at);")
     if s.dead == "table":
         out.append(f"CREATE TABLE {names.sql(s.dialect, '_dead')} (\n    "
                    + ",\n    ".join(columns(s, dead=True)) + "\n);")
@@ -182,8 +191,9 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines += ["", "[dead_letter]", f'group = "{DEAD_GROUP}"' if s.dead == "group"
                   else f'table = "{names.spec("_dead")}"']
     flow = [f'pauses = "{names.spec("_pauses")}"'] if s.pauses == "table" else []
-    flow += {"queue": ["concurrency = 3"], "key": ['key = "tenant"', "key_concurrency = 2"]
-             }.get(s.limits, [])
+    flow += {"queue": ["concurrency = 3"], "key": ['key = "tenant"', "key_concurrency = 2"],
+             "rate": ["rate = 50", "rate_seconds = 1",
+                      f'rate_table = "{names.spec("_claims")}"']}.get(s.limits, [])
     if flow:
         lines += ["", "[flow]", *flow]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
-"""Limits on the jobs in work ([flow] concurrency, key and key_concurrency, lease form): one
-claim keeps to them, four worker processes of ten slots never exceed them, and a holder that
-dies holds its seat until its lease ends, then frees it."""
+"""Limits in the claim ([flow] concurrency, key and key_concurrency, and rate, lease form): one
+claim keeps to them, four worker processes of ten slots never exceed them, a holder that dies
+holds its seat until its lease ends, then frees it, and a rate's window is judged by the
+database's clock."""
 
 from __future__ import annotations
 
@@ -86,6 +87,45 @@ def test_a_key_at_its_limit_leaves_the_others_free(queue: MakeQueue, dialect: st
         assert first.state == "in_work"
         q.db.exec(f"DELETE FROM jobs WHERE id = {ids[0]}")
         assert [r.id for r in claim(q, conn, 5)] == [ids[1]]
+    finally:
+        conn.close()
+
+
+def recorded(q: Queue) -> int:
+    (row,) = q.db.rows("SELECT COUNT(*) FROM jobs_claims")
+    return int(row[0])
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_rate_takes_no_more_claims_in_its_window(queue: MakeQueue, dialect: str) -> None:
+    """Three claims a minute: a claim of ten takes three, the next none; each claim is recorded
+    at the database's time, and the jobs left wait, ready, with their attempts uncounted."""
+    q = queue(dialect, Layout(form="lease", processed=False, rate=(3, 60.0)))
+    ids = add(q, ["a"] * 5)
+    conn = q.connect()
+    try:
+        assert [r.id for r in claim(q, conn, 10)] == ids[:3]
+        assert claim(q, conn, 10) == []
+        assert recorded(q) == 3
+        left = q.mod.state(conn, id=ids[3], now=dt.datetime.now(UTC))
+        assert (left.state, left.attempt) == ("ready", 1)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_rate_window_passes_by_the_database_clock(queue: MakeQueue, dialect: str) -> None:
+    """Two claims in any second: once the second has passed on the database's clock the next
+    two are taken, and the claims of the past window are forgotten (deleted) as they go."""
+    q = queue(dialect, Layout(form="lease", processed=False, rate=(2, 1.0)))
+    ids = add(q, ["a"] * 5)
+    conn = q.connect()
+    try:
+        assert [r.id for r in claim(q, conn, 5)] == ids[:2]
+        assert claim(q, conn, 5) == []
+        time.sleep(1.2)
+        assert [r.id for r in claim(q, conn, 5)] == ids[2:4]
+        assert recorded(q) == 2  # the first window's two are gone
     finally:
         conn.close()
 
@@ -209,3 +249,32 @@ def test_a_killed_holder_frees_its_seat_when_its_lease_ends(
     # ...and no longer than a lease and a few polls past the kill.
     assert first_start <= killed + lease + 2.0
     assert most_at_once(list(runs.values())) == 1
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql+pymysql", "sqlite"])
+def test_four_processes_of_ten_slots_keep_to_a_rate(
+        queue: MakeQueue, tmp_path: Path, dialect: str) -> None:
+    """Forty slots, 60 jobs, 20 claims a second: the handlers start in bursts of at most 20 a
+    second (judged on their start stamps, a tenth of a second short of the window: a start
+    comes a little after its claim), so the drain spans two seconds at least; every job once."""
+    q = queue(dialect, Layout(form="lease", processed=False, rate=(20, 1.0)))
+    ids = add(q, ["a"] * 60)
+    logs = [tmp_path / f"w{n}.log" for n in range(PROCESSES)]
+    children = start_workers(q, logs, "run", "--workers", str(SLOTS), "--no-listen",
+                             "--poll-interval", "0.02")
+    try:
+        settle(lambda: all(log.exists() for log in logs)
+               and sum(1 for log in logs for line in log.read_text().splitlines()
+                       if line.startswith("done ")) >= len(ids))
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err.decode()[-2000:]
+    runs = intervals(logs)
+    assert sorted(runs) == sorted(str(i) for i in ids)
+    starts = sorted(start for start, _ in runs.values())
+    busiest = max(sum(1 for t in starts if s <= t < s + 0.9) for s in starts)
+    assert busiest <= 20
+    assert starts[-1] - starts[0] >= 1.8

@@ -259,7 +259,7 @@ class Renderer:
             return "TABLE"  # the queue's name in the pause table
         if name == "from_id":
             return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
-        if name in ("concurrency", "key_concurrency"):
+        if name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             return name.upper()  # the module's constants, from the spec's [flow]
         return name
 
@@ -301,7 +301,8 @@ class Renderer:
         names = sorted((p for p in st.params
                         if p not in skip and p not in ("dead_group", "channel", "payload",
                                                        "ids", "row_key", "queue",
-                                                       "concurrency", "key_concurrency")),
+                                                       "concurrency", "key_concurrency",
+                                                       "rate", "rate_seconds")),
                        key=_ARG_ORDER.index)
         parts = [f"{p}: {types[p]}" for p in names]
         if extra:
@@ -709,8 +710,10 @@ class Renderer:
         its turn itself)."""
         st = self.st
         claim = st["CLAIM"]
-        then = ("if rows:", *("    " + line for line in
-                              self.run("", "CLAIM_MARK", self.params(st["CLAIM_MARK"]))))
+        marks = [*self.run("", "CLAIM_MARK", self.params(st["CLAIM_MARK"]))]
+        if "CLAIM_RECORD" in st:
+            marks += self.run("", "CLAIM_RECORD", self.params(st["CLAIM_RECORD"]))
+        then = ("if rows:", *("    " + line for line in marks))
         args = self.args(claim, skip=("limit",),
                          extra="locked_until: datetime.datetime, limit: int = 1")
         doc = ("Claim up to `limit` rows under a lease ending at `locked_until`; run it in a "
@@ -718,7 +721,7 @@ class Renderer:
         over = ""
         turn: tuple[str, ...] = ()
         if self.q.limits is not None:
-            over = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY)"
+            over = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE)"
             doc = ("Claim up to `limit` rows, as many as the limits leave room for, under a "
                    "lease ending at `locked_until`; run it in a transaction and commit.")
             if "CLAIM_TURN_END" in st:
@@ -727,6 +730,9 @@ class Renderer:
             elif "CLAIM_TURN" in st:
                 turn = tuple(self.run("", "CLAIM_TURN", self.params(st["CLAIM_TURN"])))
                 doc += " Takes the claim turn first, held until then."
+            if "CLAIM_FORGET" in st:
+                turn += tuple(self.run("", "CLAIM_FORGET", self.params(st["CLAIM_FORGET"])))
+                doc += " Records each claim for the rate, and forgets those of past windows."
         return Func("claim", args, "list[ClaimedRow]", doc, (
             Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then,
                  over=over),), before=turn)

@@ -290,10 +290,13 @@ class Statements:
                               self.where([*conds, live], "    "), ")"))
 
         also: list[str] = []
-        queue_count = key_count = key_col = "NULL"
+        queue_count = claimed = key_count = key_col = "NULL"
         if limits.concurrency is not None:
             queue_count = in_work()
             also.append(f"{queue_count} < {self.p('concurrency')}")
+        if limits.rate_table is not None:
+            claimed = self.rate_claimed(limits.rate_table)
+            also.append(f"{claimed} < {self.p('rate')}")
         if limits.key is not None:
             key = self.d.quote(limits.key)
             key_col = f"{self.t()}.{key}"
@@ -301,8 +304,11 @@ class Statements:
             also.append(f"{key_count} < {self.p('key_concurrency')}")
         also += self.turn_held()
         counts = [f"{queue_count} AS {self.d.quote('inboxgen_in_work')}",
+                  f"{claimed} AS {self.d.quote('inboxgen_claimed')}",
                   f"{key_col} AS {self.d.quote('inboxgen_key')}",
                   f"{key_count} AS {self.d.quote('inboxgen_key_in_work')}"]
+        if limits.rate_table is not None:
+            self.rate_forget(limits.rate_table)
         self.add("CLAIM", "\n".join(x for x in (
             f"SELECT {self.select_list()},",
             *("       " + line for line in ",\n".join(counts).splitlines()),
@@ -311,11 +317,37 @@ class Statements:
             f"ORDER BY {self.order()}",
             f"LIMIT {self.p('limit')}",
             self.limited_lock,
-        ) if x), "Under the claim turn, read up to `limit` due rows within the limits, with the "
-                 "jobs in work (of the queue, of the row's key) beside each.")
+        ) if x), "Under the claim turn, read up to `limit` due rows within the limits, with what "
+                 "the limits count (jobs in work of the queue and of the row's key, claims of "
+                 "the rate's window) beside each.")
         self.add("CLAIM_MARK", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
                  + f"\nWHERE {self.ids_in(self.c(self.q.id))}",
                  "Write the lease (the ownership token) on the rows of CLAIM that claim() kept.")
+        if limits.rate_table is not None:
+            q = self.d.quote
+            self.add("CLAIM_RECORD", f"INSERT INTO {self.t(limits.rate_table)} "
+                                     f"({q('queue')}, {q('claimed_at')})\n"
+                                     f"SELECT {self.p('queue')}, {self.db_now}\nFROM {self.t()}\n"
+                                     f"WHERE {self.ids_in(self.c(self.q.id))}",
+                     "Record the claims CLAIM_MARK made, at the database's time, for the rate.")
+
+    def rate_claimed(self, rates: TableRef) -> str:
+        """The claims of the rate's window: recorded for this queue since `rate_seconds` ago."""
+        q = self.d.quote
+        return "\n".join(("(", "    SELECT COUNT(*)", f"    FROM {self.t(rates)}",
+                          self.where([f"{q('queue')} = {self.p('queue')}",
+                                      f"{q('claimed_at')} > {self.window_start}"], "    "),
+                          ")"))
+
+    def rate_forget(self, rates: TableRef) -> None:
+        q = self.d.quote
+        self.add("CLAIM_FORGET", f"DELETE FROM {self.t(rates)}\n" + self.where(
+            [f"{q('queue')} = {self.p('queue')}", f"{q('claimed_at')} <= {self.window_start}"]),
+                 "Delete the recorded claims older than the rate's window.")
+
+    # The database's time, as the rate table records it, and the start of the rate's window.
+    db_now = "clock_timestamp()"
+    window_start = "clock_timestamp() - make_interval(secs => %(rate_seconds)s)"
 
     # How a limited claim's read locks the rows it reads (SQLite's transaction holds the file).
     limited_lock = "FOR UPDATE SKIP LOCKED"

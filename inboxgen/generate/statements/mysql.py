@@ -67,6 +67,9 @@ class MySQLStatements(Statements):
                                f" name))\n{name}",
                      "Release the session-level lock on a job's key.")
 
+    db_now = "UTC_TIMESTAMP(6)"
+    window_start = "UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000 MICROSECOND"
+
     # The claim turn's lock name: the database's and queue's names hashed, so that it stays
     # within MySQL's 64 characters.
     _TURN = "CONCAT('inboxgen turn:', SHA1(CONCAT(DATABASE(), '.', %(queue)s)))"

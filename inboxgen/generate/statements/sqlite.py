@@ -11,6 +11,8 @@ from inboxgen.generate.statements.base import Statements
 
 class SqliteStatements(Statements):
     limited_lock = ""  # the claim's transaction holds the file's write lock
+    db_now = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+    window_start = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :rate_seconds || ' seconds')"
 
     def held_batch(self) -> str:
         # One JSON array of [id, locked_until, attempt] entries: joining one json_each per

@@ -63,7 +63,7 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
         # only prepare, with every value NULL.
         bound = (_sample(params, db.sample_time()) if name in _CLAIMS
                  else _sample(params, None))
-        if "queue" in bound:
+        if "queue" in bound and not name.startswith("INSERT"):  # not a column named queue
             bound["queue"] = name_of_queue
         try:
             plan = db.explain(sql, bound)
@@ -159,7 +159,7 @@ def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
             bound[name] = "a table:"  # the prefix of a counted row's key
         elif name == "from_id":
             bound[name] = LOWEST_ID  # what claim() passes for "from the head"
-        elif name in ("concurrency", "key_concurrency"):
+        elif name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             bound[name] = 1  # [flow] limits: a NULL limit would admit no row
         elif name in _TIMES:
             bound[name] = time

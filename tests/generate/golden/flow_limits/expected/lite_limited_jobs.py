@@ -26,9 +26,12 @@ from inboxgen.descriptor import (
 
 TABLE: Final = "lite_limited_jobs"
 CHANNEL: Final = "lite_limited_jobs"
-# [flow] limits: at most this many jobs in work at once (None: no such limit).
+# [flow] limits: at most this many jobs in work at once, and claims in any RATE_SECONDS (None:
+# no such limit).
 CONCURRENCY: Final[int | None] = 4
 KEY_CONCURRENCY: Final[int | None] = 1
+RATE: Final[int | None] = 10
+RATE_SECONDS: Final[float | None] = 0.5
 
 
 @attrs.frozen
@@ -87,8 +90,15 @@ def decode_payload(raw: str) -> str:
     return raw
 
 
-# Under the claim turn, read up to `limit` due rows within the limits, with the jobs in work (of
-# the queue, of the row's key) beside each.
+# Delete the recorded claims older than the rate's window.
+CLAIM_FORGET: Final[LiteralString] = """
+DELETE FROM "queue_claims"
+WHERE "queue" = :queue
+  AND "claimed_at" <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :rate_seconds || ' seconds')
+"""
+
+# Under the claim turn, read up to `limit` due rows within the limits, with what the limits count
+# (jobs in work of the queue and of the row's key, claims of the rate's window) beside each.
 CLAIM: Final[LiteralString] = """
 SELECT "id", "user_id", "retry_after", "locked_until", "attempt", "payload",
        (
@@ -96,6 +106,13 @@ SELECT "id", "user_id", "retry_after", "locked_until", "attempt", "payload",
            FROM "lite_limited_jobs" AS "inboxgen_held"
            WHERE "inboxgen_held"."locked_until" > :now
        ) AS "inboxgen_in_work",
+       (
+           SELECT COUNT(*)
+           FROM "queue_claims"
+           WHERE "queue" = :queue
+             AND "claimed_at" > strftime('%Y-%m-%d %H:%M:%f', 'now',
+                 '-' || :rate_seconds || ' seconds')
+       ) AS "inboxgen_claimed",
        "lite_limited_jobs"."user_id" AS "inboxgen_key",
        (
            SELECT COUNT(*)
@@ -111,6 +128,13 @@ WHERE "retry_after" <= :now
     FROM "lite_limited_jobs" AS "inboxgen_held"
     WHERE "inboxgen_held"."locked_until" > :now
 ) < :concurrency
+  AND (
+    SELECT COUNT(*)
+    FROM "queue_claims"
+    WHERE "queue" = :queue
+      AND "claimed_at" > strftime('%Y-%m-%d %H:%M:%f', 'now',
+          '-' || :rate_seconds || ' seconds')
+) < :rate
   AND (
     SELECT COUNT(*)
     FROM "lite_limited_jobs" AS "inboxgen_held"
@@ -129,24 +153,36 @@ SET "locked_until" = :locked_until,
 WHERE "id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
 """
 
+# Record the claims CLAIM_MARK made, at the database's time, for the rate.
+CLAIM_RECORD: Final[LiteralString] = """
+INSERT INTO "queue_claims" ("queue", "claimed_at")
+SELECT :queue, strftime('%Y-%m-%d %H:%M:%f', 'now')
+FROM "lite_limited_jobs"
+WHERE "id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
+"""
+
 
 def claim(
     conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
-    `locked_until`; run it in a transaction and commit.
+    `locked_until`; run it in a transaction and commit. Records each claim for the rate, and
+    forgets those of past windows.
     """
+    conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = conn.execute(CLAIM, {
-        "now": _v.sqlite_time(now), "concurrency": CONCURRENCY, "key_concurrency": KEY_CONCURRENCY,
+        "now": _v.sqlite_time(now), "queue": TABLE, "rate_seconds": RATE_SECONDS,
+        "concurrency": CONCURRENCY, "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
         "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY)]
+        KEY_CONCURRENCY, RATE)]
     if rows:
         conn.execute(CLAIM_MARK, {
             "locked_until": _v.sqlite_time(locked_until), "ids": _v.json_text([r.id for r in rows]),
         })
+        conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": _v.json_text([r.id for r in rows])})
     return rows
 
 
@@ -393,10 +429,10 @@ OPS: Final = Operations(
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY,
-    "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER,
-    "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "CANCEL": CANCEL,
-    "STATE": STATE,
+    "CLAIM_FORGET": CLAIM_FORGET, "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK,
+    "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -27,9 +27,12 @@ from inboxgen.descriptor import (
 
 TABLE: Final = "my_limited_jobs"
 CHANNEL: Final = "my_limited_jobs"
-# [flow] limits: at most this many jobs in work at once (None: no such limit).
+# [flow] limits: at most this many jobs in work at once, and claims in any RATE_SECONDS (None:
+# no such limit).
 CONCURRENCY: Final[int | None] = None
 KEY_CONCURRENCY: Final[int | None] = 3
+RATE: Final[int | None] = 600
+RATE_SECONDS: Final[float | None] = 60.0
 
 
 @attrs.frozen
@@ -92,11 +95,25 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Under the claim turn, read up to `limit` due rows within the limits, with the jobs in work (of
-# the queue, of the row's key) beside each.
+# Delete the recorded claims older than the rate's window.
+CLAIM_FORGET: Final[LiteralString] = """
+DELETE FROM `queue_claims`
+WHERE `queue` = %(queue)s
+  AND `claimed_at` <= UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000 MICROSECOND
+"""
+
+# Under the claim turn, read up to `limit` due rows within the limits, with what the limits count
+# (jobs in work of the queue and of the row's key, claims of the rate's window) beside each.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `grp`, `account_id`, `locked_until`, `processed_at`, `attempt`, `payload`,
        NULL AS `inboxgen_in_work`,
+       (
+           SELECT COUNT(*)
+           FROM `queue_claims`
+           WHERE `queue` = %(queue)s
+             AND `claimed_at` > UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000
+                 MICROSECOND
+       ) AS `inboxgen_claimed`,
        `my_limited_jobs`.`account_id` AS `inboxgen_key`,
        (
            SELECT COUNT(*)
@@ -108,6 +125,12 @@ FROM `my_limited_jobs` FORCE INDEX (`my_limited_jobs_claim`)
 WHERE `grp` = %(group)s
   AND `processed_at` IS NULL
   AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+  AND (
+    SELECT COUNT(*)
+    FROM `queue_claims`
+    WHERE `queue` = %(queue)s
+      AND `claimed_at` > UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000 MICROSECOND
+) < %(rate)s
   AND (
     SELECT COUNT(*)
     FROM `my_limited_jobs` AS `inboxgen_held`
@@ -129,6 +152,14 @@ SET `locked_until` = %(locked_until)s,
 WHERE `id` IN %(ids)s
 """
 
+# Record the claims CLAIM_MARK made, at the database's time, for the rate.
+CLAIM_RECORD: Final[LiteralString] = """
+INSERT INTO `queue_claims` (`queue`, `claimed_at`)
+SELECT %(queue)s, UTC_TIMESTAMP(6)
+FROM `my_limited_jobs`
+WHERE `id` IN %(ids)s
+"""
+
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
@@ -136,17 +167,22 @@ def claim(
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Call claim_turn() before the transaction
-    and claim_turn_end() after its commit.
+    and claim_turn_end() after its commit. Records each claim for the rate, and forgets those of
+    past windows.
     """
+    _v.mysql_execute(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = _v.mysql_execute(conn, CLAIM, {
-        "now": _v.naive_utc(now), "group": group, "key_concurrency": KEY_CONCURRENCY,
-        "queue": TABLE, "limit": limit,
+        "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY)]
+        KEY_CONCURRENCY, RATE)]
     if rows:
         _v.mysql_execute(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
+        })
+        _v.mysql_execute(conn, CLAIM_RECORD, {
+            "queue": TABLE, "ids": tuple(r.id for r in rows),
         })
     return rows
 
@@ -157,17 +193,22 @@ async def claim_async(
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Call claim_turn() before the transaction
-    and claim_turn_end() after its commit.
+    and claim_turn_end() after its commit. Records each claim for the rate, and forgets those of
+    past windows.
     """
+    await _v.mysql_execute_async(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "now": _v.naive_utc(now), "group": group, "key_concurrency": KEY_CONCURRENCY,
-        "queue": TABLE, "limit": limit,
+        "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY)]
+        KEY_CONCURRENCY, RATE)]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
+        })
+        await _v.mysql_execute_async(conn, CLAIM_RECORD, {
+            "queue": TABLE, "ids": tuple(r.id for r in rows),
         })
     return rows
 
@@ -548,10 +589,10 @@ ASYNC_OPS: Final = Operations(
 )
 
 STATEMENTS: Final = {
-    "CLAIM_TURN": CLAIM_TURN, "CLAIM_TURN_END": CLAIM_TURN_END, "CLAIM": CLAIM,
-    "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY, "INSERT": INSERT,
-    "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "CANCEL_PICK": CANCEL_PICK,
-    "CANCEL": CANCEL, "STATE": STATE,
+    "CLAIM_TURN": CLAIM_TURN, "CLAIM_TURN_END": CLAIM_TURN_END, "CLAIM_FORGET": CLAIM_FORGET,
+    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW,
+    "FINISH": FINISH, "RETRY": RETRY, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -27,9 +27,12 @@ from inboxgen.descriptor import (
 
 TABLE: Final = "pg_limited_jobs"
 CHANNEL: Final = "pg_limited_jobs"
-# [flow] limits: at most this many jobs in work at once (None: no such limit).
+# [flow] limits: at most this many jobs in work at once, and claims in any RATE_SECONDS (None:
+# no such limit).
 CONCURRENCY: Final[int | None] = 20
 KEY_CONCURRENCY: Final[int | None] = 2
+RATE: Final[int | None] = 100
+RATE_SECONDS: Final[float | None] = 1.0
 
 
 @attrs.frozen
@@ -97,8 +100,15 @@ CLAIM_TURN: Final[LiteralString] = """
 SELECT pg_advisory_xact_lock(hashtextextended('inboxgen turn:' || %(queue)s, 0))
 """
 
-# Under the claim turn, read up to `limit` due rows within the limits, with the jobs in work (of
-# the queue, of the row's key) beside each.
+# Delete the recorded claims older than the rate's window.
+CLAIM_FORGET: Final[LiteralString] = """
+DELETE FROM "queue_claims"
+WHERE "queue" = %(queue)s
+  AND "claimed_at" <= clock_timestamp() - make_interval(secs => %(rate_seconds)s)
+"""
+
+# Under the claim turn, read up to `limit` due rows within the limits, with what the limits count
+# (jobs in work of the queue and of the row's key, claims of the rate's window) beside each.
 CLAIM: Final[LiteralString] = """
 SELECT "id", "tenant", "priority", "retry_after", "locked_until", "attempt", "payload",
        (
@@ -106,6 +116,12 @@ SELECT "id", "tenant", "priority", "retry_after", "locked_until", "attempt", "pa
            FROM "pg_limited_jobs" AS "inboxgen_held"
            WHERE "inboxgen_held"."locked_until" > %(now)s
        ) AS "inboxgen_in_work",
+       (
+           SELECT COUNT(*)
+           FROM "queue_claims"
+           WHERE "queue" = %(queue)s
+             AND "claimed_at" > clock_timestamp() - make_interval(secs => %(rate_seconds)s)
+       ) AS "inboxgen_claimed",
        "pg_limited_jobs"."tenant" AS "inboxgen_key",
        (
            SELECT COUNT(*)
@@ -121,6 +137,12 @@ WHERE "retry_after" <= %(now)s
     FROM "pg_limited_jobs" AS "inboxgen_held"
     WHERE "inboxgen_held"."locked_until" > %(now)s
 ) < %(concurrency)s
+  AND (
+    SELECT COUNT(*)
+    FROM "queue_claims"
+    WHERE "queue" = %(queue)s
+      AND "claimed_at" > clock_timestamp() - make_interval(secs => %(rate_seconds)s)
+) < %(rate)s
   AND (
     SELECT COUNT(*)
     FROM "pg_limited_jobs" AS "inboxgen_held"
@@ -140,6 +162,14 @@ SET "locked_until" = %(locked_until)s,
 WHERE "id" = ANY(%(ids)s::BIGINT[])
 """
 
+# Record the claims CLAIM_MARK made, at the database's time, for the rate.
+CLAIM_RECORD: Final[LiteralString] = """
+INSERT INTO "queue_claims" ("queue", "claimed_at")
+SELECT %(queue)s, clock_timestamp()
+FROM "pg_limited_jobs"
+WHERE "id" = ANY(%(ids)s::BIGINT[])
+"""
+
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
@@ -147,16 +177,19 @@ def claim(
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Takes the claim turn first, held until
-    then.
+    then. Records each claim for the rate, and forgets those of past windows.
     """
     conn.execute(CLAIM_TURN, {"queue": TABLE})
+    conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = conn.execute(CLAIM, {
-        "now": now, "concurrency": CONCURRENCY, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+        "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY)]
+        KEY_CONCURRENCY, RATE)]
     if rows:
         conn.execute(CLAIM_MARK, {"locked_until": locked_until, "ids": [r.id for r in rows]})
+        conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": [r.id for r in rows]})
     return rows
 
 
@@ -166,16 +199,19 @@ async def claim_async(
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Takes the claim turn first, held until
-    then.
+    then. Records each claim for the rate, and forgets those of past windows.
     """
     await conn.execute(CLAIM_TURN, {"queue": TABLE})
+    await conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = await conn.execute(CLAIM, {
-        "now": now, "concurrency": CONCURRENCY, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+        "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY)]
+        KEY_CONCURRENCY, RATE)]
     if rows:
         await conn.execute(CLAIM_MARK, {"locked_until": locked_until, "ids": [r.id for r in rows]})
+        await conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": [r.id for r in rows]})
     return rows
 
 
@@ -853,7 +889,8 @@ ASYNC_OPS: Final = Operations(
 )
 
 STATEMENTS: Final = {
-    "CLAIM_TURN": CLAIM_TURN, "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW,
+    "CLAIM_TURN": CLAIM_TURN, "CLAIM_FORGET": CLAIM_FORGET, "CLAIM": CLAIM,
+    "CLAIM_MARK": CLAIM_MARK, "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW,
     "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD,

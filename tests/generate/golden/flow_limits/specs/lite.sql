@@ -9,3 +9,8 @@ CREATE TABLE lite_limited_jobs (
 CREATE INDEX lite_limited_jobs_claim ON lite_limited_jobs (retry_after, id);
 CREATE INDEX lite_limited_jobs_in_work ON lite_limited_jobs (locked_until);
 CREATE INDEX lite_limited_jobs_user ON lite_limited_jobs (user_id);
+CREATE TABLE queue_claims (
+    queue TEXT NOT NULL,
+    claimed_at TEXT NOT NULL
+);
+CREATE INDEX queue_claims_window ON queue_claims (queue, claimed_at);

@@ -9,3 +9,8 @@ CREATE TABLE my_limited_jobs (
     KEY my_limited_jobs_claim (grp, processed_at, id),
     KEY my_limited_jobs_account (account_id)
 );
+CREATE TABLE queue_claims (
+    queue VARCHAR(128) NOT NULL,
+    claimed_at DATETIME(6) NOT NULL,
+    KEY queue_claims_window (queue, claimed_at)
+);

@@ -20,3 +20,8 @@ CREATE TABLE pg_limited_dead (
     attempt INTEGER NOT NULL,
     payload JSONB NOT NULL
 );
+CREATE TABLE queue_claims (
+    queue TEXT NOT NULL,
+    claimed_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX queue_claims_window ON queue_claims (queue, claimed_at);
