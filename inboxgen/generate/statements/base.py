@@ -273,10 +273,12 @@ class Statements:
     def claim_limited(self) -> None:
         """[flow] limits, under a lease: claims take turns (CLAIM_TURN, the dialect's lock,
         held to the claim's commit), so each sees every lease the claims before it wrote. CLAIM
-        reads the due rows with the jobs in work (the live leases: of the queue, and of each
-        row's key) beside them; a full queue, or a key at its limit, gives no row. Of the rows
-        read, claim() keeps those the limits leave room for (a batch may hold several rows of
-        one key) and CLAIM_MARK writes their leases."""
+        reads the due rows with what the limits count beside them (the live leases of the
+        queue and of each row's key, the claims of the rate's window); a full queue, a spent
+        rate or a key at its limit gives no row. Of the rows read, claim() keeps those the
+        limits leave room for (a batch may hold several rows of one key), CLAIM_MARK writes
+        their leases and CLAIM_RECORD their claims for the rate, after CLAIM_FORGET deleted
+        those of past windows."""
         limits = self.q.limits
         assert limits is not None
         self.claim_turn()
@@ -345,9 +347,10 @@ class Statements:
             [f"{q('queue')} = {self.p('queue')}", f"{q('claimed_at')} <= {self.window_start}"]),
                  "Delete the recorded claims older than the rate's window.")
 
-    # The database's time, as the rate table records it, and the start of the rate's window.
-    db_now = "clock_timestamp()"
-    window_start = "clock_timestamp() - make_interval(secs => %(rate_seconds)s)"
+    # The database's time, as the rate table records it, and the start of the rate's window
+    # (`rate_seconds` before it): the dialect's.
+    db_now = ""
+    window_start = ""
 
     # How a limited claim's read locks the rows it reads (SQLite's transaction holds the file).
     limited_lock = "FOR UPDATE SKIP LOCKED"

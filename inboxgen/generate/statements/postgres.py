@@ -250,6 +250,9 @@ class PostgresStatements(Statements):
                             f"FROM unnest({self.p('id')}::{pg_array_type(self.q.id)}) AS held(id)",
                  "Unlock the keys of counted rows once their settlements have committed.")
 
+    db_now = "clock_timestamp()"  # not now(): the transaction's start
+    window_start = "clock_timestamp() - make_interval(secs => %(rate_seconds)s)"
+
     def claim_turn(self) -> None:
         self.add("CLAIM_TURN", "SELECT pg_advisory_xact_lock(hashtextextended('inboxgen turn:' "
                                "|| %(queue)s, 0))",
