@@ -25,7 +25,9 @@ def limited(d: TableDescriptor) -> bool:
 async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:
     """Run `claim` in a transaction of its own under the claim turn; returns its result."""
     turned = calls.has("claim_turn")
-    async with backend.session() as conn:
+    # On PostgreSQL in pipeline mode: BEGIN, the turn and the claim's read travel together,
+    # and its marks with COMMIT.
+    async with backend.session() as conn, backend.pipeline(conn):
         try:
             if turned:
                 # Should the wait give up, CLAIM reads nothing (it checks the turn is held).
@@ -36,4 +38,4 @@ async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:
         finally:
             if turned:
                 await backend.together(conn, [calls.step("claim_turn_end", {})])
-        return result
+    return result

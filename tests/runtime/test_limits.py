@@ -5,6 +5,7 @@ database's clock."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import signal
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue, Queue
+
+from inboxgen import Job, Worker
 
 UTC = dt.UTC
 WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "process_worker.py"
@@ -89,6 +92,42 @@ def test_a_key_at_its_limit_leaves_the_others_free(queue: MakeQueue, dialect: st
         assert [r.id for r in claim(q, conn, 5)] == [ids[1]]
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_full_queue_claims_again_as_its_own_jobs_settle(queue: MakeQueue,
+                                                          dialect: str) -> None:
+    """A worker of ten slots on a queue limited to two in work, polling once a minute: each
+    settlement it writes frees a seat and has it claim again, so it drains without waiting
+    for a poll, never running more than two at once."""
+    q = queue(dialect, Layout(form="lease", processed=False, concurrency=2))
+    ids = add(q, [f"a{n}" for n in range(12)])
+    running: set[int] = set()
+    most = 0
+
+    async def handler(job: Job[Any]) -> None:
+        nonlocal most
+        running.add(job.id)
+        most = max(most, len(running))
+        await asyncio.sleep(0.01)
+        running.discard(job.id)
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=10,
+                    poll_interval=60.0, listen=False)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while q.ids():
+                assert asyncio.get_running_loop().time() < deadline, q.ids()
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert worker.stats.acked == len(ids)
+    assert most == 2
 
 
 def recorded(q: Queue) -> int:

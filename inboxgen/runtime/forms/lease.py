@@ -123,8 +123,10 @@ class Lease(Form):
                     continue
                 failures = 0
                 self.claim_worked()
+                if self._limited and 0 < got < room:
+                    continue  # the limits may have kept fewer rows than the claim read
                 if got < room:
-                    # Drained: until a wake-up.
+                    # Drained (or, limited, full): until a wake-up.
                     await slots.wait(CLAIMER, self.settings.poll_interval)
         finally:
             for _ in range(self.settings.workers):
@@ -277,9 +279,10 @@ class Lease(Form):
             self._checks.add(check)
             check.add_done_callback(self._checks.discard)
             return
-        elif op == "retry":
-            # The row is due again now, and the claim its handler made room for may have come
-            # before this write: claim once more rather than wait for the poll.
+        elif op == "retry" or self._limited:
+            # The row is due again now (or, limited, its seat is free), and the claim its
+            # handler made room for may have come before this write: claim once more rather
+            # than wait for the poll.
             self.slots.wake_one()
         self.delivery.settled_later(h, s, err)
 
