@@ -47,6 +47,11 @@ class AsyncMySQLCursor(Protocol):
 JSONValue = dict[str, "JSONValue"] | list["JSONValue"] | str | int | float | bool | None
 
 
+def at_most(limit: int, *caps: int | None) -> int:
+    """`limit`, or the least of `caps` (None: no cap) where that is less."""
+    return min([limit, *(c for c in caps if c is not None)])
+
+
 def within_limits(rows: Sequence[Sequence[Any]], concurrency: int | None,
                   key_concurrency: int | None, rate: int | None = None
                   ) -> list[tuple[Any, ...]]:

@@ -733,8 +733,14 @@ class Renderer:
             if "CLAIM_FORGET" in st:
                 turn += tuple(self.run("", "CLAIM_FORGET", self.params(st["CLAIM_FORGET"])))
                 doc += " Records each claim for the rate, and forgets those of past windows."
+        params = self.params(claim)
+        limits = self.q.limits
+        if limits is not None and (limits.concurrency or limits.rate):
+            # No claim can keep more rows than the queue's limit or the rate: it reads no more.
+            params = [p if p != '"limit": limit' else
+                      '"limit": _v.at_most(limit, CONCURRENCY, RATE)' for p in params]
         return Func("claim", args, "list[ClaimedRow]", doc, (
-            Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then,
+            Step("many", self.cur("CLAIM", params), self.claimed("r"), after=then,
                  over=over),), before=turn)
 
     def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:

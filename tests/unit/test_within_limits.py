@@ -1,0 +1,35 @@
+"""What a limited claim keeps of the rows it read (inboxgen.values.within_limits): in claim
+order, within the queue's limit, the rate's window and each key's limit, counting the rows it
+keeps on top of what was in work (or claimed) before."""
+
+from __future__ import annotations
+
+from inboxgen.values import at_most, within_limits
+
+
+def row(id_: int, key: str, in_work: int = 0, key_in_work: int = 0,
+        claimed: int = 0) -> tuple[object, ...]:
+    return (id_, in_work, claimed, key, key_in_work)
+
+
+def test_a_key_keeps_no_more_than_its_limit_counting_its_jobs_in_work() -> None:
+    rows = [row(1, "a", key_in_work=1), row(2, "a", key_in_work=1), row(3, "b"),
+            row(4, "b"), row(5, "b")]
+    assert within_limits(rows, None, 2) == [(1,), (3,), (4,)]
+
+
+def test_the_queue_limit_counts_the_rows_kept_not_those_passed_over() -> None:
+    rows = [row(1, "a", in_work=1), row(2, "a", in_work=1), row(3, "b", in_work=1),
+            row(4, "c", in_work=1)]
+    assert within_limits(rows, 3, 1) == [(1,), (3,)]
+
+
+def test_a_rate_stops_at_the_claims_left_in_its_window() -> None:
+    rows = [row(n, "a", claimed=8) for n in range(1, 6)]
+    assert within_limits(rows, None, None, 10) == [(1,), (2,)]
+
+
+def test_a_claim_reads_no_more_rows_than_a_limit_could_keep() -> None:
+    assert at_most(160, 6, None) == 6
+    assert at_most(16, None, 100) == 16
+    assert at_most(16, None, None) == 16
