@@ -735,8 +735,9 @@ class Renderer:
                 doc += " Records each claim for the rate, and forgets those of past windows."
         params = self.params(claim)
         limits = self.q.limits
-        if limits is not None and (limits.concurrency or limits.rate):
-            # No claim can keep more rows than the queue's limit or the rate: it reads no more.
+        if limits is not None and limits.key is None and (limits.concurrency or limits.rate):
+            # No claim can keep more rows than the queue's limit or the rate: it reads no more
+            # (with a key limit, rows it passes over make it read further).
             params = [p if p != '"limit": limit' else
                       '"limit": _v.at_most(limit, CONCURRENCY, RATE)' for p in params]
         return Func("claim", args, "list[ClaimedRow]", doc, (

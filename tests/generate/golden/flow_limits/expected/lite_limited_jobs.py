@@ -174,7 +174,7 @@ def claim(
     cur = conn.execute(CLAIM, {
         "now": _v.sqlite_time(now), "queue": TABLE, "rate_seconds": RATE_SECONDS,
         "concurrency": CONCURRENCY, "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-        "limit": _v.at_most(limit, CONCURRENCY, RATE),
+        "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
         KEY_CONCURRENCY, RATE)]

@@ -173,8 +173,7 @@ def claim(
     _v.mysql_execute(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = _v.mysql_execute(conn, CLAIM, {
         "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-        "limit": _v.at_most(limit, CONCURRENCY, RATE),
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
         KEY_CONCURRENCY, RATE)]
@@ -200,8 +199,7 @@ async def claim_async(
     await _v.mysql_execute_async(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = await _v.mysql_execute_async(conn, CLAIM, {
         "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-        "limit": _v.at_most(limit, CONCURRENCY, RATE),
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
         KEY_CONCURRENCY, RATE)]

@@ -183,8 +183,7 @@ def claim(
     conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = conn.execute(CLAIM, {
         "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-        "limit": _v.at_most(limit, CONCURRENCY, RATE),
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
         KEY_CONCURRENCY, RATE)]
@@ -206,8 +205,7 @@ async def claim_async(
     await conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
     cur = await conn.execute(CLAIM, {
         "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-        "limit": _v.at_most(limit, CONCURRENCY, RATE),
+        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
         KEY_CONCURRENCY, RATE)]
