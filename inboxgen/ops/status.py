@@ -32,6 +32,9 @@ class TableStatus:
     # [flow] pauses: what is paused (None in the list: the whole queue; else a group's name),
     # or None where the table has no pause table.
     paused: list[str | None] | None = None
+    # [flow] limits, where the spec sets any: concurrency, key, key_concurrency, rate and
+    # rate_seconds as the module holds them (None: not set), and in_work, the jobs in work now.
+    limits: dict[str, Any] | None = None
 
 
 def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableStatus:
@@ -59,13 +62,19 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
             g["paused"] = None in paused or (g["group"] is not None and g["group"] in paused)
     vacuumed = None if health is None or health.last_autovacuum is None else \
         health.last_autovacuum.isoformat()
+    limits = None
+    if hasattr(module, "CONCURRENCY"):
+        limits = {"concurrency": module.CONCURRENCY, "key": module.KEY_COLUMN,
+                  "key_concurrency": module.KEY_CONCURRENCY, "rate": module.RATE,
+                  "rate_seconds": module.RATE_SECONDS,
+                  "in_work": sum(g["in_work"] or 0 for g in groups)}
     return TableStatus(
         d.qualified_name, label, groups, dead, locks, None if oldest is None else round(oldest, 3),
         dead_tuples=None if health is None else health.dead_tuples,
         live_tuples=None if health is None else health.live_tuples,
         hot_update_share=(None if health is None or health.hot_share is None
                           else round(health.hot_share, 3)),
-        last_autovacuum=vacuumed, grouped="group" in d.roles, paused=paused)
+        last_autovacuum=vacuumed, grouped="group" in d.roles, paused=paused, limits=limits)
 
 
 def as_json(tables: list[TableStatus]) -> list[dict[str, Any]]:
@@ -94,6 +103,8 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
             rows.append([t.table, "(dead-letter table)", "", "", "", "", str(t.dead_table), ""])
         if t.paused:
             notes.append(_paused(t.table, t.paused))
+        if t.limits:
+            notes.append(f"{t.table}: {limits_words(t.limits)}")
         if t.advisory_locks is not None:
             notes.append(f"{t.table}: {t.advisory_locks} advisory lock(s) held in the database "
                          f"(every table's)")
@@ -118,6 +129,20 @@ def paused_words(paused: list[str | None]) -> str:
     if None not in paused:
         return f"group(s) {groups} paused"
     return "paused" + (f", and group(s) {groups} on their own" if groups else "")
+
+
+def limits_words(limits: dict[str, Any]) -> str:
+    """A table's [flow] limits (TableStatus.limits) in words: `at most 20 in work at once (6
+    now), 2 per tenant, 100 claims in any 1 s`."""
+    parts = []
+    if limits["concurrency"] is not None:
+        parts.append(f"at most {limits['concurrency']} in work at once "
+                     f"({limits['in_work']} now)")
+    if limits["key_concurrency"] is not None:
+        parts.append(f"at most {limits['key_concurrency']} per {limits['key']}")
+    if limits["rate"] is not None:
+        parts.append(f"at most {limits['rate']} claims in any {limits['rate_seconds']:g} s")
+    return "limits: " + ", ".join(parts)
 
 
 def _paused(table: str, paused: list[str | None]) -> str:

@@ -97,6 +97,32 @@ def test_status_counts_each_state_of_each_group(project: Callable[..., Project],
     assert any(r.split()[:6] == ["jobs", "g", "2", "1", "1", "1"] for r in rows), text.stdout
 
 
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_status_says_what_the_limits_allow_and_how_many_are_in_work(
+        project: Callable[..., Project], dialect: str) -> None:
+    """A table with [flow] limits: status names them, with the jobs in work now (two leased
+    rows of three), in its JSON and under the table."""
+    root, q, url = project(dialect, Layout(form="lease", processed=False, concurrency=5,
+                                           key_concurrency=2, rate=(100, 1.5)))
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
+    ids = [q.add(conn, payload=f"p{n}", retry_after=due) for n in range(3)]
+    leased = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=10)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    sql = (f"UPDATE jobs SET locked_until = '{leased}{'+00' if dialect == 'postgres' else ''}' "
+           f"WHERE id IN ({ids[0]}, {ids[1]})")
+    (conn.cursor() if dialect == "mysql" else conn).execute(sql)
+    conn.commit()
+    conn.close()
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    assert table["limits"] == {"concurrency": 5, "key": "account", "key_concurrency": 2,
+                               "rate": 100, "rate_seconds": 1.5, "in_work": 2}
+    text = run(root, "status", "--database-url", url)
+    assert ("jobs: limits: at most 5 in work at once (2 now), at most 2 per account, at most "
+            "100 claims in any 1.5 s") in text.stdout, text.stdout
+
+
 def test_status_shows_dead_rows_hot_updates_and_autovacuum_on_postgres(
         project: Callable[..., Project]) -> None:
     root, q, url = project("postgres", Layout(form="lease", group=True, dead="group"))

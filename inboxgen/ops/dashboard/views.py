@@ -53,6 +53,8 @@ def _n(value: int | None) -> str:
 
 def notes(t: TableStatus, now: _dt.datetime) -> list[str]:
     out = []
+    if t.limits:
+        out.append(status.limits_words(t.limits))
     if t.advisory_locks is not None:
         out.append(f"{t.advisory_locks} advisory lock(s) held in the database (every table's)")
     if t.oldest_transaction_s is not None:

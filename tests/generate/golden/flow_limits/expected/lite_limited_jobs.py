@@ -29,6 +29,7 @@ CHANNEL: Final = "lite_limited_jobs"
 # [flow] limits: at most this many jobs in work at once, and claims in any RATE_SECONDS (None:
 # no such limit).
 CONCURRENCY: Final[int | None] = 4
+KEY_COLUMN: Final[str | None] = "user_id"
 KEY_CONCURRENCY: Final[int | None] = 1
 RATE: Final[int | None] = 10
 RATE_SECONDS: Final[float | None] = 0.5

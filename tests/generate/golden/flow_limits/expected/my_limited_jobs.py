@@ -30,6 +30,7 @@ CHANNEL: Final = "my_limited_jobs"
 # [flow] limits: at most this many jobs in work at once, and claims in any RATE_SECONDS (None:
 # no such limit).
 CONCURRENCY: Final[int | None] = None
+KEY_COLUMN: Final[str | None] = "account_id"
 KEY_CONCURRENCY: Final[int | None] = 3
 RATE: Final[int | None] = 600
 RATE_SECONDS: Final[float | None] = 60.0

@@ -30,6 +30,7 @@ CHANNEL: Final = "pg_limited_jobs"
 # [flow] limits: at most this many jobs in work at once, and claims in any RATE_SECONDS (None:
 # no such limit).
 CONCURRENCY: Final[int | None] = 20
+KEY_COLUMN: Final[str | None] = "tenant"
 KEY_CONCURRENCY: Final[int | None] = 2
 RATE: Final[int | None] = 100
 RATE_SECONDS: Final[float | None] = 1.0
