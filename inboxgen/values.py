@@ -53,26 +53,31 @@ def at_most(limit: int, *caps: int | None) -> int:
 
 
 def within_limits(rows: Sequence[Sequence[Any]], concurrency: int | None,
-                  key_concurrency: int | None, rate: int | None = None
-                  ) -> list[tuple[Any, ...]]:
+                  key_concurrency: int | None, rate: int | None = None,
+                  rate_per_key: bool = False) -> list[tuple[Any, ...]]:
     """The rows a limited claim keeps, in claim order, without the four columns CLAIM puts
-    last: the queue's jobs in work, the claims of the rate's window, the row's key and that
-    key's jobs in work (NULL for a limit the spec does not set). CLAIM read them under the
-    claim turn, so the counts stand until its commit; this adds the rows kept before each
-    one."""
+    last: the queue's jobs in work, the claims of the rate's window (of the row's key, with
+    `rate_per_key`), the row's key and that key's jobs in work (NULL for a limit the spec
+    does not set). CLAIM read them under the claim turn, so the counts stand until its commit;
+    this adds the rows kept before each one."""
     kept: list[tuple[Any, ...]] = []
-    per_key: dict[Any, int] = {}
+    in_work_of: dict[Any, int] = {}
+    claims_of: dict[Any, int] = {}
     for row in rows:
         *claimed, in_work, recent, key, key_in_work = row
         if concurrency is not None and int(in_work) + len(kept) >= concurrency:
             break
-        if rate is not None and int(recent) + len(kept) >= rate:
+        if rate is not None and not rate_per_key and int(recent) + len(kept) >= rate:
             break
+        if rate is not None and rate_per_key and claims_of.get(key, int(recent)) >= rate:
+            continue
+        if key_concurrency is not None and \
+                in_work_of.get(key, int(key_in_work)) >= key_concurrency:
+            continue
+        if rate is not None and rate_per_key:
+            claims_of[key] = claims_of.get(key, int(recent)) + 1
         if key_concurrency is not None:
-            n = per_key.get(key, int(key_in_work))
-            if n >= key_concurrency:
-                continue
-            per_key[key] = n + 1
+            in_work_of[key] = in_work_of.get(key, int(key_in_work)) + 1
         kept.append(tuple(claimed))
     return kept
 

@@ -275,6 +275,7 @@ class Layout:
     key_concurrency: int | None = None
     # [flow] rate: at most rate[0] claims in any rate[1] seconds, recorded in jobs_claims.
     rate: tuple[int, float] | None = None
+    rate_per_key: bool = False  # the rate per account (jobs_claims gains claim_key)
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -346,9 +347,11 @@ class Layout:
             out.append(f"CREATE INDEX jobs_account ON jobs ({names('account')});")
         if self.rate is not None:
             text, time = TYPES["text"][dialect], TYPES["time"][dialect]
+            key = f", claim_key {text} NOT NULL" if self.rate_per_key else ""
             out += [f"CREATE TABLE jobs_claims (queue {text} NOT NULL, "
-                    f"claimed_at {time} NOT NULL);",
-                    "CREATE INDEX jobs_claims_window ON jobs_claims (queue, claimed_at);"]
+                    f"claimed_at {time} NOT NULL{key});",
+                    "CREATE INDEX jobs_claims_window ON jobs_claims (queue, "
+                    f"{'claim_key, ' if self.rate_per_key else ''}claimed_at);"]
         return "\n".join(out) + "\n"
 
     def spec(self, dialect: str) -> str:
@@ -379,6 +382,8 @@ class Layout:
             flow.update(key="account", key_concurrency=self.key_concurrency)
         if self.rate is not None:
             flow.update(rate=self.rate[0], rate_seconds=self.rate[1], rate_table="jobs_claims")
+        if self.rate_per_key:
+            flow.update(key="account", rate_per_key=True)
         return flow
 
 

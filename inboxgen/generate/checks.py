@@ -609,24 +609,29 @@ class _Checker:
                                 f"with =: use a text, number or UUID column")
                 return None
             self.check_identifier(col.name, kline, "column")
-            key = col.name
-        self.limit_indexes(table, roles["locked_until"][1].name, given, key)
-        rate_table = self.rate_table(table) if given.rate_table is not None else None
+            key = col
+        self.limit_indexes(table, roles["locked_until"][1].name, given,
+                           key.name if key is not None and given.key_concurrency else None)
+        rate_table = (self.rate_table(table, key if given.rate_per_key else None)
+                      if given.rate_table is not None else None)
         if given.rate_table is not None and rate_table is None:
             return None
-        return Limits(given.concurrency, key, given.key_concurrency, given.rate,
-                      given.rate_seconds, rate_table)
+        return Limits(given.concurrency, key.name if key is not None else None,
+                      given.key_concurrency, given.rate, given.rate_seconds, rate_table,
+                      given.rate_per_key)
 
-    def rate_table(self, table: Table) -> TableRef | None:
+    def rate_table(self, table: Table, key: Column | None) -> TableRef | None:
         """[flow] rate_table: the table each claim of a rate-limited queue records its claims
-        in (`queue`, the queue's name; `claimed_at`, the database's time), read to count the
-        claims of the window."""
+        in (`queue`, the queue's name; `claimed_at`, the database's time; with `key`, a rate
+        per key, `claim_key`, the row's key), read to count the claims of the window."""
         name = self.spec.limits.rate_table if self.spec.limits else None
         assert name is not None
         line = self.spec.line("flow", "rate_table")
         time_type = {"postgres": "TIMESTAMPTZ", "mysql": "DATETIME(6)", "sqlite": "TEXT"}
-        wanted_sql = (f"columns queue (text, NOT NULL) and claimed_at "
-                      f"({time_type[self.d.name]}, NOT NULL)")
+        wanted_sql = (f"columns queue (text, NOT NULL), claimed_at "
+                      f"({time_type[self.d.name]}, NOT NULL)"
+                      + (f" and claim_key ({key.type_sql}, NOT NULL, as key \"{key.name}\")"
+                         if key is not None else ""))
         schema, _, bare = name.partition(".") if "." in name else ("", "", name)
         found = self.catalog.table(schema or None, bare)
         if found is None:
@@ -640,7 +645,10 @@ class _Checker:
         self.check_identifier(found.name, line, "table")
         kinds = {"postgres": {cat.TIMESTAMPTZ}, "mysql": {cat.TIMESTAMP, cat.TIMESTAMPTZ},
                  "sqlite": {cat.TEXT}}[self.d.name]
-        for column, ok in (("queue", {cat.TEXT}), ("claimed_at", kinds)):
+        wanted = [("queue", {cat.TEXT}), ("claimed_at", kinds)]
+        if key is not None:
+            wanted.append(("claim_key", {key.kind}))
+        for column, ok in wanted:
             col = found.column(column, self.d)
             if col is None:
                 self.err(line, f"rate table \"{found.name}\" lacks column \"{column}\": it "
@@ -651,18 +659,19 @@ class _Checker:
             elif col.nullable:
                 self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" "
                                f"nullable ({col.path}:{col.line}); it must be NOT NULL")
+        written = [name for name, _ in wanted]
         for col in found.columns:
-            if col.name.lower() in ("queue", "claimed_at") or col.nullable or col.has_default \
-                    or col.auto:
+            if col.name.lower() in written or col.nullable or col.has_default or col.auto:
                 continue
             self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" NOT NULL "
-                           f"without a default ({col.path}:{col.line}); a claim writes queue "
-                           f"and claimed_at alone: give it a default or allow NULL")
+                           f"without a default ({col.path}:{col.line}); a claim writes "
+                           f"{', '.join(written)} alone: give it a default or allow NULL")
         if not any(i.columns and i.columns[0].lower() == "queue"
                    for i in self.catalog.indexes_of(found)):
             self.warn(line, f"no index of rate table \"{found.name}\" starts with queue: every "
                             f"claim counts the window's claims by reading the whole table; "
-                            f"create an index on \"{found.name}\" (queue, claimed_at)")
+                            f"create an index on \"{found.name}\" "
+                            f"({', '.join(['queue', *written[2:], 'claimed_at'])})")
         return TableRef(found.schema, found.name)
 
     def limit_indexes(self, table: Table, lease: str, given: FlowLimits,

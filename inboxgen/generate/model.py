@@ -131,6 +131,7 @@ class Limits:
     rate: int | None = None
     rate_seconds: float | None = None
     rate_table: TableRef | None = None
+    rate_per_key: bool = False  # the rate counts each key's claims apart (column claim_key)
 
 
 @attrs.frozen

@@ -43,7 +43,7 @@ _COLUMN_KEYS = {"role", "generated", "codec", "type"}
 _DEAD_LETTER_KEYS = {"group", "table"}
 _RUNTIME_KEYS = {"workers", "batch", "lease", "poll_interval", "max_attempts"}
 _FLOW_KEYS = {"pauses", "concurrency", "key", "key_concurrency", "rate", "rate_seconds",
-              "rate_table"}
+              "rate_table", "rate_per_key"}
 
 
 @attrs.frozen
@@ -77,6 +77,7 @@ class FlowLimits:
     rate: int | None = None
     rate_seconds: float | None = None
     rate_table: str | None = None
+    rate_per_key: bool = False  # the rate counts each key's claims apart
 
 
 @attrs.frozen
@@ -463,18 +464,24 @@ class _Reader:
         if key == "":
             self.err(("flow", "key"), "'flow.key' must name a column of the queue table")
             key = None
-        if key is not None and "key_concurrency" not in flow:
-            self.err(("flow", "key"), "'flow.key' needs 'flow.key_concurrency': how many jobs "
-                                      "of one key may be in work at once")
-        if "key_concurrency" in flow and "key" not in flow:
-            self.err(("flow", "key_concurrency"), "'flow.key_concurrency' needs 'flow.key': "
-                                                  "the column whose values are the keys")
+        per_key = bool(self.typed(flow, ("flow", "rate_per_key"), bool, "true or false"))
+        if key is not None and "key_concurrency" not in flow and not per_key:
+            self.err(("flow", "key"), "'flow.key' needs 'flow.key_concurrency' (how many jobs "
+                                      "of one key may be in work at once) or 'flow.rate_per_key'")
+        for needs in ("key_concurrency", "rate_per_key"):
+            if needs in flow and "key" not in flow:
+                self.err(("flow", needs), f"'flow.{needs}' needs 'flow.key': the column whose "
+                                          f"values are the keys")
         rate, seconds, table = self.rate(flow)
-        if counts["concurrency"] is None and (key is None or counts["key_concurrency"] is None) \
-                and rate is None:
+        if per_key and "rate" not in flow:
+            self.err(("flow", "rate_per_key"), "'flow.rate_per_key' needs 'flow.rate', "
+                                               "'flow.rate_seconds' and 'flow.rate_table'")
+        key_used = key if counts["key_concurrency"] or (per_key and rate) else None
+        if counts["concurrency"] is None and key_used is None and rate is None:
             return None
-        return FlowLimits(counts["concurrency"], key if counts["key_concurrency"] else None,
-                          counts["key_concurrency"] if key else None, rate, seconds, table)
+        return FlowLimits(counts["concurrency"], key_used,
+                          counts["key_concurrency"] if key else None, rate, seconds, table,
+                          per_key and rate is not None and key is not None)
 
     def rate(self, flow: dict[str, Any]) -> tuple[int | None, float | None, str | None]:
         """rate, rate_seconds and rate_table: all three, or none."""

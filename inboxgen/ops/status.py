@@ -66,7 +66,7 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
     if hasattr(module, "CONCURRENCY"):
         limits = {"concurrency": module.CONCURRENCY, "key": module.KEY_COLUMN,
                   "key_concurrency": module.KEY_CONCURRENCY, "rate": module.RATE,
-                  "rate_seconds": module.RATE_SECONDS,
+                  "rate_seconds": module.RATE_SECONDS, "rate_per_key": module.RATE_PER_KEY,
                   "in_work": sum(g["in_work"] or 0 for g in groups)}
     return TableStatus(
         d.qualified_name, label, groups, dead, locks, None if oldest is None else round(oldest, 3),
@@ -141,7 +141,9 @@ def limits_words(limits: dict[str, Any]) -> str:
     if limits["key_concurrency"] is not None:
         parts.append(f"at most {limits['key_concurrency']} per {limits['key']}")
     if limits["rate"] is not None:
-        parts.append(f"at most {limits['rate']} claims in any {limits['rate_seconds']:g} s")
+        each = f" per {limits['key']}" if limits["rate_per_key"] else ""
+        parts.append(f"at most {limits['rate']} claims{each} in any "
+                     f"{limits['rate_seconds']:g} s")
     return "limits: " + ", ".join(parts)
 
 

@@ -117,7 +117,8 @@ def test_status_says_what_the_limits_allow_and_how_many_are_in_work(
     assert result.returncode == 0, result.stderr
     (table,) = json.loads(result.stdout)
     assert table["limits"] == {"concurrency": 5, "key": "account", "key_concurrency": 2,
-                               "rate": 100, "rate_seconds": 1.5, "in_work": 2}
+                               "rate": 100, "rate_seconds": 1.5, "rate_per_key": False,
+                               "in_work": 2}
     text = run(root, "status", "--database-url", url)
     assert ("jobs: limits: at most 5 in work at once (2 now), at most 2 per account, at most "
             "100 claims in any 1.5 s") in text.stdout, text.stdout

@@ -153,6 +153,22 @@ def test_a_rate_takes_no_more_claims_in_its_window(queue: MakeQueue, dialect: st
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_rate_per_key_counts_each_keys_claims_apart(queue: MakeQueue, dialect: str) -> None:
+    """Two claims a minute per account: a claim of ten takes two of each account, in claim
+    order, and the next none; each record names its account."""
+    q = queue(dialect, Layout(form="lease", processed=False, rate=(2, 60.0), rate_per_key=True))
+    ids = add(q, ["a", "b", "a", "a", "b", "b", "c"])
+    conn = q.connect()
+    try:
+        assert [r.id for r in claim(q, conn, 10)] == [ids[0], ids[1], ids[2], ids[4], ids[6]]
+        assert claim(q, conn, 10) == []
+        keys = sorted(r[0] for r in q.db.rows("SELECT claim_key FROM jobs_claims"))
+        assert keys == ["a", "a", "b", "b", "c"]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_rate_window_passes_by_the_database_clock(queue: MakeQueue, dialect: str) -> None:
     """Two claims in any second: once the second has passed on the database's clock the next
     two are taken, and the claims of the past window are forgotten (deleted) as they go."""

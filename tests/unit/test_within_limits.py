@@ -29,6 +29,12 @@ def test_a_rate_stops_at_the_claims_left_in_its_window() -> None:
     assert within_limits(rows, None, None, 10) == [(1,), (2,)]
 
 
+def test_a_rate_per_key_passes_over_the_keys_whose_claims_are_spent() -> None:
+    rows = [row(1, "a", claimed=1), row(2, "a", claimed=1), row(3, "b", claimed=0),
+            row(4, "b", claimed=0), row(5, "b", claimed=0)]
+    assert within_limits(rows, None, None, 2, rate_per_key=True) == [(1,), (3,), (4,)]
+
+
 def test_a_claim_reads_no_more_rows_than_a_limit_could_keep() -> None:
     assert at_most(160, 6, None) == 6
     assert at_most(16, None, 100) == 16

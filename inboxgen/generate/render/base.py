@@ -721,7 +721,7 @@ class Renderer:
         over = ""
         turn: tuple[str, ...] = ()
         if self.q.limits is not None:
-            over = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE)"
+            over = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)"
             doc = ("Claim up to `limit` rows, as many as the limits leave room for, under a "
                    "lease ending at `locked_until`; run it in a transaction and commit.")
             if "CLAIM_TURN_END" in st:

@@ -296,13 +296,14 @@ class Statements:
         if limits.concurrency is not None:
             queue_count = in_work()
             also.append(f"{queue_count} < {self.p('concurrency')}")
-        if limits.rate_table is not None:
-            claimed = self.rate_claimed(limits.rate_table)
-            also.append(f"{claimed} < {self.p('rate')}")
         if limits.key is not None:
-            key = self.d.quote(limits.key)
-            key_col = f"{self.t()}.{key}"
-            key_count = in_work(f"{held}.{key} = {key_col}")
+            key_col = f"{self.t()}.{self.d.quote(limits.key)}"
+        if limits.rate_table is not None:
+            claimed = self.rate_claimed(limits.rate_table, key_col if limits.rate_per_key
+                                        else None)
+            also.append(f"{claimed} < {self.p('rate')}")
+        if limits.key is not None and limits.key_concurrency is not None:
+            key_count = in_work(f"{held}.{self.d.quote(limits.key)} = {key_col}")
             also.append(f"{key_count} < {self.p('key_concurrency')}")
         also += self.turn_held()
         counts = [f"{queue_count} AS {self.d.quote('inboxgen_in_work')}",
@@ -327,19 +328,26 @@ class Statements:
                  "Write the lease (the ownership token) on the rows of CLAIM that claim() kept.")
         if limits.rate_table is not None:
             q = self.d.quote
+            cols, values = [q("queue"), q("claimed_at")], [self.p("queue"), self.db_now]
+            if limits.rate_per_key and limits.key is not None:
+                cols.append(q("claim_key"))
+                values.append(q(limits.key))
             self.add("CLAIM_RECORD", f"INSERT INTO {self.t(limits.rate_table)} "
-                                     f"({q('queue')}, {q('claimed_at')})\n"
-                                     f"SELECT {self.p('queue')}, {self.db_now}\nFROM {self.t()}\n"
+                                     f"({', '.join(cols)})\n"
+                                     f"SELECT {', '.join(values)}\nFROM {self.t()}\n"
                                      f"WHERE {self.ids_in(self.c(self.q.id))}",
                      "Record the claims CLAIM_MARK made, at the database's time, for the rate.")
 
-    def rate_claimed(self, rates: TableRef) -> str:
-        """The claims of the rate's window: recorded for this queue since `rate_seconds` ago."""
+    def rate_claimed(self, rates: TableRef, key: str | None) -> str:
+        """The claims of the rate's window: recorded for this queue (and, per key, for the
+        row's `key`) since `rate_seconds` ago."""
         q = self.d.quote
+        conds = [f"{q('queue')} = {self.p('queue')}"]
+        if key is not None:
+            conds.append(f"{self.t(rates)}.{q('claim_key')} = {key}")
+        conds.append(f"{q('claimed_at')} > {self.window_start}")
         return "\n".join(("(", "    SELECT COUNT(*)", f"    FROM {self.t(rates)}",
-                          self.where([f"{q('queue')} = {self.p('queue')}",
-                                      f"{q('claimed_at')} > {self.window_start}"], "    "),
-                          ")"))
+                          self.where(conds, "    "), ")"))
 
     def rate_forget(self, rates: TableRef) -> None:
         q = self.d.quote

@@ -33,6 +33,7 @@ KEY_COLUMN: Final[str | None] = "user_id"
 KEY_CONCURRENCY: Final[int | None] = 1
 RATE: Final[int | None] = 10
 RATE_SECONDS: Final[float | None] = 0.5
+RATE_PER_KEY: Final = False  # the rate counts each key's claims apart
 
 
 @attrs.frozen
@@ -178,7 +179,7 @@ def claim(
         "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE)]
+        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
     if rows:
         conn.execute(CLAIM_MARK, {
             "locked_until": _v.sqlite_time(locked_until), "ids": _v.json_text([r.id for r in rows]),

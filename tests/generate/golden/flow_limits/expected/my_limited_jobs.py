@@ -34,6 +34,7 @@ KEY_COLUMN: Final[str | None] = "account_id"
 KEY_CONCURRENCY: Final[int | None] = 3
 RATE: Final[int | None] = 600
 RATE_SECONDS: Final[float | None] = 60.0
+RATE_PER_KEY: Final = True  # the rate counts each key's claims apart
 
 
 @attrs.frozen
@@ -112,6 +113,7 @@ SELECT `id`, `grp`, `account_id`, `locked_until`, `processed_at`, `attempt`, `pa
            SELECT COUNT(*)
            FROM `queue_claims`
            WHERE `queue` = %(queue)s
+             AND `queue_claims`.`claim_key` = `my_limited_jobs`.`account_id`
              AND `claimed_at` > UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000
                  MICROSECOND
        ) AS `inboxgen_claimed`,
@@ -130,6 +132,7 @@ WHERE `grp` = %(group)s
     SELECT COUNT(*)
     FROM `queue_claims`
     WHERE `queue` = %(queue)s
+      AND `queue_claims`.`claim_key` = `my_limited_jobs`.`account_id`
       AND `claimed_at` > UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000 MICROSECOND
 ) < %(rate)s
   AND (
@@ -155,8 +158,8 @@ WHERE `id` IN %(ids)s
 
 # Record the claims CLAIM_MARK made, at the database's time, for the rate.
 CLAIM_RECORD: Final[LiteralString] = """
-INSERT INTO `queue_claims` (`queue`, `claimed_at`)
-SELECT %(queue)s, UTC_TIMESTAMP(6)
+INSERT INTO `queue_claims` (`queue`, `claimed_at`, `claim_key`)
+SELECT %(queue)s, UTC_TIMESTAMP(6), `account_id`
 FROM `my_limited_jobs`
 WHERE `id` IN %(ids)s
 """
@@ -177,7 +180,7 @@ def claim(
         "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE)]
+        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
     if rows:
         _v.mysql_execute(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
@@ -203,7 +206,7 @@ async def claim_async(
         "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE)]
+        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),

@@ -34,6 +34,7 @@ KEY_COLUMN: Final[str | None] = "tenant"
 KEY_CONCURRENCY: Final[int | None] = 2
 RATE: Final[int | None] = 100
 RATE_SECONDS: Final[float | None] = 1.0
+RATE_PER_KEY: Final = False  # the rate counts each key's claims apart
 
 
 @attrs.frozen
@@ -187,7 +188,7 @@ def claim(
         "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE)]
+        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
     if rows:
         conn.execute(CLAIM_MARK, {"locked_until": locked_until, "ids": [r.id for r in rows]})
         conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": [r.id for r in rows]})
@@ -209,7 +210,7 @@ async def claim_async(
         "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE)]
+        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
     if rows:
         await conn.execute(CLAIM_MARK, {"locked_until": locked_until, "ids": [r.id for r in rows]})
         await conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": [r.id for r in rows]})

@@ -12,5 +12,6 @@ CREATE TABLE my_limited_jobs (
 CREATE TABLE queue_claims (
     queue VARCHAR(128) NOT NULL,
     claimed_at DATETIME(6) NOT NULL,
-    KEY queue_claims_window (queue, claimed_at)
+    claim_key BIGINT NOT NULL,
+    KEY queue_claims_window (queue, claim_key, claimed_at)
 );

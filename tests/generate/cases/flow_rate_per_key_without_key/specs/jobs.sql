@@ -1,0 +1,5 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    locked_until TIMESTAMPTZ,
+    payload JSONB NOT NULL
+);
