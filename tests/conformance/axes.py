@@ -34,7 +34,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "attempt": ("integer", "smallint"),
     "payload": ("bytes", "json", "typed"),
     "pauses": ("none", "table"),
-    "limits": ("none", "queue", "key", "rate"),
+    "limits": ("none", "queue", "key", "rate", "rate_key"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -76,7 +76,8 @@ class Shape:
     payload: str
     pauses: str  # "table": [flow] pauses; the scenario pauses the queue (or group) first
     # [flow] "queue": concurrency = 3; "key": key_concurrency = 2 on a tenant column whose
-    # default every job takes; "rate": 50 claims in any second
+    # default every job takes; "rate": 50 claims in any second; "rate_key": 50 a second for
+    # each tenant (every job's the same)
     limits: str
 
     @property
@@ -111,7 +112,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "attempt": {"integer": "a4", "smallint": "a2"},
     "payload": {"bytes": "b", "json": "j", "typed": "ty"},
     "pauses": {"none": "pn", "table": "pt"},
-    "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr"},
+    "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk"},
 }
 
 

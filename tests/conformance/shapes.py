@@ -90,7 +90,7 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
     if s.form == "lease":
         cols.append(f"locked_until {t['time']} NULL")
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
-    if s.limits == "key":
+    if s.limits in ("key", "rate_key"):
         cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
     return cols
 
@@ -137,15 +137,17 @@ def ddl(s: Shape, names: Names | None = None) -> str:
         index = (f'"{names.table}{suffix}"' if names.schema is not None
                  and s.dialect == "postgres" else names.sql(s.dialect, suffix))
         out.append(f"CREATE INDEX {index} ON {table} ({column});")
-    if s.limits == "rate":
+    if s.limits in ("rate", "rate_key"):
         wide = "TEXT" if s.dialect != "mysql" else "VARCHAR(255)"
         when = {"postgres": "TIMESTAMPTZ", "mysql": "DATETIME(6)", "sqlite": "TEXT"}[s.dialect]
+        per_key = s.limits == "rate_key"
+        key = f", claim_key {_TYPES[s.dialect]['group']} NOT NULL" if per_key else ""
         out.append(f"CREATE TABLE {names.sql(s.dialect, '_claims')} (queue {wide} NOT NULL, "
-                   f"claimed_at {when} NOT NULL);")
+                   f"claimed_at {when} NOT NULL{key});")
         index = (f'"{names.table}_window"' if names.schema is not None
                  and s.dialect == "postgres" else names.sql(s.dialect, "_window"))
         out.append(f"CREATE INDEX {index} ON {names.sql(s.dialect, '_claims')} "
-                   f"(queue, claimed_at);")
+                   f"(queue, {'claim_key, ' if per_key else ''}claimed_at);")
     if s.dead == "table":
         out.append(f"CREATE TABLE {names.sql(s.dialect, '_dead')} (\n    "
                    + ",\n    ".join(columns(s, dead=True)) + "\n);")
@@ -193,7 +195,10 @@ def spec(s: Shape, names: Names | None = None) -> str:
     flow = [f'pauses = "{names.spec("_pauses")}"'] if s.pauses == "table" else []
     flow += {"queue": ["concurrency = 3"], "key": ['key = "tenant"', "key_concurrency = 2"],
              "rate": ["rate = 50", "rate_seconds = 1",
-                      f'rate_table = "{names.spec("_claims")}"']}.get(s.limits, [])
+                      f'rate_table = "{names.spec("_claims")}"'],
+             "rate_key": ['key = "tenant"', "rate = 50", "rate_seconds = 1",
+                          f'rate_table = "{names.spec("_claims")}"', "rate_per_key = true"],
+             }.get(s.limits, [])
     if flow:
         lines += ["", "[flow]", *flow]
     return "\n".join(lines) + "\n"
