@@ -530,17 +530,9 @@ class _Checker:
         if name is None:
             return None
         line = self.spec.line("flow", "pauses")
-        schema, _, bare = name.partition(".") if "." in name else ("", "", name)
-        pauses = self.catalog.table(schema or None, bare)
+        pauses = self.side_table(name, line, "pause", _PAUSE_COLUMNS, table)
         if pauses is None:
-            self.err(line, f"pause table \"{name}\" is not created by the DDL "
-                           f"({self.ddl_names()}); create it with {_PAUSE_COLUMNS}")
             return None
-        if pauses is table:
-            self.err(line, f"pause table \"{name}\" is the queue table itself: name a table "
-                           f"of its own, with {_PAUSE_COLUMNS}")
-            return None
-        self.check_identifier(pauses.name, line, "table")
         wanted = {"queue": False, "paused_group": True}
         if not grouped:
             wanted.pop("paused_group")  # a table without groups pauses as a whole
@@ -560,19 +552,14 @@ class _Checker:
                                f"{col.line}); it must be {how}: "
                                + ("NULL pauses the whole queue" if nullable else
                                   "each row names its queue"))
-        for col in pauses.columns:
-            if col.name.lower() in wanted or col.nullable or col.has_default or col.auto:
-                continue
-            self.err(line, f"pause table \"{pauses.name}\" has column \"{col.name}\" NOT NULL "
-                           f"without a default ({col.path}:{col.line}); pause() writes "
-                           f"{' and '.join(wanted)} alone: give it a default or allow NULL")
+        self.writes_alone(pauses, "pause", list(wanted), "pause()", line)
         return TableRef(pauses.schema, pauses.name)
 
     def limits(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]], form: str
                ) -> Limits | None:
-        """[flow] concurrency and key_concurrency: a claim counts the jobs in work by their
-        leases, so the table needs the lease form (and not FIFO, which already runs one job of
-        a group at a time); the key is a NOT NULL column compared with `=`."""
+        """[flow] concurrency, key_concurrency and rate: a claim counts the jobs in work by
+        their leases, so the table needs the lease form (and not FIFO, which already runs one
+        job of a group at a time); the key is a NOT NULL column compared with `=`."""
         given = self.spec.limits
         if given is None:
             return None
@@ -612,7 +599,8 @@ class _Checker:
             key = col
         self.limit_indexes(table, roles["locked_until"][1].name, given,
                            key.name if key is not None and given.key_concurrency else None)
-        rate_table = (self.rate_table(table, key if given.rate_per_key else None)
+        rate_table = (self.rate_table(given.rate_table, table,
+                                      key if given.rate_per_key else None)
                       if given.rate_table is not None else None)
         if given.rate_table is not None and rate_table is None:
             return None
@@ -620,29 +608,48 @@ class _Checker:
                       given.key_concurrency, given.rate, given.rate_seconds, rate_table,
                       given.rate_per_key)
 
-    def rate_table(self, table: Table, key: Column | None) -> TableRef | None:
+    def side_table(self, name: str, line: int, what: str, needs: str, queue: Table
+                   ) -> Table | None:
+        """The table a [flow] key names beside the queue table (a pause or rate table), or
+        None, reported, where the DDL has none of that name or it is the queue table."""
+        schema, _, bare = name.partition(".") if "." in name else ("", "", name)
+        found = self.catalog.table(schema or None, bare)
+        if found is None:
+            self.err(line, f"{what} table \"{name}\" is not created by the DDL "
+                           f"({self.ddl_names()}); create it with {needs}")
+            return None
+        if found is queue:
+            self.err(line, f"{what} table \"{name}\" is the queue table itself: name a table "
+                           f"of its own, with {needs}")
+            return None
+        self.check_identifier(found.name, line, "table")
+        return found
+
+    def writes_alone(self, found: Table, what: str, written: list[str], writer: str,
+                     line: int) -> None:
+        """Every other column of a side table `writer` fills with `written` alone needs a
+        default or NULL."""
+        names = " and ".join(filter(None, (", ".join(written[:-1]), written[-1])))
+        for col in found.columns:
+            if col.name.lower() in written or col.nullable or col.has_default or col.auto:
+                continue
+            self.err(line, f"{what} table \"{found.name}\" has column \"{col.name}\" NOT NULL "
+                           f"without a default ({col.path}:{col.line}); {writer} writes {names} "
+                           f"alone: give it a default or allow NULL")
+
+    def rate_table(self, name: str, table: Table, key: Column | None) -> TableRef | None:
         """[flow] rate_table: the table each claim of a rate-limited queue records its claims
         in (`queue`, the queue's name; `claimed_at`, the database's time; with `key`, a rate
         per key, `claim_key`, the row's key), read to count the claims of the window."""
-        name = self.spec.limits.rate_table if self.spec.limits else None
-        assert name is not None
         line = self.spec.line("flow", "rate_table")
         time_type = {"postgres": "TIMESTAMPTZ", "mysql": "DATETIME(6)", "sqlite": "TEXT"}
         wanted_sql = (f"columns queue (text, NOT NULL), claimed_at "
                       f"({time_type[self.d.name]}, NOT NULL)"
                       + (f" and claim_key ({key.type_sql}, NOT NULL, as key \"{key.name}\")"
                          if key is not None else ""))
-        schema, _, bare = name.partition(".") if "." in name else ("", "", name)
-        found = self.catalog.table(schema or None, bare)
+        found = self.side_table(name, line, "rate", wanted_sql, table)
         if found is None:
-            self.err(line, f"rate table \"{name}\" is not created by the DDL "
-                           f"({self.ddl_names()}); create it with {wanted_sql}")
             return None
-        if found is table:
-            self.err(line, f"rate table \"{name}\" is the queue table itself: name a table of "
-                           f"its own, with {wanted_sql}")
-            return None
-        self.check_identifier(found.name, line, "table")
         kinds = {"postgres": {cat.TIMESTAMPTZ}, "mysql": {cat.TIMESTAMP, cat.TIMESTAMPTZ},
                  "sqlite": {cat.TEXT}}[self.d.name]
         wanted = [("queue", {cat.TEXT}), ("claimed_at", kinds)]
@@ -660,12 +667,7 @@ class _Checker:
                 self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" "
                                f"nullable ({col.path}:{col.line}); it must be NOT NULL")
         written = [name for name, _ in wanted]
-        for col in found.columns:
-            if col.name.lower() in written or col.nullable or col.has_default or col.auto:
-                continue
-            self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" NOT NULL "
-                           f"without a default ({col.path}:{col.line}); a claim writes "
-                           f"{', '.join(written)} alone: give it a default or allow NULL")
+        self.writes_alone(found, "rate", written, "a claim", line)
         if not any(i.columns and i.columns[0].lower() == "queue"
                    for i in self.catalog.indexes_of(found)):
             self.warn(line, f"no index of rate table \"{found.name}\" starts with queue: every "

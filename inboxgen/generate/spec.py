@@ -67,8 +67,9 @@ class Reviewed:
 
 @attrs.frozen
 class FlowLimits:
-    """[flow] limits on the jobs in work at once, across every worker of every process: the
-    queue's (`concurrency`) and, with `key`, each key's (`key_concurrency`)."""
+    """[flow] limits, across every worker of every process: on the jobs in work at once, the
+    queue's (`concurrency`) and, with `key`, each key's (`key_concurrency`); and on the claims
+    in any `rate_seconds` (`rate`, of each key apart with `rate_per_key`)."""
 
     concurrency: int | None
     key: str | None
@@ -107,8 +108,7 @@ class Spec:
     lines: dict[tuple[str, ...], int]
     # [flow] pauses: the table whose rows pause the queue or one of its groups.
     pause_table: str | None = None
-    # [flow] limits: at most `concurrency` jobs in work at once, and at most `key_concurrency`
-    # of one value of column `key`.
+    # [flow] limits on the jobs in work and the claims of a window (FlowLimits).
     limits: FlowLimits | None = None
 
     def line(self, *key: str) -> int:

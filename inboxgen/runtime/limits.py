@@ -6,6 +6,7 @@ claim count without this one's leases)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.backends.base import BEGIN, COMMIT, StepFailed
@@ -24,18 +25,19 @@ def limited(d: TableDescriptor) -> bool:
 
 async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:
     """Run `claim` in a transaction of its own under the claim turn; returns its result."""
-    turned = calls.has("claim_turn")
-    # On PostgreSQL in pipeline mode: BEGIN, the turn and the claim's read travel together,
-    # and its marks with COMMIT.
+    steps = [BEGIN, claim, COMMIT]
+    turned = calls.has("claim_turn")  # MySQL: the turn outlives the transaction
+    if turned:
+        # Should the wait give up, CLAIM reads nothing (it checks the turn is held).
+        steps = [calls.step("claim_turn", {}), *steps, calls.step("claim_turn_end", {})]
+    # One call: on PostgreSQL in pipeline mode (BEGIN, the turn and the claim's read travel
+    # together, its marks with COMMIT), on MySQL one call on the connection's thread.
     async with backend.session() as conn, backend.pipeline(conn):
         try:
-            if turned:
-                # Should the wait give up, CLAIM reads nothing (it checks the turn is held).
-                await backend.together(conn, [calls.step("claim_turn", {})])
-            (result,) = await backend.together(conn, [BEGIN, claim, COMMIT])
+            results = await backend.together(conn, steps)
         except StepFailed as err:
+            if turned:  # give the turn up, whatever became of the claim
+                with contextlib.suppress(Exception):
+                    await backend.together(conn, [steps[-1]])
             raise err.cause from None
-        finally:
-            if turned:
-                await backend.together(conn, [calls.step("claim_turn_end", {})])
-    return result
+    return results[-2 if turned else -1]  # the claim's (the turn's end returns None)
