@@ -111,11 +111,20 @@ async def run_until_idle(worker: Worker, *, timeout: float = 60.0) -> None:
     started_here = not worker.started
     if started_here:
         await worker.start()
+    looked_at: int | None = None  # jobs delivered when the last look began
     try:
         while True:
             await _settle(worker)
             if worker.quiet:
-                return
+                if looked_at == worker.stats.delivered:
+                    return
+                # A last look before calling the queue idle: a claim may have passed over a due
+                # row that another session's claim held for a moment (MySQL locks the rows a
+                # claim reads, matching or not, until it commits), and with a FakeClock the poll
+                # that would find it never comes.
+                looked_at = worker.stats.delivered
+                worker.slots.wake()
+                continue
             clock = worker.clock
             # Jump only when every running handler waits on the fake clock: one awaiting real
             # I/O must not see its lease run out under it. A job in work with no handler running
