@@ -19,6 +19,8 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
 - `lease_key_limits`: the lease with `[flow] key_concurrency = 2` on a tenant column holding
   1,000 keys (spread by a hash of the id), its "before" this checkout's lease on the shape
   without limits: what a per-key limit costs where it seldom binds.
+- `lease_fair`: the lease with `[flow] fair = true` on the same 1,000 tenants, its "before" this
+  checkout's lease without it: what the walk over the tenants costs.
 
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
@@ -51,6 +53,8 @@ PREVIOUS = "a3abc9c"  # the last release before the per-priority claims
 VARIANTS = ("row_lock", "row_lock_counted", "lease")
 PAUSES = "row_lock_pauses"  # not in the default sweep
 KEY_LIMITS = "lease_key_limits"  # nor this
+FAIR = "lease_fair"  # nor this
+TENANTS = (KEY_LIMITS, FAIR)  # the variants whose tables hold KEYS tenants
 KEYS = 1000  # the tenants of its table
 
 
@@ -196,11 +200,11 @@ class Sweep:
     def _shape(self, dialect: str, name: str, variant: str) -> Any:
         from conformance.axes import production
 
-        form = "lease" if variant in ("lease", KEY_LIMITS) else "row_lock"
+        form = "lease" if variant in ("lease", *TENANTS) else "row_lock"
         count = "false" if variant in ("row_lock", PAUSES) else "default"
         return production(name, dialect=dialect, form=form, count_crashes=count,
                           pauses="table" if variant == PAUSES else "none",
-                          limits="key" if variant == KEY_LIMITS else "none")
+                          limits={KEY_LIMITS: "key", FAIR: "fair"}.get(variant, "none"))
 
     def _build(self, shape: Any, release: Path | None) -> Path:
         """Build the shape's project with this checkout (`release` None) or a release; the
@@ -233,7 +237,7 @@ class Sweep:
         now_path = self._build(shape, None)
         if variant == "row_lock_counted" and "count_crashes=True" not in now_path.read_text():
             return  # the shape does not count (a FIFO table's claim is its group's head)
-        if variant in (PAUSES, KEY_LIMITS):  # "before": this checkout, the shape without
+        if variant in (PAUSES, *TENANTS):  # "before": this checkout, the shape without
             other = self._shape(dialect, name, "row_lock" if variant == PAUSES else "lease")
             release_before = None
             before_path = self._build(other, None)
@@ -300,7 +304,7 @@ class Sweep:
                 for chunk in range(0, len(rows), 5000):
                     module.insert_many(conn, rows[chunk:chunk + 5000])
                 conn.commit()
-                if shape.limits == "key":
+                if shape.limits in ("key", "fair"):
                     conn.execute(f"UPDATE {shape.name} SET tenant = "
                                  f"(abs(hashtext(id::text)) % {KEYS})::text")
                 conn.commit()
@@ -316,7 +320,7 @@ class Sweep:
                         cur.execute(statement)
                 for chunk in range(0, len(rows), 5000):
                     module.insert_many(conn, rows[chunk:chunk + 5000])
-                if shape.limits == "key":
+                if shape.limits in ("key", "fair"):
                     with conn.cursor() as cur:
                         cur.execute(f"UPDATE {shape.name} SET tenant = "
                                     f"CAST(CRC32(id) % {KEYS} AS CHAR)")

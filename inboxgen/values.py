@@ -52,6 +52,34 @@ def at_most(limit: int, *caps: int | None) -> int:
     return min([limit, *(c for c in caps if c is not None)])
 
 
+class KeyTurns:
+    """Where the fair claims of one queue (and group) in this process stopped walking the key's
+    values: the next claim walks on from the first value after `after` (None: from the first)."""
+
+    def __init__(self) -> None:
+        self.after: Any = None
+        # The last walk passed over keys without a due row and stopped before the last key:
+        # a claim that took nothing may find rows further on at once.
+        self.passed_over = False
+
+    def walked(self, rows: Sequence[Sequence[Any]], limit: int) -> list[tuple[Any, ...]]:
+        """The rows of a fair CLAIM without its last column, the row's rank in its key (0: a
+        key walked without a due row, whose row is left out). A walk of `limit` keys stopped at
+        its last; a shorter one found the last key, and the next starts from the first."""
+        walked = [row[-3] for row in rows if row[-1] <= 1]
+        self.after = walked[-1] if len(walked) >= limit else None
+        self.passed_over = self.after is not None and any(row[-1] == 0 for row in rows)
+        return [tuple(row[:-1]) for row in rows if row[-1] > 0]
+
+
+_KEY_TURNS: dict[tuple[str, Any], KeyTurns] = {}
+
+
+def key_turns(claim: str, group: Any) -> KeyTurns:
+    """The KeyTurns of the fair claim statement `claim` (of `group`) in this process."""
+    return _KEY_TURNS.setdefault((claim, group), KeyTurns())
+
+
 def within_limits(rows: Sequence[Sequence[Any]], concurrency: int | None,
                   key_concurrency: int | None, rate: int | None = None,
                   rate_per_key: bool = False) -> list[tuple[Any, ...]]:

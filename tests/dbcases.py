@@ -276,6 +276,7 @@ class Layout:
     # [flow] rate: at most rate[0] claims in any rate[1] seconds, recorded in jobs_claims.
     rate: tuple[int, float] | None = None
     rate_per_key: bool = False  # the rate per account (jobs_claims gains claim_key)
+    fair: bool = False  # [flow] fair: claims take turns across accounts
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -343,7 +344,11 @@ class Layout:
         # The indexes a limited claim counts the jobs in work through.
         if self.concurrency is not None:
             out.append(f"CREATE INDEX jobs_in_work ON jobs ({names('locked_until')});")
-        if self.key_concurrency is not None:
+        if self.fair:
+            # The walk over the accounts: the group, the account and the claim order.
+            walk = [*(["group"] if self.group else []), "account", "priority", "retry_after", "id"]
+            out.append(f"CREATE INDEX jobs_account ON jobs ({names(*walk)});")
+        elif self.key_concurrency is not None:
             out.append(f"CREATE INDEX jobs_account ON jobs ({names('account')});")
         if self.rate is not None:
             text, time = TYPES["text"][dialect], TYPES["time"][dialect]
@@ -384,6 +389,8 @@ class Layout:
             flow.update(rate=self.rate[0], rate_seconds=self.rate[1], rate_table="jobs_claims")
         if self.rate_per_key:
             flow.update(key="account", rate_per_key=True)
+        if self.fair:
+            flow.update(key="account", fair=True)
         return flow
 
 

@@ -563,14 +563,22 @@ class _Checker:
         given = self.spec.limits
         if given is None:
             return None
+        counted = (given.concurrency is not None or given.key_concurrency is not None
+                   or given.rate is not None)
         first = ("concurrency" if given.concurrency is not None else
-                 "key" if given.key is not None else "rate")
+                 "key" if counted else "fair" if given.fair else "rate")
         line = self.spec.line("flow", first)
-        if form != LEASE:
+        if form != LEASE and counted:
             self.err(line, f"[flow] {first} needs the lease form (a locked_until role): a claim "
                            f"counts the jobs in work by their leases, and under the "
                            f"{form.replace('_', ' ')} form jobs in work leave no mark in the "
                            f"table")
+            return None
+        if form != LEASE:
+            self.err(line, f"[flow] fair needs the lease form (a locked_until role): a fair "
+                           f"claim walks the keys under the claim turn and holds what it takes "
+                           f"by a lease, where the {form.replace('_', ' ')} form holds it in an "
+                           f"open transaction or session")
             return None
         if self.spec.fifo:
             self.err(line, f"[flow] {first} is not built for FIFO tables (each group already "
@@ -599,6 +607,8 @@ class _Checker:
             key = col
         self.limit_indexes(table, roles["locked_until"][1].name, given,
                            key.name if key is not None and given.key_concurrency else None)
+        if given.fair and key is not None:
+            self.walk_index(table, roles, key.name)
         rate_table = (self.rate_table(given.rate_table, table,
                                       key if given.rate_per_key else None)
                       if given.rate_table is not None else None)
@@ -606,7 +616,7 @@ class _Checker:
             return None
         return Limits(given.concurrency, key.name if key is not None else None,
                       given.key_concurrency, given.rate, given.rate_seconds, rate_table,
-                      given.rate_per_key)
+                      given.rate_per_key, given.fair)
 
     def side_table(self, name: str, line: int, what: str, needs: str, queue: Table
                    ) -> Table | None:
@@ -696,6 +706,23 @@ class _Checker:
                       f"no index of table \"{table.name}\" starts with {column}: every claim "
                       f"counts the jobs in work by reading the whole table; create an index on "
                       f"\"{table.name}\" {cols}")
+
+    def walk_index(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]],
+                   key: str) -> None:
+        """[flow] fair: each claim walks the key's values in order and reads each one's first
+        due rows in claim order: an index on the group (where there is one), the key and the
+        claim order serves both."""
+        lead = [roles[r][1].name for r in ("group",) if r in roles] + [key]
+        wanted = lead + [roles[r][1].name for r in ("priority", "retry_after", "id")
+                         if r in roles]
+        if any([c.lower() for c in i.columns[:len(lead)]] == [c.lower() for c in lead]
+               for i in self.catalog.indexes_of(table)):
+            return
+        self.warn(self.spec.line("flow", "fair"),
+                  f"no index of table \"{table.name}\" starts with {', '.join(lead)}: each "
+                  f"claim walks the values of {key} and reads the first due rows of each by "
+                  f"reading the table; create an index on \"{table.name}\" "
+                  f"({', '.join(wanted)})")
 
     def unique(self, table: Table, fields: list[Field]) -> tuple[Field, ...]:
         out: list[Field] = []

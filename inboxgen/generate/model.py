@@ -121,7 +121,7 @@ def _leads(columns: Sequence[str], order: Sequence[str]) -> bool:
 class Limits:
     """[flow] limits, checked against the DDL: at most `concurrency` jobs of the queue in work at
     once, and at most `key_concurrency` of one value of column `key` (its name as the DDL
-    writes it)."""
+    writes it); with `fair`, claims take turns across the values of `key`."""
 
     concurrency: int | None
     key: str | None
@@ -132,6 +132,7 @@ class Limits:
     rate_seconds: float | None = None
     rate_table: TableRef | None = None
     rate_per_key: bool = False  # the rate counts each key's claims apart (column claim_key)
+    fair: bool = False  # claims take turns across the key's values (round robin)
 
 
 @attrs.frozen

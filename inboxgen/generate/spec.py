@@ -43,7 +43,7 @@ _COLUMN_KEYS = {"role", "generated", "codec", "type"}
 _DEAD_LETTER_KEYS = {"group", "table"}
 _RUNTIME_KEYS = {"workers", "batch", "lease", "poll_interval", "max_attempts"}
 _FLOW_KEYS = {"pauses", "concurrency", "key", "key_concurrency", "rate", "rate_seconds",
-              "rate_table", "rate_per_key"}
+              "rate_table", "rate_per_key", "fair"}
 
 
 @attrs.frozen
@@ -69,7 +69,8 @@ class Reviewed:
 class FlowLimits:
     """[flow] limits, across every worker of every process: on the jobs in work at once, the
     queue's (`concurrency`) and, with `key`, each key's (`key_concurrency`); and on the claims
-    in any `rate_seconds` (`rate`, of each key apart with `rate_per_key`)."""
+    in any `rate_seconds` (`rate`, of each key apart with `rate_per_key`); with `fair`, claims
+    take turns across the key's values."""
 
     concurrency: int | None
     key: str | None
@@ -79,6 +80,7 @@ class FlowLimits:
     rate_seconds: float | None = None
     rate_table: str | None = None
     rate_per_key: bool = False  # the rate counts each key's claims apart
+    fair: bool = False  # claims take turns across the key's values (round robin)
 
 
 @attrs.frozen
@@ -465,23 +467,27 @@ class _Reader:
             self.err(("flow", "key"), "'flow.key' must name a column of the queue table")
             key = None
         per_key = bool(self.typed(flow, ("flow", "rate_per_key"), bool, "true or false"))
-        if key is not None and "key_concurrency" not in flow and not per_key:
+        fair = bool(self.typed(flow, ("flow", "fair"), bool, "true or false"))
+        if key is not None and all(flow.get(k) in (None, False)
+                                   for k in ("key_concurrency", "rate_per_key", "fair")):
             self.err(("flow", "key"), "'flow.key' needs 'flow.key_concurrency' (how many jobs "
-                                      "of one key may be in work at once) or 'flow.rate_per_key'")
-        for needs in ("key_concurrency", "rate_per_key"):
-            if needs in flow and "key" not in flow:
+                                      "of one key may be in work at once), 'flow.rate_per_key' "
+                                      "or 'flow.fair'")
+        for needs in ("key_concurrency", "rate_per_key", "fair"):
+            if needs in flow and "key" not in flow and flow[needs] is not False:
                 self.err(("flow", needs), f"'flow.{needs}' needs 'flow.key': the column whose "
                                           f"values are the keys")
         rate, seconds, table = self.rate(flow)
         if per_key and "rate" not in flow:
             self.err(("flow", "rate_per_key"), "'flow.rate_per_key' needs 'flow.rate', "
                                                "'flow.rate_seconds' and 'flow.rate_table'")
-        key_used = key if counts["key_concurrency"] or (per_key and rate) else None
+        key_used = key if counts["key_concurrency"] or (per_key and rate) or fair else None
         if counts["concurrency"] is None and key_used is None and rate is None:
             return None
         return FlowLimits(counts["concurrency"], key_used,
                           counts["key_concurrency"] if key else None, rate, seconds, table,
-                          per_key and rate is not None and key is not None)
+                          per_key and rate is not None and key is not None,
+                          fair and key is not None)
 
     def rate(self, flow: dict[str, Any]) -> tuple[int | None, float | None, str | None]:
         """rate, rate_seconds and rate_table: all three, or none."""

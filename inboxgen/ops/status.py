@@ -32,8 +32,9 @@ class TableStatus:
     # [flow] pauses: what is paused (None in the list: the whole queue; else a group's name),
     # or None where the table has no pause table.
     paused: list[str | None] | None = None
-    # [flow] limits, where the spec sets any: concurrency, key, key_concurrency, rate and
-    # rate_seconds as the module holds them (None: not set), and in_work, the jobs in work now.
+    # [flow] limits, where the spec sets any: concurrency, key, key_concurrency, rate,
+    # rate_seconds, rate_per_key and fair as the module holds them (None: not set), and
+    # in_work, the jobs in work now.
     limits: dict[str, Any] | None = None
 
 
@@ -67,6 +68,7 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
         limits = {"concurrency": module.CONCURRENCY, "key": module.KEY_COLUMN,
                   "key_concurrency": module.KEY_CONCURRENCY, "rate": module.RATE,
                   "rate_seconds": module.RATE_SECONDS, "rate_per_key": module.RATE_PER_KEY,
+                  "fair": getattr(module, "FAIR", False),
                   "in_work": sum(g["in_work"] or 0 for g in groups)}
     return TableStatus(
         d.qualified_name, label, groups, dead, locks, None if oldest is None else round(oldest, 3),
@@ -144,6 +146,8 @@ def limits_words(limits: dict[str, Any]) -> str:
         each = f" per {limits['key']}" if limits["rate_per_key"] else ""
         parts.append(f"at most {limits['rate']} claims{each} in any "
                      f"{limits['rate_seconds']:g} s")
+    if limits.get("fair"):
+        parts.append(f"claims take turns across {limits['key']}")
     return "limits: " + ", ".join(parts)
 
 

@@ -10,6 +10,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.backends.base import BEGIN, COMMIT, StepFailed
+from inboxgen.values import KeyTurns, key_turns
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
@@ -18,9 +19,19 @@ if TYPE_CHECKING:
 
 
 def limited(d: TableDescriptor) -> bool:
-    """Whether the table's claims are limited ([flow] concurrency, key_concurrency, rate)."""
+    """Whether the table's claims are limited ([flow] concurrency, key_concurrency, rate) or
+    take turns across keys ([flow] fair)."""
     params = d.statement_params.get("CLAIM", ())
-    return any(p in params for p in ("concurrency", "key_concurrency", "rate"))
+    return any(p in params for p in ("concurrency", "key_concurrency", "rate", "after"))
+
+
+def fair_turns(d: TableDescriptor, group: str | None) -> KeyTurns | None:
+    """Where a [flow] fair table's claims of `group` in this process stand in their walk over
+    the key (the KeyTurns the generated claim() keeps); None for other tables."""
+    params = d.statement_params.get("CLAIM", ())
+    if "after" not in params:
+        return None
+    return key_turns(d.statements["CLAIM"], group if "group" in params else None)
 
 
 async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:

@@ -34,7 +34,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "attempt": ("integer", "smallint"),
     "payload": ("bytes", "json", "typed"),
     "pauses": ("none", "table"),
-    "limits": ("none", "queue", "key", "rate", "rate_key"),
+    "limits": ("none", "queue", "key", "rate", "rate_key", "fair"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -77,7 +77,7 @@ class Shape:
     pauses: str  # "table": [flow] pauses; the scenario pauses the queue (or group) first
     # [flow] "queue": concurrency = 3; "key": key_concurrency = 2 on a tenant column whose
     # default every job takes; "rate": 50 claims in any second; "rate_key": 50 a second for
-    # each tenant (every job's the same)
+    # each tenant (every job's the same); "fair": claims take turns across tenants
     limits: str
 
     @property
@@ -112,7 +112,8 @@ _SHORT: dict[str, dict[str, str]] = {
     "attempt": {"integer": "a4", "smallint": "a2"},
     "payload": {"bytes": "b", "json": "j", "typed": "ty"},
     "pauses": {"none": "pn", "table": "pt"},
-    "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk"},
+    "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk",
+               "fair": "lf"},
 }
 
 

@@ -90,7 +90,7 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
     if s.form == "lease":
         cols.append(f"locked_until {t['time']} NULL")
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
-    if s.limits in ("key", "rate_key"):
+    if s.limits in ("key", "rate_key", "fair"):
         cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
     return cols
 
@@ -132,6 +132,11 @@ def ddl(s: Shape, names: Names | None = None) -> str:
     out.append(claim_index(s, names))
     # The index a limited claim counts the jobs in work through.
     counted = {"queue": ("_in_work", "locked_until"), "key": ("_tenant", "tenant")}
+    if s.limits == "fair":  # the walk over the tenants: group, tenant, claim order
+        counted["fair"] = ("_tenant", ", ".join(
+            (["grp"] if s.group != "none" else []) + ["tenant"]
+            + (["priority"] if s.has_priority else [])
+            + (["retry_after"] if s.has_retry_after else []) + ["id"]))
     if s.limits in counted:
         suffix, column = counted[s.limits]
         index = (f'"{names.table}{suffix}"' if names.schema is not None
@@ -198,6 +203,7 @@ def spec(s: Shape, names: Names | None = None) -> str:
                       f'rate_table = "{names.spec("_claims")}"'],
              "rate_key": ['key = "tenant"', "rate = 50", "rate_seconds = 1",
                           f'rate_table = "{names.spec("_claims")}"', "rate_per_key = true"],
+             "fair": ['key = "tenant"', "fair = true"],
              }.get(s.limits, [])
     if flow:
         lines += ["", "[flow]", *flow]

@@ -118,10 +118,22 @@ def test_status_says_what_the_limits_allow_and_how_many_are_in_work(
     (table,) = json.loads(result.stdout)
     assert table["limits"] == {"concurrency": 5, "key": "account", "key_concurrency": 2,
                                "rate": 100, "rate_seconds": 1.5, "rate_per_key": False,
-                               "in_work": 2}
+                               "fair": False, "in_work": 2}
     text = run(root, "status", "--database-url", url)
     assert ("jobs: limits: at most 5 in work at once (2 now), at most 2 per account, at most "
             "100 claims in any 1.5 s") in text.stdout, text.stdout
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_status_says_a_fair_table_takes_turns_across_its_key(
+        project: Callable[..., Project], dialect: str) -> None:
+    root, _, url = project(dialect, Layout(form="lease", processed=False, fair=True))
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    assert table["limits"]["fair"] is True and table["limits"]["key"] == "account"
+    text = run(root, "status", "--database-url", url)
+    assert "jobs: limits: claims take turns across account" in text.stdout, text.stdout
 
 
 def test_status_shows_dead_rows_hot_updates_and_autovacuum_on_postgres(

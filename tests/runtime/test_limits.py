@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue, Queue
+from limits_util import add, claim
 
 from inboxgen import Job, Worker
 
@@ -26,34 +27,6 @@ WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "process_worker.py"
 REPO = Path(__file__).resolve().parents[2]
 
 DIALECTS = ["postgres", "mysql", "sqlite"]
-
-
-def claim(q: Queue, conn: Any, limit: int, lease: float = 30.0) -> list[Any]:
-    """One claim of up to `limit` rows, committed, as the runtime runs it (MySQL: between the
-    claim turn and its end)."""
-    now = dt.datetime.now(UTC)
-    until = now + dt.timedelta(seconds=lease)
-    turned = hasattr(q.mod, "claim_turn")
-    if turned:
-        assert q.mod.claim_turn(conn) is True
-        conn.commit()
-    rows = q.mod.claim(conn, now=now, locked_until=until, limit=limit)
-    conn.commit()
-    if turned:
-        q.mod.claim_turn_end(conn)
-        conn.commit()
-    return list(rows)
-
-
-def add(q: Queue, accounts: list[str]) -> list[int]:
-    due = dt.datetime.now(UTC) - dt.timedelta(seconds=60)
-    conn = q.connect()
-    try:
-        ids = [q.add(conn, retry_after=due, account=a) for a in accounts]
-        conn.commit()
-        return ids
-    finally:
-        conn.close()
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

@@ -4,7 +4,7 @@ keeps on top of what was in work (or claimed) before."""
 
 from __future__ import annotations
 
-from inboxgen.values import at_most, within_limits
+from inboxgen.values import KeyTurns, at_most, within_limits
 
 
 def row(id_: int, key: str, in_work: int = 0, key_in_work: int = 0,
@@ -39,3 +39,23 @@ def test_a_claim_reads_no_more_rows_than_a_limit_could_keep() -> None:
     assert at_most(160, 6, None) == 6
     assert at_most(16, None, 100) == 16
     assert at_most(16, None, None) == 16
+
+
+def walked(id_: int | None, key: str, rank: int) -> tuple[object, ...]:
+    return (*row(id_, key), rank)  # type: ignore[arg-type]
+
+
+def test_a_fair_walk_of_limit_keys_goes_on_after_its_last_key() -> None:
+    turns = KeyTurns()
+    rows = [walked(1, "a", 1), walked(None, "b", 0), walked(3, "c", 1), walked(2, "a", 2)]
+    assert turns.walked(rows, 3) == [row(1, "a"), row(3, "c"), row(2, "a")]
+    assert turns.after == "c"
+    assert turns.passed_over  # b had nothing due: the keys after c may have
+
+
+def test_a_fair_walk_short_of_limit_keys_starts_again_from_the_first() -> None:
+    turns = KeyTurns()
+    turns.after = "x"
+    assert turns.walked([walked(7, "y", 1), walked(8, "y", 2)], 4) == [row(7, "y"), row(8, "y")]
+    assert turns.after is None and not turns.passed_over
+    assert turns.walked([], 4) == [] and turns.after is None

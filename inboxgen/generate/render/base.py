@@ -261,6 +261,8 @@ class Renderer:
             return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
         if name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             return name.upper()  # the module's constants, from the spec's [flow]
+        if name == "after":
+            return "turns.after"  # [flow] fair: where this process's last walk stopped
         return name
 
     def ids_of(self, generator: str) -> str:
@@ -714,7 +716,7 @@ class Renderer:
         if "CLAIM_RECORD" in st:
             marks += self.run("", "CLAIM_RECORD", self.params(st["CLAIM_RECORD"]))
         then = ("if rows:", *("    " + line for line in marks))
-        args = self.args(claim, skip=("limit",),
+        args = self.args(claim, skip=("limit", "after"),
                          extra="locked_until: datetime.datetime, limit: int = 1")
         doc = ("Claim up to `limit` rows under a lease ending at `locked_until`; run it in a "
                "transaction and commit.")
@@ -733,6 +735,12 @@ class Renderer:
             if "CLAIM_FORGET" in st:
                 turn += tuple(self.run("", "CLAIM_FORGET", self.params(st["CLAIM_FORGET"])))
                 doc += " Records each claim for the rate, and forgets those of past windows."
+            if self.q.limits.fair:
+                group = "group" if "group" in claim.params else "None"
+                turn = (f"turns = _v.key_turns(CLAIM, {group})", *turn)
+                over = f"{over.replace('ROWS', 'turns.walked(ROWS, limit)')}[:limit]"
+                doc += (" Claims take turns across the values of the key: each walks on from "
+                        "where this process's last claim stopped.")
         params = self.params(claim)
         limits = self.q.limits
         if limits is not None and limits.key is None and (limits.concurrency or limits.rate):

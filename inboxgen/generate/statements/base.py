@@ -297,7 +297,8 @@ class Statements:
             queue_count = in_work()
             also.append(f"{queue_count} < {self.p('concurrency')}")
         if limits.key is not None:
-            key_col = f"{self.t()}.{self.d.quote(limits.key)}"
+            key_col = (f"{self.d.quote('inboxgen_rows')}.{self.d.quote('inboxgen_k')}"
+                       if limits.fair else f"{self.t()}.{self.d.quote(limits.key)}")
         if limits.rate_table is not None:
             claimed = self.rate_claimed(limits.rate_table, key_col if limits.rate_per_key
                                         else None)
@@ -312,17 +313,20 @@ class Statements:
                   f"{key_count} AS {self.d.quote('inboxgen_key_in_work')}"]
         if limits.rate_table is not None:
             self.rate_forget(limits.rate_table)
-        self.add("CLAIM", "\n".join(x for x in (
+        if limits.fair:
+            self.claim_fair(counts, self.turn_held())
+        else:
+            self.add("CLAIM", "\n".join(x for x in (
             f"SELECT {self.select_list()},",
             *("       " + line for line in ",\n".join(counts).splitlines()),
-            f"FROM {self.t()}{self.force_index()}",
-            self.where([*self.filters(), *also]),
-            f"ORDER BY {self.order()}",
-            f"LIMIT {self.p('limit')}",
-            self.limited_lock,
-        ) if x), "Under the claim turn, read up to `limit` due rows within the limits, with what "
-                 "the limits count (jobs in work of the queue and of the row's key, claims of "
-                 "the rate's window) beside each.")
+                f"FROM {self.t()}{self.force_index()}",
+                self.where([*self.filters(), *also]),
+                f"ORDER BY {self.order()}",
+                f"LIMIT {self.p('limit')}",
+                self.limited_lock,
+            ) if x), "Under the claim turn, read up to `limit` due rows within the limits, with "
+                     "what the limits count (jobs in work of the queue and of the row's key, "
+                     "claims of the rate's window) beside each.")
         self.add("CLAIM_MARK", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
                  + f"\nWHERE {self.ids_in(self.c(self.q.id))}",
                  "Write the lease (the ownership token) on the rows of CLAIM that claim() kept.")
@@ -337,6 +341,102 @@ class Statements:
                                      f"SELECT {', '.join(values)}\nFROM {self.t()}\n"
                                      f"WHERE {self.ids_in(self.c(self.q.id))}",
                      "Record the claims CLAIM_MARK made, at the database's time, for the rate.")
+
+    def claim_fair(self, counts: list[str], held: list[str]) -> None:
+        """[flow] fair: CLAIM walks up to `limit` values of the key, from the first after
+        `after` (where the claims before it stopped), and reads the first due rows of each in
+        claim order, the first of every key before the second of any; with fewer keys than
+        `limit`, several of each. A key walked with no due row gives one row of NULLs (rank 0),
+        so claim() learns where the walk stopped. The limits' counts stand beside each row, as
+        in a limited claim, for claim() to apply."""
+        q, limits = self.d.quote, self.q.limits
+        assert limits is not None and limits.key is not None
+        key = q(limits.key)
+        keys, rows = q("inboxgen_keys"), q("inboxgen_rows")
+        k, n, r = q("inboxgen_k"), q("inboxgen_n"), q("inboxgen_r")
+        order = [f for f in (self.role(x) for x in ("priority", "retry_after", "id")) if f]
+        carried = [q(f"inboxgen_{f.name}") for f in order]  # where the last row read stands
+
+        def first_due(of: str, after: bool) -> str:
+            conds = [f"{key} = {of}.{k}", *self.filters()]
+            if after:
+                mine = [self.c(f) for f in order]
+                at = [f"{rows}.{c}" for c in carried]
+                conds.append(f"{mine[0]} > {at[0]}" if len(order) == 1 else
+                             f"({', '.join(mine)}) > ({', '.join(at)})")
+            return "\n".join((f"        SELECT {self.c(self.q.id)}", f"        FROM {self.t()}",
+                              self.where(conds, "        "),
+                              f"        ORDER BY {self.order()}", "        LIMIT 1"))
+
+        cols = ", ".join(f"{self.t()}.{self.c(f)}" for f in order)
+        walked = f"(SELECT COUNT(*) FROM {keys} WHERE {keys}.{k} IS NOT NULL)"
+        rows_cte = "\n".join((
+            f"{rows} ({n}, {r}, {k}, {', '.join(carried)}) AS (",
+            f"    SELECT {keys}.{n}, 1, {keys}.{k}, {cols}",
+            f"    FROM {keys}",
+            f"    LEFT JOIN {self.t()} ON {self.t()}.{self.c(self.q.id)} = (",
+            first_due(keys, after=False),
+            "    )",
+            f"    WHERE {keys}.{k} IS NOT NULL",
+            "    UNION ALL",
+            f"    SELECT {rows}.{n}, {rows}.{r} + 1, {rows}.{k}, {cols}",
+            f"    FROM {rows}",
+            f"    JOIN {self.t()} ON {self.t()}.{self.c(self.q.id)} = (",
+            first_due(rows, after=True),
+            "    )",
+            f"    WHERE {rows}.{r} * {walked} < {self.p('limit')}",
+            ")"))
+        self.add("CLAIM", "\n".join(x for x in (
+            "WITH RECURSIVE",
+            self.fair_walk(key) + ",",
+            rows_cte,
+            f"SELECT {self.select_list()},",
+            *("       " + line for line in ",\n".join(
+                [*counts, f"CASE WHEN {self.c(self.q.id)} IS NULL THEN 0 ELSE {rows}.{r} END "
+                          f"AS {q('inboxgen_rank')}"]).splitlines()),
+            f"FROM {rows}",
+            self.fair_rows_join(carried[-1]),
+            self.where(held),
+            f"ORDER BY {rows}.{r}, {rows}.{n}, {rows}.{k}",
+            self.fair_lock,
+        ) if x), "Under the claim turn, walk up to `limit` values of the key from the first "
+                 "after `after`, and read the first due rows of each, with what the limits "
+                 "count beside each row.")
+
+    def fair_walk(self, key: str) -> str:
+        """The CTE inboxgen_keys (inboxgen_k, inboxgen_n): up to `limit` values of `key` among
+        the unfinished rows of the worker's group, in order from the first after `after`, and
+        from the first value where none is after it; inboxgen_n orders them."""
+        q = self.d.quote
+        keys, k, n = q("inboxgen_keys"), q("inboxgen_k"), q("inboxgen_n")
+
+        def next_key(*conds: str) -> str:
+            return "\n".join(x for x in (
+                f"    SELECT {key}", f"    FROM {self.t()}",
+                self.where([*self.unfinished(), *conds], "    "),
+                f"    ORDER BY {key}", "    LIMIT 1") if x)
+
+        return "\n".join((
+            f"{keys} ({k}, {n}) AS (",
+            "    SELECT COALESCE((",
+            *("    " + line for line in next_key(f"{key} > {self.p('after')}").splitlines()),
+            "    ), (",
+            *("    " + line for line in next_key().splitlines()),
+            "    )), 1",
+            "    UNION ALL",
+            "    SELECT (",
+            *("    " + line for line in next_key(f"{key} > {keys}.{k}").splitlines()),
+            f"    ), {keys}.{n} + 1",
+            f"    FROM {keys}",
+            f"    WHERE {keys}.{k} IS NOT NULL",
+            f"      AND {keys}.{n} < {self.p('limit')}",
+            ")"))
+
+    def fair_rows_join(self, row_id: str) -> str:
+        """How the fair CLAIM's final read finds each walked row by its id `row_id` (a column
+        of inboxgen_rows), keeping the keys walked without one."""
+        rows = self.d.quote("inboxgen_rows")
+        return f"LEFT JOIN {self.t()} ON {self.t()}.{self.c(self.q.id)} = {rows}.{row_id}"
 
     def rate_claimed(self, rates: TableRef, key: str | None) -> str:
         """The claims of the rate's window: recorded for this queue (and, per key, for the
@@ -360,8 +460,10 @@ class Statements:
     db_now = ""
     window_start = ""
 
-    # How a limited claim's read locks the rows it reads (SQLite's transaction holds the file).
+    # How a limited claim's read locks the rows it reads (SQLite's transaction holds the file),
+    # and a fair claim's (where the dialect does not lock them as fair_rows_join reads them).
     limited_lock = "FOR UPDATE SKIP LOCKED"
+    fair_lock = "FOR UPDATE SKIP LOCKED"
 
     def claim_turn(self) -> None:
         """CLAIM_TURN (and where it outlives the transaction, CLAIM_TURN_END): the lock that

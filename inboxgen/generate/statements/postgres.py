@@ -253,6 +253,21 @@ class PostgresStatements(Statements):
     db_now = "clock_timestamp()"  # not now(): the transaction's start
     window_start = "clock_timestamp() - make_interval(secs => %(rate_seconds)s)"
 
+    # PostgreSQL locks no row on the nullable side of an outer join: fair_rows_join locks
+    # the walked rows as it reads them.
+    fair_lock = ""
+
+    def fair_rows_join(self, row_id: str) -> str:
+        rows, job = self.d.quote("inboxgen_rows"), self.d.quote("inboxgen_job")
+        idc = self.c(self.q.id)
+        return "\n".join((
+            "LEFT JOIN (",
+            f"    SELECT {self.select_list()}",
+            f"    FROM {self.t()}",
+            f"    WHERE {idc} = ANY (ARRAY(SELECT {rows}.{row_id} FROM {rows}))",
+            "    FOR UPDATE SKIP LOCKED",
+            f") AS {job} ON {job}.{idc} = {rows}.{row_id}"))
+
     def claim_turn(self) -> None:
         self.add("CLAIM_TURN", "SELECT pg_advisory_xact_lock(hashtextextended('inboxgen turn:' "
                                "|| %(queue)s, 0))",

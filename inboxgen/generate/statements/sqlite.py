@@ -10,7 +10,7 @@ from inboxgen.generate.statements.base import Statements
 
 
 class SqliteStatements(Statements):
-    limited_lock = ""  # the claim's transaction holds the file's write lock
+    limited_lock = fair_lock = ""  # the claim's transaction holds the file's write lock
     db_now = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
     window_start = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :rate_seconds || ' seconds')"
 

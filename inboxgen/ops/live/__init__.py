@@ -75,7 +75,7 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
         others = frozenset(t.name for t in (queue.pause_table, queue.limits and
                                             queue.limits.rate_table) if t)
         if name in _CLAIMS and not db.ordered_by_index(plan, d.table, filters_rows=filters_rows,
-                                                       others=others):
+                                                       others=others, walk="after" in params):
             found.append(f"table {table}, statement {name}: no index serves the claim order "
                          f"(the plan sorts or scans the table): every claim reads all due rows")
     return found

@@ -50,8 +50,10 @@ class LiveDatabase:
         raise NotImplementedError
 
     def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
-                         others: frozenset[str] = frozenset()) -> bool:
+                         others: frozenset[str] = frozenset(), walk: bool = False) -> bool:
         """Whether `plan` reads `table` through an index in the claim's order. Without
         `filters_rows` (no group, no finished rows kept: a claim passes over leased and
-        not-yet-due rows only) a walk of the table itself in that order serves it as well."""
+        not-yet-due rows only) a walk of the table itself in that order serves it as well. With
+        `walk` ([flow] fair), the claim sorts the few rows its walk over the keys read: only
+        a scan of the table counts."""
         raise NotImplementedError

@@ -90,7 +90,7 @@ class MySQLLive(LiveDatabase):
         self.conn.rollback()
 
     def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
-                         others: frozenset[str] = frozenset()) -> bool:
+                         others: frozenset[str] = frozenset(), walk: bool = False) -> bool:
         mine = [r for r in plan if r.get("table") == table]
         return bool(mine) and all(r.get("key") and "filesort" not in str(r.get("Extra") or "")
                                   for r in mine)

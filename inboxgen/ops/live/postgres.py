@@ -75,12 +75,13 @@ class PostgresLive(LiveDatabase):
             self.conn.rollback()
 
     def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
-                         others: frozenset[str] = frozenset()) -> bool:
+                         others: frozenset[str] = frozenset(), walk: bool = False) -> bool:
         # With sequential scans and sorts priced out, a plan that still has one has no index
         # that serves the claim order (a claim reads only its own table). By node type: a
         # partitioned table's Merge Append of index scans names its order as "Sort Key". The
         # other tables a claim reads (`others`: a pause table of a few rows) may be scanned.
-        return not any(node.get("Node Type") in _NOT_IN_ORDER
+        bad = {"Seq Scan"} if walk else _NOT_IN_ORDER
+        return not any(node.get("Node Type") in bad
                        and node.get("Relation Name") not in others for node in _nodes(plan))
 
 

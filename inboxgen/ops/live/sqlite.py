@@ -67,8 +67,8 @@ class SqliteLive(LiveDatabase):
         return "\n".join(str(r[-1]) for r in rows)
 
     def ordered_by_index(self, plan: Any, table: str, *, filters_rows: bool = True,
-                         others: frozenset[str] = frozenset()) -> bool:
-        if "TEMP B-TREE FOR ORDER BY" in plan:
+                         others: frozenset[str] = frozenset(), walk: bool = False) -> bool:
+        if "TEMP B-TREE FOR ORDER BY" in plan and not walk:
             return False
         # A bare SCAN with no sort walks the table in rowid order, which is then the claim
         # order (an INTEGER PRIMARY KEY id): as good as an index unless the claim skips rows

@@ -20,7 +20,7 @@ from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form, Parts
-from inboxgen.runtime.limits import claim_in_turn, limited
+from inboxgen.runtime.limits import claim_in_turn, fair_turns, limited
 from inboxgen.runtime.outcomes import FINISH, PARK, Settlement, lease_expiry
 from inboxgen.runtime.renewer import LeaseRenewer
 from inboxgen.runtime.settler import LeaseSettler
@@ -65,6 +65,7 @@ class Lease(Form):
         self._start = ClaimStart() if "from_id" in self.d.statement_params.get(
             "CLAIM", ()) and not self.d.fifo else None
         self._limited = limited(self.d)  # [flow] limits: claims take turns
+        self._fair = fair_turns(self.d, self.settings.group)  # [flow] fair: the walk's place
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
         # read before they are reported.
         self._checks: set[asyncio.Future[None]] = set()
@@ -125,6 +126,8 @@ class Lease(Form):
                 self.claim_worked()
                 if self._limited and 0 < got < room:
                     continue  # the limits may have kept fewer rows than the claim read
+                if got == 0 and self._fair is not None and self._fair.passed_over:
+                    continue  # its walk passed keys with nothing due: the next keys may have
                 if got < room:
                     # Drained (or, limited, full): until a wake-up.
                     await slots.wait(CLAIMER, self.settings.poll_interval)

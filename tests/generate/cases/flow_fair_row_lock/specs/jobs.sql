@@ -1,0 +1,6 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    payload JSONB NOT NULL
+);
+CREATE INDEX jobs_tenant ON jobs (tenant, id);

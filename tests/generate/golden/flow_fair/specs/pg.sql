@@ -1,0 +1,12 @@
+CREATE TABLE pg_fair_jobs (
+    id BIGSERIAL PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
+    locked_until TIMESTAMPTZ,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSONB NOT NULL
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+        autovacuum_vacuum_insert_scale_factor = 0);
+CREATE INDEX pg_fair_jobs_claim ON pg_fair_jobs (priority, retry_after, id);
+CREATE INDEX pg_fair_jobs_tenant ON pg_fair_jobs (tenant, priority, retry_after, id);

@@ -1,0 +1,101 @@
+"""Fair shares ([flow] fair, lease form): claims take turns across the key's values, so one
+account's backlog does not hold up another's jobs enqueued after it; a key with nothing due
+costs the walk a step, not the claim its rows."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import pytest
+from dbcases import Layout, MakeQueue
+from limits_util import add, claim
+
+from inboxgen import Job, Worker, values
+
+UTC = dt.UTC
+DIALECTS = ["postgres", "mysql", "sqlite"]
+
+
+@pytest.fixture(autouse=True)
+def walks_from_the_first_key() -> None:
+    """Each test's claims start their walk at the first key: a process keeps one place per
+    claim statement, and every test here has the same."""
+    values._KEY_TURNS.clear()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_claims_take_turns_across_accounts(queue: MakeQueue, dialect: str) -> None:
+    """Claims of one row walk the accounts in turn, each taking its account's next row in
+    claim order; an account whose rows are all in work is passed over, and after the last
+    account the walk starts again from the first."""
+    q = queue(dialect, Layout(form="lease", processed=False, fair=True))
+    ids = add(q, ["a"] * 4 + ["b"] * 2 + ["c"])
+    a, b, c = ids[:4], ids[4:6], ids[6]
+    conn = q.connect()
+    try:
+        taken = [[r.id for r in claim(q, conn, 1)] for _ in range(5)]
+        assert taken == [[a[0]], [b[0]], [c], [a[1]], [b[1]]]
+        # c's one row is in work: the walk passes c by, and the claim comes back empty;
+        # the next starts over from a.
+        assert claim(q, conn, 1) == []
+        assert [r.id for r in claim(q, conn, 1)] == [a[2]]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_batch_takes_the_first_row_of_every_account_before_the_second(
+        queue: MakeQueue, dialect: str) -> None:
+    """A claim of six over three accounts takes two of each, firsts first; over one account
+    it takes six of it (a fair claim still fills its batch)."""
+    q = queue(dialect, Layout(form="lease", processed=False, fair=True))
+    ids = add(q, ["a"] * 5 + ["b"] * 5 + ["c"] * 5)
+    conn = q.connect()
+    try:
+        got = [r.id for r in claim(q, conn, 6)]
+        assert got == [ids[0], ids[5], ids[10], ids[1], ids[6], ids[11]]
+        q.db.exec("DELETE FROM jobs WHERE account <> 'a'")
+        assert [r.id for r in claim(q, conn, 6)] == ids[2:5]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_late_account_does_not_wait_behind_a_backlog(queue: MakeQueue, dialect: str) -> None:
+    """Account a has 3,000 ready jobs; b's 10, enqueued after them, all start before a's
+    twentieth (10 x two accounts), under four slots claiming four at a time."""
+    q = queue(dialect, Layout(form="lease", processed=False, fair=True))
+    due = dt.datetime.now(UTC) - dt.timedelta(seconds=60)
+    conn = q.connect()
+    try:
+        q.mod.insert_many(conn, [q.new(retry_after=due, account="a") for _ in range(3000)])
+        conn.commit()
+    finally:
+        conn.close()
+    backlog = set(q.ids())
+    late = set(add(q, ["b"] * 10))
+    started: list[int] = []
+
+    async def handler(job: Job[Any]) -> None:
+        started.append(job.id)
+        await asyncio.sleep(0.002)
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=4, batch=4,
+                    listen=False, poll_interval=0.05)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 60
+            while not late <= set(started):
+                assert asyncio.get_running_loop().time() < deadline, started
+                await asyncio.sleep(0.01)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    last_late = max(started.index(i) for i in late)
+    from_backlog = [i for i in started[:last_late] if i in backlog]
+    assert len(from_backlog) < 20, (len(from_backlog), started[:40])
