@@ -227,7 +227,7 @@ def test_the_testing_examples_run_as_written(tmp_path: Path) -> None:
 
 
 MODULE = r"(?:generated_examples|tests/generate/golden/\w+/expected)/\w+\.py"
-SOURCE = re.compile(rf"From ((?:`{MODULE}`(?: and )?)+)[^\n]*\n(?:[^\n`]+\n)*"
+SOURCE = re.compile(rf"From ((?:`{MODULE}`(?: and )?)+)[^\n]*\n(?:(?!```)[^\n]+\n)*"
                     r"\n```sql\n(.*?)^```", re.S | re.M)
 # A statement's comment: "-- NAME: what it does", continued on further "-- " lines.
 STATEMENT = re.compile(r"^-- ([A-Z_]+): [^\n]*\n(?:-- [^\n]*\n)*(.*?)(?=^-- [A-Z_]+: |\Z)",

@@ -357,33 +357,28 @@ class Statements:
         order = [f for f in (self.role(x) for x in ("priority", "retry_after", "id")) if f]
         carried = [q(f"inboxgen_{f.name}") for f in order]  # where the last row read stands
 
-        def first_due(of: str, after: bool) -> str:
+        def first_due(of: str, after: bool) -> list[str]:
             conds = [f"{key} = {of}.{k}", *self.filters()]
             if after:
                 mine = [self.c(f) for f in order]
                 at = [f"{rows}.{c}" for c in carried]
                 conds.append(f"{mine[0]} > {at[0]}" if len(order) == 1 else
                              f"({', '.join(mine)}) > ({', '.join(at)})")
-            return "\n".join((f"        SELECT {self.c(self.q.id)}", f"        FROM {self.t()}",
-                              self.where(conds, "        "),
-                              f"        ORDER BY {self.order()}", "        LIMIT 1"))
+            return conds
 
-        cols = ", ".join(f"{self.t()}.{self.c(f)}" for f in order)
+        head, cols = self.fair_head("LEFT", first_due(keys, after=False), order)
+        more, _ = self.fair_head("", first_due(rows, after=True), order)
         walked = f"(SELECT COUNT(*) FROM {keys} WHERE {keys}.{k} IS NOT NULL)"
         rows_cte = "\n".join((
             f"{rows} ({n}, {r}, {k}, {', '.join(carried)}) AS (",
             f"    SELECT {keys}.{n}, 1, {keys}.{k}, {cols}",
             f"    FROM {keys}",
-            f"    LEFT JOIN {self.t()} ON {self.t()}.{self.c(self.q.id)} = (",
-            first_due(keys, after=False),
-            "    )",
+            head,
             f"    WHERE {keys}.{k} IS NOT NULL",
             "    UNION ALL",
             f"    SELECT {rows}.{n}, {rows}.{r} + 1, {rows}.{k}, {cols}",
             f"    FROM {rows}",
-            f"    JOIN {self.t()} ON {self.t()}.{self.c(self.q.id)} = (",
-            first_due(rows, after=True),
-            "    )",
+            more,
             f"    WHERE {rows}.{r} * {walked} < {self.p('limit')}",
             ")"))
         self.add("CLAIM", "\n".join(x for x in (
@@ -402,6 +397,17 @@ class Statements:
         ) if x), "Under the claim turn, walk up to `limit` values of the key from the first "
                  "after `after`, and read the first due rows of each, with what the limits "
                  "count beside each row.")
+
+    def fair_head(self, outer: str, conds: list[str], order: list[Field]) -> tuple[str, str]:
+        """How the fair CLAIM joins the first due row meeting `conds` (`outer`: "LEFT" to keep
+        a walked key without one), and the columns of `order` it carries from that row. Here
+        the join finds the row by the id a subquery reads first."""
+        join = " ".join(x for x in (outer, "JOIN") if x)
+        return "\n".join((
+            f"    {join} {self.t()} ON {self.t()}.{self.c(self.q.id)} = (",
+            f"        SELECT {self.c(self.q.id)}", f"        FROM {self.t()}",
+            self.where(conds, "        "), f"        ORDER BY {self.order()}", "        LIMIT 1",
+            "    )")), ", ".join(f"{self.t()}.{self.c(f)}" for f in order)
 
     def fair_walk(self, key: str) -> str:
         """The CTE inboxgen_keys (inboxgen_k, inboxgen_n): up to `limit` values of `key` among

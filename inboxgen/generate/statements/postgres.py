@@ -28,9 +28,11 @@ class PostgresStatements(Statements):
         every finished row and every other group's row ahead of the first claimable one.
         Matching the group with `= ANY(ARRAY[...])` keeps the group out of the planner's
         constants, so only the claim index, keyed (group, id), gives the order and the claim
-        reads it whatever the statistics say."""
+        reads it whatever the statistics say. A fair claim reads in the order of its walk's
+        index, (group, key, ...), which needs the group compared with `=`."""
         return (self.role("group") is not None and self.role("priority") is None
-                and self.role("retry_after") is None)
+                and self.role("retry_after") is None
+                and not (self.q.limits is not None and self.q.limits.fair))
 
     def in_group(self, group: Field) -> str:
         if not self.group_then_id:
@@ -256,6 +258,17 @@ class PostgresStatements(Statements):
     # PostgreSQL locks no row on the nullable side of an outer join: fair_rows_join locks
     # the walked rows as it reads them.
     fair_lock = ""
+
+    def fair_head(self, outer: str, conds: list[str], order: list[Field]) -> tuple[str, str]:
+        """A LATERAL subquery: the planner joins a row found by a subquery's id with a hash of
+        the whole table, where a lateral read is one index probe."""
+        head = self.d.quote("inboxgen_head")
+        join = " ".join(x for x in (outer, "JOIN LATERAL") if x)
+        return "\n".join((
+            f"    {join} (",
+            f"        SELECT {', '.join(self.c(f) for f in order)}", f"        FROM {self.t()}",
+            self.where(conds, "        "), f"        ORDER BY {self.order()}", "        LIMIT 1",
+            f"    ) AS {head} ON TRUE")), ", ".join(f"{head}.{self.c(f)}" for f in order)
 
     def fair_rows_join(self, row_id: str) -> str:
         rows, job = self.d.quote("inboxgen_rows"), self.d.quote("inboxgen_job")

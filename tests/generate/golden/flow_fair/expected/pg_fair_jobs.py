@@ -135,25 +135,25 @@ WITH RECURSIVE
 "inboxgen_rows" ("inboxgen_n", "inboxgen_r", "inboxgen_k", "inboxgen_priority",
 "inboxgen_retry_after", "inboxgen_id") AS (
     SELECT "inboxgen_keys"."inboxgen_n", 1, "inboxgen_keys"."inboxgen_k",
-           "pg_fair_jobs"."priority", "pg_fair_jobs"."retry_after", "pg_fair_jobs"."id"
+           "inboxgen_head"."priority", "inboxgen_head"."retry_after", "inboxgen_head"."id"
     FROM "inboxgen_keys"
-    LEFT JOIN "pg_fair_jobs" ON "pg_fair_jobs"."id" = (
-        SELECT "id"
+    LEFT JOIN LATERAL (
+        SELECT "priority", "retry_after", "id"
         FROM "pg_fair_jobs"
         WHERE "tenant" = "inboxgen_keys"."inboxgen_k"
           AND "retry_after" <= %(now)s
           AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
         ORDER BY "priority", "retry_after", "id"
         LIMIT 1
-    )
+    ) AS "inboxgen_head" ON TRUE
     WHERE "inboxgen_keys"."inboxgen_k" IS NOT NULL
     UNION ALL
     SELECT "inboxgen_rows"."inboxgen_n", "inboxgen_rows"."inboxgen_r" + 1,
-           "inboxgen_rows"."inboxgen_k", "pg_fair_jobs"."priority",
-           "pg_fair_jobs"."retry_after", "pg_fair_jobs"."id"
+           "inboxgen_rows"."inboxgen_k", "inboxgen_head"."priority",
+           "inboxgen_head"."retry_after", "inboxgen_head"."id"
     FROM "inboxgen_rows"
-    JOIN "pg_fair_jobs" ON "pg_fair_jobs"."id" = (
-        SELECT "id"
+    JOIN LATERAL (
+        SELECT "priority", "retry_after", "id"
         FROM "pg_fair_jobs"
         WHERE "tenant" = "inboxgen_rows"."inboxgen_k"
           AND "retry_after" <= %(now)s
@@ -162,7 +162,7 @@ WITH RECURSIVE
                "inboxgen_rows"."inboxgen_retry_after", "inboxgen_rows"."inboxgen_id")
         ORDER BY "priority", "retry_after", "id"
         LIMIT 1
-    )
+    ) AS "inboxgen_head" ON TRUE
     WHERE "inboxgen_rows"."inboxgen_r" * (SELECT COUNT(*) FROM "inboxgen_keys" WHERE
         "inboxgen_keys"."inboxgen_k" IS NOT NULL) < %(limit)s
 )
