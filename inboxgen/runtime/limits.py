@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 
 def limited(d: TableDescriptor) -> bool:
     """Whether the table's claims are limited ([flow] concurrency, key_concurrency, rate) or
-    take turns across keys ([flow] fair)."""
+    take turns across keys ([flow] fair) in two statements, CLAIM and CLAIM_MARK (PostgreSQL's
+    fair claim without limits is one statement that needs no transaction of its own)."""
     params = d.statement_params.get("CLAIM", ())
-    return any(p in params for p in ("concurrency", "key_concurrency", "rate", "after"))
+    return any(p in params for p in ("concurrency", "key_concurrency", "rate")) or (
+        "after" in params and "CLAIM_MARK" in d.statements)
 
 
 def fair_turns(d: TableDescriptor, group: str | None) -> KeyTurns | None:

@@ -700,10 +700,31 @@ class Renderer:
         extra = "limit: int = 1" + (", from_id: int | None = None" if "from_id" in claim.params
                                     else "")
         name, walk, doc, pick = self.by_priority("CLAIM")
+        if "after" in claim.params:  # [flow] fair alone: the walk orders the rows
+            return Func("claim", self.args(claim, skip=("limit", "after"), extra=extra),
+                        "list[ClaimedRow]", claim.doc + " " + self.fair_doc, (
+                            Step("many", self.cur(name, self.params(claim)), self.claimed("r"),
+                                 over=self.fair_over("")),), before=(self.fair_turns(claim),))
         return Func("claim", self.args(claim, skip=("limit", "from_id"), extra=extra + walk),
                     "list[ClaimedRow]", claim.doc + doc, (
                         Step("many", self.cur(name, self.params(claim)), "_claimed(r)",
                              after=order),), before=pick)
+
+    fair_doc = ("Claims take turns across the values of the key: each walks on from where this "
+                "process's last claim stopped.")
+
+    @staticmethod
+    def fair_turns(claim: Statement) -> str:
+        """The line that finds where this process's fair claims stopped walking."""
+        group = "group" if "group" in claim.params else "None"
+        return f"turns = _v.key_turns(CLAIM, {group})"
+
+    @staticmethod
+    def fair_over(over: str) -> str:
+        """`over` (what claim() makes of ROWS), taking a fair CLAIM's rows through its walk."""
+        limited = over or ("_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE, "
+                           "RATE_PER_KEY)")
+        return f"{limited.replace('ROWS', 'turns.walked(ROWS, limit)')}[:limit]"
 
     def claim_then_mark(self) -> Func:
         """claim() on a CLAIM that reads and locks the rows, then CLAIM_MARK that writes their
@@ -736,11 +757,9 @@ class Renderer:
                 turn += tuple(self.run("", "CLAIM_FORGET", self.params(st["CLAIM_FORGET"])))
                 doc += " Records each claim for the rate, and forgets those of past windows."
             if self.q.limits.fair:
-                group = "group" if "group" in claim.params else "None"
-                turn = (f"turns = _v.key_turns(CLAIM, {group})", *turn)
-                over = f"{over.replace('ROWS', 'turns.walked(ROWS, limit)')}[:limit]"
-                doc += (" Claims take turns across the values of the key: each walks on from "
-                        "where this process's last claim stopped.")
+                turn = (self.fair_turns(claim), *turn)
+                over = self.fair_over(over)
+                doc += " " + self.fair_doc
         params = self.params(claim)
         limits = self.q.limits
         if limits is not None and limits.key is None and (limits.concurrency or limits.rate):

@@ -281,6 +281,10 @@ class Statements:
         those of past windows."""
         limits = self.q.limits
         assert limits is not None
+        if limits.fair and self.claims_fair_alone and limits.concurrency is None \
+                and limits.key_concurrency is None and limits.rate is None:
+            self.claim_fair_alone()
+            return
         self.claim_turn()
         lu = self.role("locked_until")
         assert lu is not None
@@ -349,6 +353,34 @@ class Statements:
         `limit`, several of each. A key walked with no due row gives one row of NULLs (rank 0),
         so claim() learns where the walk stopped. The limits' counts stand beside each row, as
         in a limited claim, for claim() to apply."""
+        q = self.d.quote
+        rows, r, n, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_n"), q("inboxgen_k")
+        self.add("CLAIM", "\n".join(x for x in (
+            self.fair_ctes(),
+            f"SELECT {self.select_list()},",
+            *("       " + line for line in ",\n".join(
+                [*counts, f"CASE WHEN {self.c(self.q.id)} IS NULL THEN 0 ELSE {rows}.{r} END "
+                          f"AS {q('inboxgen_rank')}"]).splitlines()),
+            f"FROM {rows}",
+            self.fair_rows_join(q(f"inboxgen_{self.q.id.name}")),
+            self.where(held),
+            f"ORDER BY {rows}.{r}, {rows}.{n}, {rows}.{k}",
+            self.fair_lock,
+        ) if x), "Under the claim turn, walk up to `limit` values of the key from the first "
+                 "after `after`, and read the first due rows of each, with what the limits "
+                 "count beside each row.")
+
+    # Whether a fair claim without limits is one statement that writes its leases itself, with
+    # no claim turn (nothing to count); claim_fair_alone() writes it.
+    claims_fair_alone = False
+
+    def claim_fair_alone(self) -> None:
+        raise NotImplementedError
+
+    def fair_ctes(self) -> str:
+        """WITH RECURSIVE and the fair CLAIM's two CTEs: inboxgen_keys, the walk over the key's
+        values (fair_walk), and inboxgen_rows, each walked value's rank-th due row in claim
+        order (its id and order columns; NULLs for a value without a due row, rank 1)."""
         q, limits = self.d.quote, self.q.limits
         assert limits is not None and limits.key is not None
         key = q(limits.key)
@@ -369,7 +401,9 @@ class Statements:
         head, cols = self.fair_head("LEFT", first_due(keys, after=False), order)
         more, _ = self.fair_head("", first_due(rows, after=True), order)
         walked = f"(SELECT COUNT(*) FROM {keys} WHERE {keys}.{k} IS NOT NULL)"
-        rows_cte = "\n".join((
+        return "\n".join((
+            "WITH RECURSIVE",
+            self.fair_walk(key) + ",",
             f"{rows} ({n}, {r}, {k}, {', '.join(carried)}) AS (",
             f"    SELECT {keys}.{n}, 1, {keys}.{k}, {cols}",
             f"    FROM {keys}",
@@ -381,22 +415,6 @@ class Statements:
             more,
             f"    WHERE {rows}.{r} * {walked} < {self.p('limit')}",
             ")"))
-        self.add("CLAIM", "\n".join(x for x in (
-            "WITH RECURSIVE",
-            self.fair_walk(key) + ",",
-            rows_cte,
-            f"SELECT {self.select_list()},",
-            *("       " + line for line in ",\n".join(
-                [*counts, f"CASE WHEN {self.c(self.q.id)} IS NULL THEN 0 ELSE {rows}.{r} END "
-                          f"AS {q('inboxgen_rank')}"]).splitlines()),
-            f"FROM {rows}",
-            self.fair_rows_join(carried[-1]),
-            self.where(held),
-            f"ORDER BY {rows}.{r}, {rows}.{n}, {rows}.{k}",
-            self.fair_lock,
-        ) if x), "Under the claim turn, walk up to `limit` values of the key from the first "
-                 "after `after`, and read the first due rows of each, with what the limits "
-                 "count beside each row.")
 
     def fair_head(self, outer: str, conds: list[str], order: list[Field]) -> tuple[str, str]:
         """How the fair CLAIM joins the first due row meeting `conds` (`outer`: "LEFT" to keep
@@ -440,9 +458,12 @@ class Statements:
 
     def fair_rows_join(self, row_id: str) -> str:
         """How the fair CLAIM's final read finds each walked row by its id `row_id` (a column
-        of inboxgen_rows), keeping the keys walked without one."""
+        of inboxgen_rows), keeping the keys walked without one. The row is still due as the
+        read locks it: its holder may have settled it since the walk read it."""
         rows = self.d.quote("inboxgen_rows")
-        return f"LEFT JOIN {self.t()} ON {self.t()}.{self.c(self.q.id)} = {rows}.{row_id}"
+        return "\n".join((
+            f"LEFT JOIN {self.t()} ON {self.t()}.{self.c(self.q.id)} = {rows}.{row_id}",
+            *(f"    AND {c}".replace("\n", "\n    ") for c in self.filters())))
 
     def rate_claimed(self, rates: TableRef, key: str | None) -> str:
         """The claims of the rate's window: recorded for this queue (and, per key, for the

@@ -259,6 +259,50 @@ class PostgresStatements(Statements):
     # the walked rows as it reads them.
     fair_lock = ""
 
+    claims_fair_alone = True
+
+    def claim_fair_alone(self) -> None:
+        """[flow] fair alone: the walk's first `limit` rows locked (still due as they are
+        locked), leased and returned by one statement, with a row of NULLs for each key walked
+        without one; it needs no claim turn, as it counts nothing."""
+        q = self.d.quote
+        rows, r, n, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_n"), q("inboxgen_k")
+        idc, row_id = self.c(self.q.id), q(f"inboxgen_{self.q.id.name}")
+        picked, claimed, pid = q("inboxgen_picked"), q("inboxgen_leased"), q("inboxgen_picked_id")
+        order = f"{rows}.{r}, {rows}.{n}, {rows}.{k}"
+        first = "\n".join((
+            f"{idc} = ANY (ARRAY(", f"    SELECT {rows}.{row_id}", f"    FROM {rows}",
+            f"    WHERE {rows}.{row_id} IS NOT NULL", f"    ORDER BY {order}",
+            f"    LIMIT {self.p('limit')}", "))"))
+        counts = ["NULL AS " + q(c) for c in ("inboxgen_in_work", "inboxgen_claimed")] + [
+            f"{rows}.{k} AS {q('inboxgen_key')}", f"NULL AS {q('inboxgen_key_in_work')}",
+            f"CASE WHEN {idc} IS NULL THEN 0 ELSE {rows}.{r} END AS {q('inboxgen_rank')}"]
+        self.add("CLAIM", "\n".join((
+            self.fair_ctes() + ",",
+            f"{picked} AS (",
+            f"    SELECT {idc} AS {pid}",
+            f"    FROM {self.t()}",
+            self.where([first, *self.filters()], "    "),
+            "    FOR UPDATE SKIP LOCKED",
+            "),",
+            f"{claimed} AS (",
+            f"    UPDATE {self.t()}",
+            "    SET " + ",\n        ".join(self.claim_set()),
+            f"    FROM {picked}",
+            f"    WHERE {self.t()}.{idc} = {picked}.{pid}",
+            f"    RETURNING {self.select_list(returning_claim=True)}",
+            ")",
+            f"SELECT {self.select_list()},",
+            *("       " + c for c in ",\n".join(counts).splitlines()),
+            f"FROM {rows}",
+            f"LEFT JOIN {claimed} ON {claimed}.{idc} = {rows}.{row_id}",
+            f"WHERE {rows}.{r} = 1 OR {claimed}.{idc} IS NOT NULL",
+            f"ORDER BY {order}",
+        )), "Walk up to `limit` values of the key from the first after `after`, and claim the "
+            "first due rows of each under a lease ending at `locked_until`: the first of every "
+            "key before the second of any, `limit` at most; each key walked without a due row "
+            "gives a row of NULLs.")
+
     def fair_head(self, outer: str, conds: list[str], order: list[Field]) -> tuple[str, str]:
         """A LATERAL subquery: the planner joins a row found by a subquery's id with a hash of
         the whole table, where a lateral read is one index probe."""
@@ -277,7 +321,8 @@ class PostgresStatements(Statements):
             "LEFT JOIN (",
             f"    SELECT {self.select_list()}",
             f"    FROM {self.t()}",
-            f"    WHERE {idc} = ANY (ARRAY(SELECT {rows}.{row_id} FROM {rows}))",
+            self.where([f"{idc} = ANY (ARRAY(SELECT {rows}.{row_id} FROM {rows}))",
+                        *self.filters()], "    "),
             "    FOR UPDATE SKIP LOCKED",
             f") AS {job} ON {job}.{idc} = {rows}.{row_id}"))
 

@@ -167,6 +167,8 @@ SELECT "id", "user_id", "retry_after", "locked_until", "attempt", "payload",
        CASE WHEN "id" IS NULL THEN 0 ELSE "inboxgen_rows"."inboxgen_r" END AS "inboxgen_rank"
 FROM "inboxgen_rows"
 LEFT JOIN "lite_fair_jobs" ON "lite_fair_jobs"."id" = "inboxgen_rows"."inboxgen_id"
+    AND "retry_after" <= :now
+    AND ("locked_until" IS NULL OR "locked_until" <= :now)
 ORDER BY "inboxgen_rows"."inboxgen_r", "inboxgen_rows"."inboxgen_n",
          "inboxgen_rows"."inboxgen_k"
 """

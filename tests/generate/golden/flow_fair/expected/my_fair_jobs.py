@@ -166,6 +166,9 @@ SELECT `id`, `grp`, `account_id`, `locked_until`, `processed_at`, `attempt`, `pa
        CASE WHEN `id` IS NULL THEN 0 ELSE `inboxgen_rows`.`inboxgen_r` END AS `inboxgen_rank`
 FROM `inboxgen_rows`
 LEFT JOIN `my_fair_jobs` ON `my_fair_jobs`.`id` = `inboxgen_rows`.`inboxgen_id`
+    AND `grp` = %(group)s
+    AND `processed_at` IS NULL
+    AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
 WHERE IS_USED_LOCK(CONCAT('inboxgen turn:', SHA1(CONCAT(DATABASE(), '.',
       %(queue)s)))) = CONNECTION_ID()
 ORDER BY `inboxgen_rows`.`inboxgen_r`, `inboxgen_rows`.`inboxgen_n`,

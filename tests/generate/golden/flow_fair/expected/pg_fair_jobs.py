@@ -182,6 +182,8 @@ LEFT JOIN (
     SELECT "id", "tenant", "priority", "retry_after", "locked_until", "attempt", "payload"
     FROM "pg_fair_jobs"
     WHERE "id" = ANY (ARRAY(SELECT "inboxgen_rows"."inboxgen_id" FROM "inboxgen_rows"))
+      AND "retry_after" <= %(now)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
     FOR UPDATE SKIP LOCKED
 ) AS "inboxgen_job" ON "inboxgen_job"."id" = "inboxgen_rows"."inboxgen_id"
 ORDER BY "inboxgen_rows"."inboxgen_r", "inboxgen_rows"."inboxgen_n",

@@ -10,3 +10,16 @@ CREATE TABLE pg_fair_jobs (
         autovacuum_vacuum_insert_scale_factor = 0);
 CREATE INDEX pg_fair_jobs_claim ON pg_fair_jobs (priority, retry_after, id);
 CREATE INDEX pg_fair_jobs_tenant ON pg_fair_jobs (tenant, priority, retry_after, id);
+CREATE TABLE pg_fair_groups (
+    id BIGSERIAL PRIMARY KEY,
+    grp TEXT NOT NULL,
+    account UUID NOT NULL,
+    processed_at TIMESTAMPTZ,
+    locked_until TIMESTAMPTZ,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSONB NOT NULL
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+        autovacuum_vacuum_insert_scale_factor = 0);
+CREATE INDEX pg_fair_groups_claim ON pg_fair_groups (grp, id) WHERE processed_at IS NULL;
+CREATE INDEX pg_fair_groups_account ON pg_fair_groups (grp, account, id)
+    WHERE processed_at IS NULL;
