@@ -124,8 +124,10 @@ class Lease(Form):
                     continue
                 failures = 0
                 self.claim_worked()
-                if self._limited and 0 < got < room:
-                    continue  # the limits may have kept fewer rows than the claim read
+                if (self._limited or self._fair is not None) and 0 < got < room:
+                    # The limits may have kept fewer rows than the claim read; a fair walk
+                    # that reached the last key starts again from the first.
+                    continue
                 if got == 0 and self._fair is not None and self._fair.passed_over:
                     continue  # its walk passed keys with nothing due: the next keys may have
                 if got < room:
