@@ -99,3 +99,19 @@ def test_a_late_account_does_not_wait_behind_a_backlog(queue: MakeQueue, dialect
     last_late = max(started.index(i) for i in late)
     from_backlog = [i for i in started[:last_late] if i in backlog]
     assert len(from_backlog) < 20, (len(from_backlog), started[:40])
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_columns_named_like_the_walks_own_take_turns_as_well(queue: MakeQueue,
+                                                            dialect: str) -> None:
+    """An id column named k and a priority named r, as the walk's own columns would be
+    without their inboxgen_ prefix: claims still take turns."""
+    q = queue(dialect, Layout(form="lease", processed=False, fair=True,
+                              names={"id": "k", "priority": "r"}))
+    ids = add(q, ["a", "a", "b"])
+    conn = q.connect()
+    try:
+        taken = [[q.id_of(r) for r in claim(q, conn, 1)] for _ in range(3)]
+        assert taken == [[ids[0]], [ids[2]], [ids[1]]]
+    finally:
+        conn.close()

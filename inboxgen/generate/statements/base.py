@@ -362,7 +362,7 @@ class Statements:
                 [*counts, f"CASE WHEN {self.c(self.q.id)} IS NULL THEN 0 ELSE {rows}.{r} END "
                           f"AS {q('inboxgen_rank')}"]).splitlines()),
             f"FROM {rows}",
-            self.fair_rows_join(q(f"inboxgen_{self.q.id.name}")),
+            self.fair_rows_join(q("inboxgen_id")),
             self.where(held),
             f"ORDER BY {rows}.{r}, {rows}.{n}, {rows}.{k}",
             self.fair_lock,
@@ -386,8 +386,10 @@ class Statements:
         key = q(limits.key)
         keys, rows = q("inboxgen_keys"), q("inboxgen_rows")
         k, n, r = q("inboxgen_k"), q("inboxgen_n"), q("inboxgen_r")
-        order = [f for f in (self.role(x) for x in ("priority", "retry_after", "id")) if f]
-        carried = [q(f"inboxgen_{f.name}") for f in order]  # where the last row read stands
+        roles = [(x, self.role(x)) for x in ("priority", "retry_after", "id")]
+        order = [f for _, f in roles if f]
+        # Where the last row read stands, named by role (no column of the table's can clash).
+        carried = [q(f"inboxgen_{x}") for x, f in roles if f]
 
         def first_due(of: str, after: bool) -> list[str]:
             conds = [f"{key} = {of}.{k}", *self.filters()]

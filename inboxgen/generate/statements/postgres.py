@@ -267,7 +267,7 @@ class PostgresStatements(Statements):
         without one; it needs no claim turn, as it counts nothing."""
         q = self.d.quote
         rows, r, n, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_n"), q("inboxgen_k")
-        idc, row_id = self.c(self.q.id), q(f"inboxgen_{self.q.id.name}")
+        idc, row_id = self.c(self.q.id), q("inboxgen_id")
         picked, claimed, pid = q("inboxgen_picked"), q("inboxgen_leased"), q("inboxgen_picked_id")
         order = f"{rows}.{r}, {rows}.{n}, {rows}.{k}"
         first = "\n".join((
