@@ -12,7 +12,8 @@ import pytest
 from dbcases import Layout, MakeQueue
 from limits_util import add, claim
 
-from inboxgen import Job, Worker, values
+from inboxgen import Job, Observer, Worker, values
+from inboxgen.runtime.forms.lease import FAIR_WALKS_AHEAD
 
 UTC = dt.UTC
 DIALECTS = ["postgres", "mysql", "sqlite"]
@@ -115,3 +116,50 @@ def test_columns_named_like_the_walks_own_take_turns_as_well(queue: MakeQueue,
         assert taken == [[ids[0]], [ids[2]], [ids[1]]]
     finally:
         conn.close()
+
+
+class ClaimCount(Observer):
+    def __init__(self) -> None:
+        self.claims = 0
+
+    def claimed(self, queue: Any, rows: int, seconds: float) -> None:
+        self.claims += 1
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_keys_with_nothing_due_cost_a_few_claims_a_poll(queue: MakeQueue, dialect: str) -> None:
+    """Forty accounts whose jobs are due in an hour, and one due now behind them: claimed a row
+    at a time, the due job runs within a few polls; then, with nothing due, the claimer makes a
+    few claims each poll (FAIR_WALKS_AHEAD), not a walk over all forty keys each time."""
+    q = queue(dialect, Layout(form="lease", processed=False, fair=True))
+    later = dt.datetime.now(UTC) + dt.timedelta(hours=1)
+    conn = q.connect()
+    try:
+        for n in range(40):
+            q.add(conn, retry_after=later, account=f"acct-{n:02}")
+    finally:
+        conn.close()
+    (due,) = add(q, ["zz"])
+    ran: list[int] = []
+    counter = ClaimCount()
+    worker = Worker(q.mod.DESCRIPTOR, lambda job: ran.append(job.id), database=q.database,
+                    workers=1, batch=1, listen=False, poll_interval=0.1, observers=[counter])
+
+    async def main() -> int:
+        await worker.start()
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while not ran:
+                assert loop.time() < deadline
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            before = counter.claims
+            await asyncio.sleep(1.0)  # about ten polls with nothing due
+            return counter.claims - before
+        finally:
+            await worker.shutdown()
+
+    idle_claims = asyncio.run(main())
+    assert ran == [due]
+    assert idle_claims <= FAIR_WALKS_AHEAD * 14, idle_claims  # forty a poll without the bound

@@ -36,6 +36,12 @@ CLAIMER = -1  # the claimer's place among the worker's waiting tasks (slots are 
 _KIND = {"finish": "ack", "retry": "retry", "retry_after": "retry",
          "dead_letter": "dead letter"}
 
+# How many fair claims in a row a claimer makes while each takes nothing and walks past keys
+# with nothing due (all in work, or due later) before it waits for the poll: the walk goes on
+# from there at the next, and a queue of many such keys costs a few claims a poll, not a walk
+# over all of them.
+FAIR_WALKS_AHEAD = 8
+
 
 class Lease(Form):
     """A claimer task claims for all of the worker's slots: one statement takes as many rows
@@ -106,6 +112,7 @@ class Lease(Form):
     async def _claim_rounds(self) -> None:
         slots = self.slots
         failures = 0
+        empty_walks = 0  # fair claims in a row that took nothing, passing keys with nothing due
         try:
             while not slots.stopping:
                 room = self._capacity - self._working - self._ready.qsize()
@@ -128,7 +135,9 @@ class Lease(Form):
                     # The limits may have kept fewer rows than the claim read; a fair walk
                     # that reached the last key starts again from the first.
                     continue
-                if got == 0 and self._fair is not None and self._fair.passed_over:
+                passed = got == 0 and self._fair is not None and self._fair.passed_over
+                empty_walks = empty_walks + 1 if passed else 0
+                if passed and empty_walks < FAIR_WALKS_AHEAD:
                     continue  # its walk passed keys with nothing due: the next keys may have
                 if got < room:
                     # Drained (or, limited, full): until a wake-up.
