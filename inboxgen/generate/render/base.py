@@ -704,7 +704,7 @@ class Renderer:
             return Func("claim", self.args(claim, skip=("limit", "after"), extra=extra),
                         "list[ClaimedRow]", claim.doc + " " + self.fair_doc, (
                             Step("many", self.cur(name, self.params(claim)), self.claimed("r"),
-                                 over=self.fair_over("")),), before=(self.fair_turns(claim),))
+                                 over=self.fair_over()),), before=(self.fair_turns(claim),))
         return Func("claim", self.args(claim, skip=("limit", "from_id"), extra=extra + walk),
                     "list[ClaimedRow]", claim.doc + doc, (
                         Step("many", self.cur(name, self.params(claim)), "_claimed(r)",
@@ -719,12 +719,13 @@ class Renderer:
         group = "group" if "group" in claim.params else "None"
         return f"turns = _v.key_turns(CLAIM, {group})"
 
-    @staticmethod
-    def fair_over(over: str) -> str:
-        """`over` (what claim() makes of ROWS), taking a fair CLAIM's rows through its walk."""
-        limited = over or ("_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE, "
-                           "RATE_PER_KEY)")
-        return f"{limited.replace('ROWS', 'turns.walked(ROWS, limit)')}[:limit]"
+    # What a limited claim() makes of the rows CLAIM read (ROWS): those the limits leave room for.
+    within_limits = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)"
+
+    def fair_over(self) -> str:
+        """What a fair claim() makes of ROWS: its walk's rows, within the limits, `limit` at
+        most."""
+        return f"{self.within_limits.replace('ROWS', 'turns.walked(ROWS, limit)')}[:limit]"
 
     def claim_then_mark(self) -> Func:
         """claim() on a CLAIM that reads and locks the rows, then CLAIM_MARK that writes their
@@ -744,7 +745,7 @@ class Renderer:
         over = ""
         turn: tuple[str, ...] = ()
         if self.q.limits is not None:
-            over = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)"
+            over = self.within_limits
             doc = ("Claim up to `limit` rows, as many as the limits leave room for, under a "
                    "lease ending at `locked_until`; run it in a transaction and commit.")
             if "CLAIM_TURN_END" in st:
@@ -758,7 +759,7 @@ class Renderer:
                 doc += " Records each claim for the rate, and forgets those of past windows."
             if self.q.limits.fair:
                 turn = (self.fair_turns(claim), *turn)
-                over = self.fair_over(over)
+                over = self.fair_over()
                 doc += " " + self.fair_doc
         params = self.params(claim)
         limits = self.q.limits
