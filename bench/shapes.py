@@ -21,6 +21,12 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
   without limits: what a per-key limit costs where it seldom binds.
 - `lease_fair`: the lease with `[flow] fair = true` on the same 1,000 tenants, its "before" this
   checkout's lease without it: what the walk over the tenants costs.
+- `lease_key_skewed`: `lease_key_limits` where one tenant's backlog stands first in claim order:
+  the first half of the jobs (by id) belong to one tenant, at its limit of 2 while the others
+  drain behind it, so each claim passes over its waiting rows; "before" as for
+  `lease_key_limits`.
+- `lease_fair_skewed`: `lease_fair` on the same skewed tenants (no key limit): claims take turns
+  across the tenants instead of passing over one's backlog.
 
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
@@ -54,7 +60,9 @@ VARIANTS = ("row_lock", "row_lock_counted", "lease")
 PAUSES = "row_lock_pauses"  # not in the default sweep
 KEY_LIMITS = "lease_key_limits"  # nor this
 FAIR = "lease_fair"  # nor this
-TENANTS = (KEY_LIMITS, FAIR)  # the variants whose tables hold KEYS tenants
+SKEWED = "lease_key_skewed"  # nor these
+FAIR_SKEWED = "lease_fair_skewed"
+TENANTS = (KEY_LIMITS, FAIR, SKEWED, FAIR_SKEWED)  # the variants whose tables hold KEYS tenants
 KEYS = 1000  # the tenants of its table
 
 
@@ -204,7 +212,8 @@ class Sweep:
         count = "false" if variant in ("row_lock", PAUSES) else "default"
         return production(name, dialect=dialect, form=form, count_crashes=count,
                           pauses="table" if variant == PAUSES else "none",
-                          limits={KEY_LIMITS: "key", FAIR: "fair"}.get(variant, "none"))
+                          limits={KEY_LIMITS: "key", SKEWED: "key", FAIR: "fair",
+                                  FAIR_SKEWED: "fair"}.get(variant, "none"))
 
     def _build(self, shape: Any, release: Path | None) -> Path:
         """Build the shape's project with this checkout (`release` None) or a release; the
@@ -212,7 +221,7 @@ class Sweep:
         from conformance import shapes
 
         where = self.root / f"{shape.name}-{'now' if release is None else 'before'}"
-        (where / "migrations").mkdir(parents=True)
+        (where / "migrations").mkdir(parents=True, exist_ok=True)  # a shape of two variants
         migration = where / "migrations" / f"{shape.name}.sql"
         migration.write_text(shapes.ddl(shape))
         spec = shapes.spec(shape).replace(f"lease = {shapes.LEASE_SECONDS}", "lease = 30")
@@ -253,8 +262,11 @@ class Sweep:
             runs = [("now", shape, ddl, now_path, None),
                     ("before", other, ddl_before, before_path, release_before)]
             for label, table, made, path, release in runs[::-1] if turn % 2 else runs:
-                database = create(f"{table.name}_{batch}_{label}"[:60])
-                self._fill(table, database, made, path, group)
+                # (The variant's number first: two variants may share a shape.)
+                v = self.variants.index(variant)
+                database = create(f"v{v}_{batch}_{label}_{table.name}"[:60])
+                self._fill(table, database, made, path, group,
+                           variant in (SKEWED, FAIR_SKEWED) and table.limits != "none")
                 figures[label] = self._drain(table, database, path, batch, group, release)
             self.rates[(dialect, name, variant, str(batch))] = figures["now"][0]
             line = (f"{name:18} {variant:17} batch {batch:2}: now {figures['now'][0]:7.0f}, "
@@ -266,7 +278,7 @@ class Sweep:
                 pairs = [("now", now_path), ("before", before_path)]
                 for label, path in pairs[::-1] if turn % 2 else pairs:
                     database = create(f"{shape.name}_{batch}_bare_{label}"[:60])
-                    self._fill(shape, database, ddl, path, group)
+                    self._fill(shape, database, ddl, path, group, False)
                     bare[label] = asyncio.run(_bare_drain(database, path, batch, group,
                                                           self.opts.jobs))
                 line += (f"; bare now {bare['now']:7.0f}, before {bare['before']:7.0f} "
@@ -278,8 +290,10 @@ class Sweep:
                      f"(before {figures['before'][1]:.0f})")
             print(line, flush=True)
 
-    def _fill(self, shape: Any, database: str, ddl: str, path: Path, group: str | None) -> None:
-        """Create the tables and enqueue the jobs through the module's insert_many."""
+    def _fill(self, shape: Any, database: str, ddl: str, path: Path, group: str | None,
+              skewed: bool) -> None:
+        """Create the tables and enqueue the jobs through the module's insert_many (`skewed`:
+        the first half by id, tenant "big")."""
         sys.path[:0] = [str(path.parent)]
         try:
             module = _load(path)
@@ -307,6 +321,10 @@ class Sweep:
                 if shape.limits in ("key", "fair"):
                     conn.execute(f"UPDATE {shape.name} SET tenant = "
                                  f"(abs(hashtext(id::text)) % {KEYS})::text")
+                if skewed:
+                    conn.execute(f"UPDATE {shape.name} SET tenant = 'big' WHERE id IN "
+                                 f"(SELECT id FROM {shape.name} ORDER BY id "
+                                 f"LIMIT {self.opts.jobs // 2})")
                 conn.commit()
             with psycopg.connect(database, autocommit=True) as conn:
                 conn.execute(f"VACUUM ANALYZE {shape.name}")
@@ -324,6 +342,10 @@ class Sweep:
                     with conn.cursor() as cur:
                         cur.execute(f"UPDATE {shape.name} SET tenant = "
                                     f"CAST(CRC32(id) % {KEYS} AS CHAR)")
+                if skewed:
+                    with conn.cursor() as cur:
+                        cur.execute(f"UPDATE {shape.name} SET tenant = 'big' ORDER BY id "
+                                    f"LIMIT {self.opts.jobs // 2}")
                 conn.commit()
                 with conn.cursor() as cur:
                     cur.execute(f"ANALYZE TABLE {shape.name}")

@@ -342,14 +342,15 @@ class Layout:
             text = TYPES["text"][dialect]
             out.append(f"CREATE TABLE jobs_pauses (queue {text} NOT NULL, paused_group {text});")
         # The indexes a limited claim counts the jobs in work through.
-        if self.concurrency is not None:
+        if self.concurrency is not None or self.key_concurrency is not None:
             out.append(f"CREATE INDEX jobs_in_work ON jobs ({names('locked_until')});")
+        if self.key_concurrency is not None:
+            out.append(f"CREATE INDEX jobs_account_in_work ON jobs "
+                       f"({names('account', 'locked_until')});")
         if self.fair:
             # The walk over the accounts: the group, the account and the claim order.
             walk = [*(["group"] if self.group else []), "account", "priority", "retry_after", "id"]
             out.append(f"CREATE INDEX jobs_account ON jobs ({names(*walk)});")
-        elif self.key_concurrency is not None:
-            out.append(f"CREATE INDEX jobs_account ON jobs ({names('account')});")
         if self.rate is not None:
             text, time = TYPES["text"][dialect], TYPES["time"][dialect]
             key = f", claim_key {text} NOT NULL" if self.rate_per_key else ""

@@ -688,24 +688,30 @@ class _Checker:
 
     def limit_indexes(self, table: Table, lease: str, given: FlowLimits,
                       key: str | None) -> None:
-        """Each claim counts the jobs in work: the queue's through an index that starts with
-        the lease column, a key's through one that starts with the key."""
+        """Each claim counts the jobs in work through the live leases: the queue's, and the keys
+        at their limit, through an index that starts with the lease column; a key's through
+        one that starts with the key and the lease column (one on the key alone reads all of
+        a key's rows, for each row of it the claim returns)."""
         indexes = self.catalog.indexes_of(table)
 
-        def led_by(column: str) -> bool:
-            return any(i.columns and i.columns[0].lower() == column.lower() and not i.partial
-                       for i in indexes)
+        def led_by(*columns: str) -> bool:
+            return any(leads(i.columns, list(columns)) and not i.partial for i in indexes)
 
         wants = []
-        if given.concurrency is not None and not led_by(lease):
-            wants.append(("concurrency", lease, f"({lease})"))
-        if key is not None and not led_by(key):
-            wants.append(("key", key, f"({key})"))
-        for name, column, cols in wants:
+        if (given.concurrency is not None or key is not None) and not led_by(lease):
+            what = ("the jobs in work" if key is None else
+                    "the keys at their limit" if given.concurrency is None else
+                    "the jobs in work and the keys at their limit")
+            wants.append(("concurrency" if given.concurrency is not None else "key_concurrency",
+                          [lease], f"finds {what} by reading the whole table"))
+        if key is not None and not led_by(key, lease):
+            wants.append(("key", [key, lease],
+                          "counts a key's jobs in work by reading all of that key's rows"))
+        for name, columns, how in sorted(wants, key=lambda w: self.spec.line("flow", w[0])):
+            cols = ", ".join(columns)
             self.warn(self.spec.line("flow", name),
-                      f"no index of table \"{table.name}\" starts with {column}: every claim "
-                      f"counts the jobs in work by reading the whole table; create an index on "
-                      f"\"{table.name}\" {cols}")
+                      f"no index of table \"{table.name}\" starts with {cols}: every claim "
+                      f"{how}; create an index on \"{table.name}\" ({cols})")
 
     def walk_index(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]],
                    key: str) -> None:
@@ -771,9 +777,10 @@ class _Checker:
                       f"{wanted.ddl(self.d, self.catalog.names_in_use(table))}")
         lease = roles.get("locked_until")
         if lease is not None and self.d.indexed_updates_cost:
+            # The indexes the limits count jobs in work through (limit_indexes) are worth it.
+            asked = counted_through(self.spec.limits, lease[1].name)
             for i in indexes:
-                counts = (self.spec.limits is not None and self.spec.limits.concurrency
-                          is not None and i.columns[:1] == [lease[1].name])
+                counts = any(leads(i.columns, columns) for columns in asked)
                 if any(lease[1].name.lower() in c.lower() for c in i.columns) and not counts:
                     self.warn(i.line, f"index {i.name or '(unnamed)'} on \"{table.name}\" "
                                       f"mentions {lease[1].name}: every lease renewal becomes a "
@@ -850,3 +857,22 @@ def resolve(spec: Spec, catalog: Catalog) -> tuple[Queue | None, list[Diagnostic
     checker = _Checker(spec, catalog)
     queue = checker.run()
     return queue, checker.found
+
+
+def leads(index: list[str] | tuple[str, ...], columns: list[str]) -> bool:
+    """Whether an index's columns start with `columns` (names compared as the catalog holds
+    them, case aside)."""
+    return [c.lower() for c in index[:len(columns)]] == [c.lower() for c in columns]
+
+
+def counted_through(limits: FlowLimits | None, lease: str) -> list[list[str]]:
+    """The leading columns of the indexes a limited lease claim counts the jobs in work through:
+    the lease column (the queue's, and the keys at their limit) and the key with it (a key's)."""
+    if limits is None:
+        return []
+    out = []
+    if limits.concurrency is not None or limits.key_concurrency is not None:
+        out.append([lease])
+    if limits.key is not None and limits.key_concurrency is not None:
+        out.append([limits.key, lease])
+    return out

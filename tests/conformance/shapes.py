@@ -130,15 +130,15 @@ def ddl(s: Shape, names: Names | None = None) -> str:
     else:
         out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(queue) + "\n);")
     out.append(claim_index(s, names))
-    # The index a limited claim counts the jobs in work through.
-    counted = {"queue": ("_in_work", "locked_until"), "key": ("_tenant", "tenant")}
+    # The indexes a limited claim counts the jobs in work through.
+    counted = {"queue": [("_in_work", "locked_until")],
+               "key": [("_in_work", "locked_until"), ("_tenant", "tenant, locked_until")]}
     if s.limits == "fair":  # the walk over the tenants: group, tenant, claim order
-        counted["fair"] = ("_tenant", ", ".join(
+        counted["fair"] = [("_tenant", ", ".join(
             (["grp"] if s.group != "none" else []) + ["tenant"]
             + (["priority"] if s.has_priority else [])
-            + (["retry_after"] if s.has_retry_after else []) + ["id"]))
-    if s.limits in counted:
-        suffix, column = counted[s.limits]
+            + (["retry_after"] if s.has_retry_after else []) + ["id"]))]
+    for suffix, column in counted.get(s.limits, []):
         index = (f'"{names.table}{suffix}"' if names.schema is not None
                  and s.dialect == "postgres" else names.sql(s.dialect, suffix))
         out.append(f"CREATE INDEX {index} ON {table} ({column});")

@@ -308,8 +308,16 @@ class Statements:
                                         else None)
             also.append(f"{claimed} < {self.p('rate')}")
         if limits.key is not None and limits.key_concurrency is not None:
-            key_count = in_work(f"{held}.{self.d.quote(limits.key)} = {key_col}")
-            also.append(f"{key_count} < {self.p('key_concurrency')}")
+            key = self.d.quote(limits.key)
+            key_count = in_work(f"{held}.{key} = {key_col}")
+            # The keys at their limit, found once from the live leases, not counted per row:
+            # a row-by-row count reads a key's jobs in work again for each of its rows the
+            # claim passes over, and a key at its limit may have thousands waiting.
+            also.append("\n".join((f"{key_col} NOT IN (", f"    SELECT {held}.{key}",
+                                   f"    FROM {self.t()} AS {held}",
+                                   f"    WHERE {live}", f"    GROUP BY {held}.{key}",
+                                   f"    HAVING COUNT(*) >= {self.p('key_concurrency')}",
+                                   ")")))
         also += self.turn_held()
         counts = [f"{queue_count} AS {self.d.quote('inboxgen_in_work')}",
                   f"{claimed} AS {self.d.quote('inboxgen_claimed')}",

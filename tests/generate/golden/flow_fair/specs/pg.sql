@@ -10,6 +10,8 @@ CREATE TABLE pg_fair_jobs (
         autovacuum_vacuum_insert_scale_factor = 0);
 CREATE INDEX pg_fair_jobs_claim ON pg_fair_jobs (priority, retry_after, id);
 CREATE INDEX pg_fair_jobs_tenant ON pg_fair_jobs (tenant, priority, retry_after, id);
+CREATE INDEX pg_fair_jobs_in_work ON pg_fair_jobs (locked_until);
+CREATE INDEX pg_fair_jobs_tenant_in_work ON pg_fair_jobs (tenant, locked_until);
 CREATE TABLE pg_fair_groups (
     id BIGSERIAL PRIMARY KEY,
     grp TEXT NOT NULL,

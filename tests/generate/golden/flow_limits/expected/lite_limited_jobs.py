@@ -137,12 +137,13 @@ WHERE "retry_after" <= :now
       AND "claimed_at" > strftime('%Y-%m-%d %H:%M:%f', 'now',
           '-' || :rate_seconds || ' seconds')
 ) < :rate
-  AND (
-    SELECT COUNT(*)
+  AND "lite_limited_jobs"."user_id" NOT IN (
+    SELECT "inboxgen_held"."user_id"
     FROM "lite_limited_jobs" AS "inboxgen_held"
-    WHERE "inboxgen_held"."user_id" = "lite_limited_jobs"."user_id"
-      AND "inboxgen_held"."locked_until" > :now
-) < :key_concurrency
+    WHERE "inboxgen_held"."locked_until" > :now
+    GROUP BY "inboxgen_held"."user_id"
+    HAVING COUNT(*) >= :key_concurrency
+)
 ORDER BY "retry_after", "id"
 LIMIT :limit
 """

@@ -135,12 +135,13 @@ WHERE `grp` = %(group)s
       AND `queue_claims`.`claim_key` = `my_limited_jobs`.`account_id`
       AND `claimed_at` > UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000 MICROSECOND
 ) < %(rate)s
-  AND (
-    SELECT COUNT(*)
+  AND `my_limited_jobs`.`account_id` NOT IN (
+    SELECT `inboxgen_held`.`account_id`
     FROM `my_limited_jobs` AS `inboxgen_held`
-    WHERE `inboxgen_held`.`account_id` = `my_limited_jobs`.`account_id`
-      AND `inboxgen_held`.`locked_until` > %(now)s
-) < %(key_concurrency)s
+    WHERE `inboxgen_held`.`locked_until` > %(now)s
+    GROUP BY `inboxgen_held`.`account_id`
+    HAVING COUNT(*) >= %(key_concurrency)s
+)
   AND IS_USED_LOCK(CONCAT('inboxgen turn:', SHA1(CONCAT(DATABASE(), '.',
       %(queue)s)))) = CONNECTION_ID()
 ORDER BY `id`

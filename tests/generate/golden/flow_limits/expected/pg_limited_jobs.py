@@ -145,12 +145,13 @@ WHERE "retry_after" <= %(now)s
     WHERE "queue" = %(queue)s
       AND "claimed_at" > clock_timestamp() - make_interval(secs => %(rate_seconds)s)
 ) < %(rate)s
-  AND (
-    SELECT COUNT(*)
+  AND "pg_limited_jobs"."tenant" NOT IN (
+    SELECT "inboxgen_held"."tenant"
     FROM "pg_limited_jobs" AS "inboxgen_held"
-    WHERE "inboxgen_held"."tenant" = "pg_limited_jobs"."tenant"
-      AND "inboxgen_held"."locked_until" > %(now)s
-) < %(key_concurrency)s
+    WHERE "inboxgen_held"."locked_until" > %(now)s
+    GROUP BY "inboxgen_held"."tenant"
+    HAVING COUNT(*) >= %(key_concurrency)s
+)
 ORDER BY "priority", "retry_after", "id"
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED

@@ -8,7 +8,7 @@ CREATE TABLE lite_limited_jobs (
 );
 CREATE INDEX lite_limited_jobs_claim ON lite_limited_jobs (retry_after, id);
 CREATE INDEX lite_limited_jobs_in_work ON lite_limited_jobs (locked_until);
-CREATE INDEX lite_limited_jobs_user ON lite_limited_jobs (user_id);
+CREATE INDEX lite_limited_jobs_user ON lite_limited_jobs (user_id, locked_until);
 CREATE TABLE queue_claims (
     queue TEXT NOT NULL,
     claimed_at TEXT NOT NULL

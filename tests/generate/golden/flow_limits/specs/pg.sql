@@ -10,7 +10,7 @@ CREATE TABLE pg_limited_jobs (
         autovacuum_vacuum_insert_scale_factor = 0);
 CREATE INDEX pg_limited_jobs_claim ON pg_limited_jobs (priority, retry_after, id);
 CREATE INDEX pg_limited_jobs_in_work ON pg_limited_jobs (locked_until);
-CREATE INDEX pg_limited_jobs_tenant ON pg_limited_jobs (tenant);
+CREATE INDEX pg_limited_jobs_tenant ON pg_limited_jobs (tenant, locked_until);
 CREATE TABLE pg_limited_dead (
     id BIGINT PRIMARY KEY,
     tenant TEXT NOT NULL,
