@@ -217,6 +217,9 @@ class Worker:
         async with self.backend.connection() as conn:
             offers = await self.backend.check_server(conn, self._where)
             self.one_session = offers.one_session
+            if offers.engine is not None:
+                self.listen = offers.engine.check(self.descriptor.form, self.backend.label,
+                                                  self._where, self.listen, self.name)
             await self._clock_sync.measure(conn)
             if not offers.one_session:
                 if self.form.needs_one_session:

@@ -4,6 +4,7 @@ the live table has the columns the migrations give it, with their types and null
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -323,3 +324,18 @@ def test_a_lease_claimed_in_id_order_verifies_on_postgres(fresh_database: Callab
         conn.execute(ddl)
     result = run(root, "verify", "--database-url", url)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_read_only_postgres_is_named(project: Callable[..., tuple[Path, str]]) -> None:
+    """A database whose sessions are read-only (a standby, or a writer demoted by failover):
+    no worker could claim there, and verify says so for each table."""
+    root, url = project("postgres")
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET default_transaction_read_only = on')
+    result = run(root, "verify", "--database-url", url)
+    assert result.returncode == 1
+    assert re.search(r"table jobs: PostgreSQL at [^ ]+, database \w+, user \w+ is a read-only "
+                     r"PostgreSQL, where the lease form cannot hold: every claim writes, and its "
+                     r"sessions are read-only", result.stderr), result.stderr

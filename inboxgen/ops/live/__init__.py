@@ -36,6 +36,10 @@ def check(module: ModuleType, queue: Queue, conn: Any, database: str) -> list[st
         return [f"table {table}: not in the database"]
     # Every finding, each on its own line: a column that changed must not hide an index that
     # went (a statement naming a missing column is reported too: it fails when it runs).
+    engine = db.engine()
+    refusal = engine.refusal(d.form) if engine is not None else None
+    if refusal is not None:
+        found.append(f"table {table}: {database} {refusal}")
     found += _drift(queue, live, table)
     found += _unique(queue, db.unique_keys(d.schema, d.table), table)
     found += _claim_index(queue, db, (d.schema, d.table), table, database)

@@ -6,6 +6,8 @@ from typing import Any
 
 import attrs
 
+from inboxgen.runtime.engines import Engine
+
 
 @attrs.frozen
 class LiveIndex:
@@ -36,6 +38,10 @@ class LiveDatabase:
     def names_in_use(self, schema: str | None, table: str) -> list[str]:
         """The names a new index of the table cannot take (see catalog.names_in_use)."""
         raise NotImplementedError
+
+    def engine(self) -> Engine | None:
+        """The engine the server's answers show (runtime/engines.py); None for SQLite."""
+        return None
 
     def sample_time(self) -> Any:
         """A time as the driver takes it, for planning a claim."""

@@ -7,6 +7,7 @@ import datetime as _dt
 from typing import Any
 
 from inboxgen.ops.live.base import LiveDatabase, LiveIndex
+from inboxgen.runtime.engines import MYSQL_ASKS, Engine, mysql_engine
 
 
 class MySQLLive(LiveDatabase):
@@ -67,6 +68,14 @@ class MySQLLive(LiveDatabase):
 
     def names_in_use(self, schema: str | None, table: str) -> list[str]:
         return [i.name for i in self.indexes(schema, table)]  # index names are the table's own
+
+    def engine(self) -> Engine:
+        answers = []
+        with self.conn.cursor() as cur:
+            for sql in MYSQL_ASKS:
+                cur.execute(sql)
+                answers.append(cur.fetchone())
+        return mysql_engine(answers)
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC).replace(tzinfo=None)  # naive UTC

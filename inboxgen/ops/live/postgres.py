@@ -10,6 +10,13 @@ from typing import Any
 from inboxgen.generate.catalog import null_column
 from inboxgen.generate.dialects import POSTGRES
 from inboxgen.ops.live.base import LiveDatabase, LiveIndex
+from inboxgen.runtime.engines import (
+    POSTGRES_STATE,
+    POSTGRES_VERSION,
+    Engine,
+    asks_state,
+    postgres_engine,
+)
 
 
 class PostgresLive(LiveDatabase):
@@ -59,6 +66,12 @@ class PostgresLive(LiveDatabase):
             (name,)).fetchall()
         self.conn.rollback()
         return [r[0] for r in rows]
+
+    def engine(self) -> Engine:
+        (version,) = self.conn.execute(POSTGRES_VERSION).fetchone()
+        state = self.conn.execute(POSTGRES_STATE).fetchone() if asks_state(version) else None
+        self.conn.rollback()
+        return postgres_engine(str(version), state)
 
     def sample_time(self) -> Any:
         return _dt.datetime.now(_dt.UTC)

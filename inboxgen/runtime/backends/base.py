@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from inboxgen.descriptor import TableDescriptor
+from inboxgen.runtime.engines import Engine
 
 # What a Worker's database= may be: a URL, conninfo or file path, or driver arguments.
 Database = str | Path | Mapping[str, Any] | None
@@ -40,6 +41,8 @@ class ServerOffers:
     # A connection's transactions all run on one server session (not so behind a transaction
     # pooler): advisory locks and LISTEN need it.
     one_session: bool = True
+    # The engine the server's answers show, and the forms it cannot hold (None: SQLite).
+    engine: Engine | None = None
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ from typing import Any
 from inboxgen.descriptor import TableDescriptor
 from inboxgen.errors import WorkerConfigError
 from inboxgen.runtime.backends.base import Backend, ServerOffers
+from inboxgen.runtime.engines import MYSQL_ASKS, mysql_engine
 
 # The URL schemes of a MySQL/MariaDB address, and the driver each one names.
 MYSQL_SCHEMES: dict[str, str | None] = {"mysql": None, "mariadb": None, "mysql+pymysql": "pymysql",
@@ -145,14 +146,17 @@ class MySQLServer(Backend):
         """The version floor, and a binary log format that allows READ COMMITTED writes."""
         from inboxgen.runtime.serverversion import require_supported
 
-        (text,) = await self.query(conn, "SELECT VERSION()")
-        require_supported(str(text), **where)
+        answers = [await self.query(conn, sql) for sql in MYSQL_ASKS]
+        engine = mysql_engine(answers)
+        text = answers[0][0] if answers[0] else ""
+        if engine.name != "TiDB":  # (which reports MySQL 5.7's version: its refusal says more)
+            require_supported(str(text), **where)
         log_bin, binlog_format = await self.query(conn, "SELECT @@log_bin, @@binlog_format")
         if int(log_bin or 0) and str(binlog_format).upper() == "STATEMENT":
             raise WorkerConfigError(
                 "the server's binlog_format is STATEMENT, which refuses the READ COMMITTED "
                 "transactions the claims run in: set binlog_format to ROW or MIXED", **where)
-        return ServerOffers()
+        return ServerOffers(engine=engine)
 
     async def server_now(self, conn: Any) -> _dt.datetime | None:
         (now,) = await self.query(conn, "SELECT UTC_TIMESTAMP(6)")

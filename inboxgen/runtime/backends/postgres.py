@@ -20,6 +20,13 @@ from inboxgen.runtime.backends.base import (
 )
 from inboxgen.runtime.backends.pgconninfo import label_of, pg_params
 from inboxgen.runtime.backends.pgconninfo import pg_label as pg_label  # the operations' import
+from inboxgen.runtime.engines import (
+    POSTGRES_STATE,
+    POSTGRES_VERSION,
+    Engine,
+    asks_state,
+    postgres_engine,
+)
 
 log = logging.getLogger("inboxgen.worker")
 
@@ -82,7 +89,15 @@ class PostgresBackend(Backend):
             cur = await conn.execute("SELECT pg_backend_pid()")
             pids.add((await cur.fetchone())[0])
             await conn.commit()
-        return ServerOffers(one_session=len(pids) == 1)
+        return ServerOffers(one_session=len(pids) == 1, engine=await self._engine(conn))
+
+    async def _engine(self, conn: Any) -> Engine:
+        """The engine behind the protocol: PostgreSQL (a primary or not), or one that answers
+        as it (engines.py)."""
+        (version,) = await self.query(conn, POSTGRES_VERSION)
+        state = await self.query(conn, POSTGRES_STATE) if asks_state(version) else None
+        await conn.commit()
+        return postgres_engine(str(version), state)
 
     async def server_now(self, conn: Any) -> _dt.datetime | None:
         (now,) = await self.query(conn, "SELECT clock_timestamp()")
