@@ -14,6 +14,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 missing=()
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+# A two-node Galera cluster (tests/galera_cluster.py): its provider, and rsync for the state
+# transfer of a joining node (both are dependencies of Debian's mariadb-server as well).
+compgen -G '/usr/lib/*galera*/libgalera_smm.so' >/dev/null || [ -f /usr/lib/libgalera_smm.so ] \
+    || missing+=(galera-4)
+command -v rsync >/dev/null || missing+=(rsync)
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
 # libfaketime runs workers on hosts whose clocks are off (tests/runtime/test_clock_skew.py).
 compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || missing+=(faketime)

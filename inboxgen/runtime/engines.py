@@ -4,8 +4,8 @@ Servers that speak PostgreSQL's or MySQL's protocol without being them accept th
 and quietly hold less than it asks for: a lock that is not taken, or not seen by the other
 nodes. A worker asks before its first claim (`check_server`) and refuses such a form in one
 line; `inboxgen verify --database-url` says the same. The reasons are what each engine is known
-to do; only PostgreSQL and MariaDB run in the test suite, the rest are judged from their
-recorded answers.
+to do; PostgreSQL, MariaDB and a Galera cluster run in the test suite, the rest are judged from
+their recorded answers.
 """
 
 from __future__ import annotations
