@@ -152,13 +152,14 @@ async def _unwrap_async(driver: _Driver, conn: object, where: str) -> Any:
 # (the runtime does, at start); an enqueue through a SQLAlchemy Session or Connection (or their
 # async twins) or a Django connection then asks to be told when its transaction commits, and
 # wakes them. A driver connection tells nothing of its commit: its jobs wait for the poll.
-_WAKES: dict[str, list[Callable[[], None]]] = {}
+_WAKES: dict[str, list[Callable[[bool], None]]] = {}
 
 
-def wake_on_commit(table: str, wake: Callable[[], None]) -> Callable[[], None]:
+def wake_on_commit(table: str, wake: Callable[[bool], None]) -> Callable[[], None]:
     """Call `wake` (from whichever thread commits) after each commit of an enqueue into
-    `table` made in this process through a SQLAlchemy or Django connection; returns the
-    function that stops it."""
+    `table` made in this process through a SQLAlchemy or Django connection, with whether the
+    COMMIT may still be on its way to the server (`in_flight`: a SQLAlchemy Connection tells
+    only as it commits); returns the function that stops it."""
     _WAKES.setdefault(table, []).append(wake)
 
     def forget() -> None:
@@ -170,9 +171,9 @@ def wake_on_commit(table: str, wake: Callable[[], None]) -> Callable[[], None]:
     return forget
 
 
-def _wake(table: str) -> None:
+def _wake(table: str, in_flight: bool = False) -> None:
     for wake in list(_WAKES.get(table, ())):
-        wake()
+        wake(in_flight)
 
 
 # The functions whose commit brings new rows (notify, state and cancel bring none).
@@ -197,10 +198,9 @@ def _wake_after_commit(holder: object, where: str) -> None:
     if hasattr(sync, "get_bind"):  # a Session: once its transaction has committed
         event.listen(sync, "after_commit", lambda session: _wake(table), once=True)
     else:
-        # A Connection has no event after its commit, only as it commits: the wake-up reaches
-        # the worker's event loop after this thread's COMMIT has been sent, and a claim that
-        # still finds nothing waits out the poll interval as before.
-        event.listen(sync, "commit", lambda connection: _wake(table), once=True)
+        # A Connection has no event after its commit, only as it commits: a claim woken at
+        # once may run before the COMMIT lands, so the worker wakes again shortly after.
+        event.listen(sync, "commit", lambda connection: _wake(table, True), once=True)
 
 
 _PSYCOPG = _Driver("psycopg", "Connection",

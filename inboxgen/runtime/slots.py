@@ -125,7 +125,16 @@ class WorkerSlots:
                 del self._slot_wakes[index]
 
 
-def _wake_from(loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> None:
-    """Run `wake` on `loop` from any thread; nothing once the loop has closed."""
+# After a wake-up sent as a COMMIT leaves (before it lands), the next ones: a claim that ran
+# too early finds the row at one of them instead of at the poll.
+AFTER_COMMIT_IN_FLIGHT = (0.05, 0.25, 1.0, 4.0)
+
+
+def _wake_from(loop: asyncio.AbstractEventLoop, wake: Callable[[], None],
+               in_flight: bool = False) -> None:
+    """Run `wake` on `loop` from any thread, and again AFTER_COMMIT_IN_FLIGHT when its commit
+    may not have landed yet; nothing once the loop has closed."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(wake)
+        for delay in AFTER_COMMIT_IN_FLIGHT if in_flight else ():
+            loop.call_soon_threadsafe(loop.call_later, delay, wake)

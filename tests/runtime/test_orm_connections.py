@@ -489,3 +489,45 @@ def test_an_enqueue_through_the_orm_wakes_this_process_workers_at_commit(
             await worker.shutdown()
 
     assert asyncio.run(main()) < 60
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "mysql"])
+def test_a_connection_whose_commit_lands_late_still_wakes_the_workers(queue: MakeQueue,
+                                                                    dialect: str) -> None:
+    """A SQLAlchemy Connection tells of its commit before the COMMIT reaches the server: here
+    the COMMIT lands 0.4 s after that (a listener of the application's holds it), so the claim
+    woken at once finds nothing; a worker polling once an hour still picks the job up within
+    seconds, woken again after the commit had time to land."""
+    q = queue(dialect, SHAPE)
+    due = dt.datetime.now(dt.UTC)
+    picked = asyncio.Event()
+
+    async def handler(job: Job[Any]) -> None:
+        picked.set()
+
+    def enqueue() -> None:
+        engine = sa.create_engine(url(q))
+        try:
+            with engine.connect() as conn:
+                q.mod.insert(conn, q.new(retry_after=due))
+                # Registered after the insert's: runs after the wake-up, before the COMMIT.
+                sa.event.listen(conn, "commit", lambda c: time.sleep(0.4), once=True)
+                conn.commit()
+        finally:
+            engine.dispose()
+
+    async def main() -> float:
+        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, poll_interval=3600,
+                        listen=False)
+        await worker.start()
+        try:
+            await asyncio.sleep(0.2)  # its first claim found nothing: it waits for an hour
+            started = time.monotonic()
+            await asyncio.to_thread(enqueue)
+            async with asyncio.timeout(60):  # reached only on failure; the poll is an hour
+                await picked.wait()
+            return time.monotonic() - started
+        finally:
+            await worker.shutdown()
+
+    assert asyncio.run(main()) < 10
