@@ -68,20 +68,6 @@ def left(args: dict[str, Any]) -> int:
         conn.close()
 
 
-def rolled_back(cluster: GaleraCluster) -> int:
-    total = 0
-    for node in range(len(cluster.ports)):
-        conn = pymysql.connect(**cluster.connect_args(node))
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SHOW STATUS WHERE Variable_name IN "
-                            "('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
-                total += sum(int(v) for _, v in cur.fetchall())
-        finally:
-            conn.close()
-    return total
-
-
 async def drain(module: Any, urls: list[str], count: dict[str, Any], batch: int) -> float:
     workers = [Worker(module.DESCRIPTOR, noop, database=url, workers=10, batch=batch,
                       poll_interval=0.05, listen=False) for url in urls]
@@ -121,11 +107,11 @@ def main() -> None:
         for label, nodes in (("one worker on node 0", [0]), ("one worker on each node", [0, 1])):
             name = cluster.create_database()
             fill(cluster.connect_args(0, name), module, ddl, opts.jobs)
-            before = rolled_back(cluster)
+            before = cluster.rolled_back()
             took = asyncio.run(drain(module, [cluster.url(n, name) for n in nodes],
                                      cluster.connect_args(0, name), opts.batch))
             print(f"Galera, {label}: {opts.jobs / took:7.0f} jobs/s, "
-                  f"{rolled_back(cluster) - before} claim(s) rolled back by the cluster")
+                  f"{cluster.rolled_back() - before} claim(s) rolled back by the cluster")
     finally:
         cluster.stop()
 

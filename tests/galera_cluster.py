@@ -128,6 +128,21 @@ class GaleraCluster:
             conn.close()
         return name
 
+    def rolled_back(self) -> int:
+        """Transactions the cluster aborted for another node's write (certification failures
+        and brute-force aborts), summed over its nodes."""
+        total = 0
+        for n in range(len(self.ports)):
+            conn = pymysql.connect(**self.connect_args(n))
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SHOW STATUS WHERE Variable_name IN "
+                                "('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
+                    total += sum(int(value) for _, value in cur.fetchall())
+            finally:
+                conn.close()
+        return total
+
     def log_tail(self, n: int, lines: int = 40) -> str:
         try:
             text = (self._node_dir(n) / "server.log").read_text(errors="replace")

@@ -605,8 +605,7 @@ class _Checker:
                 return None
             self.check_identifier(col.name, kline, "column")
             key = col
-        self.limit_indexes(table, roles["locked_until"][1].name, given,
-                           key.name if key is not None and given.key_concurrency else None)
+        self.limit_indexes(table, roles["locked_until"][1].name, given)
         if given.fair and key is not None:
             self.walk_index(table, roles, key.name)
         rate_table = (self.rate_table(given.rate_table, table,
@@ -686,32 +685,29 @@ class _Checker:
                             f"({', '.join(['queue', *written[2:], 'claimed_at'])})")
         return TableRef(found.schema, found.name)
 
-    def limit_indexes(self, table: Table, lease: str, given: FlowLimits,
-                      key: str | None) -> None:
-        """Each claim counts the jobs in work through the live leases: the queue's, and the keys
-        at their limit, through an index that starts with the lease column; a key's through
-        one that starts with the key and the lease column (one on the key alone reads all of
-        a key's rows, for each row of it the claim returns)."""
+    def limit_indexes(self, table: Table, lease: str, given: FlowLimits) -> None:
+        """Each claim counts the jobs in work through the live leases, through the indexes
+        counted_through names: one that starts with the lease column (the queue's count, and
+        the keys at their limit), one that starts with the key and the lease column (a key's
+        count: one on the key alone reads all of a key's rows, for each of its rows the claim
+        returns)."""
         indexes = self.catalog.indexes_of(table)
-
-        def led_by(*columns: str) -> bool:
-            return any(leads(i.columns, list(columns)) and not i.partial for i in indexes)
-
-        wants = []
-        if (given.concurrency is not None or key is not None) and not led_by(lease):
-            what = ("the jobs in work" if key is None else
-                    "the keys at their limit" if given.concurrency is None else
-                    "the jobs in work and the keys at their limit")
-            wants.append(("concurrency" if given.concurrency is not None else "key_concurrency",
-                          [lease], f"finds {what} by reading the whole table"))
-        if key is not None and not led_by(key, lease):
-            wants.append(("key", [key, lease],
-                          "counts a key's jobs in work by reading all of that key's rows"))
-        for name, columns, how in sorted(wants, key=lambda w: self.spec.line("flow", w[0])):
-            cols = ", ".join(columns)
-            self.warn(self.spec.line("flow", name),
-                      f"no index of table \"{table.name}\" starts with {cols}: every claim "
-                      f"{how}; create an index on \"{table.name}\" ({cols})")
+        lease_alone = ("the jobs in work" if given.key_concurrency is None else
+                       "the keys at their limit" if given.concurrency is None else
+                       "the jobs in work and the keys at their limit")
+        missing = []
+        for columns in counted_through(given, lease):
+            if any(leads(i.columns, columns) and not i.partial for i in indexes):
+                continue
+            if len(columns) == 1:
+                name = "concurrency" if given.concurrency is not None else "key_concurrency"
+                how = f"finds {lease_alone} by reading the whole table"
+            else:
+                name, how = "key", "counts a key's jobs in work by reading all of that key's rows"
+            missing.append((self.spec.line("flow", name), ", ".join(columns), how))
+        for line, cols, how in sorted(missing):
+            self.warn(line, f"no index of table \"{table.name}\" starts with {cols}: every claim "
+                            f"{how}; create an index on \"{table.name}\" ({cols})")
 
     def walk_index(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]],
                    key: str) -> None:

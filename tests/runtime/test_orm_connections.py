@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any
 
@@ -448,10 +448,6 @@ def test_an_enqueue_through_the_orm_wakes_this_process_workers_at_commit(
     job enqueued in its process through SQLAlchemy or Django as soon as that commits."""
     q = queue(dialect, SHAPE)
     due = dt.datetime.now(dt.UTC)
-    picked = asyncio.Event()
-
-    async def handler(job: Job[Any]) -> None:
-        picked.set()
 
     def enqueue() -> None:
         if how == "django":
@@ -474,21 +470,7 @@ def test_an_enqueue_through_the_orm_wakes_this_process_workers_at_commit(
         finally:
             engine.dispose()
 
-    async def main() -> float:
-        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, poll_interval=3600,
-                        listen=False)
-        await worker.start()
-        try:
-            await asyncio.sleep(0.2)  # its first claim found nothing: it waits for an hour
-            started = time.monotonic()
-            await asyncio.to_thread(enqueue)
-            async with asyncio.timeout(60):  # reached only on failure; the poll is an hour
-                await picked.wait()
-            return time.monotonic() - started
-        finally:
-            await worker.shutdown()
-
-    assert asyncio.run(main()) < 60
+    assert asyncio.run(picked_up_after(q, enqueue)) < 60
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "mysql"])
@@ -500,10 +482,6 @@ def test_a_connection_whose_commit_lands_late_still_wakes_the_workers(queue: Mak
     seconds, woken again after the commit had time to land."""
     q = queue(dialect, SHAPE)
     due = dt.datetime.now(dt.UTC)
-    picked = asyncio.Event()
-
-    async def handler(job: Job[Any]) -> None:
-        picked.set()
 
     def enqueue() -> None:
         engine = sa.create_engine(url(q))
@@ -516,18 +494,26 @@ def test_a_connection_whose_commit_lands_late_still_wakes_the_workers(queue: Mak
         finally:
             engine.dispose()
 
-    async def main() -> float:
-        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, poll_interval=3600,
-                        listen=False)
-        await worker.start()
-        try:
-            await asyncio.sleep(0.2)  # its first claim found nothing: it waits for an hour
-            started = time.monotonic()
-            await asyncio.to_thread(enqueue)
-            async with asyncio.timeout(60):  # reached only on failure; the poll is an hour
-                await picked.wait()
-            return time.monotonic() - started
-        finally:
-            await worker.shutdown()
+    assert asyncio.run(picked_up_after(q, enqueue)) < 10
 
-    assert asyncio.run(main()) < 10
+
+async def picked_up_after(q: Queue, enqueue: Callable[[], None]) -> float:
+    """Seconds from `enqueue` (run in a thread) until a worker polling once an hour, whose first
+    claim found nothing, starts the job."""
+    picked = asyncio.Event()
+
+    async def handler(job: Job[Any]) -> None:
+        picked.set()
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, poll_interval=3600,
+                    listen=False)
+    await worker.start()
+    try:
+        await asyncio.sleep(0.2)  # its first claim found nothing: it waits for an hour
+        started = time.monotonic()
+        await asyncio.to_thread(enqueue)
+        async with asyncio.timeout(60):  # reached only on failure; the poll is an hour
+            await picked.wait()
+        return time.monotonic() - started
+    finally:
+        await worker.shutdown()
