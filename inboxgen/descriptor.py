@@ -59,22 +59,26 @@ class JobState:
     # None, or why the payload does not decode (one line, "ValidationError: Object missing
     # required field `subject`"): the worker dead-letters such a job.
     payload_error: str | None = None
+    # The last failure a worker recorded (its type, message and where it was raised), where the
+    # table has an `error` column; None when none failed (or since a requeue).
+    error: str | None = None
 
     @classmethod
     def with_payload(cls, *, state: str, id: Any, attempt: int | None,
                      due: datetime.datetime | None, finished_at: datetime.datetime | None,
-                     stored: Any, decode: Callable[[Any], Any]) -> JobState:
+                     stored: Any, decode: Callable[[Any], Any],
+                     error: str | None = None) -> JobState:
         """The job whose payload column holds `stored`, decoded by `decode` (NULL stays None).
         A payload that does not decode is kept as stored, with `payload_error` saying why:
         whoever reads a job's state still gets it, whatever its payload holds."""
-        payload, error = stored, None
+        payload, undecoded = stored, None
         if stored is not None:
             try:
                 payload = decode(stored)
             except Exception as err:  # the decoder's (msgspec's, or a codec's) in any form
-                error = _one_line(err)
+                undecoded = _one_line(err)
         return cls(state=state, id=id, attempt=attempt, due=due, finished_at=finished_at,
-                   payload=payload, payload_error=error)
+                   payload=payload, payload_error=undecoded, error=error)
 
 
 def _one_line(err: BaseException) -> str:

@@ -116,6 +116,15 @@ def _utc(value: _dt.datetime) -> _dt.datetime:
     return value.astimezone(UTC)
 
 
+def clipped(text: str | None, limit: int) -> str | None:
+    """A failure's text as an error column keeps it: at most `limit` characters (its head:
+    the type and message come first), NUL written out (PostgreSQL's text holds none)."""
+    if text is None:
+        return None
+    text = text.replace("\x00", "\\x00")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def sqlite_time(value: _dt.datetime) -> str:
     return _utc(value).strftime(SQLITE_TIME_FORMAT)
 

@@ -177,7 +177,8 @@ def mysql_statements(ddl: str) -> list[str]:
 # The column each role is bound to, unless a Layout names another.
 DEFAULT_NAMES = {"id": "id", "group": "grp", "priority": "priority", "retry_after": "retry_after",
                  "attempt": "attempt", "processed_at": "processed_at",
-                 "locked_until": "locked_until", "headers": "headers", "payload": "payload"}
+                 "locked_until": "locked_until", "headers": "headers", "payload": "payload",
+                 "error": "last_error"}
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _RESERVED = {"group", "order", "key", "limit", "select", "from", "where", "index", "values"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -277,6 +278,7 @@ class Layout:
     rate: tuple[int, float] | None = None
     rate_per_key: bool = False  # the rate per account (jobs_claims gains claim_key)
     fair: bool = False  # [flow] fair: claims take turns across accounts
+    error: str | None = None  # the type of a nullable column bound to role error ("TEXT")
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -302,6 +304,8 @@ class Layout:
             cols.append(("locked_until", types["lease"]))
         if self.headers:
             cols.append(("headers", types["json"]))
+        if self.error is not None:
+            cols.append(("error", self.error))
         cols += [(None, f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
         return [(role, self.name(role) if role else "account", sql) for role, sql in cols]
 
@@ -373,7 +377,8 @@ class Layout:
         roles = ["id generated", *(["group"] if self.group else []), "priority", "retry_after",
                  "attempt generated", *(["processed_at"] if self.processed else []),
                  *(["locked_until"] if self.form == "lease" else []),
-                 *(["headers"] if self.headers else []), "payload text"]
+                 *(["headers"] if self.headers else []),
+                 *(["error"] if self.error is not None else []), "payload text"]
         return spec_toml("jobs", {self.name(r.split()[0]): r for r in roles}, dialect=dialect,
                          runtime={"lease": LEASE, **({"max_attempts": 3} if self.dead else {})},
                          dead_letter=None if not self.dead else

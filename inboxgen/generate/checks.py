@@ -30,6 +30,7 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "locked_until": (cat.TIMESTAMP, cat.TIMESTAMPTZ),
     "headers": (cat.JSON, cat.TEXT),
     "payload": (cat.BYTES, cat.TEXT, cat.JSON),
+    "error": (cat.TEXT,),
 }
 _ROLE_WANTS = {
     "id": "an integer, text or uuid",
@@ -41,8 +42,11 @@ _ROLE_WANTS = {
     "locked_until": "a timestamp",
     "headers": "json or text",
     "payload": "bytes, text or json",
+    "error": "text",
 }
 _SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until")
+# Roles only the runtime writes: nullable, left out of inserts (a new row starts with NULL).
+_RUNTIME_ROLES = ("locked_until", "processed_at", "error")
 # The text SQLite time roles hold (inboxgen.values.SQLITE_TIME_FORMAT; fewer fraction digits,
 # or none as CURRENT_TIMESTAMP writes, still sort right against it).
 _SQLITE_TIME_TEXT = "YYYY-MM-DD HH:MM:SS.ffffff"
@@ -300,10 +304,11 @@ class _Checker:
 
     def check_nullability(self, table: Table, b: RoleBinding, col: Column) -> None:
         where = f"column \"{table.name}.{col.name}\" ({col.path}:{col.line})"
-        if b.role in ("locked_until", "processed_at") and not col.nullable:
-            meaning = "leased" if b.role == "locked_until" else "processed"
+        if b.role in _RUNTIME_ROLES and not col.nullable:
+            meaning = {"locked_until": "not leased", "processed_at": "not processed",
+                       "error": "no failure recorded"}[b.role]
             self.err(b.line, f"{where} is NOT NULL, but role {b.role} must be nullable "
-                             f"(NULL means not {meaning})")
+                             f"(NULL means {meaning})")
         if b.role in ("retry_after", "id", "attempt", "priority", "group") and col.nullable:
             self.err(b.line, f"{where} is nullable, but role {b.role} must be NOT NULL")
 
@@ -415,7 +420,7 @@ class _Checker:
         for col in table.columns:
             b = by_column.get(col.name)
             role = b.role if b else None
-            if role in ("locked_until", "processed_at"):
+            if role in _RUNTIME_ROLES:
                 generated = True  # the runtime owns them; a new row starts with NULL
             elif b is not None:
                 generated = b.generated or col.db_only

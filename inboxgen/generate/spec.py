@@ -31,6 +31,7 @@ ROLES = (
     "locked_until",
     "headers",
     "payload",
+    "error",
 )
 CODECS = ("json", "bytes", "text")
 

@@ -1,5 +1,6 @@
 """`inboxgen status`: per table and group, how many jobs are ready, scheduled, in work,
-finished and dead, how long the oldest ready job has waited, and (PostgreSQL) the oldest open
+finished and dead, how long the oldest ready job has waited, why the newest dead letter died
+(where the table keeps errors), and (PostgreSQL) the oldest open
 transaction, and each table's dead rows, HOT updates and last autovacuum. Runs the modules' STATUS
 statements and nothing else."""
 
@@ -36,6 +37,9 @@ class TableStatus:
     # rate_seconds, rate_per_key and fair as the module holds them (None: not set), and
     # in_work, the jobs in work now.
     limits: dict[str, Any] | None = None
+    # Where the table keeps errors (role error) and has dead letters: the newest one's id and
+    # the first line of its last failure ({"id": "17", "error": "ConnectionError: ..."}).
+    newest_dead: dict[str, str | None] | None = None
 
 
 def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableStatus:
@@ -55,6 +59,8 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
                   else None)
         health = module.table_health(conn) if hasattr(module, "table_health") else None
         paused = module.paused(conn) if hasattr(module, "paused") else None
+        newest = (module.dead_letters(conn, limit=1)
+                  if "error" in d.roles and hasattr(module, "dead_letters") else [])
     finally:
         conn.rollback()  # read only: nothing to keep
     if paused is not None:
@@ -76,7 +82,10 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
         live_tuples=None if health is None else health.live_tuples,
         hot_update_share=(None if health is None or health.hot_share is None
                           else round(health.hot_share, 3)),
-        last_autovacuum=vacuumed, grouped="group" in d.roles, paused=paused, limits=limits)
+        last_autovacuum=vacuumed, grouped="group" in d.roles, paused=paused, limits=limits,
+        newest_dead=None if not newest else {
+            "id": str(newest[0].id),
+            "error": None if newest[0].error is None else newest[0].error.split("\n", 1)[0]})
 
 
 def as_json(tables: list[TableStatus]) -> list[dict[str, Any]]:
@@ -103,6 +112,9 @@ def as_text(tables: list[TableStatus], now: _dt.datetime | None = None) -> str:
             rows.append([t.table, "(no rows)", "", "", "", "", "", ""])
         if t.dead_table is not None:
             rows.append([t.table, "(dead-letter table)", "", "", "", "", str(t.dead_table), ""])
+        if t.newest_dead is not None:
+            notes.append(f"{t.table}: newest dead letter {t.newest_dead['id']}: "
+                         f"{t.newest_dead['error'] or '(no error recorded)'}")
         if t.paused:
             notes.append(_paused(t.table, t.paused))
         if t.limits:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
+from inboxgen.runtime.failures import failure_text
 from inboxgen.runtime.handlers import own_frames
 from inboxgen.runtime.jobs import Held, Job
 from inboxgen.runtime.observe import ACKED, DEAD_LETTERED, DROPPED, RETRIED
@@ -87,6 +88,7 @@ class Delivery:
         self._has_retry_after = "retry_after" in descriptor.roles
         self._has_dead_letters = (descriptor.dead_letter_group is not None
                                   or descriptor.dead_letter_table is not None)
+        self._keeps_errors = "error" in descriptor.roles
 
     async def deliver(self, h: Held, conn: Any | None = None) -> None:
         """Run the handler on one held row and settle it. `conn` holds the row (row lock and
@@ -109,6 +111,7 @@ class Delivery:
             except Exception as err:
                 log.error("%s: row %s has a payload that does not decode (%s)", self.name,
                           h.id, err)
+                h.error = f"the payload does not decode: {failure_text(err)}"
                 poisoned = self.poison(h)
                 if h.watch is not None:
                     h.watch.decided(outcome_of(poisoned), err)
@@ -298,7 +301,21 @@ class Delivery:
             log.error("%s: row %s moved to the dead letters (%s): %s", self.name, h.id,
                       self.dead_letters, s.note)
         return settlement_call(s, row_id=h.id, token=h.token, attempt=h.attempt,
-                               now=self.clock.now(), ops=self.d.ops)
+                               now=self.clock.now(), ops=self.d.ops,
+                               error=self.error(h, s) if self._keeps_errors else None)
+
+    @staticmethod
+    def error(h: Held, s: Settlement) -> str | None:
+        """What the error column keeps of this delivery: what the handler raised, why the
+        worker gave up on the row, or None (an ack; a retry the handler asked for, which
+        keeps the last failure's)."""
+        if s.action == FINISH:
+            return None
+        if h.failure is not None:
+            return failure_text(h.failure)
+        if h.error is not None:
+            return h.error
+        return s.note if s.action == DEAD_LETTER else None
 
 
 def decode_headers(raw: Any) -> Mapping[str, str]:

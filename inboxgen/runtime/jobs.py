@@ -83,5 +83,8 @@ class Held:
     # What the handler raised (or the non-outcome it returned): logged once its settlement is
     # decided, so the line says what becomes of the row.
     failure: BaseException | None = None
+    # What the error column keeps where no exception of the handler's says it (a payload that
+    # does not decode).
+    error: str | None = None
     watch: Watch | None = None  # its observers' view of the delivery (observe.py)
     headers: Mapping[str, str] | None = None  # decoded once, where the observers read them

@@ -35,6 +35,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "payload": ("bytes", "json", "typed"),
     "pauses": ("none", "table"),
     "limits": ("none", "queue", "key", "rate", "rate_key", "fair"),
+    "error": ("none", "text"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -48,7 +49,8 @@ TRIPLES = (("form", "dead", "handler"),)
 PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "default",
                    "handler": "async", "batch": "16", "dead": "table", "finished": "deleted",
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
-                   "payload": "json", "pauses": "none", "limits": "none"}
+                   "payload": "json", "pauses": "none", "limits": "none",
+                   "error": "none"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -79,6 +81,7 @@ class Shape:
     # default every job takes; "rate": 50 claims in any second; "rate_key": 50 a second for
     # each tenant (every job's the same); "fair": claims take turns across tenants
     limits: str
+    error: str  # "text": a nullable text column bound to role error (the last failure)
 
     @property
     def name(self) -> str:
@@ -114,6 +117,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "pauses": {"none": "pn", "table": "pt"},
     "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk",
                "fair": "lf"},
+    "error": {"none": "en", "text": "et"},
 }
 
 

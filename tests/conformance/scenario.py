@@ -384,6 +384,28 @@ class Scenario:
             if got != want and not (isinstance(want, tuple) and got in want):
                 self.problems.append(f"state() of job {key} ({self.kinds[key]}) says {got}, "
                                      f"expected {want}")
+            if self.s.error == "text" and st is not None:
+                self.check_error(key, st.error)
+
+    # The first line of what the error column keeps of each kind of job that failed.
+    _FAILURES = {shapes.FAIL_ONCE: "RuntimeError: job {key} fails once",
+                 shapes.FAIL_ALWAYS: "RuntimeError: job {key} fails every time",
+                 shapes.UNDECODABLE: "the payload does not decode: "}
+
+    def check_error(self, key: str, error: str | None) -> None:
+        """The last failure a job's row keeps: none for jobs that never failed; the handler's
+        exception (or the worker's reason) for one that did."""
+        kind = self.kinds[key]
+        want = self._FAILURES.get(kind, "").format(key=key)
+        if kind == shapes.UNDECODABLE and self.s.dead == "none" and not self.s.has_retry_after:
+            want = ""  # parked (a lease left to run out) or dropped: no settlement writes it
+        if not want:
+            if error is not None:
+                self.problems.append(f"state() of job {key} ({kind}) has error {error!r}, "
+                                     f"expected none")
+        elif error is None or not error.startswith(want):
+            self.problems.append(f"state() of job {key} ({kind}) has error {error!r}, "
+                                 f"expected one starting {want!r}")
 
     def check_requeue_and_cancel(self) -> None:
         from inboxgen.ops.maintenance import requeue
@@ -401,6 +423,8 @@ class Scenario:
                 if st is None or st.state != "ready":
                     self.problems.append(f"state() of requeued job D says "
                                          f"{None if st is None else st.state}, expected ready")
+                elif st.error is not None:
+                    self.problems.append(f"state() of requeued job D keeps error {st.error!r}")
             if hasattr(self.mod, "cancel"):
                 self.enqueue([shapes.Job("G", shapes.CANCELLED)])
                 conn.close()

@@ -89,6 +89,8 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
         cols.append(f"processed_at {t['time']} NULL")
     if s.form == "lease":
         cols.append(f"locked_until {t['time']} NULL")
+    if s.error == "text":
+        cols.append("last_error TEXT NULL")
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
     if s.limits in ("key", "rate_key", "fair"):
         cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
@@ -188,6 +190,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append('processed_at = "processed_at"')
     if s.form == "lease":
         lines.append('locked_until = "locked_until"')
+    if s.error == "text":
+        lines.append('last_error = "error"')
     lines.append({"bytes": 'payload = { role = "payload", codec = "bytes" }',
                   "json": 'payload = { role = "payload", codec = "json" }',
                   "typed": 'payload = { role = "payload", codec = "json", '

@@ -252,6 +252,18 @@ def about(lines: list[str], task_id: str) -> list[str]:
             if f"Task id={task_id} " in line or f"on row {task_id} " in line]
 
 
+def failures(shop: Shop, task_id: str) -> list[list[str]]:
+    """get_result(task_id).errors: each error's class path, the first line of its text, and
+    the file of its last frame."""
+    return shop.shell(f"""
+        out = [[e.exception_class_path, e.traceback.splitlines()[0],
+                e.traceback.splitlines()[-2].split('"')[1].rsplit("/", 1)[-1]]
+               for e in write_note.get_backend().get_result({task_id!r}).errors]
+        assert all(issubclass(e.exception_class, RuntimeError)
+                   for e in write_note.get_backend().get_result({task_id!r}).errors)
+    """)
+
+
 @pytest.mark.parametrize("shop", ["sqlite"], indirect=True)
 def test_a_failing_task_logs_a_line_per_attempt_and_reads_ready_until_its_last(
         shop: Shop) -> None:
@@ -268,8 +280,11 @@ def test_a_failing_task_logs_a_line_per_attempt_and_reads_ready_until_its_last(
         return any("handler failed" in line for line in lines)
 
     first = serve_until(shop, failed, "the first attempt to fail")
-    # The row waits for its second attempt: READY, as Django names a task to be run again.
+    # The row waits for its second attempt: READY, as Django names a task to be run again,
+    # with its failure (the table keeps it in last_error).
     assert shop.statuses({"task": task}) == {"task": "READY"}
+    assert failures(shop, task) == [["builtins.RuntimeError", "RuntimeError: this task always "
+                                     "fails", "tasks.py"]]
     mine = about(first, task)
     assert [line.split(" ", 3)[-1] if "handler failed" in line else line for line in mine] == [
         f"Task id={task} path=taskshop.tasks.explode state=RUNNING",
@@ -283,6 +298,8 @@ def test_a_failing_task_logs_a_line_per_attempt_and_reads_ready_until_its_last(
 
     last = serve_until(shop, dead, "the last attempt to fail")
     assert shop.statuses({"task": task}) == {"task": "FAILED"}
+    assert failures(shop, task)[0][:2] == ["builtins.RuntimeError",
+                                           "RuntimeError: this task always fails"]
     mine = about(last, task)
     assert mine[:2] == [f"Task id={task} path=taskshop.tasks.explode state=RUNNING",
                         f"Task id={task} path=taskshop.tasks.explode state=FAILED"], last

@@ -54,7 +54,10 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")  # Debian's chromium-driver
 CHROMIUM = Path("/usr/bin/chromium")
 TOKEN = "tok-7f3a9c1e"
 USER, PASSWORD = "dash_viewer", "pw-Zq81-secret"  # a role of the test server's, with a password
-LAYOUT = Layout(form="lease", group=True, dead="group")
+LAYOUT = Layout(form="lease", group=True, dead="group", error="TEXT")
+# What the dead job's last failure left in its error column (where the table has one).
+FAILURE = 'ConnectionError: smtp down\n  File "mail.py", line 9, in send\n    smtp.send(m)'
+
 
 
 def now() -> dt.datetime:
@@ -77,7 +80,7 @@ def mix(q: Queue, start: dt.datetime) -> dict[str, int]:
         if name == "done":
             assert q.settle("finish", conn, row, now=start - dt.timedelta(seconds=1))
         elif name == "dead":
-            assert q.settle("dead_letter", conn, row)
+            assert q.settle("dead_letter", conn, row, error=FAILURE)
         conn.commit()
     return ids
 
@@ -269,6 +272,10 @@ def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_a
         # The dead letters are listed (the module's dead_letters()), payloads hidden.
         listed = browser.find_elements(By.CSS_SELECTOR, "table.dead-list tbody td:first-child")
         assert [c.text for c in listed] == [str(ids["dead"])]
+        # With the first line of its last failure; the whole of it on hover.
+        (error,) = browser.find_elements(By.CSS_SELECTOR, "table.dead-list tbody td.error")
+        assert error.text == "ConnectionError: smtp down"
+        assert error.get_attribute("title") == FAILURE
         assert "payload-dead" not in browser.page_source
         shot("overview")
 
@@ -308,6 +315,7 @@ def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_a
         browser.find_element(By.CSS_SELECTOR, "form.lookup button").click()
         assert _loaded(browser, ".state").get_attribute("data-state") == "dead"
         assert browser.find_element(By.CSS_SELECTOR, ".attempt").text == "1"
+        assert browser.find_element(By.CSS_SELECTOR, "pre.error").text == FAILURE
         assert "payload-dead" not in browser.page_source
         assert browser.find_elements(By.CSS_SELECTOR, ".payload-hidden")
         assert not browser.find_elements(By.CSS_SELECTOR, 'form[action$="/actions/cancel"]')
@@ -337,6 +345,8 @@ def test_the_dashboard_shows_what_status_counts_follows_a_drain_and_guards_its_a
         after = counts(status_json(root, env))
         assert ("jobs", "dead") not in after
         assert after["jobs", "g"]["ready"] == "1"
+        assert q.mod.state(conn, id=ids["dead"], now=now()).error is None  # a fresh start
+        conn.rollback()
 
         # Cancel the scheduled job: refused without the token, done with it.
         cancel = {"table": "jobs", "id": str(ids["scheduled"])}

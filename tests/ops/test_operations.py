@@ -97,6 +97,39 @@ def test_status_counts_each_state_of_each_group(project: Callable[..., Project],
     assert any(r.split()[:6] == ["jobs", "g", "2", "1", "1", "1"] for r in rows), text.stdout
 
 
+@pytest.mark.parametrize("dead", ["group", "table"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_status_says_why_the_newest_dead_letter_died(project: Callable[..., Project],
+                                                     dialect: str, dead: str) -> None:
+    """A table with an error column: status names the newest dead letter and the first line
+    of its last failure; requeue clears it, and status then names none."""
+    root, q, url = project(dialect, Layout(form="lease", group=dead == "group", dead=dead,
+                                           error="TEXT"))
+    conn = q.connect()
+    for n in range(2):  # both first: SQLite would give an id the queue no longer has again
+        q.add(conn, payload=f"p{n}", retry_after=when(-60 + n), group="g")
+    for n in range(2):
+        row = q.claim_one(conn, now=NOW, until=when(600))
+        conn.commit()
+        assert q.settle("dead_letter", conn, row,
+                        error=f"ConnectionError: smtp down ({n})\n  File \"mail.py\", line 9")
+        conn.commit()
+    newest = q.id_of(row)
+    conn.close()
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    assert table["newest_dead"] == {"id": str(newest), "error": "ConnectionError: smtp down (1)"}
+    text = run(root, "status", "--database-url", url)
+    assert f"jobs: newest dead letter {newest}: ConnectionError: smtp down (1)\n" in text.stdout
+    into = ["--to-group", "g"] if dead == "group" else []
+    back = run(root, "requeue", "--database-url", url, "specs/jobs.toml", *into)
+    assert back.returncode == 0, back.stderr
+    (table,) = json.loads(run(root, "status", "--database-url", url, "--json").stdout)
+    assert table["newest_dead"] is None
+    assert all(r["last_error"] is None for r in q.rows()), q.rows()
+
+
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_status_says_what_the_limits_allow_and_how_many_are_in_work(
         project: Callable[..., Project], dialect: str) -> None:

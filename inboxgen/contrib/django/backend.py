@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from typing import Any
 
 from django.core.checks import Error
 from django.db import connections
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
@@ -127,10 +129,11 @@ class TaskBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        """The task as its row says now. Return values and errors are not kept (the table has
-        no column for them): a finished task's `return_value` is None, a failed one's `errors`
-        empty. A row whose payload does not decode, or names no task, has no task to give a
-        result of: TaskResultDoesNotExist, saying why."""
+        """The task as its row says now. Return values are not kept: a finished task's
+        `return_value` is None. Where the table has an `error` column, `errors` holds its
+        last failure (one TaskError: the exception's class and the text the worker wrote),
+        else nothing. A row whose payload does not decode, or names no task, has no task to
+        give a result of: TaskResultDoesNotExist, saying why."""
         table = self.usable  # InvalidTaskBackend where the settings are wrong
         if not self.supports_get_result:
             raise NotImplementedError(
@@ -164,7 +167,25 @@ class TaskBackend(BaseTaskBackend):
                           status=STATUSES[found.state], enqueued_at=None, started_at=None,
                           last_attempted_at=None, finished_at=finished,
                           args=body.get(ARGS, []), kwargs=body.get(KWARGS, {}),
-                          backend=self.alias, errors=[], worker_ids=[])
+                          backend=self.alias, errors=task_errors(found.error),
+                          worker_ids=[])
+
+
+# The head of a failure's first line that names its exception's class ("ValueError",
+# "myapp.mail.BounceError"); the worker's own reasons (a payload that does not decode) have none.
+_CLASS_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def task_errors(error: str | None) -> list[TaskError]:
+    """The row's last failure as Django's TaskResult.errors: a class path Django can import
+    (builtins named as such; a reason of the worker's own is an Exception) and the text."""
+    if error is None:
+        return []
+    head = error.split("\n", 1)[0].split(":", 1)[0].strip()
+    if not _CLASS_NAME.fullmatch(head):
+        head = "Exception"
+    return [TaskError(exception_class_path=head if "." in head else f"builtins.{head}",
+                      traceback=error)]
 
 
 def task_at(path: str) -> Task:

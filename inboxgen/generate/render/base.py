@@ -47,8 +47,8 @@ OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
-              "new_locked_until", "retry_after", "limit", "from_id", "to_group", "reset_attempt",
-              "before"]
+              "new_locked_until", "retry_after", "error", "limit", "from_id", "to_group",
+              "reset_attempt", "before"]
 
 
 # The functions a service calls in its own transaction, which take what it holds there besides
@@ -261,6 +261,8 @@ class Renderer:
             return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
         if name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             return name.upper()  # the module's constants, from the spec's [flow]
+        if name == "error":  # cut to what the column holds (ERROR_CHARS)
+            return "_v.clipped(error, ERROR_CHARS)"
         if name == "after":
             return "turns.after"  # [flow] fair: where this process's last walk stopped
         return name
@@ -293,7 +295,7 @@ class Renderer:
             "now": "datetime.datetime", "locked_until": "datetime.datetime",
             "new_locked_until": "datetime.datetime", "retry_after": "datetime.datetime",
             "limit": "int", "attempt": "int", "key": "str", "fifo_key": "str", "wait": "float",
-            "group": "str",
+            "group": "str", "error": "str | None",
         }
         types["id"] = self.raw_type(self.q.id).removesuffix(" | None")
         return types
@@ -561,6 +563,8 @@ class Renderer:
                             for i, f in ((3, q.role("retry_after")), (4, q.role("processed_at")))]
         items = ["state=str(r[0])", "id=r[1]", "attempt=None if r[2] is None else int(r[2])",
                  f"due={due}", f"finished_at={finished_at}"]
+        if q.role("error") is not None:
+            items.append("error=r[6]")
         if q.role("payload") is None:
             return "JobState", [*items, "payload=None"]
         return "JobState.with_payload", [*items, "stored=r[5]", "decode=decode_payload"]
@@ -888,6 +892,7 @@ class Renderer:
             "rt": q.runtime,
             "lease_form": q.form == LEASE or q.count_crashes,
             "count_crashes": q.count_crashes,
+            "error_chars": error_chars(q.role("error")),
         }
         return ctx
 
@@ -964,6 +969,24 @@ class Renderer:
             if attr:
                 parts.append(f"str(row.{attr})")
         return " + ".join(parts)
+
+
+# The most of a failure a worker writes down: the type and message, then the frames nearest the
+# raise. A column declared shorter keeps less (MySQL's TINYTEXT: 255 bytes, 4 a character).
+ERROR_CHARS = 2000
+_DECLARED_LENGTH = re.compile(r"\(\s*(\d+)\s*\)")
+
+
+def error_chars(f: Field | None) -> int | None:
+    """What the error column `f` keeps, in characters; None where the table has none."""
+    if f is None:
+        return None
+    declared = _DECLARED_LENGTH.search(f.column.type_sql)
+    if declared is not None:
+        return min(ERROR_CHARS, int(declared.group(1)))
+    if f.column.type_sql.upper().startswith("TINYTEXT"):
+        return 255 // 4
+    return ERROR_CHARS
 
 
 def signature(f: Func, conn: str, is_async: bool) -> str:

@@ -608,21 +608,26 @@ class Statements:
         # the claim.
         count = ([f"{self.c(attempt)} = {self.c(attempt)} + 1"]
                  if attempt is not None and q.form == ROW_LOCK and not q.count_crashes else [])
+        error = self.record_error()
+        noted = " A failure's `error` is kept (None keeps the last one)." if error else ""
         if q.lease:
-            self.update("RETRY", self.clear_lease(), "Return the row to the queue now.")
-        elif count:
-            self.update("RETRY", count, "Return the row to the queue now, counting the attempt.")
+            self.update("RETRY", self.clear_lease() + error,
+                        "Return the row to the queue now." + noted)
+        elif count or error:
+            self.update("RETRY", count + error, "Return the row to the queue now"
+                        + (", counting the attempt." if count else ".") + noted)
         if ra is not None:
             self.update("RETRY_AFTER", [f"{self.c(ra)} = {self.p('retry_after')}"]
-                        + self.clear_lease() + count,
-                        "Return the row to the queue, due at `retry_after`.")
+                        + self.clear_lease() + count + error,
+                        "Return the row to the queue, due at `retry_after`." + noted)
         keep_attempt = ([f"{self.c(attempt)} = {self.p('attempt')}"]
                         if attempt is not None and (q.form != ROW_LOCK or q.count_crashes)
                         else [])
         if q.dead_letter_group is not None and g is not None:
             self.update("DEAD_LETTER", [f"{self.c(g)} = {self.p('dead_group')}"]
-                        + self.clear_lease() + keep_attempt,
-                        "Move a spent row to the dead-letter group, keeping its attempt count.")
+                        + self.clear_lease() + keep_attempt + error,
+                        "Move a spent row to the dead-letter group, keeping its attempt count."
+                        + (" The row keeps `error`, why it died." if error else ""))
         if q.dead_letter_table is not None:
             values: list[str] = []
             for f in q.fields:
@@ -630,9 +635,20 @@ class Statements:
                     values.append("NULL")
                 elif f.role == "attempt" and keep_attempt:
                     values.append(self.attempt_value())
+                elif f.role == "error":
+                    values.append(self.error_value(f))
                 else:
                     values.append(self.c(f))
             self.dead_letter_to_table(values)
+
+    def record_error(self) -> list[str]:
+        """The SET of a settlement that records a failure: the error given, or where it is
+        None (a retry the handler asked for) the one the column holds."""
+        f = self.role("error")
+        return [f"{self.c(f)} = {self.error_value(f)}"] if f is not None else []
+
+    def error_value(self, f: Field) -> str:
+        return f"COALESCE({self.p('error')}, {self.c(f)})"
 
     def attempt_value(self) -> str:
         """The attempt a dead letter keeps, as a value to insert."""
@@ -758,17 +774,21 @@ class Statements:
             whens.append((f"{self.c(ra)} > {now}", "scheduled"))
         state = ("CASE" + "".join(f"\n         WHEN {w} THEN '{name}'" for w, name in whens)
                  + "\n         ELSE 'ready'\n       END" if whens else "'ready'")
+        error = self.role("error")
         rest = ", ".join(self.c(f) if f is not None else "NULL"
-                         for f in (q.id, self.role("attempt"), ra, pa, self.role("payload")))
+                         for f in (q.id, self.role("attempt"), ra, pa, self.role("payload"),
+                                   *([error] if error is not None else [])))
+        with_error = " and the error of its last failure" if error is not None else ""
         idc = f"{self.c(q.id)} = {self.p('id')}"
         sql = (f"SELECT {state} AS state, {rest}\nFROM {self.t()}\nWHERE {idc}")
         if q.dead_letter_table is not None:
             sql += (f"\nUNION ALL\nSELECT 'dead', {rest}\n"
                     f"FROM {self.t(q.dead_letter_table)}\nWHERE {idc}")
         self.add("STATE", sql, "Find job `id` and say what became of it at `now` (ready, "
-                 "scheduled, in work, finished or dead), with its payload.")
+                 "scheduled, in work, finished or dead), with its payload" + with_error + ".")
         # The dead letters, newest id first: where a dead-letter group or table keeps them.
-        list_doc = "List up to `limit` dead letters, the newest (by id) first, with their payloads."
+        list_doc = ("List up to `limit` dead letters, the newest (by id) first, with their payloads"
+                    + (" and errors." if error is not None else "."))
         order = f"ORDER BY {self.c(q.id)} DESC\nLIMIT {self.p('limit')}"
         if q.dead_letter_table is not None:
             self.add("DEAD_LIST", f"SELECT 'dead' AS state, {rest}\n"
@@ -817,6 +837,9 @@ class Statements:
                 sets.append(f"{self.c(ra)} = {self.p('now')}")
             if lu is not None and q.lease:
                 sets.append(f"{self.c(lu)} = NULL")
+            error = self.role("error")
+            if error is not None:
+                sets.append(f"{self.c(error)} = NULL")  # a fresh start
             head = f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
             dead = f"{self.c(g)} = {self.p('dead_group')}"
             self.add("REQUEUE", f"{head}\nWHERE {dead}", doc.format(which=""))
@@ -829,7 +852,7 @@ class Statements:
                     values.append(reset)
                 elif f.role == "retry_after":
                     values.append(self.p("now"))
-                elif f.role == "locked_until" or f.role == "processed_at":
+                elif f.role in ("locked_until", "processed_at", "error"):
                     values.append("NULL")
                 else:
                     values.append(self.c(f))

@@ -116,8 +116,10 @@ async def _overview(request: Request) -> Response:
             "dead": totals(t, True)["dead"],
             "dead_list": [{"id": j.id, "attempt": j.attempt, "due": j.due,
                            "payload": _payload(module, j),
-                           "payload_error": shown_error(j.payload_error)}
+                           "payload_error": shown_error(j.payload_error),
+                           "error": j.error}
                           for j in listed[t.table]],
+            "keeps_errors": "error" in module.DESCRIPTOR.roles,
             "undecodable": any(j.payload_error for j in listed[t.table])})
     labels = sorted({t.database for t in tables})
     return html(render("overview", request, board, sections=sections, labels=labels, now=now,

@@ -27,6 +27,8 @@ from inboxgen.descriptor import (
 
 TABLE: Final = "task_jobs"
 CHANNEL: Final = "task_jobs"
+# The most characters of a failure the error column keeps (what it holds, at most 2,000).
+ERROR_CHARS: Final = 2000
 
 
 @attrs.frozen
@@ -40,6 +42,7 @@ class ClaimedRow:
     attempt: int
     finished_at: datetime.datetime | None
     locked_until: datetime.datetime
+    last_error: str | None
     payload: str
 
 
@@ -56,7 +59,8 @@ class NewRow:
 def _claimed(r: tuple[Any, ...], locked_until: datetime.datetime) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], priority=r[2], run_after=_v.aware(r[3]), attempt=r[4],
-        finished_at=_v.aware_or_none(r[5]), locked_until=locked_until, payload=r[7],
+        finished_at=_v.aware_or_none(r[5]), locked_until=locked_until, last_error=r[7],
+        payload=r[8],
     )
 
 
@@ -83,7 +87,8 @@ def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
         due=None if r[3] is None else _v.aware(r[3]),
-        finished_at=None if r[4] is None else _v.aware(r[4]), stored=r[5], decode=decode_payload,
+        finished_at=None if r[4] is None else _v.aware(r[4]), error=r[6], stored=r[5],
+        decode=decode_payload,
     )
 
 
@@ -95,7 +100,7 @@ def decode_payload(raw: str) -> _v.JSONValue:
 # Select up to `limit` due rows and lock them until CLAIM_MARK, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`, `locked_until`,
-       `payload`
+       `last_error`, `payload`
 FROM `task_jobs` FORCE INDEX (`task_jobs_claim`)
 WHERE `queue` = %(group)s
   AND `finished_at` IS NULL
@@ -228,10 +233,11 @@ async def finish_async(
     return cur.rowcount == 1
 
 
-# Return the row to the queue now.
+# Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
 RETRY: Final[LiteralString] = """
 UPDATE `task_jobs`
-SET `locked_until` = NULL
+SET `locked_until` = NULL,
+    `last_error` = COALESCE(%(error)s, `last_error`)
 WHERE `id` = %(id)s
   AND `locked_until` = %(locked_until)s
   AND `attempt` = %(attempt)s + 1
@@ -240,34 +246,39 @@ WHERE `id` = %(id)s
 
 def retry(
     conn: pymysql.connections.Connection[Any], *, id: int, locked_until: datetime.datetime,
-    attempt: int,
+    attempt: int, error: str | None,
 ) -> bool:
-    """Return the row to the queue now. Returns False when the lease is no longer held (the row is
-    untouched).
+    """Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
+    Returns False when the lease is no longer held (the row is untouched).
     """
     cur = _v.mysql_execute(conn, RETRY, {
-        "id": id, "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+        "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
 async def retry_async(
     conn: _v.AsyncMySQLConnection, *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
-    """Return the row to the queue now. Returns False when the lease is no longer held (the row is
-    untouched).
+    """Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
+    Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await _v.mysql_execute_async(conn, RETRY, {
-        "id": id, "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
+        "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
-# Return the row to the queue, due at `retry_after`.
+# Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps the
+# last one).
 RETRY_AFTER: Final[LiteralString] = """
 UPDATE `task_jobs`
 SET `run_after` = %(retry_after)s,
-    `locked_until` = NULL
+    `locked_until` = NULL,
+    `last_error` = COALESCE(%(error)s, `last_error`)
 WHERE `id` = %(id)s
   AND `locked_until` = %(locked_until)s
   AND `attempt` = %(attempt)s + 1
@@ -276,13 +287,13 @@ WHERE `id` = %(id)s
 
 def retry_after(
     conn: pymysql.connections.Connection[Any], *, id: int, locked_until: datetime.datetime,
-    attempt: int, retry_after: datetime.datetime,
+    attempt: int, retry_after: datetime.datetime, error: str | None,
 ) -> bool:
-    """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps
+    the last one). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = _v.mysql_execute(conn, RETRY_AFTER, {
-        "retry_after": _v.naive_utc(retry_after), "id": id,
+        "retry_after": _v.naive_utc(retry_after), "error": _v.clipped(error, ERROR_CHARS), "id": id,
         "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -290,13 +301,13 @@ def retry_after(
 
 async def retry_after_async(
     conn: _v.AsyncMySQLConnection, *, id: int, locked_until: datetime.datetime, attempt: int,
-    retry_after: datetime.datetime,
+    retry_after: datetime.datetime, error: str | None,
 ) -> bool:
-    """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps
+    the last one). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await _v.mysql_execute_async(conn, RETRY_AFTER, {
-        "retry_after": _v.naive_utc(retry_after), "id": id,
+        "retry_after": _v.naive_utc(retry_after), "error": _v.clipped(error, ERROR_CHARS), "id": id,
         "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -305,8 +316,9 @@ async def retry_after_async(
 # Copy a spent row to the dead-letter table (same transaction as the delete).
 DEAD_LETTER_COPY: Final[LiteralString] = """
 INSERT INTO `task_jobs_dead` (`id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`,
-            `locked_until`, `payload`)
-SELECT `id`, `queue`, `priority`, `run_after`, %(attempt)s, `finished_at`, NULL, `payload`
+            `locked_until`, `last_error`, `payload`)
+SELECT `id`, `queue`, `priority`, `run_after`, %(attempt)s, `finished_at`, NULL,
+       COALESCE(%(error)s, `last_error`), `payload`
 FROM `task_jobs`
 WHERE `id` = %(id)s
   AND `locked_until` = %(locked_until)s
@@ -324,14 +336,15 @@ WHERE `id` = %(id)s
 
 def dead_letter(
     conn: pymysql.connections.Connection[Any], *, id: int, locked_until: datetime.datetime,
-    attempt: int,
+    attempt: int, error: str | None,
 ) -> bool:
     """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
     roll back when it returns False. Returns False when the lease is no longer held (the row is
     untouched).
     """
     cur = _v.mysql_execute(conn, DEAD_LETTER_COPY, {
-        "attempt": attempt, "id": id, "locked_until": _v.naive_utc(locked_until),
+        "attempt": attempt, "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": _v.naive_utc(locked_until),
     })
     if cur.rowcount != 1:
         return False
@@ -343,13 +356,15 @@ def dead_letter(
 
 async def dead_letter_async(
     conn: _v.AsyncMySQLConnection, *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
     """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
     roll back when it returns False. Returns False when the lease is no longer held (the row is
     untouched).
     """
     cur = await _v.mysql_execute_async(conn, DEAD_LETTER_COPY, {
-        "attempt": attempt, "id": id, "locked_until": _v.naive_utc(locked_until),
+        "attempt": attempt, "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": _v.naive_utc(locked_until),
     })
     if cur.rowcount != 1:
         return False
@@ -557,18 +572,18 @@ async def cancel_async(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload.
+# with its payload and the error of its last failure.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN `finished_at` IS NOT NULL THEN 'finished'
          WHEN `locked_until` > %(now)s THEN 'in_work'
          WHEN `run_after` > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`
+       END AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`
 FROM `task_jobs`
 WHERE `id` = %(id)s
 UNION ALL
-SELECT 'dead', `id`, `attempt`, `run_after`, `finished_at`, `payload`
+SELECT 'dead', `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`
 FROM `task_jobs_dead`
 WHERE `id` = %(id)s
 """
@@ -579,7 +594,7 @@ def state(
     now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload.
+    dead), with its payload and the error of its last failure.
     """
     conn = _c.mysql_connection(conn, "task_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
@@ -591,7 +606,7 @@ async def state_async(
     conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload.
+    dead), with its payload and the error of its last failure.
     """
     conn = await _c.mysql_connection_async(conn, "task_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
@@ -599,9 +614,9 @@ async def state_async(
     return None if row is None else _state(row)
 
 
-# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+# List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`
+SELECT 'dead' AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`
 FROM `task_jobs_dead`
 ORDER BY `id` DESC
 LIMIT %(limit)s
@@ -609,13 +624,13 @@ LIMIT %(limit)s
 
 
 def dead_letters(conn: pymysql.connections.Connection[Any], *, limit: int) -> list[JobState]:
-    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads and errors."""
     cur = _v.mysql_execute(conn, DEAD_LIST, {"limit": limit})
     return [_state(r) for r in cur.fetchall()]
 
 
 async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> list[JobState]:
-    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads and errors."""
     cur = await _v.mysql_execute_async(conn, DEAD_LIST, {"limit": limit})
     return [_state(r) for r in await cur.fetchall()]
 
@@ -624,9 +639,9 @@ async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> li
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
 INSERT INTO `task_jobs` (`id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`,
-            `locked_until`, `payload`)
+            `locked_until`, `last_error`, `payload`)
 SELECT `id`, `queue`, `priority`, %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, `payload`
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, NULL, `payload`
 FROM `task_jobs_dead`
 """
 
@@ -634,9 +649,9 @@ FROM `task_jobs_dead`
 # attempt count again.
 REQUEUE_COPY_IDS: Final[LiteralString] = """
 INSERT INTO `task_jobs` (`id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`,
-            `locked_until`, `payload`)
+            `locked_until`, `last_error`, `payload`)
 SELECT `id`, `queue`, `priority`, %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, `payload`
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, NULL, `payload`
 FROM `task_jobs_dead`
 WHERE `id` IN %(ids)s
 """
@@ -714,10 +729,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "priority": "priority", "retry_after": "run_after",
         "attempt": "attempt", "processed_at": "finished_at", "locked_until": "locked_until",
-        "payload": "payload",
+        "error": "last_error", "payload": "payload",
     },
     columns=(
-        "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until", "payload",
+        "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
+        "last_error", "payload",
     ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,

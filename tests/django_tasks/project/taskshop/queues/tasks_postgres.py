@@ -27,6 +27,8 @@ from inboxgen.descriptor import (
 
 TABLE: Final = "task_jobs"
 CHANNEL: Final = "task_jobs"
+# The most characters of a failure the error column keeps (what it holds, at most 2,000).
+ERROR_CHARS: Final = 2000
 
 
 @attrs.frozen
@@ -40,6 +42,7 @@ class ClaimedRow:
     attempt: int
     finished_at: datetime.datetime | None
     locked_until: datetime.datetime
+    last_error: str | None
     payload: object
 
 
@@ -56,7 +59,7 @@ class NewRow:
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], priority=r[2], run_after=r[3], attempt=r[4], finished_at=r[5],
-        locked_until=r[6], payload=r[7],
+        locked_until=r[6], last_error=r[7], payload=r[8],
     )
 
 
@@ -82,8 +85,8 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
-        due=None if r[3] is None else r[3], finished_at=None if r[4] is None else r[4], stored=r[5],
-        decode=decode_payload,
+        due=None if r[3] is None else r[3], finished_at=None if r[4] is None else r[4], error=r[6],
+        stored=r[5], decode=decode_payload,
     )
 
 
@@ -109,7 +112,7 @@ WHERE "id" = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "finished_at",
-          "locked_until", "payload"
+          "locked_until", "last_error", "payload"
 """
 
 # CLAIM reading the due rows priority by priority, so that rows due later at a more urgent
@@ -158,7 +161,7 @@ WHERE "id" = ANY(ARRAY(
     LIMIT %(limit)s
 ))
 RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "finished_at",
-          "locked_until", "payload"
+          "locked_until", "last_error", "payload"
 """
 
 
@@ -329,10 +332,11 @@ async def finish_async(
     return cur.rowcount == 1
 
 
-# Return the row to the queue now.
+# Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
 RETRY: Final[LiteralString] = """
 UPDATE "task_jobs"
-SET "locked_until" = NULL
+SET "locked_until" = NULL,
+    "last_error" = COALESCE(%(error)s, "last_error")
 WHERE "id" = %(id)s
   AND "locked_until" = %(locked_until)s
   AND "attempt" = %(attempt)s + 1
@@ -341,29 +345,39 @@ WHERE "id" = %(id)s
 
 def retry(
     conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
-    """Return the row to the queue now. Returns False when the lease is no longer held (the row is
-    untouched).
+    """Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
+    Returns False when the lease is no longer held (the row is untouched).
     """
-    cur = conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
+    cur = conn.execute(RETRY, {
+        "error": _v.clipped(error, ERROR_CHARS), "id": id, "locked_until": locked_until,
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
 async def retry_async(
     conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
-    """Return the row to the queue now. Returns False when the lease is no longer held (the row is
-    untouched).
+    """Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
+    Returns False when the lease is no longer held (the row is untouched).
     """
-    cur = await conn.execute(RETRY, {"id": id, "locked_until": locked_until, "attempt": attempt})
+    cur = await conn.execute(RETRY, {
+        "error": _v.clipped(error, ERROR_CHARS), "id": id, "locked_until": locked_until,
+        "attempt": attempt,
+    })
     return cur.rowcount == 1
 
 
-# Return the row to the queue, due at `retry_after`.
+# Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps the
+# last one).
 RETRY_AFTER: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "run_after" = %(retry_after)s,
-    "locked_until" = NULL
+    "locked_until" = NULL,
+    "last_error" = COALESCE(%(error)s, "last_error")
 WHERE "id" = %(id)s
   AND "locked_until" = %(locked_until)s
   AND "attempt" = %(attempt)s + 1
@@ -372,26 +386,28 @@ WHERE "id" = %(id)s
 
 def retry_after(
     conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
-    retry_after: datetime.datetime,
+    retry_after: datetime.datetime, error: str | None,
 ) -> bool:
-    """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps
+    the last one). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(RETRY_AFTER, {
-        "retry_after": retry_after, "id": id, "locked_until": locked_until, "attempt": attempt,
+        "retry_after": retry_after, "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": locked_until, "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
 async def retry_after_async(
     conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
-    retry_after: datetime.datetime,
+    retry_after: datetime.datetime, error: str | None,
 ) -> bool:
-    """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps
+    the last one). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await conn.execute(RETRY_AFTER, {
-        "retry_after": retry_after, "id": id, "locked_until": locked_until, "attempt": attempt,
+        "retry_after": retry_after, "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": locked_until, "attempt": attempt,
     })
     return cur.rowcount == 1
 
@@ -405,36 +421,40 @@ WITH moved AS (
       AND "locked_until" = %(locked_until)s
       AND "attempt" = %(attempt)s + 1
     RETURNING "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-              "payload"
+              "last_error", "payload"
 )
 INSERT INTO "task_jobs_dead" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "payload")
+            "locked_until", "last_error", "payload")
 SELECT "id", "queue", "priority", "run_after", CAST(%(attempt)s AS INTEGER), "finished_at",
-       NULL, "payload"
+       NULL, COALESCE(%(error)s, "last_error"), "payload"
 FROM moved
 """
 
 
 def dead_letter(
     conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
     """Move a spent row to the dead-letter table: delete it from the queue and insert it there, in
     one statement. Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(DEAD_LETTER_MOVE, {
         "id": id, "locked_until": locked_until, "attempt": attempt,
+        "error": _v.clipped(error, ERROR_CHARS),
     })
     return cur.rowcount == 1
 
 
 async def dead_letter_async(
     conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
     """Move a spent row to the dead-letter table: delete it from the queue and insert it there, in
     one statement. Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await conn.execute(DEAD_LETTER_MOVE, {
         "id": id, "locked_until": locked_until, "attempt": attempt,
+        "error": _v.clipped(error, ERROR_CHARS),
     })
     return cur.rowcount == 1
 
@@ -864,18 +884,18 @@ async def cancel_async(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload.
+# with its payload and the error of its last failure.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "finished_at" IS NOT NULL THEN 'finished'
          WHEN "locked_until" > %(now)s THEN 'in_work'
          WHEN "run_after" > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "id", "attempt", "run_after", "finished_at", "payload"
+       END AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
 FROM "task_jobs"
 WHERE "id" = %(id)s
 UNION ALL
-SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload"
+SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload", "last_error"
 FROM "task_jobs_dead"
 WHERE "id" = %(id)s
 """
@@ -885,7 +905,7 @@ def state(
     conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload.
+    dead), with its payload and the error of its last failure.
     """
     conn = _c.postgres_connection(conn, "task_jobs.state")
     cur = conn.execute(STATE, {"now": now, "id": id})
@@ -897,7 +917,7 @@ async def state_async(
     conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload.
+    dead), with its payload and the error of its last failure.
     """
     conn = await _c.postgres_connection_async(conn, "task_jobs.state")
     cur = await conn.execute(STATE, {"now": now, "id": id})
@@ -905,9 +925,9 @@ async def state_async(
     return None if row is None else _state(row)
 
 
-# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+# List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload"
+SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
 FROM "task_jobs_dead"
 ORDER BY "id" DESC
 LIMIT %(limit)s
@@ -915,13 +935,13 @@ LIMIT %(limit)s
 
 
 def dead_letters(conn: psycopg.Connection[Any], *, limit: int) -> list[JobState]:
-    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads and errors."""
     cur = conn.execute(DEAD_LIST, {"limit": limit})
     return [_state(r) for r in cur.fetchall()]
 
 
 async def dead_letters_async(conn: psycopg.AsyncConnection[Any], *, limit: int) -> list[JobState]:
-    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads and errors."""
     cur = await conn.execute(DEAD_LIST, {"limit": limit})
     return [_state(r) for r in await cur.fetchall()]
 
@@ -932,12 +952,12 @@ REQUEUE_MOVE: Final[LiteralString] = """
 WITH moved AS (
     DELETE FROM "task_jobs_dead"
     RETURNING "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-              "payload"
+              "last_error", "payload"
 )
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "payload")
+            "locked_until", "last_error", "payload")
 SELECT "id", "queue", "priority", %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, "payload"
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, NULL, "payload"
 FROM moved
 """
 
@@ -948,12 +968,12 @@ WITH moved AS (
     DELETE FROM "task_jobs_dead"
     WHERE "id" = ANY(%(ids)s::BIGINT[])
     RETURNING "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-              "payload"
+              "last_error", "payload"
 )
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "payload")
+            "locked_until", "last_error", "payload")
 SELECT "id", "queue", "priority", %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, "payload"
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, NULL, "payload"
 FROM moved
 """
 
@@ -1019,10 +1039,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "priority": "priority", "retry_after": "run_after",
         "attempt": "attempt", "processed_at": "finished_at", "locked_until": "locked_until",
-        "payload": "payload",
+        "error": "last_error", "payload": "payload",
     },
     columns=(
-        "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until", "payload",
+        "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
+        "last_error", "payload",
     ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,

@@ -27,6 +27,8 @@ from inboxgen.descriptor import (
 
 TABLE: Final = "task_jobs"
 CHANNEL: Final = "task_jobs"
+# The most characters of a failure the error column keeps (what it holds, at most 2,000).
+ERROR_CHARS: Final = 2000
 
 
 @attrs.frozen
@@ -40,6 +42,7 @@ class ClaimedRow:
     attempt: int
     finished_at: datetime.datetime | None
     locked_until: datetime.datetime
+    last_error: str | None
     payload: str
 
 
@@ -57,7 +60,7 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], priority=r[2], run_after=_v.parse_sqlite_time(r[3]), attempt=r[4],
         finished_at=_v.parse_sqlite_time_or_none(r[5]), locked_until=_v.parse_sqlite_time(r[6]),
-        payload=r[7],
+        last_error=r[7], payload=r[8],
     )
 
 
@@ -84,7 +87,7 @@ def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
         due=None if r[3] is None else _v.parse_sqlite_time(r[3]),
-        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]), stored=r[5],
+        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]), error=r[6], stored=r[5],
         decode=decode_payload,
     )
 
@@ -110,7 +113,7 @@ WHERE "id" IN (
     LIMIT :limit
 )
 RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "finished_at",
-          "locked_until", "payload"
+          "locked_until", "last_error", "payload"
 """
 
 
@@ -177,10 +180,11 @@ def finish(
     return cur.rowcount == 1
 
 
-# Return the row to the queue now.
+# Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
 RETRY: Final[LiteralString] = """
 UPDATE "task_jobs"
-SET "locked_until" = NULL
+SET "locked_until" = NULL,
+    "last_error" = COALESCE(:error, "last_error")
 WHERE "id" = :id
   AND "locked_until" = :locked_until
   AND "attempt" = :attempt + 1
@@ -189,21 +193,25 @@ WHERE "id" = :id
 
 def retry(
     conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
-    """Return the row to the queue now. Returns False when the lease is no longer held (the row is
-    untouched).
+    """Return the row to the queue now. A failure's `error` is kept (None keeps the last one).
+    Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(RETRY, {
-        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+        "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
-# Return the row to the queue, due at `retry_after`.
+# Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps the
+# last one).
 RETRY_AFTER: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "run_after" = :retry_after,
-    "locked_until" = NULL
+    "locked_until" = NULL,
+    "last_error" = COALESCE(:error, "last_error")
 WHERE "id" = :id
   AND "locked_until" = :locked_until
   AND "attempt" = :attempt + 1
@@ -212,14 +220,14 @@ WHERE "id" = :id
 
 def retry_after(
     conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
-    retry_after: datetime.datetime,
+    retry_after: datetime.datetime, error: str | None,
 ) -> bool:
-    """Return the row to the queue, due at `retry_after`. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Return the row to the queue, due at `retry_after`. A failure's `error` is kept (None keeps
+    the last one). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(RETRY_AFTER, {
-        "retry_after": _v.sqlite_time(retry_after), "id": id,
-        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
+        "retry_after": _v.sqlite_time(retry_after), "error": _v.clipped(error, ERROR_CHARS),
+        "id": id, "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
 
@@ -280,8 +288,9 @@ def finish_many(
 # Copy a spent row to the dead-letter table (same transaction as the delete).
 DEAD_LETTER_COPY: Final[LiteralString] = """
 INSERT INTO "task_jobs_dead" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "payload")
-SELECT "id", "queue", "priority", "run_after", :attempt, "finished_at", NULL, "payload"
+            "locked_until", "last_error", "payload")
+SELECT "id", "queue", "priority", "run_after", :attempt, "finished_at", NULL, COALESCE(:error,
+       "last_error"), "payload"
 FROM "task_jobs"
 WHERE "id" = :id
   AND "locked_until" = :locked_until
@@ -299,13 +308,15 @@ WHERE "id" = :id
 
 def dead_letter(
     conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime, attempt: int,
+    error: str | None,
 ) -> bool:
     """Move a spent row to the dead-letter table: copy, then delete. Run it in one transaction and
     roll back when it returns False. Returns False when the lease is no longer held (the row is
     untouched).
     """
     cur = conn.execute(DEAD_LETTER_COPY, {
-        "attempt": attempt, "id": id, "locked_until": _v.sqlite_time(locked_until),
+        "attempt": attempt, "error": _v.clipped(error, ERROR_CHARS), "id": id,
+        "locked_until": _v.sqlite_time(locked_until),
     })
     if cur.rowcount != 1:
         return False
@@ -439,18 +450,18 @@ def cancel(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload.
+# with its payload and the error of its last failure.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "finished_at" IS NOT NULL THEN 'finished'
          WHEN "locked_until" > :now THEN 'in_work'
          WHEN "run_after" > :now THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "id", "attempt", "run_after", "finished_at", "payload"
+       END AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
 FROM "task_jobs"
 WHERE "id" = :id
 UNION ALL
-SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload"
+SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload", "last_error"
 FROM "task_jobs_dead"
 WHERE "id" = :id
 """
@@ -460,7 +471,7 @@ def state(
     conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload.
+    dead), with its payload and the error of its last failure.
     """
     conn = _c.sqlite_connection(conn, "task_jobs.state")
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
@@ -468,9 +479,9 @@ def state(
     return None if row is None else _state(row)
 
 
-# List up to `limit` dead letters, the newest (by id) first, with their payloads.
+# List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload"
+SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
 FROM "task_jobs_dead"
 ORDER BY "id" DESC
 LIMIT :limit
@@ -478,7 +489,7 @@ LIMIT :limit
 
 
 def dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[JobState]:
-    """List up to `limit` dead letters, the newest (by id) first, with their payloads."""
+    """List up to `limit` dead letters, the newest (by id) first, with their payloads and errors."""
     cur = conn.execute(DEAD_LIST, {"limit": limit})
     return [_state(r) for r in cur.fetchall()]
 
@@ -487,9 +498,9 @@ def dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[JobState]:
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "payload")
+            "locked_until", "last_error", "payload")
 SELECT "id", "queue", "priority", :now, CASE WHEN :reset_attempt THEN 1 ELSE "attempt" END,
-       NULL, NULL, "payload"
+       NULL, NULL, NULL, "payload"
 FROM "task_jobs_dead"
 """
 
@@ -497,9 +508,9 @@ FROM "task_jobs_dead"
 # attempt count again.
 REQUEUE_COPY_IDS: Final[LiteralString] = """
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "payload")
+            "locked_until", "last_error", "payload")
 SELECT "id", "queue", "priority", :now, CASE WHEN :reset_attempt THEN 1 ELSE "attempt" END,
-       NULL, NULL, "payload"
+       NULL, NULL, NULL, "payload"
 FROM "task_jobs_dead"
 WHERE "id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
 """
@@ -554,10 +565,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "priority": "priority", "retry_after": "run_after",
         "attempt": "attempt", "processed_at": "finished_at", "locked_until": "locked_until",
-        "payload": "payload",
+        "error": "last_error", "payload": "payload",
     },
     columns=(
-        "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until", "payload",
+        "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
+        "last_error", "payload",
     ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,

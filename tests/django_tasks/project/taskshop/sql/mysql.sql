@@ -6,6 +6,7 @@ CREATE TABLE task_jobs (
     attempt INTEGER NOT NULL DEFAULT 1,
     finished_at DATETIME(6) NULL,
     locked_until DATETIME NULL,
+    last_error TEXT NULL,
     payload JSON NOT NULL,
     INDEX task_jobs_claim (queue, finished_at, priority, run_after, id)
 );
@@ -18,5 +19,6 @@ CREATE TABLE task_jobs_dead (
     attempt INTEGER NOT NULL,
     finished_at DATETIME(6) NULL,
     locked_until DATETIME NULL,
+    last_error TEXT NULL,
     payload JSON NOT NULL
 );

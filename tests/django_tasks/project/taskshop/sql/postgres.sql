@@ -6,6 +6,7 @@ CREATE TABLE task_jobs (
     attempt INTEGER NOT NULL DEFAULT 1,
     finished_at TIMESTAMPTZ,
     locked_until TIMESTAMPTZ,
+    last_error TEXT,
     payload JSONB NOT NULL
 );
 ALTER TABLE task_jobs SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
@@ -21,5 +22,6 @@ CREATE TABLE task_jobs_dead (
     attempt INTEGER NOT NULL,
     finished_at TIMESTAMPTZ,
     locked_until TIMESTAMPTZ,
+    last_error TEXT,
     payload JSONB NOT NULL
 );

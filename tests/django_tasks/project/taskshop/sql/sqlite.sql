@@ -6,6 +6,7 @@ CREATE TABLE task_jobs (
     attempt INTEGER NOT NULL DEFAULT 1,
     finished_at TEXT,
     locked_until TEXT,
+    last_error TEXT,
     payload TEXT NOT NULL
 );
 CREATE INDEX task_jobs_claim ON task_jobs (queue, priority, run_after, id)
@@ -19,5 +20,6 @@ CREATE TABLE task_jobs_dead (
     attempt INTEGER NOT NULL,
     finished_at TEXT,
     locked_until TEXT,
+    last_error TEXT,
     payload TEXT NOT NULL
 );

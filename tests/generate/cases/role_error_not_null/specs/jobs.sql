@@ -1,0 +1,6 @@
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT '',
+    payload JSONB NOT NULL
+);

@@ -1,0 +1,8 @@
+CREATE TABLE lite_error_jobs (
+    id INTEGER PRIMARY KEY,
+    account TEXT NOT NULL,
+    retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    error TEXT,
+    payload TEXT NOT NULL
+);
+CREATE INDEX lite_error_jobs_claim ON lite_error_jobs (retry_after, id);

@@ -1,0 +1,10 @@
+CREATE TABLE my_error_jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    locked_until DATETIME(6) NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    error TEXT NULL,
+    payload JSON NOT NULL,
+    KEY my_error_jobs_claim (retry_after, id)
+);
+CREATE TABLE my_error_jobs_dead LIKE my_error_jobs;
