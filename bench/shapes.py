@@ -27,6 +27,10 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
   `lease_key_limits`.
 - `lease_fair_skewed`: `lease_fair` on the same skewed tenants (no key limit): claims take turns
   across the tenants instead of passing over one's backlog.
+- `row_lock_kept`, `lease_kept`: the row lock (not counting) and the lease with an `error`
+  column and, on shapes that keep finished rows, a `result` column, every handler returning a
+  small JSON object for its ack to write; "before" this checkout's same form on the shape
+  without them: what keeping results (and a column more in every claim) costs.
 
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
@@ -63,10 +67,16 @@ FAIR = "lease_fair"  # nor this
 SKEWED = "lease_key_skewed"  # nor these
 FAIR_SKEWED = "lease_fair_skewed"
 TENANTS = (KEY_LIMITS, FAIR, SKEWED, FAIR_SKEWED)  # the variants whose tables hold KEYS tenants
+KEPT = ("row_lock_kept", "lease_kept")  # error and result columns; "before": the same without
+RETURNED = {"sent": True, "id": "m-0001"}  # what a kept variant's handlers return
 KEYS = 1000  # the tenants of its table
 
 
 # -- the drain, in a process of its own (this checkout's inboxgen, or a release's) ------------
+
+async def _returns(job: object) -> dict[str, Any]:
+    return RETURNED
+
 
 async def _noop(job: object) -> None:
     return None
@@ -85,7 +95,8 @@ def child(args: dict[str, Any]) -> None:
     spec.loader.exec_module(module)
 
     async def drain() -> float:
-        worker = Worker(module.DESCRIPTOR, _noop, database=args["database"], workers=10,
+        handler = _returns if "result" in module.DESCRIPTOR.roles else _noop
+        worker = Worker(module.DESCRIPTOR, handler, database=args["database"], workers=10,
                         batch=args["batch"], poll_interval=0.05, listen=False,
                         **({"group": args["group"]} if args["group"] else {}))
         started = time.perf_counter()
@@ -208,9 +219,13 @@ class Sweep:
     def _shape(self, dialect: str, name: str, variant: str) -> Any:
         from conformance.axes import production
 
-        form = "lease" if variant in ("lease", *TENANTS) else "row_lock"
-        count = "false" if variant in ("row_lock", PAUSES) else "default"
+        form = "lease" if variant in ("lease", "lease_kept", *TENANTS) else "row_lock"
+        count = "false" if variant in ("row_lock", PAUSES, "row_lock_kept") else "default"
+        kept = variant in KEPT
+        finished = production(name).finished
         return production(name, dialect=dialect, form=form, count_crashes=count,
+                          error="text" if kept else "none",
+                          result="json" if kept and finished == "kept" else "none",
                           pauses="table" if variant == PAUSES else "none",
                           limits={KEY_LIMITS: "key", SKEWED: "key", FAIR: "fair",
                                   FAIR_SKEWED: "fair"}.get(variant, "none"))
@@ -246,8 +261,9 @@ class Sweep:
         now_path = self._build(shape, None)
         if variant == "row_lock_counted" and "count_crashes=True" not in now_path.read_text():
             return  # the shape does not count (a FIFO table's claim is its group's head)
-        if variant in (PAUSES, *TENANTS):  # "before": this checkout, the shape without
-            other = self._shape(dialect, name, "row_lock" if variant == PAUSES else "lease")
+        if variant in (PAUSES, *TENANTS, *KEPT):  # "before": this checkout, the shape without
+            other = self._shape(dialect, name, "row_lock" if variant in (PAUSES, KEPT[0])
+                                else "lease")
             release_before = None
             before_path = self._build(other, None)
         else:

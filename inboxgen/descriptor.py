@@ -62,12 +62,15 @@ class JobState:
     # The last failure a worker recorded (its type, message and where it was raised), where the
     # table has an `error` column; None when none failed (or since a requeue).
     error: str | None = None
+    # What its handler returned (parsed JSON), where the table has a `result` column and the
+    # job finished with one; else None.
+    result: Any = None
 
     @classmethod
     def with_payload(cls, *, state: str, id: Any, attempt: int | None,
                      due: datetime.datetime | None, finished_at: datetime.datetime | None,
                      stored: Any, decode: Callable[[Any], Any],
-                     error: str | None = None) -> JobState:
+                     error: str | None = None, result: Any = None) -> JobState:
         """The job whose payload column holds `stored`, decoded by `decode` (NULL stays None).
         A payload that does not decode is kept as stored, with `payload_error` saying why:
         whoever reads a job's state still gets it, whatever its payload holds."""
@@ -78,7 +81,7 @@ class JobState:
             except Exception as err:  # the decoder's (msgspec's, or a codec's) in any form
                 undecoded = _one_line(err)
         return cls(state=state, id=id, attempt=attempt, due=due, finished_at=finished_at,
-                   payload=payload, payload_error=undecoded, error=error)
+                   payload=payload, payload_error=undecoded, error=error, result=result)
 
 
 def _one_line(err: BaseException) -> str:

@@ -116,6 +116,19 @@ def _utc(value: _dt.datetime) -> _dt.datetime:
     return value.astimezone(UTC)
 
 
+def result_jsonb(value: Any) -> Jsonb | None:
+    """A handler's result for a PostgreSQL jsonb (json) result column; None stays SQL NULL."""
+    return None if value is None else _jsonb()(value, dumps=json_text)
+
+
+def parsed_json(value: Any) -> Any:
+    """A JSON column as the drivers return it, parsed: psycopg parses jsonb itself, PyMySQL,
+    asyncmy and sqlite3 give its text."""
+    if isinstance(value, str | bytes):
+        return msgspec.json.decode(value)
+    return value
+
+
 def clipped(text: str | None, limit: int) -> str | None:
     """A failure's text as an error column keeps it: at most `limit` characters (its head:
     the type and message come first), NUL written out (PostgreSQL's text holds none)."""

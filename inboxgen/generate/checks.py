@@ -31,6 +31,7 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "headers": (cat.JSON, cat.TEXT),
     "payload": (cat.BYTES, cat.TEXT, cat.JSON),
     "error": (cat.TEXT,),
+    "result": (cat.JSON, cat.TEXT),
 }
 _ROLE_WANTS = {
     "id": "an integer, text or uuid",
@@ -43,10 +44,11 @@ _ROLE_WANTS = {
     "headers": "json or text",
     "payload": "bytes, text or json",
     "error": "text",
+    "result": "json or text",
 }
 _SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until")
 # Roles only the runtime writes: nullable, left out of inserts (a new row starts with NULL).
-_RUNTIME_ROLES = ("locked_until", "processed_at", "error")
+_RUNTIME_ROLES = ("locked_until", "processed_at", "error", "result")
 # The text SQLite time roles hold (inboxgen.values.SQLITE_TIME_FORMAT; fewer fraction digits,
 # or none as CURRENT_TIMESTAMP writes, still sort right against it).
 _SQLITE_TIME_TEXT = "YYYY-MM-DD HH:MM:SS.ffffff"
@@ -132,6 +134,7 @@ class _Checker:
         roles = self.bind_roles(table)
         self.time_roles_agree(table, roles)
         form = self.claim_form(roles)
+        self.result_kept(roles)
         fields = self.fields(table, roles)
         payload = roles.get("payload")
         codec = self.codec(payload) if payload else None
@@ -306,7 +309,7 @@ class _Checker:
         where = f"column \"{table.name}.{col.name}\" ({col.path}:{col.line})"
         if b.role in _RUNTIME_ROLES and not col.nullable:
             meaning = {"locked_until": "not leased", "processed_at": "not processed",
-                       "error": "no failure recorded"}[b.role]
+                       "error": "no failure recorded", "result": "no result"}[b.role]
             self.err(b.line, f"{where} is NOT NULL, but role {b.role} must be nullable "
                              f"(NULL means {meaning})")
         if b.role in ("retry_after", "id", "attempt", "priority", "group") and col.nullable:
@@ -340,6 +343,15 @@ class _Checker:
             unit = "bytes" if self.d.limit_in_bytes else "characters"
             self.err(line, f"{what} name \"{name}\" is longer than {self.d.name} allows "
                            f"({self.d.max_identifier} {unit})")
+
+    def result_kept(self, roles: dict[str, tuple[RoleBinding, Column]]) -> None:
+        """A result is written by the ack that marks the row processed: a table that deletes
+        its finished rows has nowhere to keep one."""
+        if "result" in roles and "processed_at" not in roles:
+            b, col = roles["result"]
+            self.err(b.line, f"column \"{self.spec.table}.{col.name}\" has role result, which "
+                             f"needs a processed_at column: a result is kept on the finished "
+                             f"row, and this table deletes finished rows")
 
     def claim_form(self, roles: dict[str, tuple[RoleBinding, Column]]) -> str:
         spec = self.spec

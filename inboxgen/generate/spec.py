@@ -32,6 +32,7 @@ ROLES = (
     "headers",
     "payload",
     "error",
+    "result",
 )
 CODECS = ("json", "bytes", "text")
 

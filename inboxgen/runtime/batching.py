@@ -71,7 +71,9 @@ class Calls:
         where the module has it, else one per row; and how to read their results: whether
         each row changed, or None where a count is all they say (a row lock's rows are the
         transaction's, so a count says all)."""
-        if len(rows) > 1 and self.has(f"{op}_many"):
+        # An ack with a result (a table that keeps them) writes it: FINISH_MANY writes none.
+        if len(rows) > 1 and self.has(f"{op}_many") and not any(r.get("result") is not None
+                                                                for r in rows):
             batch: dict[str, Any] = {k: [r[k] for r in rows] for k in _PER_ROW if k in rows[0]}
             batch.update({k: v for k, v in rows[0].items() if k not in _PER_ROW})
 

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
+
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.failures import failure_text
@@ -32,6 +34,7 @@ from inboxgen.runtime.outcomes import (
     undecodable,
     what_happens,
 )
+from inboxgen.values import json_text
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
@@ -89,6 +92,7 @@ class Delivery:
         self._has_dead_letters = (descriptor.dead_letter_group is not None
                                   or descriptor.dead_letter_table is not None)
         self._keeps_errors = "error" in descriptor.roles
+        self._keeps_results = "result" in descriptor.roles
 
     async def deliver(self, h: Held, conn: Any | None = None) -> None:
         """Run the handler on one held row and settle it. `conn` holds the row (row lock and
@@ -166,10 +170,20 @@ class Delivery:
             h.watch.handled(time.monotonic() - started)
         if result is None:
             return ACKED_OUTCOME
-        if not isinstance(result, Outcome):
-            h.failure = TypeError(f"the handler returned {result!r}, not an outcome")
+        if isinstance(result, Outcome):
+            return result
+        if not self._keeps_results:
+            h.failure = TypeError(f"the handler returned {result!r}, not an outcome (the "
+                                  f"table has no result column to keep a value in)")
             return retry()
-        return result
+        try:
+            json_text(result)  # what the ack writes: a value JSON cannot hold fails here
+        except (TypeError, ValueError, msgspec.EncodeError) as err:
+            h.failure = TypeError(f"the handler's result {result!r:.200} is not JSON: {err}")
+            return after_failure(h.attempt, has_retry_after=self._has_retry_after,
+                                 backoff=self.settings.backoff)
+        h.result = result
+        return ACKED_OUTCOME
 
     def decide(self, h: Held, outcome: Outcome) -> Settlement:
         s = decide(outcome, attempt=h.attempt, max_attempts=self._max_attempts,
@@ -302,7 +316,8 @@ class Delivery:
                       self.dead_letters, s.note)
         return settlement_call(s, row_id=h.id, token=h.token, attempt=h.attempt,
                                now=self.clock.now(), ops=self.d.ops,
-                               error=self.error(h, s) if self._keeps_errors else None)
+                               error=self.error(h, s) if self._keeps_errors else None,
+                               result=h.result if s.action == FINISH else None)
 
     @staticmethod
     def error(h: Held, s: Settlement) -> str | None:

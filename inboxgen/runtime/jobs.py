@@ -86,5 +86,7 @@ class Held:
     # What the error column keeps where no exception of the handler's says it (a payload that
     # does not decode).
     error: str | None = None
+    # What the handler returned, where the table keeps results (its ack writes it).
+    result: Any = None
     watch: Watch | None = None  # its observers' view of the delivery (observe.py)
     headers: Mapping[str, str] | None = None  # decoded once, where the observers read them

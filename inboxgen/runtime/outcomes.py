@@ -141,19 +141,21 @@ _OPS = {FINISH: "finish", REQUEUE: "retry", REQUEUE_AT: "retry_after",
 
 def settlement_call(s: Settlement, *, row_id: Any, token: _dt.datetime | None,
                     attempt: int | None, now: _dt.datetime, ops: Any,
-                    error: str | None = None) -> tuple[str, dict[str, Any]] | None:
+                    error: str | None = None, result: Any = None
+                    ) -> tuple[str, dict[str, Any]] | None:
     """The generated function settlement `s` calls, and the runtime's values for it (each
-    function takes those its statement names; `error`, what a failure's row keeps, is taken
-    where the table has an error column); None where it needs no statement: a parked
-    lease, or a plain retry where the module has no statement for it (a row lock without an
-    attempt column, advisory: the rollback or the unlock returns the row)."""
+    function takes those its statement names; `error`, what a failure's row keeps, and
+    `result`, what an ack's keeps, where the table has such a column); None where it needs
+    no statement: a parked lease, or a plain retry where the module has no statement for it
+    (a row lock without an attempt column, advisory: the rollback or the unlock returns the
+    row)."""
     if s.action == PARK:
         return None
     op = _OPS[s.action]
     if getattr(ops, op) is None:
         return None
     values: dict[str, Any] = {"id": row_id, "locked_until": token, "attempt": attempt,
-                              "now": now, "error": error}
+                              "now": now, "error": error, "result": result}
     if s.action == REQUEUE_AT:
         values["retry_after"] = s.due
     return op, values

@@ -36,6 +36,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "pauses": ("none", "table"),
     "limits": ("none", "queue", "key", "rate", "rate_key", "fair"),
     "error": ("none", "text"),
+    "result": ("none", "json"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -50,7 +51,7 @@ PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "
                    "handler": "async", "batch": "16", "dead": "table", "finished": "deleted",
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
                    "payload": "json", "pauses": "none", "limits": "none",
-                   "error": "none"}
+                   "error": "none", "result": "none"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -82,6 +83,7 @@ class Shape:
     # each tenant (every job's the same); "fair": claims take turns across tenants
     limits: str
     error: str  # "text": a nullable text column bound to role error (the last failure)
+    result: str  # "json": a nullable JSON column bound to role result (what a handler returned)
 
     @property
     def name(self) -> str:
@@ -118,6 +120,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk",
                "fair": "lf"},
     "error": {"none": "en", "text": "et"},
+    "result": {"none": "rn", "json": "rj"},
 }
 
 
@@ -148,6 +151,8 @@ def refusal(s: Shape) -> str | None:
         return "needs the lease form"
     if s.limits != "none" and s.group == "fifo":
         return "not built for FIFO"
+    if s.result != "none" and s.finished == "deleted":
+        return "needs a processed_at column"
     return None
 
 

@@ -35,6 +35,8 @@ def main() -> None:
     effects = os.open(logs / "effects.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     ledger = config["ledger_sql"]
     handler_kind = config["handler"]
+    # Where the table keeps results, a job with an effect returns one for its ack to write.
+    returned = "result" in module.DESCRIPTOR.roles
 
     def note(fd: int, line: str) -> None:
         os.write(fd, line.encode() + b"\n")
@@ -62,7 +64,7 @@ def main() -> None:
         if what == "outcome":
             return value
         note(effects, value)
-        return None
+        return {"job": value} if returned else None
 
     async def run_async(job: Any) -> Any:
         return plain(job)
@@ -76,14 +78,14 @@ def main() -> None:
         else:
             with job.connection.cursor() as cur:
                 cur.execute(ledger, (value,))
-        return None
+        return {"job": value} if returned else None
 
     async def transactional_async(job: Any) -> Any:
         what, value = act(job)
         if what == "outcome":
             return value
         await job.connection.execute(ledger, (value,))
-        return None
+        return {"job": value} if returned else None
 
     if handler_kind == "transactional":
         handler: Any = transactional_async if config["dialect"] == "postgres" \

@@ -386,6 +386,18 @@ class Scenario:
                                      f"expected {want}")
             if self.s.error == "text" and st is not None:
                 self.check_error(key, st.error)
+            if self.s.result == "json" and st is not None:
+                self.check_result(key, st.result)
+
+    def check_result(self, key: str, result: Any) -> None:
+        """What a job's row keeps of its handler's return: {"job": key} for a job that
+        finished with an effect (its handler returns that), nothing for any other."""
+        kind = self.kinds[key]
+        effect = kind in (shapes.ACK, shapes.FAIL_ONCE, shapes.CRASH)
+        want = {"job": key} if effect and self.fate(key) == "finished" else None
+        if result != want:
+            self.problems.append(f"state() of job {key} ({kind}) has result {result!r}, "
+                                 f"expected {want!r}")
 
     # The first line of what the error column keeps of each kind of job that failed.
     _FAILURES = {shapes.FAIL_ONCE: "RuntimeError: job {key} fails once",

@@ -128,6 +128,9 @@ def test_a_task_commits_with_the_request_and_vanishes_with_its_rollback(shop: Sh
     finally:
         stop(server)
     assert shop.notes() == ["order 1", "task of order 1"]
+    # What the task returned, kept by the table's result column.
+    assert shop.shell(f"out['value'] = write_note.get_result({made['kept']!r}).return_value"
+                      ) == {"value": "task of order 1"}
 
 
 def test_the_worker_runs_every_kind_of_task_and_dead_letters_a_failing_one(shop: Shop) -> None:

@@ -632,6 +632,7 @@ run_after = "retry_after"
 attempt = { role = "attempt", generated = true }
 finished_at = "processed_at"
 locked_until = "locked_until"
+outcome = "result"
 payload = { role = "payload", codec = "json" }
 
 [runtime]
@@ -648,6 +649,7 @@ CREATE TABLE events (
     attempt INTEGER NOT NULL DEFAULT 1,
     finished_at TEXT,
     locked_until TEXT,
+    outcome TEXT,
     payload TEXT NOT NULL
 );
 CREATE INDEX events_claim ON events (queue, run_after, id) WHERE finished_at IS NULL;
@@ -722,7 +724,8 @@ def test_the_requeue_form_offers_the_groups_and_pages_read_plainly(
            "dead": event("dead", -90), "utf8": blob(UTF8), "binary": blob(BINARY)}
     conn.execute("INSERT INTO blobs_dead SELECT * FROM blobs")  # both dead letters
     conn.execute("DELETE FROM blobs")
-    conn.execute("UPDATE events SET finished_at = run_after WHERE id = ?", (ids["finished"],))
+    conn.execute("UPDATE events SET finished_at = run_after, outcome = ? WHERE id = ?",
+                 ('{"sent": "<b>ok</b>", "to": 2}', ids["finished"]))
     conn.execute("UPDATE events SET attempt = 3 WHERE queue = 'dead'")
     conn.commit()
     web = dashboard.app(path, [events, blobs], allow_actions=True, token=TOKEN,
@@ -751,6 +754,10 @@ def test_the_requeue_form_offers_the_groups_and_pages_read_plainly(
             browser.get(f"{base}/job?table=events&id={ids['finished']}")
             times_read_plainly()
             assert SHOWN_TIME.fullmatch(browser.find_element(By.CSS_SELECTOR, ".finished").text)
+            # What its handler returned (the table's result column), as indented JSON, escaped.
+            assert browser.find_element(By.CSS_SELECTOR, "pre.result").text == json.dumps(
+                {"sent": "<b>ok</b>", "to": 2}, indent=2)
+            assert "&lt;b&gt;ok&lt;/b&gt;" in browser.page_source
 
             browser.get(f"{base}/job?table=events&id={ids['dead']}")
             times_read_plainly()

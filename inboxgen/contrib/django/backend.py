@@ -129,8 +129,8 @@ class TaskBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        """The task as its row says now. Return values are not kept: a finished task's
-        `return_value` is None. Where the table has an `error` column, `errors` holds its
+        """The task as its row says now: its `return_value` where the table has a `result`
+        column (else None). Where the table has an `error` column, `errors` holds its
         last failure (one TaskError: the exception's class and the text the worker wrote),
         else nothing. A row whose payload does not decode, or names no task, has no task to
         give a result of: TaskResultDoesNotExist, saying why."""
@@ -163,12 +163,16 @@ class TaskBackend(BaseTaskBackend):
         if not isinstance(body, dict) or not isinstance(body.get(TASK), str):
             raise TaskResultDoesNotExist(f"{result_id}: its payload names no task")
         finished = found.finished_at if found.state in ("finished", "dead") else None
-        return TaskResult(task=task_at(body[TASK]), id=str(result_id),
-                          status=STATUSES[found.state], enqueued_at=None, started_at=None,
-                          last_attempted_at=None, finished_at=finished,
-                          args=body.get(ARGS, []), kwargs=body.get(KWARGS, {}),
-                          backend=self.alias, errors=task_errors(found.error),
-                          worker_ids=[])
+        result = TaskResult(task=task_at(body[TASK]), id=str(result_id),
+                            status=STATUSES[found.state], enqueued_at=None, started_at=None,
+                            last_attempted_at=None, finished_at=finished,
+                            args=body.get(ARGS, []), kwargs=body.get(KWARGS, {}),
+                            backend=self.alias, errors=task_errors(found.error),
+                            worker_ids=[])
+        # The task's return value, where the table keeps results (TaskResult has no argument
+        # for it: Django's own backends set it so too).
+        object.__setattr__(result, "_return_value", found.result)
+        return result
 
 
 # The head of a failure's first line that names its exception's class ("ValueError",

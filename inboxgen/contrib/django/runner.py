@@ -19,15 +19,19 @@ from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
+from django.utils.json import normalize_json
 
 from inboxgen.contrib.django.backend import TaskBackend, task_at
 from inboxgen.contrib.django.table import ARGS, KWARGS, TASK
 from inboxgen.runtime.jobs import Job
 
 
-def run_task(job: Job[Any], max_attempts: int | None = None) -> None:
+def run_task(job: Job[Any], max_attempts: int | None = None,
+             keeps_results: bool = False) -> Any:
     """Run the task of `job`. `max_attempts`: the worker's (the spec's), which tells the last
-    attempt; None: attempts are not limited, so no failure is the last."""
+    attempt; None: attempts are not limited, so no failure is the last. `keeps_results`: the
+    table has a result column, so the task's return value (as JSON, Django's normalize_json)
+    is returned for the ack to write; else nothing is returned."""
     body = job.payload
     task = task_at(body[TASK])
     now = timezone.now()
@@ -41,10 +45,16 @@ def run_task(job: Job[Any], max_attempts: int | None = None) -> None:
     # Django's connections are per thread: drop those past their age, as a request does.
     close_old_connections()
     try:
-        failure = _call(task, result)
+        failure, value = _call(task, result)
+        if failure is None and keeps_results:
+            try:  # a value JSON cannot hold fails the task, as in Django's own backends
+                value = normalize_json(value)
+            except (TypeError, ValueError) as err:
+                failure = _failed(result, err)
         if failure is None:
+            object.__setattr__(result, "_return_value", value)
             _finished(result, TaskResultStatus.SUCCESSFUL)
-            return
+            return value if keeps_results else None
         last = (max_attempts is not None and job.attempt is not None
                 and job.attempt >= max_attempts)
         if last:
@@ -58,20 +68,26 @@ def run_task(job: Job[Any], max_attempts: int | None = None) -> None:
         close_old_connections()
 
 
-def _call(task: Task, result: TaskResult) -> BaseException | None:
-    """Call the task; what it raised (kept in `result.errors`), or None."""
+def _call(task: Task, result: TaskResult) -> tuple[BaseException | None, Any]:
+    """Call the task: what it raised (kept in `result.errors`) or None, and what it
+    returned."""
     try:
         if task.takes_context:
-            task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+            value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
         else:
-            task.call(*result.args, **result.kwargs)
+            value = task.call(*result.args, **result.kwargs)
     except BaseException as err:
-        kind = type(err)
-        result.errors.append(TaskError(
-            exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
-            traceback="".join(traceback.format_exception(err))))
-        return err
-    return None
+        return _failed(result, err), None
+    return None, value
+
+
+def _failed(result: TaskResult, err: BaseException) -> BaseException:
+    """`err`, kept in `result.errors` as Django keeps a task's failure."""
+    kind = type(err)
+    result.errors.append(TaskError(
+        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+        traceback="".join(traceback.format_exception(err))))
+    return err
 
 
 def _finished(result: TaskResult, status: TaskResultStatus) -> None:

@@ -44,7 +44,8 @@ def service_from_settings(aliases: Sequence[str] | None = None) -> Service:
             # The task runner tells the last attempt as the worker does, by the spec's
             # max_attempts (the queue takes no other).
             runner = functools.partial(run_task,
-                                       max_attempts=backend.descriptor.defaults.max_attempts)
+                                       max_attempts=backend.descriptor.defaults.max_attempts,
+                                       keeps_results="result" in backend.descriptor.roles)
             service.queue(backend.descriptor, runner, database=database, group=queue,
                           name=name, workers=backend.workers)
     return service

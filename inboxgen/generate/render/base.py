@@ -47,7 +47,7 @@ OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
-              "new_locked_until", "retry_after", "error", "limit", "from_id", "to_group",
+              "new_locked_until", "retry_after", "error", "result", "limit", "from_id", "to_group",
               "reset_attempt", "before"]
 
 
@@ -263,6 +263,11 @@ class Renderer:
             return name.upper()  # the module's constants, from the spec's [flow]
         if name == "error":  # cut to what the column holds (ERROR_CHARS)
             return "_v.clipped(error, ERROR_CHARS)"
+        if name == "result":  # JSON: a jsonb (json) column takes it as psycopg's Jsonb
+            f = self.q.role("result")
+            assert f is not None
+            jsonb = f.column.kind == cat.JSON and self.binds_jsonb
+            return f"_v.{'result_jsonb' if jsonb else 'json_text_or_none'}(result)"
         if name == "after":
             return "turns.after"  # [flow] fair: where this process's last walk stopped
         return name
@@ -295,7 +300,7 @@ class Renderer:
             "now": "datetime.datetime", "locked_until": "datetime.datetime",
             "new_locked_until": "datetime.datetime", "retry_after": "datetime.datetime",
             "limit": "int", "attempt": "int", "key": "str", "fifo_key": "str", "wait": "float",
-            "group": "str", "error": "str | None",
+            "group": "str", "error": "str | None", "result": "object",
         }
         types["id"] = self.raw_type(self.q.id).removesuffix(" | None")
         return types
@@ -563,8 +568,9 @@ class Renderer:
                             for i, f in ((3, q.role("retry_after")), (4, q.role("processed_at")))]
         items = ["state=str(r[0])", "id=r[1]", "attempt=None if r[2] is None else int(r[2])",
                  f"due={due}", f"finished_at={finished_at}"]
-        if q.role("error") is not None:
-            items.append("error=r[6]")
+        kept = [f for f in (q.role("error"), q.role("result")) if f is not None]
+        for i, f in enumerate(kept, start=6):  # after the payload, as STATE selects them
+            items.append(f"error=r[{i}]" if f.role == "error" else f"result=_v.parsed_json(r[{i}])")
         if q.role("payload") is None:
             return "JobState", [*items, "payload=None"]
         return "JobState.with_payload", [*items, "stored=r[5]", "decode=decode_payload"]

@@ -595,8 +595,12 @@ class Statements:
         many = " Returns the ids settled." if q.lease else ""
         if pa is not None:
             finish = [f"{self.c(pa)} = {self.p('now')}"] + self.clear_lease()
-            self.update("FINISH", finish, "Ack or drop: mark the row processed (kept for audit).")
-            if self.batches:
+            result = self.role("result")
+            kept = [f"{self.c(result)} = {self.p('result')}"] if result is not None else []
+            self.update("FINISH", finish + kept,
+                        "Ack or drop: mark the row processed (kept for audit)"
+                        + (", with the handler's `result` (None: NULL)." if kept else "."))
+            if self.batches:  # acks without a result: the runtime sends those with one alone
                 self.many("FINISH_MANY", finish, "Ack or drop many rows: mark them processed."
                           + many)
         else:
@@ -774,18 +778,22 @@ class Statements:
             whens.append((f"{self.c(ra)} > {now}", "scheduled"))
         state = ("CASE" + "".join(f"\n         WHEN {w} THEN '{name}'" for w, name in whens)
                  + "\n         ELSE 'ready'\n       END" if whens else "'ready'")
-        error = self.role("error")
+        # Columns 7 and on: what the table keeps of its jobs' ends (JobState.error, .result).
+        kept = [f for f in (self.role("error"), self.role("result")) if f is not None]
         rest = ", ".join(self.c(f) if f is not None else "NULL"
                          for f in (q.id, self.role("attempt"), ra, pa, self.role("payload"),
-                                   *([error] if error is not None else [])))
-        with_error = " and the error of its last failure" if error is not None else ""
+                                   *kept))
+        also = " and ".join([{"error": "the error of its last failure",
+                               "result": "its result"}[f.role or ""] for f in kept])
+        also = f", {also}" if len(kept) > 1 else f" and {also}" if kept else ""
+        error = self.role("error")
         idc = f"{self.c(q.id)} = {self.p('id')}"
         sql = (f"SELECT {state} AS state, {rest}\nFROM {self.t()}\nWHERE {idc}")
         if q.dead_letter_table is not None:
             sql += (f"\nUNION ALL\nSELECT 'dead', {rest}\n"
                     f"FROM {self.t(q.dead_letter_table)}\nWHERE {idc}")
         self.add("STATE", sql, "Find job `id` and say what became of it at `now` (ready, "
-                 "scheduled, in work, finished or dead), with its payload" + with_error + ".")
+                 "scheduled, in work, finished or dead), with its payload" + also + ".")
         # The dead letters, newest id first: where a dead-letter group or table keeps them.
         list_doc = ("List up to `limit` dead letters, the newest (by id) first, with their payloads"
                     + (" and errors." if error is not None else "."))

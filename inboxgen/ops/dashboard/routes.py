@@ -157,6 +157,8 @@ async def _job(request: Request) -> Response:
     return html(render(
         "job", request, board, table=table, job_id=job_id, job=found, now=now,
         payload=None if found is None else _payload(module, found),
+        result=None if found is None or found.result is None else shown_payload(
+            found.result, codec="json", as_stored=False),
         payload_error=None if found is None else shown_error(found.payload_error),
         can_requeue=found is not None and found.state == "dead" and hasattr(module, "requeue"),
         can_cancel=(found is not None and found.state in ("ready", "scheduled")

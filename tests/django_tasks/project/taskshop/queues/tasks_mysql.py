@@ -43,6 +43,7 @@ class ClaimedRow:
     finished_at: datetime.datetime | None
     locked_until: datetime.datetime
     last_error: str | None
+    return_value: str | None
     payload: str
 
 
@@ -60,7 +61,7 @@ def _claimed(r: tuple[Any, ...], locked_until: datetime.datetime) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], priority=r[2], run_after=_v.aware(r[3]), attempt=r[4],
         finished_at=_v.aware_or_none(r[5]), locked_until=locked_until, last_error=r[7],
-        payload=r[8],
+        return_value=r[8], payload=r[9],
     )
 
 
@@ -87,8 +88,8 @@ def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
         due=None if r[3] is None else _v.aware(r[3]),
-        finished_at=None if r[4] is None else _v.aware(r[4]), error=r[6], stored=r[5],
-        decode=decode_payload,
+        finished_at=None if r[4] is None else _v.aware(r[4]), error=r[6],
+        result=_v.parsed_json(r[7]), stored=r[5], decode=decode_payload,
     )
 
 
@@ -100,7 +101,7 @@ def decode_payload(raw: str) -> _v.JSONValue:
 # Select up to `limit` due rows and lock them until CLAIM_MARK, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`, `locked_until`,
-       `last_error`, `payload`
+       `last_error`, `return_value`, `payload`
 FROM `task_jobs` FORCE INDEX (`task_jobs_claim`)
 WHERE `queue` = %(group)s
   AND `finished_at` IS NULL
@@ -194,11 +195,12 @@ async def renew_async(
     return cur.rowcount == 1
 
 
-# Ack or drop: mark the row processed (kept for audit).
+# Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None: NULL).
 FINISH: Final[LiteralString] = """
 UPDATE `task_jobs`
 SET `finished_at` = %(now)s,
-    `locked_until` = NULL
+    `locked_until` = NULL,
+    `return_value` = %(result)s
 WHERE `id` = %(id)s
   AND `locked_until` = %(locked_until)s
   AND `attempt` = %(attempt)s + 1
@@ -207,28 +209,28 @@ WHERE `id` = %(id)s
 
 def finish(
     conn: pymysql.connections.Connection[Any], *, id: int, now: datetime.datetime,
-    locked_until: datetime.datetime, attempt: int,
+    locked_until: datetime.datetime, attempt: int, result: object,
 ) -> bool:
-    """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
-    longer held (the row is untouched).
+    """Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None:
+    NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = _v.mysql_execute(conn, FINISH, {
-        "now": _v.naive_utc(now), "id": id, "locked_until": _v.naive_utc(locked_until),
-        "attempt": attempt,
+        "now": _v.naive_utc(now), "result": _v.json_text_or_none(result), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
 async def finish_async(
     conn: _v.AsyncMySQLConnection, *, id: int, now: datetime.datetime,
-    locked_until: datetime.datetime, attempt: int,
+    locked_until: datetime.datetime, attempt: int, result: object,
 ) -> bool:
-    """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
-    longer held (the row is untouched).
+    """Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None:
+    NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await _v.mysql_execute_async(conn, FINISH, {
-        "now": _v.naive_utc(now), "id": id, "locked_until": _v.naive_utc(locked_until),
-        "attempt": attempt,
+        "now": _v.naive_utc(now), "result": _v.json_text_or_none(result), "id": id,
+        "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
 
@@ -316,9 +318,9 @@ async def retry_after_async(
 # Copy a spent row to the dead-letter table (same transaction as the delete).
 DEAD_LETTER_COPY: Final[LiteralString] = """
 INSERT INTO `task_jobs_dead` (`id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`,
-            `locked_until`, `last_error`, `payload`)
+            `locked_until`, `last_error`, `return_value`, `payload`)
 SELECT `id`, `queue`, `priority`, `run_after`, %(attempt)s, `finished_at`, NULL,
-       COALESCE(%(error)s, `last_error`), `payload`
+       COALESCE(%(error)s, `last_error`), `return_value`, `payload`
 FROM `task_jobs`
 WHERE `id` = %(id)s
   AND `locked_until` = %(locked_until)s
@@ -572,18 +574,20 @@ async def cancel_async(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload and the error of its last failure.
+# with its payload, the error of its last failure and its result.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN `finished_at` IS NOT NULL THEN 'finished'
          WHEN `locked_until` > %(now)s THEN 'in_work'
          WHEN `run_after` > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`
+       END AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`,
+              `return_value`
 FROM `task_jobs`
 WHERE `id` = %(id)s
 UNION ALL
-SELECT 'dead', `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`
+SELECT 'dead', `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`,
+       `return_value`
 FROM `task_jobs_dead`
 WHERE `id` = %(id)s
 """
@@ -594,7 +598,7 @@ def state(
     now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its result.
     """
     conn = _c.mysql_connection(conn, "task_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
@@ -606,7 +610,7 @@ async def state_async(
     conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its result.
     """
     conn = await _c.mysql_connection_async(conn, "task_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
@@ -616,7 +620,8 @@ async def state_async(
 
 # List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`
+SELECT 'dead' AS state, `id`, `attempt`, `run_after`, `finished_at`, `payload`, `last_error`,
+       `return_value`
 FROM `task_jobs_dead`
 ORDER BY `id` DESC
 LIMIT %(limit)s
@@ -639,9 +644,10 @@ async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> li
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
 INSERT INTO `task_jobs` (`id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`,
-            `locked_until`, `last_error`, `payload`)
+            `locked_until`, `last_error`, `return_value`, `payload`)
 SELECT `id`, `queue`, `priority`, %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, NULL, `payload`
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, NULL, `return_value`,
+       `payload`
 FROM `task_jobs_dead`
 """
 
@@ -649,9 +655,10 @@ FROM `task_jobs_dead`
 # attempt count again.
 REQUEUE_COPY_IDS: Final[LiteralString] = """
 INSERT INTO `task_jobs` (`id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`,
-            `locked_until`, `last_error`, `payload`)
+            `locked_until`, `last_error`, `return_value`, `payload`)
 SELECT `id`, `queue`, `priority`, %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, NULL, `payload`
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE `attempt` END, NULL, NULL, NULL, `return_value`,
+       `payload`
 FROM `task_jobs_dead`
 WHERE `id` IN %(ids)s
 """
@@ -729,11 +736,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "priority": "priority", "retry_after": "run_after",
         "attempt": "attempt", "processed_at": "finished_at", "locked_until": "locked_until",
-        "error": "last_error", "payload": "payload",
+        "error": "last_error", "result": "return_value", "payload": "payload",
     },
     columns=(
         "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-        "last_error", "payload",
+        "last_error", "return_value", "payload",
     ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,

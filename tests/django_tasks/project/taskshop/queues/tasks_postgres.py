@@ -43,6 +43,7 @@ class ClaimedRow:
     finished_at: datetime.datetime | None
     locked_until: datetime.datetime
     last_error: str | None
+    return_value: object
     payload: object
 
 
@@ -59,7 +60,7 @@ class NewRow:
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], priority=r[2], run_after=r[3], attempt=r[4], finished_at=r[5],
-        locked_until=r[6], last_error=r[7], payload=r[8],
+        locked_until=r[6], last_error=r[7], return_value=r[8], payload=r[9],
     )
 
 
@@ -86,7 +87,7 @@ def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
         due=None if r[3] is None else r[3], finished_at=None if r[4] is None else r[4], error=r[6],
-        stored=r[5], decode=decode_payload,
+        result=_v.parsed_json(r[7]), stored=r[5], decode=decode_payload,
     )
 
 
@@ -112,7 +113,7 @@ WHERE "id" = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "finished_at",
-          "locked_until", "last_error", "payload"
+          "locked_until", "last_error", "return_value", "payload"
 """
 
 # CLAIM reading the due rows priority by priority, so that rows due later at a more urgent
@@ -161,7 +162,7 @@ WHERE "id" = ANY(ARRAY(
     LIMIT %(limit)s
 ))
 RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "finished_at",
-          "locked_until", "last_error", "payload"
+          "locked_until", "last_error", "return_value", "payload"
 """
 
 
@@ -295,11 +296,12 @@ async def renew_async(
     return cur.rowcount == 1
 
 
-# Ack or drop: mark the row processed (kept for audit).
+# Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None: NULL).
 FINISH: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "finished_at" = %(now)s,
-    "locked_until" = NULL
+    "locked_until" = NULL,
+    "return_value" = %(result)s
 WHERE "id" = %(id)s
   AND "locked_until" = %(locked_until)s
   AND "attempt" = %(attempt)s + 1
@@ -308,26 +310,28 @@ WHERE "id" = %(id)s
 
 def finish(
     conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime,
-    locked_until: datetime.datetime, attempt: int,
+    locked_until: datetime.datetime, attempt: int, result: object,
 ) -> bool:
-    """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
-    longer held (the row is untouched).
+    """Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None:
+    NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(FINISH, {
-        "now": now, "id": id, "locked_until": locked_until, "attempt": attempt,
+        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
 async def finish_async(
     conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
-    locked_until: datetime.datetime, attempt: int,
+    locked_until: datetime.datetime, attempt: int, result: object,
 ) -> bool:
-    """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
-    longer held (the row is untouched).
+    """Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None:
+    NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await conn.execute(FINISH, {
-        "now": now, "id": id, "locked_until": locked_until, "attempt": attempt,
+        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "attempt": attempt,
     })
     return cur.rowcount == 1
 
@@ -421,12 +425,12 @@ WITH moved AS (
       AND "locked_until" = %(locked_until)s
       AND "attempt" = %(attempt)s + 1
     RETURNING "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-              "last_error", "payload"
+              "last_error", "return_value", "payload"
 )
 INSERT INTO "task_jobs_dead" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "last_error", "payload")
+            "locked_until", "last_error", "return_value", "payload")
 SELECT "id", "queue", "priority", "run_after", CAST(%(attempt)s AS INTEGER), "finished_at",
-       NULL, COALESCE(%(error)s, "last_error"), "payload"
+       NULL, COALESCE(%(error)s, "last_error"), "return_value", "payload"
 FROM moved
 """
 
@@ -884,18 +888,20 @@ async def cancel_async(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload and the error of its last failure.
+# with its payload, the error of its last failure and its result.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "finished_at" IS NOT NULL THEN 'finished'
          WHEN "locked_until" > %(now)s THEN 'in_work'
          WHEN "run_after" > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
+       END AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error",
+              "return_value"
 FROM "task_jobs"
 WHERE "id" = %(id)s
 UNION ALL
-SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload", "last_error"
+SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload", "last_error",
+       "return_value"
 FROM "task_jobs_dead"
 WHERE "id" = %(id)s
 """
@@ -905,7 +911,7 @@ def state(
     conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its result.
     """
     conn = _c.postgres_connection(conn, "task_jobs.state")
     cur = conn.execute(STATE, {"now": now, "id": id})
@@ -917,7 +923,7 @@ async def state_async(
     conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its result.
     """
     conn = await _c.postgres_connection_async(conn, "task_jobs.state")
     cur = await conn.execute(STATE, {"now": now, "id": id})
@@ -927,7 +933,8 @@ async def state_async(
 
 # List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
+SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error",
+       "return_value"
 FROM "task_jobs_dead"
 ORDER BY "id" DESC
 LIMIT %(limit)s
@@ -952,12 +959,13 @@ REQUEUE_MOVE: Final[LiteralString] = """
 WITH moved AS (
     DELETE FROM "task_jobs_dead"
     RETURNING "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-              "last_error", "payload"
+              "last_error", "return_value", "payload"
 )
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "last_error", "payload")
+            "locked_until", "last_error", "return_value", "payload")
 SELECT "id", "queue", "priority", %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, NULL, "payload"
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, NULL, "return_value",
+       "payload"
 FROM moved
 """
 
@@ -968,12 +976,13 @@ WITH moved AS (
     DELETE FROM "task_jobs_dead"
     WHERE "id" = ANY(%(ids)s::BIGINT[])
     RETURNING "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-              "last_error", "payload"
+              "last_error", "return_value", "payload"
 )
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "last_error", "payload")
+            "locked_until", "last_error", "return_value", "payload")
 SELECT "id", "queue", "priority", %(now)s,
-       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, NULL, "payload"
+       CASE WHEN %(reset_attempt)s THEN 1 ELSE "attempt" END, NULL, NULL, NULL, "return_value",
+       "payload"
 FROM moved
 """
 
@@ -1039,11 +1048,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "priority": "priority", "retry_after": "run_after",
         "attempt": "attempt", "processed_at": "finished_at", "locked_until": "locked_until",
-        "error": "last_error", "payload": "payload",
+        "error": "last_error", "result": "return_value", "payload": "payload",
     },
     columns=(
         "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-        "last_error", "payload",
+        "last_error", "return_value", "payload",
     ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,

@@ -43,6 +43,7 @@ class ClaimedRow:
     finished_at: datetime.datetime | None
     locked_until: datetime.datetime
     last_error: str | None
+    return_value: str | None
     payload: str
 
 
@@ -60,7 +61,7 @@ def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], priority=r[2], run_after=_v.parse_sqlite_time(r[3]), attempt=r[4],
         finished_at=_v.parse_sqlite_time_or_none(r[5]), locked_until=_v.parse_sqlite_time(r[6]),
-        last_error=r[7], payload=r[8],
+        last_error=r[7], return_value=r[8], payload=r[9],
     )
 
 
@@ -87,8 +88,8 @@ def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
         due=None if r[3] is None else _v.parse_sqlite_time(r[3]),
-        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]), error=r[6], stored=r[5],
-        decode=decode_payload,
+        finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]), error=r[6],
+        result=_v.parsed_json(r[7]), stored=r[5], decode=decode_payload,
     )
 
 
@@ -113,7 +114,7 @@ WHERE "id" IN (
     LIMIT :limit
 )
 RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "finished_at",
-          "locked_until", "last_error", "payload"
+          "locked_until", "last_error", "return_value", "payload"
 """
 
 
@@ -155,11 +156,12 @@ def renew(
     return cur.rowcount == 1
 
 
-# Ack or drop: mark the row processed (kept for audit).
+# Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None: NULL).
 FINISH: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "finished_at" = :now,
-    "locked_until" = NULL
+    "locked_until" = NULL,
+    "return_value" = :result
 WHERE "id" = :id
   AND "locked_until" = :locked_until
   AND "attempt" = :attempt + 1
@@ -168,14 +170,14 @@ WHERE "id" = :id
 
 def finish(
     conn: sqlite3.Connection, *, id: int, now: datetime.datetime, locked_until: datetime.datetime,
-    attempt: int,
+    attempt: int, result: object,
 ) -> bool:
-    """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
-    longer held (the row is untouched).
+    """Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None:
+    NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(FINISH, {
-        "now": _v.sqlite_time(now), "id": id, "locked_until": _v.sqlite_time(locked_until),
-        "attempt": attempt,
+        "now": _v.sqlite_time(now), "result": _v.json_text_or_none(result), "id": id,
+        "locked_until": _v.sqlite_time(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
 
@@ -288,9 +290,9 @@ def finish_many(
 # Copy a spent row to the dead-letter table (same transaction as the delete).
 DEAD_LETTER_COPY: Final[LiteralString] = """
 INSERT INTO "task_jobs_dead" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "last_error", "payload")
+            "locked_until", "last_error", "return_value", "payload")
 SELECT "id", "queue", "priority", "run_after", :attempt, "finished_at", NULL, COALESCE(:error,
-       "last_error"), "payload"
+       "last_error"), "return_value", "payload"
 FROM "task_jobs"
 WHERE "id" = :id
   AND "locked_until" = :locked_until
@@ -450,18 +452,20 @@ def cancel(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload and the error of its last failure.
+# with its payload, the error of its last failure and its result.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "finished_at" IS NOT NULL THEN 'finished'
          WHEN "locked_until" > :now THEN 'in_work'
          WHEN "run_after" > :now THEN 'scheduled'
          ELSE 'ready'
-       END AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
+       END AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error",
+              "return_value"
 FROM "task_jobs"
 WHERE "id" = :id
 UNION ALL
-SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload", "last_error"
+SELECT 'dead', "id", "attempt", "run_after", "finished_at", "payload", "last_error",
+       "return_value"
 FROM "task_jobs_dead"
 WHERE "id" = :id
 """
@@ -471,7 +475,7 @@ def state(
     conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its result.
     """
     conn = _c.sqlite_connection(conn, "task_jobs.state")
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
@@ -481,7 +485,8 @@ def state(
 
 # List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error"
+SELECT 'dead' AS state, "id", "attempt", "run_after", "finished_at", "payload", "last_error",
+       "return_value"
 FROM "task_jobs_dead"
 ORDER BY "id" DESC
 LIMIT :limit
@@ -498,9 +503,9 @@ def dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[JobState]:
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "last_error", "payload")
+            "locked_until", "last_error", "return_value", "payload")
 SELECT "id", "queue", "priority", :now, CASE WHEN :reset_attempt THEN 1 ELSE "attempt" END,
-       NULL, NULL, NULL, "payload"
+       NULL, NULL, NULL, "return_value", "payload"
 FROM "task_jobs_dead"
 """
 
@@ -508,9 +513,9 @@ FROM "task_jobs_dead"
 # attempt count again.
 REQUEUE_COPY_IDS: Final[LiteralString] = """
 INSERT INTO "task_jobs" ("id", "queue", "priority", "run_after", "attempt", "finished_at",
-            "locked_until", "last_error", "payload")
+            "locked_until", "last_error", "return_value", "payload")
 SELECT "id", "queue", "priority", :now, CASE WHEN :reset_attempt THEN 1 ELSE "attempt" END,
-       NULL, NULL, NULL, "payload"
+       NULL, NULL, NULL, "return_value", "payload"
 FROM "task_jobs_dead"
 WHERE "id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
 """
@@ -565,11 +570,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "priority": "priority", "retry_after": "run_after",
         "attempt": "attempt", "processed_at": "finished_at", "locked_until": "locked_until",
-        "error": "last_error", "payload": "payload",
+        "error": "last_error", "result": "return_value", "payload": "payload",
     },
     columns=(
         "id", "queue", "priority", "run_after", "attempt", "finished_at", "locked_until",
-        "last_error", "payload",
+        "last_error", "return_value", "payload",
     ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,

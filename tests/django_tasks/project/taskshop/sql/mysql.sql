@@ -7,6 +7,7 @@ CREATE TABLE task_jobs (
     finished_at DATETIME(6) NULL,
     locked_until DATETIME NULL,
     last_error TEXT NULL,
+    return_value JSON NULL,
     payload JSON NOT NULL,
     INDEX task_jobs_claim (queue, finished_at, priority, run_after, id)
 );
@@ -20,5 +21,6 @@ CREATE TABLE task_jobs_dead (
     finished_at DATETIME(6) NULL,
     locked_until DATETIME NULL,
     last_error TEXT NULL,
+    return_value JSON NULL,
     payload JSON NOT NULL
 );

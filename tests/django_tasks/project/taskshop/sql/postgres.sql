@@ -7,6 +7,7 @@ CREATE TABLE task_jobs (
     finished_at TIMESTAMPTZ,
     locked_until TIMESTAMPTZ,
     last_error TEXT,
+    return_value JSONB,
     payload JSONB NOT NULL
 );
 ALTER TABLE task_jobs SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0,
@@ -23,5 +24,6 @@ CREATE TABLE task_jobs_dead (
     finished_at TIMESTAMPTZ,
     locked_until TIMESTAMPTZ,
     last_error TEXT,
+    return_value JSONB,
     payload JSONB NOT NULL
 );

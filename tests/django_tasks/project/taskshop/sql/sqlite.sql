@@ -7,6 +7,7 @@ CREATE TABLE task_jobs (
     finished_at TEXT,
     locked_until TEXT,
     last_error TEXT,
+    return_value TEXT,
     payload TEXT NOT NULL
 );
 CREATE INDEX task_jobs_claim ON task_jobs (queue, priority, run_after, id)
@@ -21,5 +22,6 @@ CREATE TABLE task_jobs_dead (
     finished_at TEXT,
     locked_until TEXT,
     last_error TEXT,
+    return_value TEXT,
     payload TEXT NOT NULL
 );

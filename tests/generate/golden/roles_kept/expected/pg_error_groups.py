@@ -41,6 +41,7 @@ class ClaimedRow:
     processed_at: datetime.datetime | None
     attempt: int
     failure: str | None
+    outcome: object
     payload: bytes
 
 
@@ -55,7 +56,7 @@ class NewRow:
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], locked_until=r[2], processed_at=r[3], attempt=r[4], failure=r[5],
-        payload=r[6],
+        outcome=r[6], payload=r[7],
     )
 
 
@@ -78,7 +79,8 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
-        finished_at=None if r[4] is None else r[4], error=r[6], stored=r[5], decode=decode_payload,
+        finished_at=None if r[4] is None else r[4], error=r[6], result=_v.parsed_json(r[7]),
+        stored=r[5], decode=decode_payload,
     )
 
 
@@ -104,7 +106,7 @@ WHERE "id" = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING "id", "queue", "locked_until", "processed_at", "attempt" - 1 AS "attempt", "failure",
-          "payload"
+          "outcome", "payload"
 """
 
 
@@ -174,11 +176,12 @@ async def renew_async(
     return cur.rowcount == 1
 
 
-# Ack or drop: mark the row processed (kept for audit).
+# Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None: NULL).
 FINISH: Final[LiteralString] = """
 UPDATE "pg_error_groups"
 SET "processed_at" = %(now)s,
-    "locked_until" = NULL
+    "locked_until" = NULL,
+    "outcome" = %(result)s
 WHERE "id" = %(id)s
   AND "locked_until" = %(locked_until)s
   AND "attempt" = %(attempt)s + 1
@@ -187,26 +190,28 @@ WHERE "id" = %(id)s
 
 def finish(
     conn: psycopg.Connection[Any], *, id: int, now: datetime.datetime,
-    locked_until: datetime.datetime, attempt: int,
+    locked_until: datetime.datetime, attempt: int, result: object,
 ) -> bool:
-    """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
-    longer held (the row is untouched).
+    """Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None:
+    NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(FINISH, {
-        "now": now, "id": id, "locked_until": locked_until, "attempt": attempt,
+        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
 async def finish_async(
     conn: psycopg.AsyncConnection[Any], *, id: int, now: datetime.datetime,
-    locked_until: datetime.datetime, attempt: int,
+    locked_until: datetime.datetime, attempt: int, result: object,
 ) -> bool:
-    """Ack or drop: mark the row processed (kept for audit). Returns False when the lease is no
-    longer held (the row is untouched).
+    """Ack or drop: mark the row processed (kept for audit), with the handler's `result` (None:
+    NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await conn.execute(FINISH, {
-        "now": now, "id": id, "locked_until": locked_until, "attempt": attempt,
+        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "attempt": attempt,
     })
     return cur.rowcount == 1
 
@@ -688,14 +693,14 @@ async def cancel_async(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload and the error of its last failure.
+# with its payload, the error of its last failure and its result.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "processed_at" IS NOT NULL THEN 'finished'
          WHEN "queue" = %(dead_group)s THEN 'dead'
          WHEN "locked_until" > %(now)s THEN 'in_work'
          ELSE 'ready'
-       END AS state, "id", "attempt", NULL, "processed_at", "payload", "failure"
+       END AS state, "id", "attempt", NULL, "processed_at", "payload", "failure", "outcome"
 FROM "pg_error_groups"
 WHERE "id" = %(id)s
 """
@@ -705,7 +710,7 @@ def state(
     conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its result.
     """
     conn = _c.postgres_connection(conn, "pg_error_groups.state")
     cur = conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
@@ -717,7 +722,7 @@ async def state_async(
     conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its result.
     """
     conn = await _c.postgres_connection_async(conn, "pg_error_groups.state")
     cur = await conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
@@ -727,7 +732,7 @@ async def state_async(
 
 # List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, "id", "attempt", NULL, "processed_at", "payload", "failure"
+SELECT 'dead' AS state, "id", "attempt", NULL, "processed_at", "payload", "failure", "outcome"
 FROM "pg_error_groups"
 WHERE "queue" = %(dead_group)s
 ORDER BY "id" DESC
@@ -835,9 +840,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "locked_until": "locked_until",
         "processed_at": "processed_at", "attempt": "attempt", "error": "failure",
-        "payload": "payload",
+        "result": "outcome", "payload": "payload",
     },
-    columns=("id", "queue", "locked_until", "processed_at", "attempt", "failure", "payload"),
+    columns=(
+        "id", "queue", "locked_until", "processed_at", "attempt", "failure", "outcome", "payload",
+    ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
     decode_payload=decode_payload, advisory_key=None,
     dead_letter_group="dead", dead_letter_table=None,

@@ -8,3 +8,14 @@ CREATE TABLE my_error_jobs (
     KEY my_error_jobs_claim (retry_after, id)
 );
 CREATE TABLE my_error_jobs_dead LIKE my_error_jobs;
+
+CREATE TABLE my_result_jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    grp VARCHAR(64) NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    processed_at DATETIME(6) NULL,
+    error VARCHAR(300) NULL,
+    result JSON NULL,
+    payload BLOB NOT NULL,
+    KEY my_result_jobs_claim (grp, processed_at, id)
+);
