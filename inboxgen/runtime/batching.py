@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 # copies, checks and deletes (DEAD_LETTER_COPY: MySQL/MariaDB, SQLite).
 _ONE_STATEMENT = frozenset({"finish", "retry", "retry_after", "dead_letter"})
 # The values a batch statement takes one entry per row of (the guard's).
-_PER_ROW = ("id", "locked_until", "attempt")
+_PER_ROW = ("id", "locked_until", "attempt", "result")
 
 
 def one_statement(descriptor: TableDescriptor, op: str) -> bool:
@@ -65,15 +65,20 @@ class Calls:
         """A call of `op` with the values it takes, for `Backend.together`."""
         return op, self.args(op, values)
 
+    def batch_holds(self, op: str, rows: list[dict[str, Any]]) -> bool:
+        """Whether `op`_many writes all that `rows` carry: an ack's result is written only by
+        a batch statement that takes one per row (PostgreSQL's), else by FINISH, row by row."""
+        if all(r.get("result") is None for r in rows):
+            return True
+        return "result" in self.args(f"{op}_many", {"result": None})
+
     def plan(self, op: str, rows: list[dict[str, Any]]
              ) -> tuple[list[Step], Callable[[list[Any]], list[bool] | None]]:
         """The steps that settle every row of `rows` with `op`: one statement (`op`_many)
         where the module has it, else one per row; and how to read their results: whether
         each row changed, or None where a count is all they say (a row lock's rows are the
         transaction's, so a count says all)."""
-        # An ack with a result (a table that keeps them) writes it: FINISH_MANY writes none.
-        if len(rows) > 1 and self.has(f"{op}_many") and not any(r.get("result") is not None
-                                                                for r in rows):
+        if len(rows) > 1 and self.has(f"{op}_many") and self.batch_holds(op, rows):
             batch: dict[str, Any] = {k: [r[k] for r in rows] for k in _PER_ROW if k in rows[0]}
             batch.update({k: v for k, v in rows[0].items() if k not in _PER_ROW})
 

@@ -167,6 +167,14 @@ class Statements:
         returning = f"\nRETURNING {self.c(self.q.id)}" if self.q.lease else ""
         self.add(name, f"{head}WHERE {self.held_batch()}{returning}", doc)
 
+    def finish_many(self, sets: list[str], result: Field | None, doc: str, then: str) -> None:
+        """FINISH_MANY of a table that keeps finished rows. Where it keeps results too, a
+        dialect that binds one per row writes them (PostgreSQL's); elsewhere it writes none,
+        and the runtime sends acks with a result to FINISH, one statement each (in one
+        transaction)."""
+        self.many("FINISH_MANY", sets, doc + (", writing no result (FINISH writes one)."
+                                              if result is not None else ".") + then)
+
     @property
     def batches(self) -> bool:
         """Whether the table gets batch settlements (FINISH_MANY, RENEW_MANY): row lock and
@@ -600,9 +608,9 @@ class Statements:
             self.update("FINISH", finish + kept,
                         "Ack or drop: mark the row processed (kept for audit)"
                         + (", with the handler's `result` (None: NULL)." if kept else "."))
-            if self.batches:  # acks without a result: the runtime sends those with one alone
-                self.many("FINISH_MANY", finish, "Ack or drop many rows: mark them processed."
-                          + many)
+            if self.batches:
+                self.finish_many(finish, result, "Ack or drop many rows: mark them processed",
+                                 many)
         else:
             self.add("FINISH", f"DELETE FROM {self.t()}\n" + self.where(self.guard()),
                      "Ack or drop: delete the row.")

@@ -225,6 +225,26 @@ class PostgresStatements(Statements):
                   f"        AS held({', '.join(p for p, _ in held)})")
         return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
 
+    def finish_many(self, sets: list[str], result: Field | None, doc: str, then: str) -> None:
+        """With a result column: the batch's rows joined to one array per guard parameter and
+        one of results, each row marked with its own."""
+        if result is None:
+            super().finish_many(sets, result, doc, then)
+            return
+        q = self.q
+        held = [*(self.held_columns(q) if q.lease else [("id", q.id)]), ("result", result)]
+        plus = {"attempt": " + 1"}  # the claim counted the attempt the worker holds
+        arrays = ", ".join(f"{self.p(p)}::{pg_array_type(f)}" for p, f in held)
+        t = self.t()
+        matched = [f"{t}.{self.c(f)} = held.{p}{plus.get(p, '')}"
+                   for p, f in held if p != "result"]
+        returning = f"\nRETURNING {t}.{self.c(q.id)}" if q.lease else ""
+        self.add("FINISH_MANY",
+                 f"UPDATE {t}\nSET " + ",\n    ".join([*sets, f"{self.c(result)} = held.result"])
+                 + f"\nFROM unnest({arrays})\n    AS held({', '.join(p for p, _ in held)})\n"
+                 + "WHERE " + "\n  AND ".join(matched) + returning,
+                 doc + ", each with its `result`." + then)
+
     def claim_row_lock_counted(self) -> None:
         """count_crashes: the claim counts its rows and commits at once, so a job that kills its
         process still spends its attempt. The row's lock ends with that commit, so a session

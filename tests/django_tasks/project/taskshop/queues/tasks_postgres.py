@@ -505,44 +505,46 @@ async def renew_many_async(
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
 
-# Ack or drop many rows: mark them processed. Returns the ids settled.
+# Ack or drop many rows: mark them processed, each with its `result`. Returns the ids settled.
 FINISH_MANY: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "finished_at" = %(now)s,
-    "locked_until" = NULL
-WHERE ("id", "locked_until", "attempt") IN (
-    SELECT held.id, held.locked_until, held.attempt + 1
-    FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[])
-        AS held(id, locked_until, attempt)
-)
-RETURNING "id"
+    "locked_until" = NULL,
+    "return_value" = held.result
+FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[],
+     %(result)s::JSONB[])
+    AS held(id, locked_until, attempt, result)
+WHERE "task_jobs"."id" = held.id
+  AND "task_jobs"."locked_until" = held.locked_until
+  AND "task_jobs"."attempt" = held.attempt + 1
+RETURNING "task_jobs"."id"
 """
 
 
 def finish_many(
     conn: psycopg.Connection[Any], *, id: Sequence[int], now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int], result: Sequence[object],
 ) -> list[int]:
-    """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
-    entry per row.
+    """Ack or drop many rows: mark them processed, each with its `result`. Returns the ids settled.
+    The sequences hold one entry per row.
     """
     cur = conn.execute(FINISH_MANY, {
         "now": now, "id": list(id), "locked_until": [t for t in locked_until],
-        "attempt": list(attempt),
+        "attempt": list(attempt), "result": [_v.result_jsonb(r) for r in result],
     })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
 async def finish_many_async(
     conn: psycopg.AsyncConnection[Any], *, id: Sequence[int], now: datetime.datetime,
-    locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
+    locked_until: Sequence[datetime.datetime], attempt: Sequence[int], result: Sequence[object],
 ) -> list[int]:
-    """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
-    entry per row.
+    """Ack or drop many rows: mark them processed, each with its `result`. Returns the ids settled.
+    The sequences hold one entry per row.
     """
     cur = await conn.execute(FINISH_MANY, {
         "now": now, "id": list(id), "locked_until": [t for t in locked_until],
-        "attempt": list(attempt),
+        "attempt": list(attempt), "result": [_v.result_jsonb(r) for r in result],
     })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 

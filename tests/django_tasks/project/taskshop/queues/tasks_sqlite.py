@@ -261,7 +261,8 @@ def renew_many(
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
-# Ack or drop many rows: mark them processed. Returns the ids settled.
+# Ack or drop many rows: mark them processed, writing no result (FINISH writes one). Returns the
+# ids settled.
 FINISH_MANY: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "finished_at" = :now,
@@ -279,8 +280,8 @@ def finish_many(
     conn: sqlite3.Connection, *, id: Sequence[int], now: datetime.datetime,
     locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
 ) -> list[int]:
-    """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
-    entry per row.
+    """Ack or drop many rows: mark them processed, writing no result (FINISH writes one). Returns
+    the ids settled. The sequences hold one entry per row.
     """
     held = [[i, _v.sqlite_time(t), a] for i, t, a in zip(id, locked_until, attempt, strict=True)]
     cur = conn.execute(FINISH_MANY, {"now": _v.sqlite_time(now), "held": _v.json_text(held)})

@@ -203,7 +203,8 @@ def renew_many(
     return [cast(int, r[0]) for r in cur.fetchall()]
 
 
-# Ack or drop many rows: mark them processed. Returns the ids settled.
+# Ack or drop many rows: mark them processed, writing no result (FINISH writes one). Returns the
+# ids settled.
 FINISH_MANY: Final[LiteralString] = """
 UPDATE "lite_result_jobs"
 SET "processed_at" = :now,
@@ -220,8 +221,8 @@ def finish_many(
     conn: sqlite3.Connection, *, id: Sequence[int], now: datetime.datetime,
     locked_until: Sequence[datetime.datetime],
 ) -> list[int]:
-    """Ack or drop many rows: mark them processed. Returns the ids settled. The sequences hold one
-    entry per row.
+    """Ack or drop many rows: mark them processed, writing no result (FINISH writes one). Returns
+    the ids settled. The sequences hold one entry per row.
     """
     held = [[i, _v.sqlite_time(t)] for i, t in zip(id, locked_until, strict=True)]
     cur = conn.execute(FINISH_MANY, {"now": _v.sqlite_time(now), "held": _v.json_text(held)})
