@@ -65,12 +65,16 @@ class JobState:
     # What its handler returned (parsed JSON), where the table has a `result` column and the
     # job finished with one; else None.
     result: Any = None
+    # What its handler last reported ({"fraction": 0.4, "note": "..."}), as the last renewal of
+    # its lease wrote it, where the table has a `progress` column; else None.
+    progress: Any = None
 
     @classmethod
     def with_payload(cls, *, state: str, id: Any, attempt: int | None,
                      due: datetime.datetime | None, finished_at: datetime.datetime | None,
                      stored: Any, decode: Callable[[Any], Any],
-                     error: str | None = None, result: Any = None) -> JobState:
+                     error: str | None = None, result: Any = None,
+                     progress: Any = None) -> JobState:
         """The job whose payload column holds `stored`, decoded by `decode` (NULL stays None).
         A payload that does not decode is kept as stored, with `payload_error` saying why:
         whoever reads a job's state still gets it, whatever its payload holds."""
@@ -81,7 +85,8 @@ class JobState:
             except Exception as err:  # the decoder's (msgspec's, or a codec's) in any form
                 undecoded = _one_line(err)
         return cls(state=state, id=id, attempt=attempt, due=due, finished_at=finished_at,
-                   payload=payload, payload_error=undecoded, error=error, result=result)
+                   payload=payload, payload_error=undecoded, error=error, result=result,
+                   progress=progress)
 
 
 def _one_line(err: BaseException) -> str:

@@ -5,6 +5,7 @@
     ├── CheckFailed        one or more specs failed their checks; carries the diagnostics
     ├── GeneratorBug       a rendered statement did not survive its own check (a bug in inboxgen)
     ├── WrongConnection    an enqueue function was given a connection it cannot run on (TypeError)
+    ├── ProgressNotKept    job.progress() on a table with no progress column (TypeError)
     ├── WrongPayload       an enqueue function was given a payload its table cannot hold
     │                      (ValueError): not JSON, or JSON the spec's payload type refuses
     └── WorkerError        the runtime failed; names the worker, table and statement
@@ -72,6 +73,10 @@ class GeneratorBug(InboxgenError):
 class WrongConnection(InboxgenError, TypeError):
     """A generated enqueue function was given a connection of the wrong kind (another driver's,
     an engine rather than a connection): names what was given and what the function needs."""
+
+
+class ProgressNotKept(InboxgenError, TypeError):
+    """job.progress() on a table with no progress column: nothing would keep what it says."""
 
 
 class WrongPayload(InboxgenError, ValueError):

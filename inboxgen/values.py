@@ -116,8 +116,9 @@ def _utc(value: _dt.datetime) -> _dt.datetime:
     return value.astimezone(UTC)
 
 
-def result_jsonb(value: Any) -> Jsonb | None:
-    """A handler's result for a PostgreSQL jsonb (json) result column; None stays SQL NULL."""
+def jsonb_or_none(value: Any) -> Jsonb | None:
+    """A value for a PostgreSQL jsonb (json) column the runtime writes (a result, progress);
+    None stays SQL NULL."""
     return None if value is None else _jsonb()(value, dumps=json_text)
 
 

@@ -178,7 +178,8 @@ def mysql_statements(ddl: str) -> list[str]:
 DEFAULT_NAMES = {"id": "id", "group": "grp", "priority": "priority", "retry_after": "retry_after",
                  "attempt": "attempt", "processed_at": "processed_at",
                  "locked_until": "locked_until", "headers": "headers", "payload": "payload",
-                 "error": "last_error", "result": "result"}
+                 "error": "last_error", "result": "result",
+                 "progress": "progress"}
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _RESERVED = {"group", "order", "key", "limit", "select", "from", "where", "index", "values"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -280,6 +281,7 @@ class Layout:
     fair: bool = False  # [flow] fair: claims take turns across accounts
     error: str | None = None  # the type of a nullable column bound to role error ("TEXT")
     result: str | None = None  # the type of a nullable column bound to role result ("JSON")
+    progress: str | None = None  # the type of a nullable column bound to role progress
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -309,6 +311,8 @@ class Layout:
             cols.append(("error", self.error))
         if self.result is not None:
             cols.append(("result", self.result))
+        if self.progress is not None:
+            cols.append(("progress", self.progress))
         cols += [(None, f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
         return [(role, self.name(role) if role else "account", sql) for role, sql in cols]
 
@@ -382,7 +386,8 @@ class Layout:
                  *(["locked_until"] if self.form == "lease" else []),
                  *(["headers"] if self.headers else []),
                  *(["error"] if self.error is not None else []),
-                 *(["result"] if self.result is not None else []), "payload text"]
+                 *(["result"] if self.result is not None else []),
+                 *(["progress"] if self.progress is not None else []), "payload text"]
         return spec_toml("jobs", {self.name(r.split()[0]): r for r in roles}, dialect=dialect,
                          runtime={"lease": LEASE, **({"max_attempts": 3} if self.dead else {})},
                          dead_letter=None if not self.dead else

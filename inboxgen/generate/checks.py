@@ -32,6 +32,7 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "payload": (cat.BYTES, cat.TEXT, cat.JSON),
     "error": (cat.TEXT,),
     "result": (cat.JSON, cat.TEXT),
+    "progress": (cat.JSON, cat.TEXT),
 }
 _ROLE_WANTS = {
     "id": "an integer, text or uuid",
@@ -45,10 +46,11 @@ _ROLE_WANTS = {
     "payload": "bytes, text or json",
     "error": "text",
     "result": "json or text",
+    "progress": "json or text",
 }
 _SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until")
 # Roles only the runtime writes: nullable, left out of inserts (a new row starts with NULL).
-_RUNTIME_ROLES = ("locked_until", "processed_at", "error", "result")
+_RUNTIME_ROLES = ("locked_until", "processed_at", "error", "result", "progress")
 # The text SQLite time roles hold (inboxgen.values.SQLITE_TIME_FORMAT; fewer fraction digits,
 # or none as CURRENT_TIMESTAMP writes, still sort right against it).
 _SQLITE_TIME_TEXT = "YYYY-MM-DD HH:MM:SS.ffffff"
@@ -135,6 +137,7 @@ class _Checker:
         self.time_roles_agree(table, roles)
         form = self.claim_form(roles)
         self.result_kept(roles)
+        self.progress_leased(roles, form)
         fields = self.fields(table, roles)
         payload = roles.get("payload")
         codec = self.codec(payload) if payload else None
@@ -309,7 +312,8 @@ class _Checker:
         where = f"column \"{table.name}.{col.name}\" ({col.path}:{col.line})"
         if b.role in _RUNTIME_ROLES and not col.nullable:
             meaning = {"locked_until": "not leased", "processed_at": "not processed",
-                       "error": "no failure recorded", "result": "no result"}[b.role]
+                       "error": "no failure recorded", "result": "no result",
+                       "progress": "none reported"}[b.role]
             self.err(b.line, f"{where} is NOT NULL, but role {b.role} must be nullable "
                              f"(NULL means {meaning})")
         if b.role in ("retry_after", "id", "attempt", "priority", "group") and col.nullable:
@@ -352,6 +356,14 @@ class _Checker:
             self.err(b.line, f"column \"{self.spec.table}.{col.name}\" has role result, which "
                              f"needs a processed_at column: a result is kept on the finished "
                              f"row, and this table deletes finished rows")
+
+    def progress_leased(self, roles: dict[str, tuple[RoleBinding, Column]], form: str) -> None:
+        """Progress travels with the lease's renewals: no other form renews anything."""
+        if "progress" in roles and form != LEASE:
+            b, col = roles["progress"]
+            self.err(b.line, f"column \"{self.spec.table}.{col.name}\" has role progress, which "
+                             f"is written with the lease's renewals: it needs the lease form "
+                             f"(a locked_until column), but claim = \"{form}\"")
 
     def claim_form(self, roles: dict[str, tuple[RoleBinding, Column]]) -> str:
         spec = self.spec

@@ -33,6 +33,7 @@ ROLES = (
     "payload",
     "error",
     "result",
+    "progress",
 )
 CODECS = ("json", "bytes", "text")
 

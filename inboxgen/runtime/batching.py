@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 # copies, checks and deletes (DEAD_LETTER_COPY: MySQL/MariaDB, SQLite).
 _ONE_STATEMENT = frozenset({"finish", "retry", "retry_after", "dead_letter"})
 # The values a batch statement takes one entry per row of (the guard's).
-_PER_ROW = ("id", "locked_until", "attempt", "result")
+_PER_ROW = ("id", "locked_until", "attempt", "result", "progress")
+# What a row may carry that only some batch statements write (PostgreSQL's take one per row).
+_OWN = ("result", "progress")
 
 
 def one_statement(descriptor: TableDescriptor, op: str) -> bool:
@@ -66,11 +68,11 @@ class Calls:
         return op, self.args(op, values)
 
     def batch_holds(self, op: str, rows: list[dict[str, Any]]) -> bool:
-        """Whether `op`_many writes all that `rows` carry: an ack's result is written only by
-        a batch statement that takes one per row (PostgreSQL's), else by FINISH, row by row."""
-        if all(r.get("result") is None for r in rows):
-            return True
-        return "result" in self.args(f"{op}_many", {"result": None})
+        """Whether `op`_many writes all that `rows` carry: an ack's result (a renewal's
+        progress) is written only by a batch statement that takes one per row (PostgreSQL's),
+        else by FINISH (RENEW), row by row."""
+        carried = {k for k in _OWN for r in rows if r.get(k) is not None}
+        return carried <= set(self.args(f"{op}_many", dict.fromkeys(carried)))
 
     def plan(self, op: str, rows: list[dict[str, Any]]
              ) -> tuple[list[Step], Callable[[list[Any]], list[bool] | None]]:

@@ -5,6 +5,7 @@ settlement reaches the database is the claim form's (`FormSteps`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -93,6 +94,7 @@ class Delivery:
                                   or descriptor.dead_letter_table is not None)
         self._keeps_errors = "error" in descriptor.roles
         self._keeps_results = "result" in descriptor.roles
+        self._keeps_progress = "progress" in descriptor.roles
 
     async def deliver(self, h: Held, conn: Any | None = None) -> None:
         """Run the handler on one held row and settle it. `conn` holds the row (row lock and
@@ -144,7 +146,9 @@ class Delivery:
                             group=self._group,
                             headers=self.headers(h) if h.headers is None else h.headers,
                             connection=conn,
-                            worker=self.name)
+                            worker=self.name,
+                            on_progress=functools.partial(setattr, h, "progress")
+                            if self._keeps_progress else None)
         runner = self.runner
         started = time.monotonic() if h.watch is not None else 0.0
         try:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
+from inboxgen.errors import ProgressNotKept
+
 if TYPE_CHECKING:
     from inboxgen.runtime.observe import Watch
     from inboxgen.runtime.outcomes import Outcome
@@ -28,6 +30,20 @@ class Job(Generic[P]):
     headers: Mapping[str, str]
     connection: Any | None  # in transactional mode: writes here commit with the ack
     worker: str
+    # Where progress() leaves what it reports (a table with a progress column); None: none.
+    _on_progress: Callable[[dict[str, Any]], None] | None = attrs.field(
+        default=None, alias="on_progress", repr=False)
+
+    def progress(self, fraction: float, note: str = "") -> None:
+        """Report how far the job has come (0 to 1) and what it is doing: written with the
+        next renewal of its lease, where the table has a progress column (and nowhere else:
+        ProgressNotKept)."""
+        if self._on_progress is None:
+            raise ProgressNotKept("job.progress() needs a table with a progress column (role "
+                                  "progress, on a lease): this one keeps none")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"progress is a fraction from 0 to 1, not {fraction!r}")
+        self._on_progress({"fraction": float(fraction), "note": str(note)})
 
 
 Handler = Callable[[Job[Any]], "Outcome | None | Awaitable[Outcome | None]"]
@@ -88,5 +104,7 @@ class Held:
     error: str | None = None
     # What the handler returned, where the table keeps results (its ack writes it).
     result: Any = None
+    # What the handler last reported with job.progress(), until a renewal writes it.
+    progress: Any = None
     watch: Watch | None = None  # its observers' view of the delivery (observe.py)
     headers: Mapping[str, str] | None = None  # decoded once, where the observers read them

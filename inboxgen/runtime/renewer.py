@@ -37,6 +37,7 @@ class Leased(Protocol):
     gone: bool  # lost because the row was deleted
     settling: bool  # its settlement has begun: no more renewals
     renewing: bool  # in a renewal on its way
+    progress: Any  # what its handler last reported (a table with a progress column)
 
 
 class LeaseRenewer:
@@ -135,7 +136,7 @@ class LeaseRenewer:
                     row.renewing = True
                 new = lease_expiry(self.clock.now(), self.lease)
                 values = [{"id": r.id, "locked_until": r.token, "attempt": r.attempt,
-                           "new_locked_until": new} for r in rows]
+                           "new_locked_until": new, "progress": r.progress} for r in rows]
                 changed = await self.calls.many(conn, "renew", values)
             assert changed is not None  # a lease's batch names the rows it changed
             for row, ok in zip(rows, changed, strict=True):

@@ -37,6 +37,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "limits": ("none", "queue", "key", "rate", "rate_key", "fair"),
     "error": ("none", "text"),
     "result": ("none", "json"),
+    "progress": ("none", "json"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -51,7 +52,8 @@ PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "
                    "handler": "async", "batch": "16", "dead": "table", "finished": "deleted",
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
                    "payload": "json", "pauses": "none", "limits": "none",
-                   "error": "none", "result": "none"}
+                   "error": "none", "result": "none",
+                   "progress": "none"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -84,6 +86,7 @@ class Shape:
     limits: str
     error: str  # "text": a nullable text column bound to role error (the last failure)
     result: str  # "json": a nullable JSON column bound to role result (what a handler returned)
+    progress: str  # "json": a nullable JSON column bound to role progress (lease only)
 
     @property
     def name(self) -> str:
@@ -121,6 +124,7 @@ _SHORT: dict[str, dict[str, str]] = {
                "fair": "lf"},
     "error": {"none": "en", "text": "et"},
     "result": {"none": "rn", "json": "rj"},
+    "progress": {"none": "pgn", "json": "pgj"},
 }
 
 
@@ -153,6 +157,8 @@ def refusal(s: Shape) -> str | None:
         return "not built for FIFO"
     if s.result != "none" and s.finished == "deleted":
         return "needs a processed_at column"
+    if s.progress != "none" and s.form != "lease":
+        return "it needs the lease form"
     return None
 
 

@@ -10,10 +10,12 @@ exit the Prometheus counts of the worker's outcomes go to `metrics-<pid>.json`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,10 @@ def main() -> None:
     config = json.loads(Path(sys.argv[1]).read_text())
     sys.path.insert(0, config["tests"])
     sys.path.insert(0, config["project"])
-    from conformance import shapes
     from genutil import import_path
     from prometheus_client import CollectorRegistry
 
+    from conformance import shapes
     from inboxgen import Backoff, Worker, drop
     from inboxgen.contrib.prometheus import Prometheus
 
@@ -37,6 +39,17 @@ def main() -> None:
     handler_kind = config["handler"]
     # Where the table keeps results, a job with an effect returns one for its ack to write.
     returned = "result" in module.DESCRIPTOR.roles
+    # Where it keeps progress, the acked job reports some and outlasts its first renewal, so
+    # that one writes it: half the lease is left then, and the first expiry is rounded up to
+    # a whole second, so that renewal comes up to a lease after the claim.
+    reports = "progress" in module.DESCRIPTOR.roles
+    outlast = shapes.LEASE_SECONDS * 1.3
+
+    def reported(job: Any) -> bool:
+        if reports and shapes.job_of(job.payload)[1] == shapes.ACK:
+            job.progress(0.5, shapes.job_of(job.payload)[0])
+            return True
+        return False
 
     def note(fd: int, line: str) -> None:
         os.write(fd, line.encode() + b"\n")
@@ -60,6 +73,11 @@ def main() -> None:
         return "effect", key
 
     def plain(job: Any) -> Any:
+        if reported(job):
+            time.sleep(outlast)
+        return effect(job)
+
+    def effect(job: Any) -> Any:
         what, value = act(job)
         if what == "outcome":
             return value
@@ -67,9 +85,13 @@ def main() -> None:
         return {"job": value} if returned else None
 
     async def run_async(job: Any) -> Any:
-        return plain(job)
+        if reported(job):
+            await asyncio.sleep(outlast)
+        return effect(job)
 
     def transactional_sync(job: Any) -> Any:
+        if reported(job):
+            time.sleep(outlast)
         what, value = act(job)
         if what == "outcome":
             return value
@@ -81,6 +103,8 @@ def main() -> None:
         return {"job": value} if returned else None
 
     async def transactional_async(job: Any) -> Any:
+        if reported(job):
+            await asyncio.sleep(outlast)
         what, value = act(job)
         if what == "outcome":
             return value

@@ -388,6 +388,13 @@ class Scenario:
                 self.check_error(key, st.error)
             if self.s.result == "json" and st is not None:
                 self.check_result(key, st.result)
+            if self.s.progress == "json" and st is not None:
+                # The acked job reported {0.5, its key} and outlasted half its lease.
+                want = ({"fraction": 0.5, "note": key} if self.kinds[key] == shapes.ACK
+                        else None)
+                if st.progress != want:
+                    self.problems.append(f"state() of job {key} ({self.kinds[key]}) has "
+                                         f"progress {st.progress!r}, expected {want!r}")
 
     def check_result(self, key: str, result: Any) -> None:
         """What a job's row keeps of its handler's return: {"job": key} for a job that

@@ -93,6 +93,8 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
         cols.append("last_error TEXT NULL")
     if s.result == "json":
         cols.append(f"result {t['json']} NULL")
+    if s.progress == "json":
+        cols.append(f"progress {t['json']} NULL")
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
     if s.limits in ("key", "rate_key", "fair"):
         cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
@@ -196,6 +198,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append('last_error = "error"')
     if s.result == "json":
         lines.append('result = "result"')
+    if s.progress == "json":
+        lines.append('progress = "progress"')
     lines.append({"bytes": 'payload = { role = "payload", codec = "bytes" }',
                   "json": 'payload = { role = "payload", codec = "json" }',
                   "typed": 'payload = { role = "payload", codec = "json", '

@@ -633,6 +633,7 @@ attempt = { role = "attempt", generated = true }
 finished_at = "processed_at"
 locked_until = "locked_until"
 outcome = "result"
+progress = "progress"
 payload = { role = "payload", codec = "json" }
 
 [runtime]
@@ -650,6 +651,7 @@ CREATE TABLE events (
     finished_at TEXT,
     locked_until TEXT,
     outcome TEXT,
+    progress TEXT,
     payload TEXT NOT NULL
 );
 CREATE INDEX events_claim ON events (queue, run_after, id) WHERE finished_at IS NULL;
@@ -724,8 +726,9 @@ def test_the_requeue_form_offers_the_groups_and_pages_read_plainly(
            "dead": event("dead", -90), "utf8": blob(UTF8), "binary": blob(BINARY)}
     conn.execute("INSERT INTO blobs_dead SELECT * FROM blobs")  # both dead letters
     conn.execute("DELETE FROM blobs")
-    conn.execute("UPDATE events SET finished_at = run_after, outcome = ? WHERE id = ?",
-                 ('{"sent": "<b>ok</b>", "to": 2}', ids["finished"]))
+    conn.execute("UPDATE events SET finished_at = run_after, outcome = ?, progress = ? "
+                 "WHERE id = ?", ('{"sent": "<b>ok</b>", "to": 2}',
+                                  '{"fraction": 0.4, "note": "resizing 3 of 8"}', ids["finished"]))
     conn.execute("UPDATE events SET attempt = 3 WHERE queue = 'dead'")
     conn.commit()
     web = dashboard.app(path, [events, blobs], allow_actions=True, token=TOKEN,
@@ -758,6 +761,9 @@ def test_the_requeue_form_offers_the_groups_and_pages_read_plainly(
             assert browser.find_element(By.CSS_SELECTOR, "pre.result").text == json.dumps(
                 {"sent": "<b>ok</b>", "to": 2}, indent=2)
             assert "&lt;b&gt;ok&lt;/b&gt;" in browser.page_source
+            # The last progress its handler reported.
+            assert browser.find_element(By.CSS_SELECTOR, "dd.progress").text == \
+                "40%: resizing 3 of 8"
 
             browser.get(f"{base}/job?table=events&id={ids['dead']}")
             times_read_plainly()

@@ -47,8 +47,8 @@ OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
-              "new_locked_until", "retry_after", "error", "result", "limit", "from_id", "to_group",
-              "reset_attempt", "before"]
+              "new_locked_until", "retry_after", "error", "result", "progress", "limit",
+              "from_id", "to_group", "reset_attempt", "before"]
 
 
 # The functions a service calls in its own transaction, which take what it holds there besides
@@ -263,11 +263,11 @@ class Renderer:
             return name.upper()  # the module's constants, from the spec's [flow]
         if name == "error":  # cut to what the column holds (ERROR_CHARS)
             return "_v.clipped(error, ERROR_CHARS)"
-        if name == "result":  # JSON: a jsonb (json) column takes it as psycopg's Jsonb
-            f = self.q.role("result")
+        if name in ("result", "progress"):  # JSON: a jsonb (json) column takes psycopg's Jsonb
+            f = self.q.role(name)
             assert f is not None
             jsonb = f.column.kind == cat.JSON and self.binds_jsonb
-            return f"_v.{'result_jsonb' if jsonb else 'json_text_or_none'}(result)"
+            return f"_v.{'jsonb_or_none' if jsonb else 'json_text_or_none'}({name})"
         if name == "after":
             return "turns.after"  # [flow] fair: where this process's last walk stopped
         return name
@@ -300,7 +300,7 @@ class Renderer:
             "now": "datetime.datetime", "locked_until": "datetime.datetime",
             "new_locked_until": "datetime.datetime", "retry_after": "datetime.datetime",
             "limit": "int", "attempt": "int", "key": "str", "fifo_key": "str", "wait": "float",
-            "group": "str", "error": "str | None", "result": "object",
+            "group": "str", "error": "str | None", "result": "object", "progress": "object",
         }
         types["id"] = self.raw_type(self.q.id).removesuffix(" | None")
         return types
@@ -568,9 +568,11 @@ class Renderer:
                             for i, f in ((3, q.role("retry_after")), (4, q.role("processed_at")))]
         items = ["state=str(r[0])", "id=r[1]", "attempt=None if r[2] is None else int(r[2])",
                  f"due={due}", f"finished_at={finished_at}"]
-        kept = [f for f in (q.role("error"), q.role("result")) if f is not None]
+        kept = [f for f in (q.role("error"), q.role("result"), q.role("progress"))
+                if f is not None]
         for i, f in enumerate(kept, start=6):  # after the payload, as STATE selects them
-            items.append(f"error=r[{i}]" if f.role == "error" else f"result=_v.parsed_json(r[{i}])")
+            items.append(f"error=r[{i}]" if f.role == "error"
+                         else f"{f.role}=_v.parsed_json(r[{i}])")
         if q.role("payload") is None:
             return "JobState", [*items, "payload=None"]
         return "JobState.with_payload", [*items, "stored=r[5]", "decode=decode_payload"]
@@ -614,7 +616,7 @@ class Renderer:
 
     # The parameters a batch statement takes one entry per row of (the guard's); the others
     # (now, new_locked_until) are one value for the whole batch.
-    _PER_ROW = ("id", "locked_until", "attempt", "result")
+    _PER_ROW = ("id", "locked_until", "attempt", "result", "progress")
 
     def batch_settlement(self, s: Statement, fname: str) -> Func:
         """A batch settlement: a sequence per guard parameter, one entry per row. A lease's
@@ -644,8 +646,8 @@ class Renderer:
             return self.param_value(name)
         if name == "locked_until":
             value = f"[{self.time_encoder(self.q.role('locked_until'), 't')} for t in {name}]"
-        elif name == "result":
-            value = f"[{self.param_value('result').replace('(result)', '(r)')} for r in result]"
+        elif name in ("result", "progress"):
+            value = f"[{self.param_value(name).replace(f'({name})', '(r)')} for r in {name}]"
         else:
             value = f"list({name})"
         return self.array(value)

@@ -167,6 +167,14 @@ class Statements:
         returning = f"\nRETURNING {self.c(self.q.id)}" if self.q.lease else ""
         self.add(name, f"{head}WHERE {self.held_batch()}{returning}", doc)
 
+    def renew_many(self, sets: list[str], progress: Field | None, doc: str) -> None:
+        """RENEW_MANY: where the table has a progress column, a dialect that binds one per row
+        writes it (PostgreSQL's); elsewhere it writes none, and the runtime renews rows with
+        progress to report by RENEW, one statement each (in one transaction)."""
+        self.many("RENEW_MANY", sets, doc + (", writing no progress (RENEW writes it)"
+                                             if progress is not None else "")
+                  + "; returns the ids renewed.")
+
     def finish_many(self, sets: list[str], result: Field | None, doc: str, then: str) -> None:
         """FINISH_MANY of a table that keeps finished rows. Where it keeps results too, a
         dialect that binds one per row writes them (PostgreSQL's); elsewhere it writes none,
@@ -208,12 +216,17 @@ class Statements:
         if form == LEASE:
             lu = self.role("locked_until")
             assert lu is not None
-            self.update("RENEW", [f"{self.c(lu)} = {self.p('new_locked_until')}"],
-                        "Extend a held lease; the held expiry is the token.")
+            renew = [f"{self.c(lu)} = {self.p('new_locked_until')}"]
+            progress = self.role("progress")
+            reported = ([f"{self.c(progress)} = COALESCE({self.p('progress')}, "
+                         f"{self.c(progress)})"] if progress is not None else [])
+            self.update("RENEW", renew + reported,
+                        "Extend a held lease; the held expiry is the token."
+                        + (" With the job's last reported `progress` (None keeps what the "
+                           "row holds)." if reported else ""))
             if self.batches:
-                self.many("RENEW_MANY", [f"{self.c(lu)} = {self.p('new_locked_until')}"],
-                          "Extend many held leases to `new_locked_until`; returns the ids "
-                          "renewed.")
+                self.renew_many(renew, progress, "Extend many held leases to "
+                                "`new_locked_until`")
         self.settlements()
         self.inserts()
         self.operations()
@@ -786,14 +799,16 @@ class Statements:
             whens.append((f"{self.c(ra)} > {now}", "scheduled"))
         state = ("CASE" + "".join(f"\n         WHEN {w} THEN '{name}'" for w, name in whens)
                  + "\n         ELSE 'ready'\n       END" if whens else "'ready'")
-        # Columns 7 and on: what the table keeps of its jobs' ends (JobState.error, .result).
-        kept = [f for f in (self.role("error"), self.role("result")) if f is not None]
+        # Columns 7 and on: what the table keeps of its jobs (JobState.error, .result, .progress).
+        kept = [f for f in (self.role("error"), self.role("result"), self.role("progress"))
+                if f is not None]
         rest = ", ".join(self.c(f) if f is not None else "NULL"
                          for f in (q.id, self.role("attempt"), ra, pa, self.role("payload"),
                                    *kept))
-        also = " and ".join([{"error": "the error of its last failure",
-                               "result": "its result"}[f.role or ""] for f in kept])
-        also = f", {also}" if len(kept) > 1 else f" and {also}" if kept else ""
+        said = [{"error": "the error of its last failure", "result": "its result",
+                 "progress": "its last reported progress"}[f.role or ""] for f in kept]
+        also = (f", {', '.join(said[:-1])} and {said[-1]}" if len(said) > 1
+                else f" and {said[0]}" if said else "")
         error = self.role("error")
         idc = f"{self.c(q.id)} = {self.p('id')}"
         sql = (f"SELECT {state} AS state, {rest}\nFROM {self.t()}\nWHERE {idc}")
@@ -853,9 +868,9 @@ class Statements:
                 sets.append(f"{self.c(ra)} = {self.p('now')}")
             if lu is not None and q.lease:
                 sets.append(f"{self.c(lu)} = NULL")
-            error = self.role("error")
-            if error is not None:
-                sets.append(f"{self.c(error)} = NULL")  # a fresh start
+            for cleared in (self.role("error"), self.role("progress")):
+                if cleared is not None:
+                    sets.append(f"{self.c(cleared)} = NULL")  # a fresh start
             head = f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
             dead = f"{self.c(g)} = {self.p('dead_group')}"
             self.add("REQUEUE", f"{head}\nWHERE {dead}", doc.format(which=""))
@@ -868,7 +883,7 @@ class Statements:
                     values.append(reset)
                 elif f.role == "retry_after":
                     values.append(self.p("now"))
-                elif f.role in ("locked_until", "processed_at", "error"):
+                elif f.role in ("locked_until", "processed_at", "error", "progress"):
                     values.append("NULL")
                 else:
                     values.append(self.c(f))

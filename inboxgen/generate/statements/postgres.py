@@ -226,24 +226,39 @@ class PostgresStatements(Statements):
         return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
 
     def finish_many(self, sets: list[str], result: Field | None, doc: str, then: str) -> None:
-        """With a result column: the batch's rows joined to one array per guard parameter and
-        one of results, each row marked with its own."""
+        """With a result column: each row marked with its own result."""
         if result is None:
             super().finish_many(sets, result, doc, then)
             return
+        self.joined_many("FINISH_MANY", sets, "result", result, f"{self.c(result)} = held.result",
+                         doc + ", each with its `result`." + then)
+
+    def renew_many(self, sets: list[str], progress: Field | None, doc: str) -> None:
+        """With a progress column: each row's last reported progress written with it."""
+        if progress is None:
+            super().renew_many(sets, progress, doc)
+            return
+        c = self.c(progress)
+        self.joined_many("RENEW_MANY", sets, "progress", progress,
+                         f"{c} = COALESCE(held.progress, {self.t()}.{c})",
+                         doc + ", each with its last reported `progress` (None keeps what the "
+                         "row holds); returns the ids renewed.")
+
+    def joined_many(self, name: str, sets: list[str], param: str, f: Field, set_held: str,
+                    doc: str) -> None:
+        """A batch settlement that writes a value of its own to each row: the rows joined to
+        one array per guard parameter and one of `param` values (UPDATE ... FROM unnest)."""
         q = self.q
-        held = [*(self.held_columns(q) if q.lease else [("id", q.id)]), ("result", result)]
+        held = [*(self.held_columns(q) if q.lease else [("id", q.id)]), (param, f)]
         plus = {"attempt": " + 1"}  # the claim counted the attempt the worker holds
-        arrays = ", ".join(f"{self.p(p)}::{pg_array_type(f)}" for p, f in held)
+        arrays = ", ".join(f"{self.p(p)}::{pg_array_type(col)}" for p, col in held)
         t = self.t()
-        matched = [f"{t}.{self.c(f)} = held.{p}{plus.get(p, '')}"
-                   for p, f in held if p != "result"]
+        matched = [f"{t}.{self.c(col)} = held.{p}{plus.get(p, '')}"
+                   for p, col in held if p != param]
         returning = f"\nRETURNING {t}.{self.c(q.id)}" if q.lease else ""
-        self.add("FINISH_MANY",
-                 f"UPDATE {t}\nSET " + ",\n    ".join([*sets, f"{self.c(result)} = held.result"])
+        self.add(name, f"UPDATE {t}\nSET " + ",\n    ".join([*sets, set_held])
                  + f"\nFROM unnest({arrays})\n    AS held({', '.join(p for p, _ in held)})\n"
-                 + "WHERE " + "\n  AND ".join(matched) + returning,
-                 doc + ", each with its `result`." + then)
+                 + "WHERE " + "\n  AND ".join(matched) + returning, doc)
 
     def claim_row_lock_counted(self) -> None:
         """count_crashes: the claim counts its rows and commits at once, so a job that kills its

@@ -28,6 +28,7 @@ from inboxgen.ops.dashboard.views import (
     rows,
     shown_error,
     shown_payload,
+    shown_progress,
 )
 
 log = logging.getLogger("inboxgen.dashboard")
@@ -159,6 +160,7 @@ async def _job(request: Request) -> Response:
         payload=None if found is None else _payload(module, found),
         result=None if found is None or found.result is None else shown_payload(
             found.result, codec="json", as_stored=False),
+        progress=None if found is None else shown_progress(found.progress),
         payload_error=None if found is None else shown_error(found.payload_error),
         can_requeue=found is not None and found.state == "dead" and hasattr(module, "requeue"),
         can_cancel=(found is not None and found.state in ("ready", "scheduled")

@@ -143,6 +143,17 @@ def shown_payload(payload: Any, *, codec: str | None, as_stored: bool) -> Payloa
     return Payload(_cut(text), "json", "JSON")
 
 
+def shown_progress(progress: Any) -> str | None:
+    """A job's last reported progress as a page says it: "40%: resizing 3 of 8" (JobState.progress,
+    as job.progress() writes it; anything else as it is)."""
+    if progress is None:
+        return None
+    if isinstance(progress, dict) and isinstance(progress.get("fraction"), int | float):
+        note = str(progress.get("note") or "")
+        return f"{progress['fraction'] * 100:.0f}%" + (f": {note}" if note else "")
+    return _cut(str(progress))
+
+
 def shown_error(error: str | None) -> str | None:
     """Why a payload does not decode (JobState.payload_error), cut as a payload is."""
     return None if error is None else _cut(error)
@@ -154,5 +165,5 @@ def _cut(text: str) -> str:
     return text
 
 
-__all__ = ["COLUMNS", "Payload", "dead_kept", "notes", "rows", "shown_error",
+__all__ = ["COLUMNS", "Payload", "dead_kept", "notes", "rows", "shown_error", "shown_progress",
            "shown_payload", "shown_time", "when"]

@@ -316,7 +316,7 @@ def finish(
     NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(FINISH, {
-        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "now": now, "result": _v.jsonb_or_none(result), "id": id, "locked_until": locked_until,
         "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -330,7 +330,7 @@ async def finish_async(
     NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await conn.execute(FINISH, {
-        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "now": now, "result": _v.jsonb_or_none(result), "id": id, "locked_until": locked_until,
         "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -530,7 +530,7 @@ def finish_many(
     """
     cur = conn.execute(FINISH_MANY, {
         "now": now, "id": list(id), "locked_until": [t for t in locked_until],
-        "attempt": list(attempt), "result": [_v.result_jsonb(r) for r in result],
+        "attempt": list(attempt), "result": [_v.jsonb_or_none(r) for r in result],
     })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
@@ -544,7 +544,7 @@ async def finish_many_async(
     """
     cur = await conn.execute(FINISH_MANY, {
         "now": now, "id": list(id), "locked_until": [t for t in locked_until],
-        "attempt": list(attempt), "result": [_v.result_jsonb(r) for r in result],
+        "attempt": list(attempt), "result": [_v.jsonb_or_none(r) for r in result],
     })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 

@@ -37,6 +37,7 @@ class ClaimedRow:
     locked_until: datetime.datetime
     processed_at: datetime.datetime | None
     result: str | None
+    progress: str | None
     payload: str
 
 
@@ -50,7 +51,7 @@ class NewRow:
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], locked_until=_v.parse_sqlite_time(r[1]),
-        processed_at=_v.parse_sqlite_time_or_none(r[2]), result=r[3], payload=r[4],
+        processed_at=_v.parse_sqlite_time_or_none(r[2]), result=r[3], progress=r[4], payload=r[5],
     )
 
 
@@ -74,7 +75,8 @@ def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
         finished_at=None if r[4] is None else _v.parse_sqlite_time(r[4]),
-        result=_v.parsed_json(r[6]), stored=r[5], decode=decode_payload,
+        result=_v.parsed_json(r[6]), progress=_v.parsed_json(r[7]), stored=r[5],
+        decode=decode_payload,
     )
 
 
@@ -95,7 +97,7 @@ WHERE "id" IN (
     ORDER BY "id"
     LIMIT :limit
 )
-RETURNING "id", "locked_until", "processed_at", "result", "payload"
+RETURNING "id", "locked_until", "processed_at", "result", "progress", "payload"
 """
 
 
@@ -112,10 +114,12 @@ def claim(
     return rows
 
 
-# Extend a held lease; the held expiry is the token.
+# Extend a held lease; the held expiry is the token. With the job's last reported `progress` (None
+# keeps what the row holds).
 RENEW: Final[LiteralString] = """
 UPDATE "lite_result_jobs"
-SET "locked_until" = :new_locked_until
+SET "locked_until" = :new_locked_until,
+    "progress" = COALESCE(:progress, "progress")
 WHERE "id" = :id
   AND "locked_until" = :locked_until
 """
@@ -123,13 +127,15 @@ WHERE "id" = :id
 
 def renew(
     conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime,
-    new_locked_until: datetime.datetime,
+    new_locked_until: datetime.datetime, progress: object,
 ) -> bool:
-    """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Extend a held lease; the held expiry is the token. With the job's last reported `progress`
+    (None keeps what the row holds). Returns False when the lease is no longer held (the row is
+    untouched).
     """
     cur = conn.execute(RENEW, {
-        "new_locked_until": _v.sqlite_time(new_locked_until), "id": id,
+        "new_locked_until": _v.sqlite_time(new_locked_until),
+        "progress": _v.json_text_or_none(progress), "id": id,
         "locked_until": _v.sqlite_time(locked_until),
     })
     return cur.rowcount == 1
@@ -177,7 +183,8 @@ def retry(conn: sqlite3.Connection, *, id: int, locked_until: datetime.datetime)
     return cur.rowcount == 1
 
 
-# Extend many held leases to `new_locked_until`; returns the ids renewed.
+# Extend many held leases to `new_locked_until`, writing no progress (RENEW writes it); returns
+# the ids renewed.
 RENEW_MANY: Final[LiteralString] = """
 UPDATE "lite_result_jobs"
 SET "locked_until" = :new_locked_until
@@ -193,8 +200,8 @@ def renew_many(
     conn: sqlite3.Connection, *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
     new_locked_until: datetime.datetime,
 ) -> list[int]:
-    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
-    one entry per row.
+    """Extend many held leases to `new_locked_until`, writing no progress (RENEW writes it);
+    returns the ids renewed. The sequences hold one entry per row.
     """
     held = [[i, _v.sqlite_time(t)] for i, t in zip(id, locked_until, strict=True)]
     cur = conn.execute(RENEW_MANY, {
@@ -335,13 +342,13 @@ def cancel(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload and its result.
+# with its payload, its result and its last reported progress.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "processed_at" IS NOT NULL THEN 'finished'
          WHEN "locked_until" > :now THEN 'in_work'
          ELSE 'ready'
-       END AS state, "id", NULL, NULL, "processed_at", "payload", "result"
+       END AS state, "id", NULL, NULL, "processed_at", "payload", "result", "progress"
 FROM "lite_result_jobs"
 WHERE "id" = :id
 """
@@ -351,7 +358,7 @@ def state(
     conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and its result.
+    dead), with its payload, its result and its last reported progress.
     """
     conn = _c.sqlite_connection(conn, "lite_result_jobs.state")
     cur = conn.execute(STATE, {"now": _v.sqlite_time(now), "id": id})
@@ -375,9 +382,9 @@ DESCRIPTOR: Final = TableDescriptor(
     count_crashes=False,
     roles={
         "id": "id", "locked_until": "locked_until", "processed_at": "processed_at",
-        "result": "result", "payload": "payload",
+        "result": "result", "progress": "progress", "payload": "payload",
     },
-    columns=("id", "locked_until", "processed_at", "result", "payload"),
+    columns=("id", "locked_until", "processed_at", "result", "progress", "payload"),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,
     dead_letter_group=None, dead_letter_table=None,

@@ -40,6 +40,7 @@ class ClaimedRow:
     locked_until: datetime.datetime
     attempt: int
     error: str | None
+    progress: str | None
     payload: str
 
 
@@ -53,7 +54,7 @@ class NewRow:
 def _claimed(r: tuple[Any, ...], locked_until: datetime.datetime) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], retry_after=_v.aware(r[1]), locked_until=locked_until, attempt=r[3], error=r[4],
-        payload=r[5],
+        progress=r[5], payload=r[6],
     )
 
 
@@ -76,8 +77,8 @@ def _status(r: tuple[Any, ...]) -> QueueStatus:
 def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]),
-        due=None if r[3] is None else _v.aware(r[3]), finished_at=None, error=r[6], stored=r[5],
-        decode=decode_payload,
+        due=None if r[3] is None else _v.aware(r[3]), finished_at=None, error=r[6],
+        progress=_v.parsed_json(r[7]), stored=r[5], decode=decode_payload,
     )
 
 
@@ -88,7 +89,7 @@ def decode_payload(raw: str) -> _v.JSONValue:
 
 # Select up to `limit` due rows and lock them until CLAIM_MARK, in the same transaction.
 CLAIM: Final[LiteralString] = """
-SELECT `id`, `retry_after`, `locked_until`, `attempt`, `error`, `payload`
+SELECT `id`, `retry_after`, `locked_until`, `attempt`, `error`, `progress`, `payload`
 FROM `my_error_jobs` FORCE INDEX (`my_error_jobs_claim`)
 WHERE `retry_after` <= %(now)s
   AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
@@ -138,10 +139,12 @@ async def claim_async(
     return rows
 
 
-# Extend a held lease; the held expiry is the token.
+# Extend a held lease; the held expiry is the token. With the job's last reported `progress` (None
+# keeps what the row holds).
 RENEW: Final[LiteralString] = """
 UPDATE `my_error_jobs`
-SET `locked_until` = %(new_locked_until)s
+SET `locked_until` = %(new_locked_until)s,
+    `progress` = COALESCE(%(progress)s, `progress`)
 WHERE `id` = %(id)s
   AND `locked_until` = %(locked_until)s
   AND `attempt` = %(attempt)s + 1
@@ -150,13 +153,15 @@ WHERE `id` = %(id)s
 
 def renew(
     conn: pymysql.connections.Connection[Any], *, id: int, locked_until: datetime.datetime,
-    attempt: int, new_locked_until: datetime.datetime,
+    attempt: int, new_locked_until: datetime.datetime, progress: object,
 ) -> bool:
-    """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Extend a held lease; the held expiry is the token. With the job's last reported `progress`
+    (None keeps what the row holds). Returns False when the lease is no longer held (the row is
+    untouched).
     """
     cur = _v.mysql_execute(conn, RENEW, {
-        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "new_locked_until": _v.naive_utc(new_locked_until),
+        "progress": _v.json_text_or_none(progress), "id": id,
         "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -164,13 +169,15 @@ def renew(
 
 async def renew_async(
     conn: _v.AsyncMySQLConnection, *, id: int, locked_until: datetime.datetime, attempt: int,
-    new_locked_until: datetime.datetime,
+    new_locked_until: datetime.datetime, progress: object,
 ) -> bool:
-    """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Extend a held lease; the held expiry is the token. With the job's last reported `progress`
+    (None keeps what the row holds). Returns False when the lease is no longer held (the row is
+    untouched).
     """
     cur = await _v.mysql_execute_async(conn, RENEW, {
-        "new_locked_until": _v.naive_utc(new_locked_until), "id": id,
+        "new_locked_until": _v.naive_utc(new_locked_until),
+        "progress": _v.json_text_or_none(progress), "id": id,
         "locked_until": _v.naive_utc(locked_until), "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -293,8 +300,9 @@ async def retry_after_async(
 # Copy a spent row to the dead-letter table (same transaction as the delete).
 DEAD_LETTER_COPY: Final[LiteralString] = """
 INSERT INTO `my_error_jobs_dead` (`id`, `retry_after`, `locked_until`, `attempt`, `error`,
-            `payload`)
-SELECT `id`, `retry_after`, NULL, %(attempt)s, COALESCE(%(error)s, `error`), `payload`
+            `progress`, `payload`)
+SELECT `id`, `retry_after`, NULL, %(attempt)s, COALESCE(%(error)s, `error`), `progress`,
+       `payload`
 FROM `my_error_jobs`
 WHERE `id` = %(id)s
   AND `locked_until` = %(locked_until)s
@@ -489,17 +497,17 @@ async def cancel_async(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload and the error of its last failure.
+# with its payload, the error of its last failure and its last reported progress.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN `locked_until` > %(now)s THEN 'in_work'
          WHEN `retry_after` > %(now)s THEN 'scheduled'
          ELSE 'ready'
-       END AS state, `id`, `attempt`, `retry_after`, NULL, `payload`, `error`
+       END AS state, `id`, `attempt`, `retry_after`, NULL, `payload`, `error`, `progress`
 FROM `my_error_jobs`
 WHERE `id` = %(id)s
 UNION ALL
-SELECT 'dead', `id`, `attempt`, `retry_after`, NULL, `payload`, `error`
+SELECT 'dead', `id`, `attempt`, `retry_after`, NULL, `payload`, `error`, `progress`
 FROM `my_error_jobs_dead`
 WHERE `id` = %(id)s
 """
@@ -510,7 +518,7 @@ def state(
     now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its last reported progress.
     """
     conn = _c.mysql_connection(conn, "my_error_jobs.state")
     cur = _v.mysql_execute(conn, STATE, {"now": _v.naive_utc(now), "id": id})
@@ -522,7 +530,7 @@ async def state_async(
     conn: _v.AsyncMySQLConnection | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload and the error of its last failure.
+    dead), with its payload, the error of its last failure and its last reported progress.
     """
     conn = await _c.mysql_connection_async(conn, "my_error_jobs.state")
     cur = await _v.mysql_execute_async(conn, STATE, {"now": _v.naive_utc(now), "id": id})
@@ -532,7 +540,7 @@ async def state_async(
 
 # List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, `id`, `attempt`, `retry_after`, NULL, `payload`, `error`
+SELECT 'dead' AS state, `id`, `attempt`, `retry_after`, NULL, `payload`, `error`, `progress`
 FROM `my_error_jobs_dead`
 ORDER BY `id` DESC
 LIMIT %(limit)s
@@ -554,8 +562,9 @@ async def dead_letters_async(conn: _v.AsyncMySQLConnection, *, limit: int) -> li
 # Copy dead letters back into the queue table, due at `now`; `reset_attempt` starts their attempt
 # count again.
 REQUEUE_COPY: Final[LiteralString] = """
-INSERT INTO `my_error_jobs` (`id`, `retry_after`, `locked_until`, `attempt`, `error`, `payload`)
-SELECT `id`, %(now)s, NULL, CASE WHEN %(reset_attempt)s THEN 0 ELSE `attempt` END, NULL,
+INSERT INTO `my_error_jobs` (`id`, `retry_after`, `locked_until`, `attempt`, `error`,
+            `progress`, `payload`)
+SELECT `id`, %(now)s, NULL, CASE WHEN %(reset_attempt)s THEN 0 ELSE `attempt` END, NULL, NULL,
        `payload`
 FROM `my_error_jobs_dead`
 """
@@ -563,8 +572,9 @@ FROM `my_error_jobs_dead`
 # Copy dead letters of `ids` back into the queue table, due at `now`; `reset_attempt` starts their
 # attempt count again.
 REQUEUE_COPY_IDS: Final[LiteralString] = """
-INSERT INTO `my_error_jobs` (`id`, `retry_after`, `locked_until`, `attempt`, `error`, `payload`)
-SELECT `id`, %(now)s, NULL, CASE WHEN %(reset_attempt)s THEN 0 ELSE `attempt` END, NULL,
+INSERT INTO `my_error_jobs` (`id`, `retry_after`, `locked_until`, `attempt`, `error`,
+            `progress`, `payload`)
+SELECT `id`, %(now)s, NULL, CASE WHEN %(reset_attempt)s THEN 0 ELSE `attempt` END, NULL, NULL,
        `payload`
 FROM `my_error_jobs_dead`
 WHERE `id` IN %(ids)s
@@ -643,9 +653,9 @@ DESCRIPTOR: Final = TableDescriptor(
     count_crashes=False,
     roles={
         "id": "id", "retry_after": "retry_after", "locked_until": "locked_until",
-        "attempt": "attempt", "error": "error", "payload": "payload",
+        "attempt": "attempt", "error": "error", "progress": "progress", "payload": "payload",
     },
-    columns=("id", "retry_after", "locked_until", "attempt", "error", "payload"),
+    columns=("id", "retry_after", "locked_until", "attempt", "error", "progress", "payload"),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="json",
     decode_payload=decode_payload, advisory_key=None,
     dead_letter_group=None, dead_letter_table="my_error_jobs_dead",

@@ -42,6 +42,7 @@ class ClaimedRow:
     attempt: int
     failure: str | None
     outcome: object
+    progress: object
     payload: bytes
 
 
@@ -56,7 +57,7 @@ class NewRow:
 def _claimed(r: tuple[Any, ...]) -> ClaimedRow:
     return ClaimedRow(
         id=r[0], queue=r[1], locked_until=r[2], processed_at=r[3], attempt=r[4], failure=r[5],
-        outcome=r[6], payload=r[7],
+        outcome=r[6], progress=r[7], payload=r[8],
     )
 
 
@@ -80,7 +81,7 @@ def _state(r: tuple[Any, ...]) -> JobState:
     return JobState.with_payload(
         state=str(r[0]), id=r[1], attempt=None if r[2] is None else int(r[2]), due=None,
         finished_at=None if r[4] is None else r[4], error=r[6], result=_v.parsed_json(r[7]),
-        stored=r[5], decode=decode_payload,
+        progress=_v.parsed_json(r[8]), stored=r[5], decode=decode_payload,
     )
 
 
@@ -106,7 +107,7 @@ WHERE "id" = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING "id", "queue", "locked_until", "processed_at", "attempt" - 1 AS "attempt", "failure",
-          "outcome", "payload"
+          "outcome", "progress", "payload"
 """
 
 
@@ -138,10 +139,12 @@ async def claim_async(
     return rows
 
 
-# Extend a held lease; the held expiry is the token.
+# Extend a held lease; the held expiry is the token. With the job's last reported `progress` (None
+# keeps what the row holds).
 RENEW: Final[LiteralString] = """
 UPDATE "pg_error_groups"
-SET "locked_until" = %(new_locked_until)s
+SET "locked_until" = %(new_locked_until)s,
+    "progress" = COALESCE(%(progress)s, "progress")
 WHERE "id" = %(id)s
   AND "locked_until" = %(locked_until)s
   AND "attempt" = %(attempt)s + 1
@@ -150,28 +153,30 @@ WHERE "id" = %(id)s
 
 def renew(
     conn: psycopg.Connection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
-    new_locked_until: datetime.datetime,
+    new_locked_until: datetime.datetime, progress: object,
 ) -> bool:
-    """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Extend a held lease; the held expiry is the token. With the job's last reported `progress`
+    (None keeps what the row holds). Returns False when the lease is no longer held (the row is
+    untouched).
     """
     cur = conn.execute(RENEW, {
-        "new_locked_until": new_locked_until, "id": id, "locked_until": locked_until,
-        "attempt": attempt,
+        "new_locked_until": new_locked_until, "progress": _v.jsonb_or_none(progress), "id": id,
+        "locked_until": locked_until, "attempt": attempt,
     })
     return cur.rowcount == 1
 
 
 async def renew_async(
     conn: psycopg.AsyncConnection[Any], *, id: int, locked_until: datetime.datetime, attempt: int,
-    new_locked_until: datetime.datetime,
+    new_locked_until: datetime.datetime, progress: object,
 ) -> bool:
-    """Extend a held lease; the held expiry is the token. Returns False when the lease is no longer
-    held (the row is untouched).
+    """Extend a held lease; the held expiry is the token. With the job's last reported `progress`
+    (None keeps what the row holds). Returns False when the lease is no longer held (the row is
+    untouched).
     """
     cur = await conn.execute(RENEW, {
-        "new_locked_until": new_locked_until, "id": id, "locked_until": locked_until,
-        "attempt": attempt,
+        "new_locked_until": new_locked_until, "progress": _v.jsonb_or_none(progress), "id": id,
+        "locked_until": locked_until, "attempt": attempt,
     })
     return cur.rowcount == 1
 
@@ -196,7 +201,7 @@ def finish(
     NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = conn.execute(FINISH, {
-        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "now": now, "result": _v.jsonb_or_none(result), "id": id, "locked_until": locked_until,
         "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -210,7 +215,7 @@ async def finish_async(
     NULL). Returns False when the lease is no longer held (the row is untouched).
     """
     cur = await conn.execute(FINISH, {
-        "now": now, "result": _v.result_jsonb(result), "id": id, "locked_until": locked_until,
+        "now": now, "result": _v.jsonb_or_none(result), "id": id, "locked_until": locked_until,
         "attempt": attempt,
     })
     return cur.rowcount == 1
@@ -297,29 +302,33 @@ async def dead_letter_async(
     return cur.rowcount == 1
 
 
-# Extend many held leases to `new_locked_until`; returns the ids renewed.
+# Extend many held leases to `new_locked_until`, each with its last reported `progress` (None
+# keeps what the row holds); returns the ids renewed.
 RENEW_MANY: Final[LiteralString] = """
 UPDATE "pg_error_groups"
-SET "locked_until" = %(new_locked_until)s
-WHERE ("id", "locked_until", "attempt") IN (
-    SELECT held.id, held.locked_until, held.attempt + 1
-    FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[])
-        AS held(id, locked_until, attempt)
-)
-RETURNING "id"
+SET "locked_until" = %(new_locked_until)s,
+    "progress" = COALESCE(held.progress, "pg_error_groups"."progress")
+FROM unnest(%(id)s::BIGINT[], %(locked_until)s::TIMESTAMPTZ[], %(attempt)s::INT[],
+     %(progress)s::JSONB[])
+    AS held(id, locked_until, attempt, progress)
+WHERE "pg_error_groups"."id" = held.id
+  AND "pg_error_groups"."locked_until" = held.locked_until
+  AND "pg_error_groups"."attempt" = held.attempt + 1
+RETURNING "pg_error_groups"."id"
 """
 
 
 def renew_many(
     conn: psycopg.Connection[Any], *, id: Sequence[int], locked_until: Sequence[datetime.datetime],
-    attempt: Sequence[int], new_locked_until: datetime.datetime,
+    attempt: Sequence[int], new_locked_until: datetime.datetime, progress: Sequence[object],
 ) -> list[int]:
-    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
-    one entry per row.
+    """Extend many held leases to `new_locked_until`, each with its last reported `progress` (None
+    keeps what the row holds); returns the ids renewed. The sequences hold one entry per row.
     """
     cur = conn.execute(RENEW_MANY, {
         "new_locked_until": new_locked_until, "id": list(id),
         "locked_until": [t for t in locked_until], "attempt": list(attempt),
+        "progress": [_v.jsonb_or_none(r) for r in progress],
     })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
@@ -327,14 +336,15 @@ def renew_many(
 async def renew_many_async(
     conn: psycopg.AsyncConnection[Any], *, id: Sequence[int],
     locked_until: Sequence[datetime.datetime], attempt: Sequence[int],
-    new_locked_until: datetime.datetime,
+    new_locked_until: datetime.datetime, progress: Sequence[object],
 ) -> list[int]:
-    """Extend many held leases to `new_locked_until`; returns the ids renewed. The sequences hold
-    one entry per row.
+    """Extend many held leases to `new_locked_until`, each with its last reported `progress` (None
+    keeps what the row holds); returns the ids renewed. The sequences hold one entry per row.
     """
     cur = await conn.execute(RENEW_MANY, {
         "new_locked_until": new_locked_until, "id": list(id),
         "locked_until": [t for t in locked_until], "attempt": list(attempt),
+        "progress": [_v.jsonb_or_none(r) for r in progress],
     })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
@@ -364,7 +374,7 @@ def finish_many(
     """
     cur = conn.execute(FINISH_MANY, {
         "now": now, "id": list(id), "locked_until": [t for t in locked_until],
-        "attempt": list(attempt), "result": [_v.result_jsonb(r) for r in result],
+        "attempt": list(attempt), "result": [_v.jsonb_or_none(r) for r in result],
     })
     return [cast(int, r[0]) for r in cur.fetchall()]
 
@@ -378,7 +388,7 @@ async def finish_many_async(
     """
     cur = await conn.execute(FINISH_MANY, {
         "now": now, "id": list(id), "locked_until": [t for t in locked_until],
-        "attempt": list(attempt), "result": [_v.result_jsonb(r) for r in result],
+        "attempt": list(attempt), "result": [_v.jsonb_or_none(r) for r in result],
     })
     return [cast(int, r[0]) for r in await cur.fetchall()]
 
@@ -695,14 +705,15 @@ async def cancel_async(
 
 
 # Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or dead),
-# with its payload, the error of its last failure and its result.
+# with its payload, the error of its last failure, its result and its last reported progress.
 STATE: Final[LiteralString] = """
 SELECT CASE
          WHEN "processed_at" IS NOT NULL THEN 'finished'
          WHEN "queue" = %(dead_group)s THEN 'dead'
          WHEN "locked_until" > %(now)s THEN 'in_work'
          ELSE 'ready'
-       END AS state, "id", "attempt", NULL, "processed_at", "payload", "failure", "outcome"
+       END AS state, "id", "attempt", NULL, "processed_at", "payload", "failure", "outcome",
+              "progress"
 FROM "pg_error_groups"
 WHERE "id" = %(id)s
 """
@@ -712,7 +723,8 @@ def state(
     conn: psycopg.Connection[Any] | _c.ConnectionHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload, the error of its last failure and its result.
+    dead), with its payload, the error of its last failure, its result and its last reported
+    progress.
     """
     conn = _c.postgres_connection(conn, "pg_error_groups.state")
     cur = conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
@@ -724,7 +736,8 @@ async def state_async(
     conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, *, id: int, now: datetime.datetime,
 ) -> JobState | None:
     """Find job `id` and say what became of it at `now` (ready, scheduled, in work, finished or
-    dead), with its payload, the error of its last failure and its result.
+    dead), with its payload, the error of its last failure, its result and its last reported
+    progress.
     """
     conn = await _c.postgres_connection_async(conn, "pg_error_groups.state")
     cur = await conn.execute(STATE, {"dead_group": "dead", "now": now, "id": id})
@@ -734,7 +747,8 @@ async def state_async(
 
 # List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
-SELECT 'dead' AS state, "id", "attempt", NULL, "processed_at", "payload", "failure", "outcome"
+SELECT 'dead' AS state, "id", "attempt", NULL, "processed_at", "payload", "failure", "outcome",
+       "progress"
 FROM "pg_error_groups"
 WHERE "queue" = %(dead_group)s
 ORDER BY "id" DESC
@@ -761,7 +775,8 @@ UPDATE "pg_error_groups"
 SET "queue" = %(to_group)s,
     "attempt" = CASE WHEN %(reset_attempt)s THEN 0 ELSE "attempt" END,
     "locked_until" = NULL,
-    "failure" = NULL
+    "failure" = NULL,
+    "progress" = NULL
 WHERE "queue" = %(dead_group)s
 """
 
@@ -772,7 +787,8 @@ UPDATE "pg_error_groups"
 SET "queue" = %(to_group)s,
     "attempt" = CASE WHEN %(reset_attempt)s THEN 0 ELSE "attempt" END,
     "locked_until" = NULL,
-    "failure" = NULL
+    "failure" = NULL,
+    "progress" = NULL
 WHERE "queue" = %(dead_group)s
   AND "id" = ANY(%(ids)s::BIGINT[])
 """
@@ -842,10 +858,11 @@ DESCRIPTOR: Final = TableDescriptor(
     roles={
         "id": "id", "group": "queue", "locked_until": "locked_until",
         "processed_at": "processed_at", "attempt": "attempt", "error": "failure",
-        "result": "outcome", "payload": "payload",
+        "result": "outcome", "progress": "progress", "payload": "payload",
     },
     columns=(
-        "id", "queue", "locked_until", "processed_at", "attempt", "failure", "outcome", "payload",
+        "id", "queue", "locked_until", "processed_at", "attempt", "failure", "outcome", "progress",
+        "payload",
     ),
     statements=STATEMENTS, claimed_row=ClaimedRow, new_row=NewRow, codec="bytes",
     decode_payload=decode_payload, advisory_key=None,

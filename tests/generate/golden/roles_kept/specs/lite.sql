@@ -12,6 +12,7 @@ CREATE TABLE lite_result_jobs (
     locked_until TEXT,
     processed_at TEXT,
     result TEXT,
+    progress TEXT,
     payload TEXT NOT NULL
 );
 CREATE INDEX lite_result_jobs_claim ON lite_result_jobs (id) WHERE processed_at IS NULL;

@@ -4,6 +4,7 @@ CREATE TABLE my_error_jobs (
     locked_until DATETIME(6) NULL,
     attempt INTEGER NOT NULL DEFAULT 0,
     error TEXT NULL,
+    progress JSON NULL,
     payload JSON NOT NULL,
     KEY my_error_jobs_claim (retry_after, id)
 );

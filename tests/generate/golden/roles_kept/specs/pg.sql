@@ -18,6 +18,7 @@ CREATE TABLE pg_error_groups (
     attempt INTEGER NOT NULL DEFAULT 0,
     failure VARCHAR(500),
     outcome JSONB,
+    progress JSONB,
     payload BYTEA NOT NULL
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
         autovacuum_vacuum_insert_scale_factor = 0);
