@@ -42,7 +42,10 @@ def main() -> None:
     # Where it keeps progress, the acked job reports some and outlasts its first renewal, so
     # that one writes it: half the lease is left then, and the first expiry is rounded up to
     # a whole second, so that renewal comes up to a lease after the claim.
-    reports = "progress" in module.DESCRIPTOR.roles
+    # (Not a transactional handler on SQLite: its transaction holds the file's write lock, so
+    # no renewal can write until it ends, and a longer job outlasts the other rows' leases.)
+    reports = "progress" in module.DESCRIPTOR.roles and not (
+        handler_kind == "transactional" and config["dialect"] == "sqlite")
     outlast = shapes.LEASE_SECONDS * 1.3
 
     def reported(job: Any) -> bool:
