@@ -139,9 +139,11 @@ class LeaseRenewer:
                            "new_locked_until": new, "progress": r.progress} for r in rows]
                 changed = await self.calls.many(conn, "renew", values)
             assert changed is not None  # a lease's batch names the rows it changed
-            for row, ok in zip(rows, changed, strict=True):
+            for row, ok, sent in zip(rows, changed, values, strict=True):
                 if ok:
                     row.token = new
+                    if row.progress is sent["progress"]:
+                        row.progress = None  # written: later renewals need not send it again
                     continue
                 # Counted and reported when the settlement finds it (still marked renewing, so
                 # that waits for this).

@@ -616,13 +616,14 @@ class Renderer:
 
     # The parameters a batch statement takes one entry per row of (the guard's); the others
     # (now, new_locked_until) are one value for the whole batch.
-    _PER_ROW = ("id", "locked_until", "attempt", "result", "progress")
+    _GUARD = ("id", "locked_until", "attempt")
+    _PER_ROW = (*_GUARD, "result", "progress")
 
     def batch_settlement(self, s: Statement, fname: str) -> Func:
         """A batch settlement: a sequence per guard parameter, one entry per row. A lease's
         returns the ids it changed; a row lock's (its rows are the transaction's) the count."""
         types = self.arg_types()
-        held = [p for p in self._PER_ROW[:3] if p == "id" or self.q.role(p) is not None]
+        held = [p for p in self._GUARD if p == "id" or self.q.role(p) is not None]
         # SQLite's statement reads the rows' guard values as one JSON array (`held`).
         params = [q for p in s.params for q in (held if p == "held" else [p])]
         names = sorted(params, key=_ARG_ORDER.index)

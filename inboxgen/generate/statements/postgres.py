@@ -217,13 +217,16 @@ class PostgresStatements(Statements):
         if not self.q.lease:
             return f"{idc} = ANY({self.p('id')}::{pg_array_type(self.q.id)})"
         held = self.held_columns(self.q)
-        plus = {"attempt": " + 1"}  # the claim counted the attempt the worker holds
         cols = ", ".join(self.c(f) for _, f in held)
-        picked = ", ".join(f"held.{p}{plus.get(p, '')}" for p, _ in held)
-        arrays = ", ".join(f"{self.p(p)}::{pg_array_type(f)}" for p, f in held)
-        source = (f"    FROM unnest({arrays})\n"
-                  f"        AS held({', '.join(p for p, _ in held)})")
+        picked = ", ".join(f"held.{p}{_HELD_PLUS.get(p, '')}" for p, _ in held)
+        source = f"    FROM {self.unnest(held, '        ')}"
         return f"({cols}) IN (\n    SELECT {picked}\n{source}\n)"
+
+    def unnest(self, held: list[tuple[str, Field]], indent: str) -> str:
+        """`unnest(...) AS held(...)`: one array parameter per entry of `held`, cast to its
+        column's array type, as the rows of `held`."""
+        arrays = ", ".join(f"{self.p(p)}::{pg_array_type(f)}" for p, f in held)
+        return f"unnest({arrays})\n{indent}AS held({', '.join(p for p, _ in held)})"
 
     def finish_many(self, sets: list[str], result: Field | None, doc: str, then: str) -> None:
         """With a result column: each row marked with its own result."""
@@ -249,15 +252,12 @@ class PostgresStatements(Statements):
         """A batch settlement that writes a value of its own to each row: the rows joined to
         one array per guard parameter and one of `param` values (UPDATE ... FROM unnest)."""
         q = self.q
-        held = [*(self.held_columns(q) if q.lease else [("id", q.id)]), (param, f)]
-        plus = {"attempt": " + 1"}  # the claim counted the attempt the worker holds
-        arrays = ", ".join(f"{self.p(p)}::{pg_array_type(col)}" for p, col in held)
+        guard = self.held_columns(q) if q.lease else [("id", q.id)]
         t = self.t()
-        matched = [f"{t}.{self.c(col)} = held.{p}{plus.get(p, '')}"
-                   for p, col in held if p != param]
+        matched = [f"{t}.{self.c(col)} = held.{p}{_HELD_PLUS.get(p, '')}" for p, col in guard]
         returning = f"\nRETURNING {t}.{self.c(q.id)}" if q.lease else ""
         self.add(name, f"UPDATE {t}\nSET " + ",\n    ".join([*sets, set_held])
-                 + f"\nFROM unnest({arrays})\n    AS held({', '.join(p for p, _ in held)})\n"
+                 + f"\nFROM {self.unnest([*guard, (param, f)], '    ')}\n"
                  + "WHERE " + "\n  AND ".join(matched) + returning, doc)
 
     def claim_row_lock_counted(self) -> None:
@@ -503,6 +503,10 @@ class PostgresStatements(Statements):
                                   f"\nFROM new",
                  "Enqueue one row and wake the workers listening on the table's channel when "
                  "the transaction commits; returns its id.")
+
+
+# What a held row's guard value is matched with: the claim counted the attempt the worker holds.
+_HELD_PLUS = {"attempt": " + 1"}
 
 
 def _is_array(f: Field) -> bool:
