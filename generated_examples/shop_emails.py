@@ -21,6 +21,7 @@ from inboxgen.descriptor import (
     JobState,
     Operations,
     QueueStatus,
+    Replaced,
     RuntimeDefaults,
     TableDescriptor,
 )
@@ -347,6 +348,61 @@ def insert_unique(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -
     return cur.rowcount == 1
 
 
+# Give the queued row of the new row's unique key, where no worker holds it, the new row's values;
+# returns its id.
+REPLACE: Final[LiteralString] = """
+UPDATE "email_jobs"
+SET "priority" = :priority,
+    "retry_after" = :retry_after,
+    "attempt" = 1,
+    "locked_until" = NULL,
+    "payload" = :payload
+WHERE "order_id" = :order_id
+  AND "kind" = :kind
+  AND "processed_at" IS NULL
+  AND ("locked_until" IS NULL OR "locked_until" <= strftime('%Y-%m-%d %H:%M:%f', 'now'))
+RETURNING "id"
+"""
+
+# Enqueue the new row unless a row of its unique key is there; returns its id.
+REPLACE_INSERT: Final[LiteralString] = """
+INSERT INTO "email_jobs" ("priority", "retry_after", "order_id", "kind", "payload")
+VALUES (:priority, :retry_after, :order_id, :kind, :payload)
+ON CONFLICT ("order_id", "kind") DO NOTHING
+RETURNING "id"
+"""
+
+# Find the row of the new row's unique key (one that REPLACE leaves alone).
+KEY_ROW: Final[LiteralString] = """
+SELECT "id"
+FROM "email_jobs"
+WHERE "order_id" = :order_id
+  AND "kind" = :kind
+"""
+
+
+def insert_replace(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> Replaced:
+    """Enqueue one row, or give the queued row of its unique key (where no worker holds it) the new
+    row's values: its attempts count from the start again, and it keeps its id. A row of the key
+    that is in work, finished or a dead letter is left as it is. Returns what it did (Replaced);
+    nothing is committed here.
+    """
+    conn = _c.sqlite_connection(conn, "email_jobs.insert_replace")
+    params = _insert_params(row)
+    for _ in range(2):  # a row of the key added meanwhile: try it again
+        cur = conn.execute(REPLACE, params)
+        found = cur.fetchall()
+        if found:
+            return Replaced(outcome="replaced", id=found[0][0])
+        cur = conn.execute(REPLACE_INSERT, params)
+        found = cur.fetchall()
+        if found:
+            return Replaced(outcome="queued", id=found[0][0])
+    cur = conn.execute(KEY_ROW, params)
+    kept = cur.fetchone()
+    return Replaced(outcome="kept", id=None if kept is None else kept[0])
+
+
 # Enqueue many rows: this INSERT, run once per row by executemany() in one call.
 INSERT_MANY: Final[LiteralString] = """
 INSERT INTO "email_jobs" ("priority", "retry_after", "order_id", "kind", "payload")
@@ -557,10 +613,11 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER,
     "DEAD_LETTER_COPY": DEAD_LETTER_COPY, "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE,
-    "INSERT": INSERT, "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
-    "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE_COPY": REQUEUE_COPY,
-    "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS, "REQUEUE_DELETE": REQUEUE_DELETE, "CANCEL": CANCEL,
-    "STATE": STATE, "DEAD_LIST": DEAD_LIST,
+    "INSERT": INSERT, "INSERT_UNIQUE": INSERT_UNIQUE, "REPLACE": REPLACE,
+    "REPLACE_INSERT": REPLACE_INSERT, "KEY_ROW": KEY_ROW, "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
+    "REQUEUE_COPY": REQUEUE_COPY, "REQUEUE_COPY_IDS": REQUEUE_COPY_IDS,
+    "REQUEUE_DELETE": REQUEUE_DELETE, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -42,6 +42,19 @@ class QueueStatus:
 
 
 @attrs.frozen(kw_only=True)
+class Replaced:
+    """What `insert_replace()` or `insert_debounced()` did with a row of a unique key."""
+
+    # "queued": no row of the key was there, the new row was inserted; "replaced": the key's
+    # queued row, which no worker held, took the new row's values; "kept": the key's row is in
+    # work, finished or a dead letter, and was left as it is (nothing was enqueued).
+    outcome: str
+    # The key's row: the new one, the replaced one, or the one kept (None in the rare case it
+    # was gone by the time it was looked up, or where the insert cannot read an id back).
+    id: Any
+
+
+@attrs.frozen(kw_only=True)
 class JobState:
     """One job as `state()` finds it at a given time, in the queue table or its dead letters
     (or as `dead_letters()` lists them)."""

@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 UTC = dt.UTC
 T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 LEASE = 30  # seconds
-TIME_ROLES = ("retry_after", "processed_at", "locked_until")
+TIME_ROLES = ("retry_after", "processed_at", "locked_until", "enqueued_at")
 # What the runtime's MySQL sessions run (claims at READ COMMITTED, times as naive UTC), and a lock
 # wait that fails within seconds instead of hanging the suite. Connections are opened with
 # CLIENT.FOUND_ROWS, as the worker's: an UPDATE reports the rows it matched.
@@ -179,7 +179,7 @@ DEFAULT_NAMES = {"id": "id", "group": "grp", "priority": "priority", "retry_afte
                  "attempt": "attempt", "processed_at": "processed_at",
                  "locked_until": "locked_until", "headers": "headers", "payload": "payload",
                  "error": "last_error", "result": "result",
-                 "progress": "progress"}
+                 "progress": "progress", "enqueued_at": "enqueued_at"}
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _RESERVED = {"group", "order", "key", "limit", "select", "from", "where", "index", "values"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -233,6 +233,11 @@ TYPES = {"id": {"postgres": "BIGSERIAL PRIMARY KEY", "sqlite": "INTEGER PRIMARY 
          "bytes": {"postgres": "BYTEA", "sqlite": "BLOB", "mysql": "BLOB"},
          "json": {"postgres": "JSONB", "sqlite": "TEXT", "mysql": "JSON"}}
 
+# A default that fills a time column with the database's time of the insert, as the time roles
+# hold it (MySQL: naive UTC; SQLite: UTC text).
+NOW_DEFAULT = {"postgres": "now()", "mysql": "(UTC_TIMESTAMP(6))",
+               "sqlite": "(strftime('%Y-%m-%d %H:%M:%f', 'now'))"}
+
 
 def typed(ddl: str, dialect: str) -> str:
     """DDL whose {id}, {text}, {time}, {lease}, {bytes} and {json} are the dialect's types."""
@@ -254,7 +259,8 @@ class Layout:
     """A queue table `jobs` with id, priority, retry_after, attempt, account (data), payload (text).
 
     `dead` is "group" (dead letters move to group "dead") or "table" (to `jobs_dead`); either
-    comes with max_attempts = 3. With `unique`, the unique key is `account` (and the group
+    comes with max_attempts = 3. With `unique`, the unique key is `account` (and, with
+    `unique_group`, the group
     column, when there is one). `headers` adds a nullable JSON headers column.
 
     `names` binds roles to other columns than DEFAULT_NAMES: role -> column name, as the
@@ -268,6 +274,7 @@ class Layout:
     processed: bool = True  # a processed_at column: finish marks the row instead of deleting it
     dead: str | None = None
     unique: bool = False
+    unique_group: bool = True  # the unique key includes the group column, where there is one
     key: str = "account-{account}"  # the advisory key template
     count_crashes: bool = False  # row lock: the claim counts the attempt in its own transaction
     headers: bool = False
@@ -282,6 +289,7 @@ class Layout:
     error: str | None = None  # the type of a nullable column bound to role error ("TEXT")
     result: str | None = None  # the type of a nullable column bound to role result ("JSON")
     progress: str | None = None  # the type of a nullable column bound to role progress
+    enqueued_at: bool = False  # a column the database fills with the insert's time
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -313,6 +321,8 @@ class Layout:
             cols.append(("result", self.result))
         if self.progress is not None:
             cols.append(("progress", self.progress))
+        if self.enqueued_at:
+            cols.append(("enqueued_at", f"{time} NOT NULL DEFAULT {NOW_DEFAULT[dialect]}"))
         cols += [(None, f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
         return [(role, self.name(role) if role else "account", sql) for role, sql in cols]
 
@@ -341,8 +351,8 @@ class Layout:
         out = [f"CREATE TABLE jobs (\n{body}\n){options};",
                f"CREATE INDEX jobs_claim ON jobs ({names(*key)}){where};"]
         if self.unique:
-            out.append(f"CREATE UNIQUE INDEX jobs_once ON jobs "
-                       f"({names('account', *(['group'] if self.group else []))});")
+            grouped = ["group"] if self.group and self.unique_group else []
+            out.append(f"CREATE UNIQUE INDEX jobs_once ON jobs ({names('account', *grouped)});")
         if self.dead == "table":
             dead_cols = [(name, "BIGINT PRIMARY KEY" if role == "id" else
                           "INTEGER NOT NULL" if role == "attempt" else sql)
@@ -380,14 +390,16 @@ class Layout:
         if self.count_crashes:
             options["count_crashes"] = True
         if self.unique:
-            options["unique"] = ["account"] + ([self.name("group")] if self.group else [])
+            options["unique"] = ["account"] + ([self.name("group")] if self.group
+                                               and self.unique_group else [])
         roles = ["id generated", *(["group"] if self.group else []), "priority", "retry_after",
                  "attempt generated", *(["processed_at"] if self.processed else []),
                  *(["locked_until"] if self.form == "lease" else []),
                  *(["headers"] if self.headers else []),
                  *(["error"] if self.error is not None else []),
                  *(["result"] if self.result is not None else []),
-                 *(["progress"] if self.progress is not None else []), "payload text"]
+                 *(["progress"] if self.progress is not None else []),
+                 *(["enqueued_at"] if self.enqueued_at else []), "payload text"]
         return spec_toml("jobs", {self.name(r.split()[0]): r for r in roles}, dialect=dialect,
                          runtime={"lease": LEASE, **({"max_attempts": 3} if self.dead else {})},
                          dead_letter=None if not self.dead else
@@ -1132,11 +1144,37 @@ def tour(q: Queue) -> list[str]:
     else:
         assert m.state(conn, id=m.insert(conn, q.new()), now=T0) is not None
         conn.commit()
+    if hasattr(m, "insert_replace"):
+        _replacements(q, conn)
     if hasattr(m, "prune"):
         assert m.prunable(conn, before=T0 + dt.timedelta(days=1)) >= 1
         assert m.prune(conn, before=T0 + dt.timedelta(days=1), limit=1) == 1
     conn.commit()
     return executed(conn)
+
+
+def _replacements(q: Queue, conn: Any) -> None:
+    """insert_replace() and insert_debounced() for part of the tour: a new key, the same key
+    again (queued, free), and the key while another connection holds every due row."""
+    m = q.mod
+    new = q.new()
+    assert m.insert_replace(conn, new).outcome == "queued"
+    assert m.insert_replace(conn, new).outcome == "replaced"
+    if hasattr(m, "insert_debounced"):
+        wait = dt.timedelta(seconds=1)
+        assert m.insert_debounced(conn, new, wait=wait, max_wait=wait).outcome == "replaced"
+        assert m.insert_debounced(conn, q.new(), wait=wait, max_wait=wait).outcome == "queued"
+    conn.commit()
+    holder = q.connect()
+    try:
+        assert q.claim(holder, limit=100)
+        if q.form == "lease" or q.count_crashes:
+            holder.commit()  # (a counted row's key stays locked on the session)
+        assert m.insert_replace(conn, new).outcome == "kept"
+        conn.commit()
+    finally:
+        holder.rollback()
+        holder.close()
 
 
 def cli_project(root: Path, dialect: str, layout: Layout, target: str) -> ModuleType:

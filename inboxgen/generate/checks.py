@@ -33,6 +33,7 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "error": (cat.TEXT,),
     "result": (cat.JSON, cat.TEXT),
     "progress": (cat.JSON, cat.TEXT),
+    "enqueued_at": (cat.TIMESTAMP, cat.TIMESTAMPTZ),
 }
 _ROLE_WANTS = {
     "id": "an integer, text or uuid",
@@ -47,8 +48,9 @@ _ROLE_WANTS = {
     "error": "text",
     "result": "json or text",
     "progress": "json or text",
+    "enqueued_at": "a timestamp",
 }
-_SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until")
+_SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until", "enqueued_at")
 # Roles only the runtime writes: nullable, left out of inserts (a new row starts with NULL).
 _RUNTIME_ROLES = ("locked_until", "processed_at", "error", "result", "progress")
 # The text SQLite time roles hold (inboxgen.values.SQLITE_TIME_FORMAT; fewer fraction digits,
@@ -316,8 +318,13 @@ class _Checker:
                        "progress": "none reported"}[b.role]
             self.err(b.line, f"{where} is NOT NULL, but role {b.role} must be nullable "
                              f"(NULL means {meaning})")
-        if b.role in ("retry_after", "id", "attempt", "priority", "group") and col.nullable:
+        if b.role in ("retry_after", "id", "attempt", "priority", "group",
+                      "enqueued_at") and col.nullable:
             self.err(b.line, f"{where} is nullable, but role {b.role} must be NOT NULL")
+        if b.role == "enqueued_at" and not col.has_default:
+            self.err(b.line, f"{where} has no DEFAULT, but role enqueued_at is filled by the "
+                             f"database when a row is inserted: give it one, such as "
+                             f"{self.d.now_default}")
 
     def time_roles_agree(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]]
                          ) -> None:
@@ -326,7 +333,7 @@ class _Checker:
         if not self.d.time_types_must_match:
             return
         timed = [(b, c) for r, (b, c) in roles.items()
-                 if r in ("retry_after", "processed_at", "locked_until")
+                 if r in ("retry_after", "processed_at", "locked_until", "enqueued_at")
                  and c.kind in (cat.TIMESTAMP, cat.TIMESTAMPTZ)]
         kinds = {c.kind for _, c in timed}
         if len(kinds) > 1:
@@ -446,6 +453,8 @@ class _Checker:
             role = b.role if b else None
             if role in _RUNTIME_ROLES:
                 generated = True  # the runtime owns them; a new row starts with NULL
+            elif role == "enqueued_at":
+                generated = True  # the column's default: the database's time of the insert
             elif b is not None:
                 generated = b.generated or col.db_only
             else:

@@ -64,6 +64,9 @@ class Dialect:
     # MySQL/MariaDB names an index within its table; PostgreSQL (within a schema) and SQLite
     # give tables and indexes names from one set.
     index_names_per_table: bool = False
+    # A DEFAULT that fills a time column with the database's time of the insert (the message
+    # that asks for one names it).
+    now_default: str = "DEFAULT now()"
 
     def quote(self, name: str) -> str:
         q = self.quote_char
@@ -189,6 +192,7 @@ MYSQL = Dialect(
     prefix_parts_parse_as_calls=True,
     partial_indexes=False,
     index_names_per_table=True,
+    now_default="DEFAULT (UTC_TIMESTAMP(6))",
 )
 SQLITE = Dialect(
     name="sqlite",
@@ -204,6 +208,7 @@ SQLITE = Dialect(
     pyformat=False,
     times_as_text=True,
     integer_key_is_rowid=True,
+    now_default="DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))",
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (POSTGRES, MYSQL, SQLITE)}

@@ -179,7 +179,7 @@ class Queue:
     def time_text(self, field: Field) -> bool:
         """SQLite keeps times as text in one fixed UTC format."""
         return self.dialect.name == "sqlite" and field.role in (
-            "retry_after", "processed_at", "locked_until")
+            "retry_after", "processed_at", "locked_until", "enqueued_at")
 
 
 

@@ -34,6 +34,7 @@ ROLES = (
     "error",
     "result",
     "progress",
+    "enqueued_at",
 )
 CODECS = ("json", "bytes", "text")
 

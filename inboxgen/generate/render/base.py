@@ -55,7 +55,8 @@ _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "
 # the driver connection: a SQLAlchemy Connection or Session (their async twins in the twins) or
 # Django's connection (docs/connections.md). The others are the runtime's and the operations
 # commands', run on connections of their own: they take the driver connection only.
-HELD = frozenset({"insert", "insert_unique", "insert_many", "notify", "state", "cancel"})
+HELD = frozenset({"insert", "insert_unique", "insert_replace", "insert_debounced",
+                  "insert_many", "notify", "state", "cancel"})
 
 
 # The kinds of result a step makes of its statement, each written by the template's macro of
@@ -434,7 +435,7 @@ class Renderer:
                 steps = (self.insert_notify(group, ins_params, returns), insert)
             else:
                 steps = (attrs.evolve(insert, after=(
-                    *insert.after, "if notify:", *_indented(self.notify_lines(group)))),)
+                    *insert.after, "if notify:", *indented(self.notify_lines(group)))),)
             out.append(Func("insert", "row: NewRow" + options, returns, doc + woken, steps))
         else:
             out.append(Func("insert", "row: NewRow", returns, doc, (insert,)))
@@ -442,13 +443,15 @@ class Renderer:
             out += self.insert_unique_by_error(ins_params)
         if "INSERT_UNIQUE" in st:
             # A duplicate is not enqueued: nobody to wake.
-            wake = ("if notify and changed:", *_indented(self.notify_lines(group))) \
+            wake = ("if notify and changed:", *indented(self.notify_lines(group))) \
                 if notifies else ()
             out.append(Func("insert_unique", "row: NewRow" + options, "bool",
                             "Enqueue one row unless its unique key is already queued; "
                             "returns whether it was inserted." + woken, (
                                 Step("changed", self.cur("INSERT_UNIQUE", ins_params),
                                      after=wake),)))
+        if "REPLACE" in st:
+            out += self.replacements(options, woken, group)
         many: Func | None = None
         if "INSERT_MANY" in st:
             many = self.insert_many()
@@ -459,10 +462,10 @@ class Renderer:
             if g is not None and not g.generated:
                 each = self.notify_group("r")
                 wake = ("if notify:", f"    for group in sorted({{{each} for r in rows}}):",
-                        *_indented(self.notify_lines("group"), 2))
+                        *indented(self.notify_lines("group"), 2))
                 woken = woken.replace("workers wake", "workers of each group wake")
             else:
-                wake = ("if notify and rows:", *_indented(self.notify_lines('""')))
+                wake = ("if notify and rows:", *indented(self.notify_lines('""')))
             *first, last = many.steps
             many = attrs.evolve(many, args=many.args + options, doc=many.doc + woken,
                                 steps=(*first, attrs.evolve(last, after=(*last.after, *wake))))
@@ -472,6 +475,70 @@ class Renderer:
             out.append(Func("notify", "group: str = \"\"", "None", st["NOTIFY"].doc, (
                 Step("exec", tuple(self.run("", "NOTIFY", self.params(st["NOTIFY"])))),)))
         return out
+
+    def replacements(self, options: str, woken: str, group: str) -> list[Func]:
+        """insert_replace() and, where the module has DEBOUNCE, insert_debounced(): each tries
+        the key's queued row, then an insert, and (a row of the key added by another
+        transaction meanwhile) both once more; a key whose row neither finds is kept."""
+        wake = ("if notify:", *indented(self.notify_lines(group))) if options else ()
+        doc = ("Enqueue one row, or give the queued row of its unique key (where no worker holds "
+               "it) the new row's values: its attempts count from the start again, and it keeps "
+               "its id. A row of the key that is in work, finished or a dead letter is left as "
+               "it is. Returns what it did (Replaced); nothing is committed here." + woken)
+        out = [Func("insert_replace", "row: NewRow" + options, "Replaced", doc,
+                    self.replace_steps("REPLACE", "REPLACE_INSERT", wake))]
+        if "DEBOUNCE" in self.st:
+            out.append(Func(
+                "insert_debounced", "row: NewRow, *, wait: datetime.timedelta, "
+                "max_wait: datetime.timedelta" + options.replace(", *", ""), "Replaced",
+                "As insert_replace(), and the key's queued row (or the new one) falls due `wait` "
+                "from now, but no later than `max_wait` after it was first enqueued: calls "
+                "closer together than `wait` keep moving it later, up to `max_wait`. The due "
+                "time is the database's clock." + woken,
+                self.replace_steps("DEBOUNCE", "DEBOUNCE_INSERT", wake, debounce=True)))
+        return out
+
+    def replace_params(self, debounce: bool) -> list[str]:
+        """The parameters every statement of a replacement takes: the new row's, and what the
+        statements name besides (a counted row's key prefix, the dead-letter group, the
+        debounce's seconds)."""
+        names = sorted({p for name in ("REPLACE_PICK", "REPLACE", "DEBOUNCE", "KEY_ROW")
+                        if name in self.st for p in self.st[name].params}
+                       & {"row_key", "dead_group"})
+        items = [f"{py_str(p)}: {self.param_value(p)}" for p in names]
+        if debounce:
+            items += ['"wait": wait.total_seconds()', '"max_wait": max_wait.total_seconds()',
+                      '"first_wait": min(wait, max_wait).total_seconds()']
+        if not items:
+            return ["params = _insert_params(row)"]
+        # At the body's indent, which the template adds.
+        return [line[4:] for line in fill("params = {", ["**_insert_params(row)", *items], "}",
+                                          "    ")]
+
+    def replace_steps(self, update: str, insert: str, wake: tuple[str, ...], *,
+                      debounce: bool = False) -> tuple[Step, ...]:
+        """Hook: the body of insert_replace() (`update`, `insert`: REPLACE, REPLACE_INSERT) or
+        insert_debounced(): both statements return the row's id (read to the end: SQLite's
+        statement must finish)."""
+        lines = [*self.replace_params(debounce),
+                 "for _ in range(2):  # a row of the key added meanwhile: try it again",
+                 *indented(self.run("cur = ", update, "params")),
+                 "    found = AWAIT cur.fetchall()",
+                 "    if found:",
+                 *indented(wake, 2),
+                 '        return Replaced(outcome="replaced", id=found[0][0])',
+                 *indented(self.run("cur = ", insert, "params")),
+                 "    found = AWAIT cur.fetchall()",
+                 "    if found:",
+                 *indented(wake, 2),
+                 '        return Replaced(outcome="queued", id=found[0][0])']
+        return (self.kept_step(lines),)
+
+    def kept_step(self, before: list[str]) -> Step:
+        """The last step of a replacement: `before`, then KEY_ROW finds the key's row, kept."""
+        return Step("exec", (*before, *self.run("cur = ", "KEY_ROW", "params"),
+                             "kept = AWAIT cur.fetchone()"),
+                    'Replaced(outcome="kept", id=None if kept is None else kept[0])')
 
     def flag(self, name: str) -> Func:
         """A function returning whether its statement's one value is true (a lock taken)."""
@@ -607,8 +674,8 @@ class Renderer:
         id_t = self.raw_type(self.q.id).removesuffix(" | None")
         ids = self.ids_from("ids")
         items = self.params(self.st[name])
-        run = ("if ids is None:", *_indented(self.cur(name, items)),
-               "else:", *_indented(self.cur(f"{name}_IDS", [*items, f'"ids": {ids}'])))
+        run = ("if ids is None:", *indented(self.cur(name, items)),
+               "else:", *indented(self.cur(f"{name}_IDS", [*items, f'"ids": {ids}'])))
         args = (f"*, {first}now: datetime.datetime, reset_attempt: bool = False, "
                 f"ids: Sequence[{id_t}] | None = None")
         return Func("requeue", args, "int", doc, (
@@ -1009,7 +1076,7 @@ def signature(f: Func, conn: str, is_async: bool) -> str:
     return "\n".join(fill(f"{prefix} {name}(", args, f") -> {f.returns}:"))
 
 
-def _indented(lines: Sequence[str], levels: int = 1) -> tuple[str, ...]:
+def indented(lines: Sequence[str], levels: int = 1) -> tuple[str, ...]:
     return tuple("    " * levels + line for line in lines)
 
 

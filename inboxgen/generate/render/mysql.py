@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
-from inboxgen.generate.render.base import Func, Renderer, Step
+from inboxgen.generate.render.base import Func, Renderer, Step, indented
 
 
 class MySQLRenderer(Renderer):
@@ -59,6 +59,32 @@ class MySQLRenderer(Renderer):
                      "it was inserted. Run it inside a transaction: only the statement is "
                      "undone by a duplicate.",
                      (Step("unless_duplicate", tuple(self.run("", "INSERT", params))),))]
+
+    def replace_steps(self, update: str, insert: str, wake: tuple[str, ...], *,
+                      debounce: bool = False) -> tuple[Step, ...]:
+        """REPLACE_PICK locks the key's queued row, then `update` writes it by id; else the
+        insert (INSERT for insert_replace()), whose duplicate-key error says the key's row is
+        there."""
+        if insert == "REPLACE_INSERT":
+            insert = "INSERT"
+        idf = self.q.id
+        new_id = ("cur.lastrowid" if idf.column.auto and idf.generated else
+                  f"row.{idf.attr}" if not idf.generated else "None")
+        lines = [*self.replace_params(debounce),
+                 "for _ in range(2):  # a row of the key added meanwhile: try it again",
+                 *indented(self.run("cur = ", "REPLACE_PICK", "params")),
+                 "    found = AWAIT cur.fetchone()",
+                 "    if found is not None:",
+                 *indented(self.run("", update, '{**params, "id": found[0]}'), 2),
+                 '        return Replaced(outcome="replaced", id=found[0])',
+                 "    try:",
+                 *indented(self.run("cur = ", insert, "params"), 2),
+                 "    except Exception as err:  # either driver's error",
+                 "        if not _v.mysql_duplicate_key(err):",
+                 "            raise",
+                 "    else:",
+                 f'        return Replaced(outcome="queued", id={new_id})']
+        return (self.kept_step(lines),)
 
     def insert_many_by_executemany(self) -> Func:
         return Func("insert_many", "rows: Sequence[NewRow]", "None",

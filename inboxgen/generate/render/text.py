@@ -256,8 +256,9 @@ def with_imports(body: str, q: Queue) -> str:
         third_from.append("from inboxgen import values as _v")
     # Wrapped as isort wraps a line past 88 characters (ruff's default line length).
     health = "    TableHealth,\n" if "TableHealth" in uses else ""
+    replaced = "    Replaced,\n" if "Replaced(" in uses else ""
     third_from.append("from inboxgen.descriptor import (\n    JobState,\n    Operations,\n"
-                      "    QueueStatus,\n"
+                      f"    QueueStatus,\n{replaced}"
                       f"    RuntimeDefaults,\n    TableDescriptor,\n{health})")
     if "Jsonb(" in uses:
         third_from.append("from psycopg.types.json import Jsonb")

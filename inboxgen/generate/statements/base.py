@@ -934,6 +934,8 @@ class Statements:
         self.add("INSERT", insert + self.returning_id(), doc)
         if self.q.unique:
             self.insert_unique(insert, ", ".join(self.c(f) for f in self.q.unique))
+        if self.replaces:
+            self.replace()
         self.insert_many(fields, cols, insert)
 
     def insert_unique(self, insert: str, keys: str) -> None:
@@ -942,6 +944,139 @@ class Statements:
 
     def insert_many(self, fields: Sequence[Field], cols: str, insert: str) -> None:
         """The statement that enqueues many rows in one call, where the dialect has one."""
+
+    # -- replace and debounce: a queued row of the unique key gets the new row's values --------
+
+    @property
+    def replaces(self) -> bool:
+        """insert_replace() (and with a due time and an enqueued_at column, insert_debounced()):
+        where the caller gives every column of the unique key, and workers hold rows (the
+        advisory form's hold a key computed from the row, and it has no cancel either)."""
+        q = self.q
+        return (bool(q.unique) and q.form != ADVISORY and bool(q.insert_fields)
+                and not any(f.generated for f in q.unique))
+
+    @property
+    def debounces(self) -> bool:
+        return (self.replaces and self.role("retry_after") is not None
+                and self.role("enqueued_at") is not None)
+
+    @property
+    def replace_lock(self) -> str:
+        """How a replacement locks the key's row. Only a plain row lock's worker holds a row's
+        lock while its job runs: there the pick passes over a locked row (and so over one that
+        a concurrent replacement of the same key holds). Elsewhere a row is locked only by a
+        claim being made or by another replacement, and the pick waits for it: replacements of
+        one key take turns."""
+        if self.q.form == ROW_LOCK and not self.q.count_crashes:
+            return "FOR UPDATE SKIP LOCKED"
+        return "FOR UPDATE"
+
+    def key_matches(self) -> list[str]:
+        """The row of the new row's unique key."""
+        return [f"{self.c(f)} = {self.or_default(f, self.p(f.attr))}" for f in self.q.unique]
+
+    def replaceable(self) -> list[str]:
+        """The key's row, queued and held by no worker (as cancellable(), by its key): not
+        finished, not a dead letter, under a lease not leased by the database's clock. Where a
+        worker's hold is a lock (the row lock's, a counted row's key), each dialect's pick
+        passes over it."""
+        q = self.q
+        g, pa, lu = self.role("group"), self.role("processed_at"), self.role("locked_until")
+        conds = self.key_matches()
+        if pa is not None:
+            conds.append(f"{self.c(pa)} IS NULL")
+        if q.dead_letter_group is not None and g is not None:
+            conds.append(f"{self.c(g)} <> {self.p('dead_group')}")
+        if lu is not None and q.lease:
+            conds.append(f"({self.c(lu)} IS NULL OR {self.c(lu)} <= {self.now_of(lu)})")
+        return conds
+
+    def fresh(self, due: str | None = None) -> list[str]:
+        """What a replaced row is set to: the new row's values (its key aside), its attempts
+        counted from the start, no lease and no error or progress of the job it replaces;
+        with `due`, that due time."""
+        keys = {f.name for f in self.q.unique}
+        sets: list[str] = []
+        for f in self.q.fields:
+            value: str | None = None
+            if f.name in keys or f.role in ("id", "enqueued_at"):
+                continue
+            if f.role == "retry_after" and due is not None:
+                value = due
+            elif not f.generated:
+                value = self.or_default(f, self.p(f.attr))
+            elif f.role == "attempt":
+                value = initial_attempt(f)
+            elif f.role in ("retry_after", "priority") and f.column.default_sql:
+                value = f.column.default_sql
+            elif f.role in ("locked_until", "error", "result", "progress"):
+                value = "NULL"
+            if value is not None:
+                sets.append(f"{self.c(f)} = {value}")
+        return sets
+
+    def replace(self) -> None:
+        """REPLACE, REPLACE_INSERT, (DEBOUNCE, DEBOUNCE_INSERT) and KEY_ROW: what
+        insert_replace() and insert_debounced() run, in this order, until one finds or makes
+        the key's row."""
+        fields = list(self.q.insert_fields)
+        keys = ", ".join(self.c(f) for f in self.q.unique)
+        values = [self.or_default(f, self.p(f.attr)) for f in fields]
+        self.replace_update("REPLACE", self.fresh(),
+                            "Give the queued row of the new row's unique key, where no worker "
+                            "holds it, the new row's values; returns its id.")
+        if self.insert_skips_duplicates:  # else the renderer runs INSERT and reads the error
+            self.add("REPLACE_INSERT", self.insert_new(fields, values, keys),
+                     "Enqueue the new row unless a row of its unique key is there; returns its "
+                     "id.")
+        if self.debounces:
+            ra, ea = self.role("retry_after"), self.role("enqueued_at")
+            assert ra is not None and ea is not None
+            now = self.now_of(ra)
+            due = (f"{self.least}(\n        {self.later(now, self.p('wait'))},\n"
+                   f"        {self.later(self.c(ea), self.p('max_wait'))}\n    )")
+            self.replace_update("DEBOUNCE", self.fresh(due),
+                                "As REPLACE, and move its due time to `wait` seconds from now, "
+                                "but no later than `max_wait` seconds after the row was first "
+                                "enqueued.")
+            first = self.later(now, self.p("first_wait"))
+            if ra in fields:
+                values[fields.index(ra)] = first
+            else:
+                fields.append(ra)
+                values.append(first)
+            self.add("DEBOUNCE_INSERT", self.insert_new(fields, values, keys),
+                     "As REPLACE_INSERT, the new row due `first_wait` seconds from now (the "
+                     "lesser of `wait` and `max_wait`).")
+        self.add("KEY_ROW", f"SELECT {self.c(self.q.id)}\nFROM {self.t()}\n"
+                 + self.where(self.key_matches()),
+                 "Find the row of the new row's unique key (one that REPLACE leaves alone).")
+
+    def replace_update(self, name: str, sets: list[str], doc: str) -> None:
+        """Hook: an UPDATE of the replaceable row (SQLite: the one writer needs no pick)."""
+        self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets) + "\n"
+                 + self.where(self.replaceable()) + self.returning_id(), doc)
+
+    # Hook: an INSERT can skip a row whose unique key is there (ON CONFLICT DO NOTHING).
+    insert_skips_duplicates = True
+
+    def insert_new(self, fields: list[Field], values: list[str], keys: str) -> str:
+        """Hook: an INSERT that adds nothing where a row of the key is there, returning the
+        new row's id."""
+        cols = ", ".join(self.c(f) for f in fields)
+        return (f"INSERT INTO {self.t()} ({cols})\nVALUES ({', '.join(values)})\n"
+                f"ON CONFLICT ({keys}) DO NOTHING{self.returning_id()}")
+
+    def now_of(self, f: Field) -> str:
+        """Hook: the database's time now, as column `f` holds times."""
+        return self.db_now
+
+    def later(self, time: str, seconds: str) -> str:
+        """Hook: `time` plus `seconds` (a placeholder)."""
+        raise NotImplementedError
+
+    least = "LEAST"  # the lesser of its arguments
 
 
 # A run of SQL that a line break may not split: a quoted name or string, or unquoted text.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import ADVISORY
 from inboxgen.generate.model import Field
 from inboxgen.generate.statements.base import CANCEL_DOC, Statements
@@ -198,17 +199,36 @@ class PostgresStatements(Statements):
                                 "\n".join("    " + line for line in inner.splitlines()))
 
     def cancel(self) -> None:
-        """The row is picked as a claim picks it, skipping a row a holder has locked (and,
-        counted, a row whose key a holder's session keeps)."""
-        idc = self.c(self.q.id)
-        conds = self.cancellable()
-        if self.q.count_crashes and not self.q.lease:
-            conds.append(f"pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "
-                         f"{idc}::text, 0))")
-        pick = "\n".join((f"    SELECT {idc}", f"    FROM {self.t()}", self.where(conds, "    "),
-                          "    FOR UPDATE SKIP LOCKED"))
-        self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {self.d.picked_by(idc, pick)}",
+        """The row is picked as a claim picks it (unheld)."""
+        self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {self.unheld(self.cancellable())}",
                  CANCEL_DOC)
+
+    def unheld(self, conds: list[str], *, shared: bool = False) -> str:
+        """The id of the row that meets `conds` and no worker holds: picked as a claim picks
+        it, passing over a row a holder has locked (and, counted, a row whose key a holder's
+        session keeps). With `shared`, a counted row's key is tested with a shared lock,
+        which other such picks share."""
+        idc = self.c(self.q.id)
+        if self.q.count_crashes and not self.q.lease:
+            lock = "pg_try_advisory_xact_lock_shared" if shared else "pg_try_advisory_xact_lock"
+            conds = [*conds, f"{lock}(hashtextextended(%(row_key)s || {idc}::text, 0))"]
+        pick = "\n".join((f"    SELECT {idc}", f"    FROM {self.t()}", self.where(conds, "    "),
+                          f"    {self.replace_lock if shared else 'FOR UPDATE SKIP LOCKED'}"))
+        return self.d.picked_by(idc, pick)
+
+    def replace_update(self, name: str, sets: list[str], doc: str) -> None:
+        self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets) + "\n"
+                 + f"WHERE {self.unheld(self.replaceable(), shared=True)}"
+                 + self.returning_id(), doc)
+
+    def now_of(self, f: Field) -> str:
+        # A TIMESTAMP column holds UTC without a zone (the runtime binds naive UTC).
+        if f.column.kind == cat.TIMESTAMPTZ:
+            return self.db_now
+        return f"({self.db_now} AT TIME ZONE 'UTC')"
+
+    def later(self, time: str, seconds: str) -> str:
+        return f"{time} + make_interval(secs => {seconds})"
 
     def held_batch(self) -> str:
         """One array per guard parameter, one entry per row (a row lock's rows are the

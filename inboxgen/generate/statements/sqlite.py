@@ -28,6 +28,12 @@ class SqliteStatements(Statements):
     def same_or_both_null(self, a: str, b: str) -> str:
         return f"{a} IS {b}"
 
+    def later(self, time: str, seconds: str) -> str:
+        time = "'now'" if time == self.db_now else time
+        return f"strftime('%Y-%m-%d %H:%M:%f', {time}, '+' || {seconds} || ' seconds')"
+
+    least = "MIN"  # with two arguments or more, the lesser
+
     def ids_in(self, column: str) -> str:
         return f"{column} IN (SELECT picked.value FROM json_each({self.p('ids')}) AS picked)"
 

@@ -20,6 +20,7 @@ from inboxgen.descriptor import (
     JobState,
     Operations,
     QueueStatus,
+    Replaced,
     RuntimeDefaults,
     TableDescriptor,
 )
@@ -301,6 +302,95 @@ async def insert_unique_async(conn: _v.AsyncMySQLConnection | _c.AsyncHolder, ro
             return False
         raise
     return True
+
+
+# Lock the queued row of the new row's unique key unless a worker holds it.
+REPLACE_PICK: Final[LiteralString] = """
+SELECT `id`
+FROM `my_given_uuid_jobs`
+WHERE `id` = %(id)s
+  AND `processed_at` IS NULL
+  AND `queue` <> %(dead_group)s
+  AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256)),
+      CONNECTION_ID()) = CONNECTION_ID()
+FOR UPDATE
+"""
+
+# Give the queued row of the new row's unique key, where no worker holds it, the new row's values
+# (picked by REPLACE_PICK).
+REPLACE: Final[LiteralString] = """
+UPDATE `my_given_uuid_jobs`
+SET `queue` = %(queue)s,
+    `priority` = %(priority)s,
+    `retry_after` = COALESCE(%(retry_after)s, CURRENT_TIMESTAMP(6)),
+    `attempt` = 1,
+    `headers` = %(headers)s,
+    `payload` = %(payload)s
+WHERE `id` = %(id)s
+"""
+
+# Find the row of the new row's unique key (one that REPLACE leaves alone).
+KEY_ROW: Final[LiteralString] = """
+SELECT `id`
+FROM `my_given_uuid_jobs`
+WHERE `id` = %(id)s
+"""
+
+
+def insert_replace(
+    conn: pymysql.connections.Connection[Any] | _c.ConnectionHolder, row: NewRow,
+) -> Replaced:
+    """Enqueue one row, or give the queued row of its unique key (where no worker holds it) the new
+    row's values: its attempts count from the start again, and it keeps its id. A row of the key
+    that is in work, finished or a dead letter is left as it is. Returns what it did (Replaced);
+    nothing is committed here.
+    """
+    conn = _c.mysql_connection(conn, "my_given_uuid_jobs.insert_replace")
+    params = {**_insert_params(row), "dead_group": "dead", "row_key": f"inboxgen:{TABLE}:"}
+    for _ in range(2):  # a row of the key added meanwhile: try it again
+        cur = _v.mysql_execute(conn, REPLACE_PICK, params)
+        found = cur.fetchone()
+        if found is not None:
+            _v.mysql_execute(conn, REPLACE, {**params, "id": found[0]})
+            return Replaced(outcome="replaced", id=found[0])
+        try:
+            cur = _v.mysql_execute(conn, INSERT, params)
+        except Exception as err:  # either driver's error
+            if not _v.mysql_duplicate_key(err):
+                raise
+        else:
+            return Replaced(outcome="queued", id=row.id)
+    cur = _v.mysql_execute(conn, KEY_ROW, params)
+    kept = cur.fetchone()
+    return Replaced(outcome="kept", id=None if kept is None else kept[0])
+
+
+async def insert_replace_async(
+    conn: _v.AsyncMySQLConnection | _c.AsyncHolder, row: NewRow,
+) -> Replaced:
+    """Enqueue one row, or give the queued row of its unique key (where no worker holds it) the new
+    row's values: its attempts count from the start again, and it keeps its id. A row of the key
+    that is in work, finished or a dead letter is left as it is. Returns what it did (Replaced);
+    nothing is committed here.
+    """
+    conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.insert_replace")
+    params = {**_insert_params(row), "dead_group": "dead", "row_key": f"inboxgen:{TABLE}:"}
+    for _ in range(2):  # a row of the key added meanwhile: try it again
+        cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
+        found = await cur.fetchone()
+        if found is not None:
+            await _v.mysql_execute_async(conn, REPLACE, {**params, "id": found[0]})
+            return Replaced(outcome="replaced", id=found[0])
+        try:
+            cur = await _v.mysql_execute_async(conn, INSERT, params)
+        except Exception as err:  # either driver's error
+            if not _v.mysql_duplicate_key(err):
+                raise
+        else:
+            return Replaced(outcome="queued", id=row.id)
+    cur = await _v.mysql_execute_async(conn, KEY_ROW, params)
+    kept = await cur.fetchone()
+    return Replaced(outcome="kept", id=None if kept is None else kept[0])
 
 
 def insert_many(
@@ -596,7 +686,8 @@ ASYNC_OPS: Final = Operations(
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
-    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
+    "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE, "KEY_ROW": KEY_ROW, "STATUS": STATUS,
     "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
     "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
 }

@@ -20,6 +20,7 @@ from inboxgen.descriptor import (
     JobState,
     Operations,
     QueueStatus,
+    Replaced,
     RuntimeDefaults,
     TableDescriptor,
     TableHealth,
@@ -478,6 +479,106 @@ async def insert_unique_async(
     return changed
 
 
+# Give the queued row of the new row's unique key, where no worker holds it, the new row's values;
+# returns its id.
+REPLACE: Final[LiteralString] = """
+UPDATE "pg_given_uuid_jobs"
+SET "queue" = %(queue)s,
+    "priority" = %(priority)s,
+    "retry_after" = %(retry_after)s,
+    "attempt" = 1,
+    "headers" = %(headers)s,
+    "payload" = %(payload)s
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "pg_given_uuid_jobs"
+    WHERE "id" = %(id)s
+      AND "processed_at" IS NULL
+      AND "queue" <> %(dead_group)s
+      AND pg_try_advisory_xact_lock_shared(hashtextextended(%(row_key)s || "id"::text, 0))
+    FOR UPDATE
+))
+RETURNING "id"
+"""
+
+# Enqueue the new row unless a row of its unique key is there; returns its id.
+REPLACE_INSERT: Final[LiteralString] = """
+INSERT INTO "pg_given_uuid_jobs" ("id", "queue", "priority", "retry_after", "headers",
+            "payload")
+VALUES (%(id)s, %(queue)s, %(priority)s, %(retry_after)s, %(headers)s, %(payload)s)
+ON CONFLICT ("id") DO NOTHING
+RETURNING "id"
+"""
+
+# Find the row of the new row's unique key (one that REPLACE leaves alone).
+KEY_ROW: Final[LiteralString] = """
+SELECT "id"
+FROM "pg_given_uuid_jobs"
+WHERE "id" = %(id)s
+"""
+
+# Wake workers listening on the table's channel; the payload is the group.
+NOTIFY: Final[LiteralString] = """
+SELECT pg_notify(%(channel)s, %(payload)s)
+"""
+
+
+def insert_replace(
+    conn: psycopg.Connection[Any] | _c.ConnectionHolder, row: NewRow, *, notify: bool = False,
+) -> Replaced:
+    """Enqueue one row, or give the queued row of its unique key (where no worker holds it) the new
+    row's values: its attempts count from the start again, and it keeps its id. A row of the key
+    that is in work, finished or a dead letter is left as it is. Returns what it did (Replaced);
+    nothing is committed here. With notify, listening workers wake when the transaction commits.
+    """
+    conn = _c.postgres_connection(conn, "pg_given_uuid_jobs.insert_replace")
+    params = {**_insert_params(row), "dead_group": "dead", "row_key": f"inboxgen:{TABLE}:"}
+    for _ in range(2):  # a row of the key added meanwhile: try it again
+        cur = conn.execute(REPLACE, params)
+        found = cur.fetchall()
+        if found:
+            if notify:
+                conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.queue})
+            return Replaced(outcome="replaced", id=found[0][0])
+        cur = conn.execute(REPLACE_INSERT, params)
+        found = cur.fetchall()
+        if found:
+            if notify:
+                conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.queue})
+            return Replaced(outcome="queued", id=found[0][0])
+    cur = conn.execute(KEY_ROW, params)
+    kept = cur.fetchone()
+    return Replaced(outcome="kept", id=None if kept is None else kept[0])
+
+
+async def insert_replace_async(
+    conn: psycopg.AsyncConnection[Any] | _c.AsyncHolder, row: NewRow, *, notify: bool = False,
+) -> Replaced:
+    """Enqueue one row, or give the queued row of its unique key (where no worker holds it) the new
+    row's values: its attempts count from the start again, and it keeps its id. A row of the key
+    that is in work, finished or a dead letter is left as it is. Returns what it did (Replaced);
+    nothing is committed here. With notify, listening workers wake when the transaction commits.
+    """
+    conn = await _c.postgres_connection_async(conn, "pg_given_uuid_jobs.insert_replace")
+    params = {**_insert_params(row), "dead_group": "dead", "row_key": f"inboxgen:{TABLE}:"}
+    for _ in range(2):  # a row of the key added meanwhile: try it again
+        cur = await conn.execute(REPLACE, params)
+        found = await cur.fetchall()
+        if found:
+            if notify:
+                await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.queue})
+            return Replaced(outcome="replaced", id=found[0][0])
+        cur = await conn.execute(REPLACE_INSERT, params)
+        found = await cur.fetchall()
+        if found:
+            if notify:
+                await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": row.queue})
+            return Replaced(outcome="queued", id=found[0][0])
+    cur = await conn.execute(KEY_ROW, params)
+    kept = await cur.fetchone()
+    return Replaced(outcome="kept", id=None if kept is None else kept[0])
+
+
 # Enqueue many rows in one statement: one array per column.
 INSERT_MANY: Final[LiteralString] = """
 INSERT INTO "pg_given_uuid_jobs" ("id", "queue", "priority", "retry_after", "headers",
@@ -529,12 +630,6 @@ async def insert_many_async(
     if notify:
         for group in sorted({r.queue for r in rows}):
             await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": group})
-
-
-# Wake workers listening on the table's channel; the payload is the group.
-NOTIFY: Final[LiteralString] = """
-SELECT pg_notify(%(channel)s, %(payload)s)
-"""
 
 
 def notify(conn: psycopg.Connection[Any] | _c.ConnectionHolder, group: str = "") -> None:
@@ -875,7 +970,8 @@ STATEMENTS: Final = {
     "CLAIM": CLAIM, "RELEASE": RELEASE, "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY,
     "SCHEDULED": SCHEDULED, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY,
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
-    "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "INSERT_UNIQUE": INSERT_UNIQUE, "REPLACE": REPLACE, "REPLACE_INSERT": REPLACE_INSERT,
+    "KEY_ROW": KEY_ROW, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "CANCEL": CANCEL,
     "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,

@@ -21,6 +21,7 @@ from inboxgen.descriptor import (
     JobState,
     Operations,
     QueueStatus,
+    Replaced,
     RuntimeDefaults,
     TableDescriptor,
 )
@@ -353,6 +354,76 @@ def insert_unique(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -
     return cur.rowcount == 1
 
 
+# Give the queued row of the new row's unique key, where no worker holds it, the new row's values;
+# returns its id.
+REPLACE: Final[LiteralString] = """
+UPDATE "lite_lease_jobs"
+SET "queue" = :queue,
+    "priority" = COALESCE(:priority, 0),
+    "retry_after" = COALESCE(:retry_after, CURRENT_TIMESTAMP),
+    "attempt" = 1,
+    "locked_until" = NULL,
+    "headers" = :headers,
+    "payload" = :payload,
+    "c_int" = :c_int,
+    "c_text" = :c_text,
+    "c_varchar" = :c_varchar,
+    "c_blob" = :c_blob,
+    "c_json" = :c_json,
+    "c_real" = :c_real,
+    "c_numeric" = :c_numeric,
+    "c_boolean" = :c_boolean,
+    "c_uuid" = :c_uuid,
+    "c_date" = :c_date,
+    "c_datetime" = :c_datetime
+WHERE "c_integer" = :c_integer
+  AND "processed_at" IS NULL
+  AND ("locked_until" IS NULL OR "locked_until" <= strftime('%Y-%m-%d %H:%M:%f', 'now'))
+RETURNING "id"
+"""
+
+# Enqueue the new row unless a row of its unique key is there; returns its id.
+REPLACE_INSERT: Final[LiteralString] = """
+INSERT INTO "lite_lease_jobs" ("queue", "priority", "retry_after", "headers", "payload",
+            "c_integer", "c_int", "c_text", "c_varchar", "c_blob", "c_json", "c_real",
+            "c_numeric", "c_boolean", "c_uuid", "c_date", "c_datetime")
+VALUES (:queue, COALESCE(:priority, 0), COALESCE(:retry_after, CURRENT_TIMESTAMP), :headers,
+        :payload, :c_integer, :c_int, :c_text, :c_varchar, :c_blob, :c_json, :c_real,
+        :c_numeric, :c_boolean, :c_uuid, :c_date, :c_datetime)
+ON CONFLICT ("c_integer") DO NOTHING
+RETURNING "id"
+"""
+
+# Find the row of the new row's unique key (one that REPLACE leaves alone).
+KEY_ROW: Final[LiteralString] = """
+SELECT "id"
+FROM "lite_lease_jobs"
+WHERE "c_integer" = :c_integer
+"""
+
+
+def insert_replace(conn: sqlite3.Connection | _c.ConnectionHolder, row: NewRow) -> Replaced:
+    """Enqueue one row, or give the queued row of its unique key (where no worker holds it) the new
+    row's values: its attempts count from the start again, and it keeps its id. A row of the key
+    that is in work, finished or a dead letter is left as it is. Returns what it did (Replaced);
+    nothing is committed here.
+    """
+    conn = _c.sqlite_connection(conn, "lite_lease_jobs.insert_replace")
+    params = _insert_params(row)
+    for _ in range(2):  # a row of the key added meanwhile: try it again
+        cur = conn.execute(REPLACE, params)
+        found = cur.fetchall()
+        if found:
+            return Replaced(outcome="replaced", id=found[0][0])
+        cur = conn.execute(REPLACE_INSERT, params)
+        found = cur.fetchall()
+        if found:
+            return Replaced(outcome="queued", id=found[0][0])
+    cur = conn.execute(KEY_ROW, params)
+    kept = cur.fetchone()
+    return Replaced(outcome="kept", id=None if kept is None else kept[0])
+
+
 # Enqueue many rows: this INSERT, run once per row by executemany() in one call.
 INSERT_MANY: Final[LiteralString] = """
 INSERT INTO "lite_lease_jobs" ("queue", "priority", "retry_after", "headers", "payload",
@@ -485,7 +556,8 @@ OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
-    "INSERT_UNIQUE": INSERT_UNIQUE, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "PRUNE": PRUNE,
+    "INSERT_UNIQUE": INSERT_UNIQUE, "REPLACE": REPLACE, "REPLACE_INSERT": REPLACE_INSERT,
+    "KEY_ROW": KEY_ROW, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "CANCEL": CANCEL, "STATE": STATE,
 }
 

@@ -1,0 +1,7 @@
+CREATE TABLE jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    doc_id VARCHAR(100) NOT NULL UNIQUE,
+    retry_after DATETIME(6) NOT NULL,
+    first_seen DATETIME(6) NOT NULL,
+    payload JSON NOT NULL
+);
