@@ -260,8 +260,8 @@ class Layout:
 
     `dead` is "group" (dead letters move to group "dead") or "table" (to `jobs_dead`); either
     comes with max_attempts = 3. With `unique`, the unique key is `account` (and, with
-    `unique_group`, the group
-    column, when there is one). `headers` adds a nullable JSON headers column.
+    `unique_group`, the group column, when there is one). `headers` adds a nullable JSON
+    headers column.
 
     `names` binds roles to other columns than DEFAULT_NAMES: role -> column name, as the
     database spells it (names that are not plain lower-case identifiers, or are SQL keywords,
