@@ -1023,6 +1023,7 @@ class Statements:
         fields = list(self.q.insert_fields)
         keys = ", ".join(self.c(f) for f in self.q.unique)
         values = [self.or_default(f, self.p(f.attr)) for f in fields]
+        self.replace_pick()
         self.replace_update("REPLACE", self.fresh(),
                             "Give the queued row of the new row's unique key, where no worker "
                             "holds it, the new row's values; returns its id.")
@@ -1052,6 +1053,10 @@ class Statements:
         self.add("KEY_ROW", f"SELECT {self.c(self.q.id)}\nFROM {self.t()}\n"
                  + self.where(self.key_matches()),
                  "Find the row of the new row's unique key (one that REPLACE leaves alone).")
+
+    def replace_pick(self) -> None:
+        """Hook: a statement that locks the replaceable row before REPLACE or DEBOUNCE writes
+        it (MySQL/MariaDB; elsewhere the UPDATE picks it itself)."""
 
     def replace_update(self, name: str, sets: list[str], doc: str) -> None:
         """Hook: an UPDATE of the replaceable row (SQLite: the one writer needs no pick)."""

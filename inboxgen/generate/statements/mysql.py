@@ -197,17 +197,18 @@ class MySQLStatements(Statements):
                  "Lock queued row `id` for cancel() unless a worker holds it.")
         self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {idc} = {self.p('id')}", CANCEL_DOC)
 
-    def replace_update(self, name: str, sets: list[str], doc: str) -> None:
+    def replace_pick(self) -> None:
         """No UPDATE reads its own table in a subquery: REPLACE_PICK locks the key's row
         (replace_lock; passing over a counted row whose key a holder keeps), then REPLACE or
         DEBOUNCE writes it, by its id."""
-        if not any(s.name == "REPLACE_PICK" for s in self.out):
-            conds = self.replaceable()
-            if self.q.count_crashes and not self.q.lease:
-                conds.append(self.key_free(self.row_key()))  # a counted row in work
-            self.add("REPLACE_PICK", f"SELECT {self.c(self.q.id)}\nFROM {self.t()}\n"
-                     + self.where(conds) + f"\n{self.replace_lock}",
-                     "Lock the queued row of the new row's unique key unless a worker holds it.")
+        conds = self.replaceable()
+        if self.q.count_crashes and not self.q.lease:
+            conds.append(self.key_free(self.row_key()))  # a counted row in work
+        self.add("REPLACE_PICK", f"SELECT {self.c(self.q.id)}\nFROM {self.t()}\n"
+                 + self.where(conds) + f"\n{self.replace_lock}",
+                 "Lock the queued row of the new row's unique key unless a worker holds it.")
+
+    def replace_update(self, name: str, sets: list[str], doc: str) -> None:
         self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets) + "\n"
                  f"WHERE {self.c(self.q.id)} = {self.p('id')}",
                  doc.replace("; returns its id", " (picked by REPLACE_PICK)"))
