@@ -162,9 +162,31 @@ def refusal(s: Shape) -> str | None:
     return None
 
 
+# The axes refusal() reads. Every other axis is free: each of its values builds wherever the
+# rest of the shape does, so the valid space is (valid points of these axes) x (the free
+# axes' product) and nothing below enumerates the whole product (test_axes.py checks that
+# refusal() reads no free axis).
+RULED = ("dialect", "form", "count_crashes", "dead", "finished", "group", "limits", "result",
+         "progress")
+FREE = tuple(axis for axis in AXES if axis not in RULED)
+
+
 def every_shape() -> Iterator[Shape]:
+    """The whole product (level `full` only: tens of millions of shapes)."""
     for values in itertools.product(*AXES.values()):
         yield Shape(*values)
+
+
+def ruled_points(*, refused: bool = False) -> list[dict[str, str]]:
+    """The points of the RULED axes whose shapes build (`refused`: whose shapes the build
+    refuses), in product order."""
+    first = {axis: AXES[axis][0] for axis in FREE}
+    out = []
+    for values in itertools.product(*(AXES[axis] for axis in RULED)):
+        point = dict(zip(RULED, values, strict=True))
+        if (refusal(Shape(**point, **first)) is not None) == refused:
+            out.append(point)
+    return out
 
 
 def _tuples(s: Shape, combos: Iterable[tuple[str, ...]]) -> Iterator[tuple[tuple[str, str], ...]]:
@@ -180,28 +202,44 @@ def _combos(level: str) -> list[tuple[str, ...]]:
     return list(itertools.combinations(names, 2)) + [tuple(t) for t in TRIPLES]
 
 
+def _held(points: list[dict[str, str]], combos: list[tuple[str, ...]]
+          ) -> set[tuple[tuple[str, str], ...]]:
+    """Every tuple of axis values (one per combo) that some valid shape holds: the RULED
+    values some valid point holds, with any values of the free axes."""
+    held = set()
+    for combo in combos:
+        ruled = [axis for axis in combo if axis in RULED]
+        for rv in {tuple(p[axis] for axis in ruled) for p in points}:
+            for fv in itertools.product(*(AXES[axis] for axis in combo if axis not in RULED)):
+                known = dict(zip(ruled, rv, strict=True))
+                free = iter(fv)
+                held.add(tuple((axis, known[axis] if axis in known else next(free))
+                               for axis in combo))
+    return held
+
+
 def covering_array(level: str = "pairs", seed: int = 28) -> list[Shape]:
     """Valid shapes that together hold every pair (or triple) of axis values any valid shape
     holds: the production shapes first, then others picked greedily (each new shape the one of
-    a few candidates that covers most of what is left), in a fixed order for a fixed seed.
-    `full`: every valid shape."""
-    valid = [s for s in every_shape() if refusal(s) is None]
+    a few random valid shapes holding the first tuple still uncovered that covers most of what
+    is left), in a fixed order for a fixed seed. `full`: every valid shape."""
     if level == "full":
-        return valid
+        return [s for s in every_shape() if refusal(s) is None]
     combos = _combos(level)
     rng = random.Random(seed)
-    holding: dict[tuple[tuple[str, str], ...], list[int]] = {}
-    for i, s in enumerate(valid):
-        for t in _tuples(s, combos):
-            holding.setdefault(t, []).append(i)
-    left = set(holding)
+    points = ruled_points()
+    left = _held(points, combos)
     chosen: list[Shape] = production_seeds()
-    for seed in chosen:
-        left.difference_update(_tuples(seed, combos))
+    for s in chosen:
+        left.difference_update(_tuples(s, combos))
     while left:
-        target = min(left)  # deterministic: the first tuple still uncovered
-        pool = holding[target]
-        candidates = [valid[i] for i in rng.sample(pool, min(len(pool), 60))]
+        target = dict(min(left))  # deterministic: the first tuple still uncovered
+        pool = [p for p in points
+                if all(p[axis] == value for axis, value in target.items() if axis in RULED)]
+        candidates = [Shape(**rng.choice(pool),
+                            **{axis: target.get(axis) or rng.choice(AXES[axis])
+                               for axis in FREE})
+                      for _ in range(60)]
         best = max(candidates, key=lambda c: sum(t in left for t in _tuples(c, combos)))
         chosen.append(best)
         left.difference_update(_tuples(best, combos))
@@ -209,10 +247,13 @@ def covering_array(level: str = "pairs", seed: int = 28) -> list[Shape]:
 
 
 def refused_probes() -> list[Shape]:
-    """One refused shape per reason and dialect it applies to: what the build must refuse."""
+    """One refused shape per reason and dialect it applies to: what the build must refuse (the
+    first in product order, its free axes at their first values)."""
+    first = {axis: AXES[axis][0] for axis in FREE}
     seen: dict[tuple[str, str], Shape] = {}
-    for s in every_shape():
+    for point in ruled_points(refused=True):
+        s = Shape(**point, **first)
         why = refusal(s)
-        if why is not None:
-            seen.setdefault((s.dialect, why), s)
+        assert why is not None
+        seen.setdefault((s.dialect, why), s)
     return list(seen.values())
