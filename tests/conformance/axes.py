@@ -38,6 +38,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "error": ("none", "text"),
     "result": ("none", "json"),
     "progress": ("none", "json"),
+    "replace": ("none", "debounce"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -53,7 +54,7 @@ PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
                    "payload": "json", "pauses": "none", "limits": "none",
                    "error": "none", "result": "none",
-                   "progress": "none"}
+                   "progress": "none", "replace": "none"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -87,11 +88,17 @@ class Shape:
     error: str  # "text": a nullable text column bound to role error (the last failure)
     result: str  # "json": a nullable JSON column bound to role result (what a handler returned)
     progress: str  # "json": a nullable JSON column bound to role progress (lease only)
+    # "debounce": a unique job_key column (and, with a due time, an enqueued_at column); the
+    # scenario enqueues each job through insert_replace() (or insert_debounced()) twice, a
+    # decoy first, where the form has them
+    replace: str
 
     @property
     def name(self) -> str:
-        """The shape's table name: one short code per axis (`pg_rl_cd_hp_b1_dt_del_oi_gn_int_b`)."""
-        return "_".join(_SHORT[f.name][getattr(self, f.name)] for f in fields(self))
+        """The shape's table name: one short code per axis, but the later axes' first values
+        (`pg_rl_cd_hp_b1_dt_fd_oi_gn_ii_a4_b_pn_ln`)."""
+        codes = (_SHORT[f.name][getattr(self, f.name)] for f in fields(self))
+        return "_".join(code for code in codes if code)
 
     def values(self) -> dict[str, str]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -113,18 +120,20 @@ _SHORT: dict[str, dict[str, str]] = {
     "handler": {"plain": "hp", "async": "ha", "transactional": "ht"},
     "batch": {"1": "b1", "16": "b16"},
     "dead": {"none": "dn", "group": "dg", "table": "dt"},
-    "finished": {"deleted": "del", "kept": "kept"},
+    "finished": {"deleted": "fd", "kept": "fk"},
     "order": {"id": "oi", "priority": "op", "retry_after": "or", "both": "opr"},
     "group": {"none": "gn", "plain": "gp", "fifo": "gf"},
-    "id": {"integer": "int", "uuid": "uuid", "text": "txt"},
+    "id": {"integer": "ii", "uuid": "iu", "text": "it"},
     "attempt": {"integer": "a4", "smallint": "a2"},
     "payload": {"bytes": "b", "json": "j", "typed": "ty"},
     "pauses": {"none": "pn", "table": "pt"},
     "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk",
                "fair": "lf"},
-    "error": {"none": "en", "text": "et"},
-    "result": {"none": "rn", "json": "rj"},
-    "progress": {"none": "pgn", "json": "pgj"},
+    # The later axes name only their other value, keeping names within the servers' limits.
+    "error": {"none": "", "text": "et"},
+    "result": {"none": "", "json": "rj"},
+    "progress": {"none": "", "json": "pr"},
+    "replace": {"none": "", "debounce": "xd"},
 }
 
 

@@ -175,7 +175,12 @@ class Scenario:
                     fields["priority"] = n  # the order they were enqueued in
                 if self.s.has_retry_after:
                     fields["retry_after"] = self.now() - dt.timedelta(seconds=1)
-                new = self.mod.insert(conn, self.mod.NewRow(**fields))
+                if self.s.replace == "debounce":
+                    fields["job_key"] = job.key
+                if hasattr(self.mod, "insert_replace"):
+                    new = self.replaced(conn, job, fields, task)
+                else:
+                    new = self.mod.insert(conn, self.mod.NewRow(**fields))
                 self.ids[job.key] = given if given is not None else new
                 if job.kind == shapes.UNDECODABLE:
                     raw = shapes.undecodable_raw(self.s)
@@ -186,6 +191,26 @@ class Scenario:
         finally:
             conn.close()
         self.kinds.update({j.key: j.kind for j in jobs})
+
+    def replaced(self, conn: Any, job: shapes.Job, fields: dict[str, Any], task: Any) -> Any:
+        """Enqueue `job` through insert_replace() with a decoy's payload (another kind), then
+        replace it with its own (insert_debounced() with no wait, where the module has it):
+        the key's one row must take the second payload. Returns its id."""
+        decoy = shapes.Job(job.key, shapes.DROP if job.kind != shapes.DROP else shapes.ACK)
+        first = self.mod.insert_replace(
+            conn, self.mod.NewRow(**{**fields, "payload": shapes.payload(self.s, decoy, task)}))
+        if hasattr(self.mod, "insert_debounced"):
+            now = dt.timedelta(0)
+            again = self.mod.insert_debounced(conn, self.mod.NewRow(**fields), wait=now,
+                                              max_wait=now)
+        else:
+            again = self.mod.insert_replace(conn, self.mod.NewRow(**fields))
+        if (first.outcome, again.outcome, again.id) != ("queued", "replaced", first.id):
+            self.problems.append(f"job {job.key}: insert_replace() gave {first}, then {again}")
+        st = self.mod.state(conn, id=first.id, now=self.now())
+        if st is None or shapes.job_of(st.payload) != (job.key, job.kind):
+            self.problems.append(f"job {job.key}: after its replacement state() says {st}")
+        return first.id
 
     def start(self) -> subprocess.Popen[bytes]:
         config = {"tests": str(TESTS), "project": str(self.project),

@@ -32,15 +32,17 @@ class Task(msgspec.Struct):
 _TYPES = {
     "postgres": {"serial": "BIGSERIAL", "bigint": "BIGINT", "uuid": "UUID", "text": "TEXT",
                  "group": "TEXT", "integer": "INTEGER", "smallint": "SMALLINT",
-                 "time": "TIMESTAMPTZ", "due_default": "now()", "bytes": "BYTEA",
-                 "json": "JSONB"},
+                 "time": "TIMESTAMPTZ", "due_default": "now()", "now_default": "now()",
+                 "bytes": "BYTEA", "json": "JSONB"},
     "mysql": {"serial": "BIGINT NOT NULL AUTO_INCREMENT", "bigint": "BIGINT", "uuid": "UUID",
               "text": "VARCHAR(64)", "group": "VARCHAR(64)", "integer": "INT",
               "smallint": "SMALLINT", "time": "DATETIME(6)",
-              "due_default": "CURRENT_TIMESTAMP(6)", "bytes": "LONGBLOB", "json": "JSON"},
+              "due_default": "CURRENT_TIMESTAMP(6)", "now_default": "(UTC_TIMESTAMP(6))",
+              "bytes": "LONGBLOB", "json": "JSON"},
     "sqlite": {"serial": "INTEGER", "bigint": "INTEGER", "uuid": "TEXT", "text": "TEXT",
                "group": "TEXT", "integer": "INTEGER", "smallint": "SMALLINT", "time": "TEXT",
-               "due_default": "(strftime('%Y-%m-%d %H:%M:%f', 'now'))", "bytes": "BLOB",
+               "due_default": "(strftime('%Y-%m-%d %H:%M:%f', 'now'))",
+               "now_default": "(strftime('%Y-%m-%d %H:%M:%f', 'now'))", "bytes": "BLOB",
                "json": "TEXT"},
 }
 
@@ -98,6 +100,10 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
     if s.limits in ("key", "rate_key", "fair"):
         cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
+    if s.replace == "debounce":
+        cols.append(f"job_key {t['group']} NOT NULL")
+        if s.has_retry_after:
+            cols.append(f"enqueued_at {t['time']} NOT NULL DEFAULT {t['now_default']}")
     return cols
 
 
@@ -136,6 +142,12 @@ def ddl(s: Shape, names: Names | None = None) -> str:
     else:
         out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(queue) + "\n);")
     out.append(claim_index(s, names))
+    if s.replace == "debounce":  # (a partitioned table's unique keys hold its partition key)
+        index = names.sql(s.dialect, "_key")
+        if names.schema is not None and s.dialect == "postgres":
+            index = f'"{names.table}_key"'
+        key = "job_key, id" if names.partitioned else "job_key"
+        out.append(f"CREATE UNIQUE INDEX {index} ON {table} ({key});")
     # The indexes a limited claim counts the jobs in work through.
     counted = {"queue": [("_in_work", "locked_until")],
                "key": [("_in_work", "locked_until"), ("_tenant", "tenant, locked_until")]}
@@ -181,6 +193,9 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append("fifo = true")
     if s.count_crashes != "default":
         lines.append(f"count_crashes = {s.count_crashes}")
+    if s.replace == "debounce":
+        lines.append('unique = ["job_key", "id"]' if names.partitioned else
+                     'unique = ["job_key"]')
     lines += ["", "[columns]",
               'id = { role = "id", generated = true }' if s.id == "integer" else 'id = "id"']
     if s.group != "none":
@@ -200,6 +215,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append('result = "result"')
     if s.progress == "json":
         lines.append('progress = "progress"')
+    if s.replace == "debounce" and s.has_retry_after:
+        lines.append('enqueued_at = "enqueued_at"')
     lines.append({"bytes": 'payload = { role = "payload", codec = "bytes" }',
                   "json": 'payload = { role = "payload", codec = "json" }',
                   "typed": 'payload = { role = "payload", codec = "json", '
