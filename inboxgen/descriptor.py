@@ -75,8 +75,8 @@ class JobState:
     # The last failure a worker recorded (its type, message and where it was raised), where the
     # table has an `error` column; None when none failed (or since a requeue).
     error: str | None = None
-    # What its handler returned (parsed JSON), where the table has a `result` column and the
-    # job finished with one; else None.
+    # What its handler returned (parsed JSON, or an instance of the spec's result type), where
+    # the table has a `result` column and the job finished with one; else None.
     result: Any = None
     # What its handler last reported ({"fraction": 0.4, "note": "..."}), as the last renewal of
     # its lease wrote it, where the table has a `progress` column; else None.
@@ -187,6 +187,9 @@ class TableDescriptor:
     source: str  # the spec the module was generated from
     ops: Operations
     async_ops: Operations | None  # the `_async` twins (psycopg, asyncmy); None on SQLite
+    # The class a handler's result must fit where the spec types the result column (`type`);
+    # None: any JSON.
+    result_type: Any = None
     # Derived from the above when the module is imported, so the module says each thing once.
     role_attrs: Mapping[str, str] = attrs.field(init=False)  # role -> claimed row attribute
     statement_params: Mapping[str, tuple[str, ...]] = attrs.field(init=False)

@@ -8,6 +8,7 @@ sorts correctly against it). Times handed to inboxgen must be timezone-aware.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 from collections.abc import Awaitable, Mapping, Sequence, Set
@@ -128,6 +129,34 @@ def parsed_json(value: Any) -> Any:
     if isinstance(value, str | bytes):
         return msgspec.json.decode(value)
     return value
+
+
+def typed_result(value: Any, type_: Any) -> Any:
+    """A result column typed as class `type_`, as state() returns it: an instance of the class,
+    or, for JSON the class refuses (written before the class changed), the parsed JSON, so a
+    job's state is always readable."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str | bytes):
+            return msgspec.json.decode(value, type=type_)
+        return msgspec.convert(value, type=type_)
+    except msgspec.ValidationError:
+        return parsed_json(value)
+
+
+def fitted_result(value: Any, type_: Any) -> Any:
+    """A handler's result as the ack writes it where the spec types the result column: an
+    instance of `type_`, or a value that converts to one as its JSON would decode (a dict of
+    the fields, another class with them). Raises TypeError saying why it does not fit."""
+    with contextlib.suppress(TypeError):  # a TypedDict takes no isinstance()
+        if isinstance(value, type_):
+            return value
+    try:
+        return msgspec.convert(msgspec.to_builtins(value), type=type_)
+    except (msgspec.ValidationError, TypeError) as err:
+        raise TypeError(f"the handler's result {value!r:.200} does not fit the result type "
+                        f"{type_.__module__}.{type_.__qualname__}: {err}") from None
 
 
 def clipped(text: str | None, limit: int) -> str | None:

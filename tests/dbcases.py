@@ -205,13 +205,16 @@ def spec_toml(table: str, columns: Mapping[str, str], *, dialect: str = "postgre
     count_crashes, unique...), each column's role, and the [runtime] and [dead_letter] tables.
 
     `columns` maps a column to its role as "role", "role generated" (a value the database
-    fills) or "role <codec>" (the payload's codec: json, text or bytes).
+    fills), "role <codec>" (the payload's codec: json, text or bytes) or "role type=M:C" (the
+    payload's or the result's class).
     """
     lines = [f"table = {json.dumps(table)}", f"dialect = {json.dumps(dialect)}",
              *(f"{k} = {json.dumps(v)}" for k, v in options.items()), "", "[columns]"]
     for name, how in columns.items():
         role, *extra = how.split()
         fields = [f'role = "{role}"', *("generated = true" if e == "generated" else
+                                         f'type = "{e.removeprefix("type=")}"'
+                                         if e.startswith("type=") else
                                          f'codec = "{e}"' for e in extra)]
         lines.append(f"{toml_key(name)} = " + (f"{{ {', '.join(fields)} }}" if extra
                                                 else f'"{role}"'))
@@ -288,6 +291,7 @@ class Layout:
     fair: bool = False  # [flow] fair: claims take turns across accounts
     error: str | None = None  # the type of a nullable column bound to role error ("TEXT")
     result: str | None = None  # the type of a nullable column bound to role result ("JSON")
+    result_type: str | None = None  # the result's class ("module:Class"), where it has one
     progress: str | None = None  # the type of a nullable column bound to role progress
     enqueued_at: bool = False  # a column the database fills with the insert's time
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -397,7 +401,8 @@ class Layout:
                  *(["locked_until"] if self.form == "lease" else []),
                  *(["headers"] if self.headers else []),
                  *(["error"] if self.error is not None else []),
-                 *(["result"] if self.result is not None else []),
+                 *([f"result type={self.result_type}" if self.result_type else "result"]
+                   if self.result is not None else []),
                  *(["progress"] if self.progress is not None else []),
                  *(["enqueued_at"] if self.enqueued_at else []), "payload text"]
         return spec_toml("jobs", {self.name(r.split()[0]): r for r in roles}, dialect=dialect,

@@ -159,6 +159,7 @@ class _Checker:
             fifo=spec.fifo, count_crashes=self.counts_crashes(form, roles), fields=tuple(fields),
             codec=codec,
             payload_type=next((b.type for b in spec.bindings if b.role == "payload"), None),
+            result_type=next((b.type for b in spec.bindings if b.role == "result"), None),
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
             claim_index=claim_index, suggested_index=suggested, pause_table=pause_table,

@@ -146,6 +146,7 @@ class Queue:
     fields: tuple[Field, ...]
     codec: str | None  # payload codec: json, bytes, text
     payload_type: str | None  # "module:Class"
+    result_type: str | None  # "module:Class": what the result column's JSON decodes to
     advisory_key: tuple[tuple[str, str], ...]  # (literal text, attr name or "") pieces
     dead_letter_group: str | None
     dead_letter_table: TableRef | None

@@ -56,7 +56,7 @@ class RoleBinding:
     role: str
     generated: bool
     codec: str | None
-    type: str | None  # "module:Class", the payload's user type
+    type: str | None  # "module:Class", the payload's or the result's user type
     line: int
 
 
@@ -416,9 +416,12 @@ class _Reader:
             if codec is not None and codec not in CODECS:
                 self.err(key + ("codec",), f"column '{column}': unknown codec '{codec}' "
                                            f"(expected one of: {', '.join(CODECS)})")
-            if (codec is not None or user_type is not None) and role != "payload":
-                self.err(key, f"column '{column}': 'codec' and 'type' belong to the payload "
-                              f"role, not '{role}'")
+            if codec is not None and role != "payload":
+                self.err(key, f"column '{column}': 'codec' belongs to the payload role, not "
+                              f"'{role}'")
+            if user_type is not None and role not in ("payload", "result"):
+                self.err(key, f"column '{column}': 'type' belongs to the payload and result "
+                              f"roles, not '{role}'")
             if user_type is not None and not re.fullmatch(
                     r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", user_type):
                 self.err(key + ("type",), f"column '{column}': type must be "

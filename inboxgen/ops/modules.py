@@ -15,7 +15,7 @@ from inboxgen.errors import ConfigError
 from inboxgen.generate.build import generate, shown_path, spec_files
 from inboxgen.generate.config import Project
 from inboxgen.generate.model import Queue
-from inboxgen.ops.user_code import check_payload_type, on_path
+from inboxgen.ops.user_code import check_user_type, on_path
 
 
 def load(project: Project, targets: Sequence[str]) -> list[ModuleType]:
@@ -31,10 +31,10 @@ def load_one(project: Project, path: Path, queue: Queue) -> ModuleType:
     if not path.is_file():
         raise ConfigError(f"{shown_path(project, path)} is missing: run inboxgen build")
     on_path(project.root)
-    if queue.payload_type:
-        # Its own line first: a class that cannot be imported is not cured by a build.
-        line = next(b.line for b in queue.spec.bindings if b.role == "payload")
-        check_payload_type(queue.payload_type, f"{queue.spec.display}:{line}", project.root)
+    # Its own line first: a class that cannot be imported is not cured by a build.
+    for b in queue.spec.bindings:
+        if b.type is not None:
+            check_user_type(b.type, b.role, f"{queue.spec.display}:{b.line}", project.root)
     name = f"_inboxgen_ops_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None

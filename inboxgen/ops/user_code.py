@@ -75,15 +75,16 @@ def _import(name: str, folder: Path) -> tuple[ModuleType | None, str]:
         return None, why(err, folder)
 
 
-def check_payload_type(type_: str, where: str, folder: Path) -> None:
-    """Import `type_` ("package.module:Class", named at `where`, a spec's file and line) the way
-    the generated module imports it; ConfigError saying why it cannot be."""
+def check_user_type(type_: str, role: str, where: str, folder: Path) -> None:
+    """Import `type_` ("package.module:Class", the `role` column's type, named at `where`, a
+    spec's file and line) the way the generated module imports it; ConfigError saying why it
+    cannot be."""
     module_name, _, name = type_.partition(":")
     module, failed = _import(module_name, folder)
     if module is not None and not hasattr(module, name):
         failed = f"module {module_name} has no attribute {name!r}"
     if failed:
-        raise ConfigError(f"{where}: payload type {type_} cannot be imported: {failed}")
+        raise ConfigError(f"{where}: {role} type {type_} cannot be imported: {failed}")
 
 
 def load_worker(target: str, folder: Path) -> Any:

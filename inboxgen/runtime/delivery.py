@@ -35,7 +35,7 @@ from inboxgen.runtime.outcomes import (
     undecodable,
     what_happens,
 )
-from inboxgen.values import json_text
+from inboxgen.values import fitted_result, json_text
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
@@ -94,6 +94,8 @@ class Delivery:
                                   or descriptor.dead_letter_table is not None)
         self._keeps_errors = "error" in descriptor.roles
         self._keeps_results = "result" in descriptor.roles
+        # Older modules' descriptors have no result_type: any JSON.
+        self._result_type = getattr(descriptor, "result_type", None)
         self._keeps_progress = "progress" in descriptor.roles
 
     async def deliver(self, h: Held, conn: Any | None = None) -> None:
@@ -180,6 +182,13 @@ class Delivery:
             h.failure = TypeError(f"the handler returned {result!r}, not an outcome (the "
                                   f"table has no result column to keep a value in)")
             return retry()
+        if self._result_type is not None:
+            try:
+                result = fitted_result(result, self._result_type)
+            except TypeError as err:
+                h.failure = err
+                return after_failure(h.attempt, has_retry_after=self._has_retry_after,
+                                     backoff=self.settings.backoff)
         try:
             json_text(result)  # what the ack writes: a value JSON cannot hold fails here
         except (TypeError, ValueError, msgspec.EncodeError) as err:

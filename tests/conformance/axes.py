@@ -36,7 +36,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "pauses": ("none", "table"),
     "limits": ("none", "queue", "key", "rate", "rate_key", "fair"),
     "error": ("none", "text"),
-    "result": ("none", "json"),
+    "result": ("none", "json", "typed"),
     "progress": ("none", "json"),
     "replace": ("none", "debounce"),
 }
@@ -86,7 +86,9 @@ class Shape:
     # each tenant (every job's the same); "fair": claims take turns across tenants
     limits: str
     error: str  # "text": a nullable text column bound to role error (the last failure)
-    result: str  # "json": a nullable JSON column bound to role result (what a handler returned)
+    # "json": a nullable JSON column bound to role result (what a handler returned); "typed":
+    # the same, typed with a class of the project (its handler returns a dict that fits)
+    result: str
     progress: str  # "json": a nullable JSON column bound to role progress (lease only)
     # "debounce": a unique job_key column (and, with a due time, an enqueued_at column); the
     # scenario enqueues each job through insert_replace() (or insert_debounced()) twice, a
@@ -131,7 +133,7 @@ _SHORT: dict[str, dict[str, str]] = {
                "fair": "lf"},
     # The later axes name only their other value, keeping names within the servers' limits.
     "error": {"none": "", "text": "et"},
-    "result": {"none": "", "json": "rj"},
+    "result": {"none": "", "json": "rj", "typed": "rt"},
     "progress": {"none": "", "json": "pr"},
     "replace": {"none": "", "debounce": "xd"},
 }

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import psycopg
 from dbcases import apply_ddl, mysql_connect
 
@@ -411,7 +412,7 @@ class Scenario:
                                      f"expected {want}")
             if self.s.error == "text" and st is not None:
                 self.check_error(key, st.error)
-            if self.s.result == "json" and st is not None:
+            if self.s.result != "none" and st is not None:
                 self.check_result(key, st.result)
             if self.s.progress == "json" and st is not None:
                 # The acked job reported {0.5, its key} and outlasted half its lease.
@@ -429,6 +430,9 @@ class Scenario:
         kind = self.kinds[key]
         effect = kind in (shapes.ACK, shapes.FAIL_ONCE, shapes.CRASH)
         want = {"job": key} if effect and self.fate(key) == "finished" else None
+        if self.s.result == "typed" and result is not None:  # an instance of the class
+            result = (type(result).__name__, msgspec.to_builtins(result))
+            want = ("Done", want)
         if result != want:
             self.problems.append(f"state() of job {key} ({kind}) has result {result!r}, "
                                  f"expected {want!r}")

@@ -17,9 +17,10 @@ MAX_ATTEMPTS = 3
 LEASE_SECONDS = 2
 GROUP = "g"
 DEAD_GROUP = "dead"
-# The payload class of typed shapes (a module the project puts on sys.path).
+# The payload class of typed shapes, and the result class of typed results (a module the
+# project puts on sys.path).
 PAYLOAD_MODULE = "conformance_payload"
-PAYLOAD_SOURCE = '''"""The payload type of the conformance matrix's typed shapes."""
+PAYLOAD_SOURCE = '''"""The payload and result types of the conformance matrix's typed shapes."""
 
 import msgspec
 
@@ -27,6 +28,10 @@ import msgspec
 class Task(msgspec.Struct):
     key: str
     kind: str
+
+
+class Done(msgspec.Struct):
+    job: str
 '''
 
 _TYPES = {
@@ -93,7 +98,7 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
         cols.append(f"locked_until {t['time']} NULL")
     if s.error == "text":
         cols.append("last_error TEXT NULL")
-    if s.result == "json":
+    if s.result != "none":
         cols.append(f"result {t['json']} NULL")
     if s.progress == "json":
         cols.append(f"progress {t['json']} NULL")
@@ -213,6 +218,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append('last_error = "error"')
     if s.result == "json":
         lines.append('result = "result"')
+    if s.result == "typed":
+        lines.append(f'result = {{ role = "result", type = "{PAYLOAD_MODULE}:Done" }}')
     if s.progress == "json":
         lines.append('progress = "progress"')
     if s.replace == "debounce" and s.has_retry_after:

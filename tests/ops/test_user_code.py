@@ -1,8 +1,8 @@
 """The service's own code, imported by the commands as a user runs them: the installed `inboxgen`
 script (whose sys.path starts with its own bin folder, not the working folder) in the project's
 folder. A typed payload's class is found in the project for `status`, `asyncapi` and `verify
---database-url`; a class that cannot be imported, and a `worker` target that is not a Worker,
-are one line naming what is wrong."""
+--database-url`; a payload's or result's class that cannot be imported, and a `worker` target
+that is not a Worker, are one line naming what is wrong."""
 
 from __future__ import annotations
 
@@ -128,6 +128,31 @@ def test_a_payload_type_that_cannot_be_imported_is_one_line_naming_spec_and_type
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert result.stderr.splitlines()[-1:] == [expected], args
         assert "run inboxgen build" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_result_type_that_cannot_be_imported_is_one_line_naming_spec_and_type(
+        tmp_path: Path) -> None:
+    url = str(tmp_path / "queue.sqlite3")
+    root = tmp_path / "app"
+    typed_project(root, "sqlite", url)
+    spec = root / "specs" / "mail.toml"
+    text = spec.read_text().replace('locked_until = "locked_until"\n', (
+        'locked_until = "locked_until"\nprocessed_at = "processed_at"\n'
+        'result = { role = "result", type = "myapp.jobs:Receipt" }\n'))
+    spec.write_text(text)
+    (root / "specs" / "mail.sql").write_text(textwrap.dedent("""\
+        CREATE TABLE mail (id INTEGER PRIMARY KEY, retry_after TEXT NOT NULL,
+                           locked_until TEXT, processed_at TEXT, result TEXT,
+                           payload TEXT NOT NULL);
+        CREATE INDEX mail_claim ON mail (retry_after, id) WHERE processed_at IS NULL;
+        """))
+    assert inboxgen(root, "build").returncode == 0
+    line = next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("result"))
+    result = inboxgen(root, "status", "--database-url", url)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.splitlines()[-1:] == [
+        f"inboxgen: specs/mail.toml:{line}: result type myapp.jobs:Receipt cannot be imported: "
+        "module myapp.jobs has no attribute 'Receipt'"]
 
 
 WORKER_APP = """

@@ -18,14 +18,16 @@ pytestmark = pytest.mark.usefixtures("log_inboxgen")
 JSON = {"postgres": "JSONB", "mysql": "JSON", "sqlite": "TEXT"}
 
 
-def _enqueue(q: Any, payloads: list[str]) -> list[Any]:
+def enqueue(q: Any, payloads: list[str]) -> list[Any]:
+    """One job a payload, committed; their ids."""
     with q.db.transaction() as conn:
         return [q.mod.insert(conn, q.mod.NewRow(
             priority=0, retry_after=dt.datetime.now(dt.UTC), account=p, payload=p))
             for p in payloads]
 
 
-def _states(q: Any, ids: list[Any], now: dt.datetime) -> list[Any]:
+def states_of(q: Any, ids: list[Any], now: dt.datetime) -> list[Any]:
+    """state() of each job."""
     with q.db.transaction() as conn:
         return [q.mod.state(conn, id=i, now=now) for i in ids]
 
@@ -36,7 +38,7 @@ def test_each_job_keeps_what_its_handler_returned(dialect: str, form: str, batch
                                                   queue: MakeQueue) -> None:
     q = queue(dialect, Layout(form=form, result=JSON[dialect]))
     payloads = [f"job-{n}" for n in range(20)] + ["nothing", "dropped"]
-    ids = _enqueue(q, payloads)
+    ids = enqueue(q, payloads)
     clock = fake_clock()
 
     def handle(job: Job[str]) -> Any:
@@ -50,7 +52,7 @@ def test_each_job_keeps_what_its_handler_returned(dialect: str, form: str, batch
     worker = Worker(q.mod.DESCRIPTOR, handle, database=q.database, clock=clock, batch=batch)
     serve_until(worker, clock, lambda: worker.stats.acked + worker.stats.dropped == 22,
                 max_seconds=60)
-    states = _states(q, ids, clock.now())
+    states = states_of(q, ids, clock.now())
     assert [s.state for s in states] == ["finished"] * 22
     assert [s.result for s in states[:20]] == [
         {"sent": f"job-{n}", "n": n, "tags": ["a", "é"], "ok": n % 2 == 0} for n in range(20)]
@@ -62,7 +64,7 @@ def test_each_job_keeps_what_its_handler_returned(dialect: str, form: str, batch
 def test_a_result_json_cannot_hold_fails_the_delivery_and_says_why(dialect: str,
                                                                    queue: MakeQueue) -> None:
     q = queue(dialect, Layout(result=JSON[dialect], error="TEXT"))
-    (job_id,) = _enqueue(q, ["ada"])
+    (job_id,) = enqueue(q, ["ada"])
     clock = fake_clock()
     calls: list[int] = []
 
@@ -73,7 +75,7 @@ def test_a_result_json_cannot_hold_fails_the_delivery_and_says_why(dialect: str,
     worker = Worker(q.mod.DESCRIPTOR, handle, database=q.database, clock=clock)
     serve_until(worker, clock, lambda: worker.stats.acked == 1, max_seconds=600)
     assert (worker.stats.retried, worker.stats.acked) == (1, 1)
-    (done,) = _states(q, [job_id], clock.now())
+    (done,) = states_of(q, [job_id], clock.now())
     assert (done.state, done.result) == ("finished", ["fine"])
     assert done.error.startswith("TypeError: the handler's result {'at': <object object at")
     assert "is not JSON" in done.error.splitlines()[0]
@@ -83,7 +85,7 @@ def test_a_result_json_cannot_hold_fails_the_delivery_and_says_why(dialect: str,
 def test_a_table_without_a_result_column_retries_a_handler_that_returns_a_value(
         dialect: str, queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
     q = queue(dialect, Layout(error="TEXT"))
-    (job_id,) = _enqueue(q, ["ada"])
+    (job_id,) = enqueue(q, ["ada"])
     clock = fake_clock()
     calls: list[int] = []
 
@@ -93,7 +95,7 @@ def test_a_table_without_a_result_column_retries_a_handler_that_returns_a_value(
 
     worker = Worker(q.mod.DESCRIPTOR, handle, database=q.database, clock=clock)
     serve_until(worker, clock, lambda: worker.stats.acked == 1, max_seconds=600)
-    (done,) = _states(q, [job_id], clock.now())
+    (done,) = states_of(q, [job_id], clock.now())
     assert done.error.splitlines()[0] == ("TypeError: the handler returned 42, not an outcome "
                                           "(the table has no result column to keep a value in)")
 
@@ -103,7 +105,7 @@ def test_a_table_without_a_result_column_retries_a_handler_that_returns_a_value(
 def test_a_result_column_of_any_type_the_role_takes_round_trips(dialect: str, column: str,
                                                                  queue: MakeQueue) -> None:
     q = queue(dialect, Layout(result=column, error="CHAR(200)"))
-    ids = _enqueue(q, ["ada", "bob"])
+    ids = enqueue(q, ["ada", "bob"])
     clock = fake_clock()
     calls: list[str] = []
 
@@ -115,7 +117,7 @@ def test_a_result_column_of_any_type_the_role_takes_round_trips(dialect: str, co
 
     worker = Worker(q.mod.DESCRIPTOR, handle, database=q.database, clock=clock, batch=16)
     serve_until(worker, clock, lambda: worker.stats.acked == 2, max_seconds=600)
-    ada, bob = _states(q, ids, clock.now())
+    ada, bob = states_of(q, ids, clock.now())
     assert ada.result == {"to": "ada", "n": [1, 2.5, None], "s": "ü \" '"}
     assert bob.result == {"to": "bob", "n": [1, 2.5, None], "s": "ü \" '"}
     assert ada.error is None and bob.error.startswith("ValueError: bob once")

@@ -15,6 +15,7 @@ import json
 import re
 from typing import Any
 
+import msgspec
 from django.core.checks import Error
 from django.db import connections
 from django.tasks import Task, TaskResult, TaskResultStatus
@@ -170,8 +171,9 @@ class TaskBackend(BaseTaskBackend):
                             backend=self.alias, errors=task_errors(found.error),
                             worker_ids=[])
         # The task's return value, where the table keeps results (TaskResult has no argument
-        # for it: Django's own backends set it so too).
-        object.__setattr__(result, "_return_value", found.result)
+        # for it: Django's own backends set it so too), as JSON values where the spec types
+        # the result column (a task's return value is JSON to Django).
+        object.__setattr__(result, "_return_value", msgspec.to_builtins(found.result))
         return result
 
 

@@ -152,6 +152,11 @@ class Renderer:
         return {"bytes": "bytes", "text": "str", "json": "_v.JSONValue"}.get(self.q.codec or "",
                                                                               "object")
 
+    def result_type(self) -> str:
+        """The class a typed result column's JSON decodes to (its name, imported)."""
+        assert self.q.result_type
+        return self.q.result_type.rpartition(":")[2]
+
     def raw_type(self, f: Field) -> str:
         """The type of the value the driver hands back for this column."""
         kind = f.column.kind
@@ -638,8 +643,12 @@ class Renderer:
         kept = [f for f in (q.role("error"), q.role("result"), q.role("progress"))
                 if f is not None]
         for i, f in enumerate(kept, start=6):  # after the payload, as STATE selects them
-            items.append(f"error=r[{i}]" if f.role == "error"
-                         else f"{f.role}=_v.parsed_json(r[{i}])")
+            if f.role == "error":
+                items.append(f"error=r[{i}]")
+            elif f.role == "result" and q.result_type:
+                items.append(f"result=_v.typed_result(r[{i}], {self.result_type()})")
+            else:
+                items.append(f"{f.role}=_v.parsed_json(r[{i}])")
         if q.role("payload") is None:
             return "JobState", [*items, "payload=None"]
         return "JobState.with_payload", [*items, "stored=r[5]", "decode=decode_payload"]

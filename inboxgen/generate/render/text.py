@@ -264,7 +264,13 @@ def with_imports(body: str, q: Queue) -> str:
         third_from.append("from psycopg.types.json import Jsonb")
     # isort's order: plain imports first, then from-imports, each sorted by module.
     lines = std + [""] + sorted(third) + third_from
-    if q.payload_type:
-        module, _, name = q.payload_type.partition(":")
-        lines += ["", f"from {module} import {name}"]
+    # The user's classes (payload, result): a group of their own, after the third-party one.
+    user: dict[str, set[str]] = {}
+    for t in (q.payload_type, q.result_type):
+        if t:
+            module, _, name = t.partition(":")
+            user.setdefault(module, set()).add(name)
+    if user:
+        lines += [""] + [f"from {module} import {', '.join(sorted(names))}"
+                         for module, names in sorted(user.items())]
     return head + "\n".join(lines) + "\n" + rest
