@@ -29,9 +29,13 @@ after the suggestion changes measures the new index. Not a test: numbers depend 
 
 `--continuous N` instead enqueues N due jobs on an empty table, drains them with a Worker and
 prints the rate of each tenth of the drain against the first tenth, and what the drain leaves
-behind (PostgreSQL: table and index sizes, dead tuples, the share of HOT updates; before, after
-the drain and after a VACUUM). `--postgres DSN` and `--mysql URL` use a server of yours (its
-table bench_backlog is dropped and made again) instead of starting a private one.
+behind (PostgreSQL: table and index sizes, dead tuples, the share of HOT updates, what a claim
+reads after it; before, after the drain and after a VACUUM). With `--hold-xmin` each table is
+drained twice, the second time with a REPEATABLE READ transaction held open on another
+connection from before the drain to after its figures (it holds back what vacuum may remove),
+and the second drain's rate is printed against the first's. `--postgres DSN` and `--mysql URL`
+use a server of yours (its table bench_backlog is dropped and made again) instead of starting a
+private one.
 """
 
 from __future__ import annotations
@@ -778,35 +782,80 @@ def run_continuous(args: argparse.Namespace, server: Server, folder: Path) -> No
     n = args.continuous
     print(f"\n{server.label}, {version(server)}: continuous drain of {n:,} jobs, Worker "
           f"{WORKERS} workers batch {BATCH}; rate of each tenth against the first", flush=True)
+    holds = [False, True] if args.hold_xmin else [False]
     for form in args.forms:
         if form not in DIALECT_FORMS[server.dialect]:
             continue
         for kind in args.kinds:
-            MEASURING[0] = f"{form} {kind} continuous"
-            q = build(server.dialect, form, kind, folder)
-            # the due jobs filled as a backlog would be: n rows in one statement
-            make_table(q, server, due_values(q.dialect, q.kind), n, 0)
-            s = Session(server.dialect, server.database)
-            before = sizes_now(s)
-            d = drain(q, server, n, args.budget_continuous, tenths=True)
-            time.sleep(1.0)  # the workers' counters reach pg_stat_user_tables
-            after = sizes_now(s)
-            vacuum(s, analyze=False)
-            vacuumed = sizes_now(s)
-            s.close()
-            cut = f" (stopped after {args.budget_continuous:g} s)" if len(d.marks) < 10 else ""
-            print(f"{form} {kind} (index: {q.index or 'none'}): {d.total:,} jobs drained{cut}; "
-                  f"{d.jobs:,} in {d.seconds:.1f} s once the connections were open, "
-                  f"{d.rate:,.0f} jobs/s", flush=True)
-            edges = [0.0, *d.marks]
-            rates = [(n // 10) / (b - a) for a, b in zip(edges, edges[1:], strict=False)
-                     if b > a]
-            if rates:
-                print("  per tenth, jobs/s: " + ", ".join(
-                    f"{r:,.0f} ({r / rates[0]:.2f}x)" for r in rates))
-            print(describe(server.dialect, "before:", before))
-            print(describe(server.dialect, "after the drain:", after))
-            print(describe(server.dialect, "after VACUUM:", vacuumed), flush=True)
+            plain: Drain | None = None
+            for held in holds:
+                MEASURING[0] = f"{form} {kind} continuous" + (" (held snapshot)" if held else "")
+                d = continuous_drain(args, server, folder, form, kind, held)
+                if held and plain is not None and plain.rate:
+                    print(f"  held snapshot against none: {d.rate / plain.rate:.2f}x", flush=True)
+                plain = d
+
+
+def continuous_drain(args: argparse.Namespace, server: Server, folder: Path, form: str,
+                     kind: str, held: bool) -> Drain:
+    """One continuous drain of a fresh table; `held`: with a REPEATABLE READ transaction open
+    on another connection from before the drain until after its figures (PostgreSQL: it holds
+    back the xmin vacuum may clean up to; InnoDB: its purge)."""
+    n = args.continuous
+    q = build(server.dialect, form, kind, folder)
+    # the due jobs filled as a backlog would be: n rows in one statement
+    make_table(q, server, due_values(q.dialect, q.kind), n, 0)
+    s = Session(server.dialect, server.database)
+    before = sizes_now(s)
+    holder = hold_snapshot(server) if held else None
+    try:
+        d = drain(q, server, n, args.budget_continuous, tenths=True)
+        time.sleep(1.0)  # the workers' counters reach pg_stat_user_tables
+        after = sizes_now(s)
+        buffers = claim_buffers(q, server.database)
+    finally:
+        if holder is not None:
+            holder.rollback()
+            holder.close()
+    vacuum(s, analyze=False)
+    vacuumed = sizes_now(s)
+    s.close()
+    cut = f" (stopped after {args.budget_continuous:g} s)" if len(d.marks) < 10 else ""
+    print(f"{form} {kind} (index: {q.index or 'none'})"
+          f"{', a snapshot held' if held else ''}: {d.total:,} jobs drained{cut}; "
+          f"{d.jobs:,} in {d.seconds:.1f} s once the connections were open, "
+          f"{d.rate:,.0f} jobs/s", flush=True)
+    edges = [0.0, *d.marks]
+    rates = [(n // 10) / (b - a) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    if rates:
+        print("  per tenth, jobs/s: " + ", ".join(
+            f"{r:,.0f} ({r / rates[0]:.2f}x)" for r in rates))
+    print(describe(server.dialect, "before:", before))
+    print(describe(server.dialect, "after the drain:", after))
+    if buffers is not None:
+        print(f"  {'claim after it:':17} {buffers:,} shared buffers for one row claimed from "
+              f"the head (EXPLAIN ANALYZE{', the snapshot still held' if held else ''})")
+    print(describe(server.dialect, "after VACUUM:", vacuumed), flush=True)
+    return d
+
+
+def hold_snapshot(server: Server) -> Session:
+    """A session in a REPEATABLE READ transaction that has read the table: its snapshot stays
+    open until it is rolled back, as a report's or a backup's long transaction would."""
+    s = Session(server.dialect, server.database)
+    if server.dialect == "postgres":
+        s.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        s.conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
+    elif server.dialect == "mysql":
+        with s.conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cur.execute(f"SELECT count(*) FROM {TABLE}")
+            cur.fetchall()
+    else:
+        s.execute("BEGIN")  # a read transaction: the WAL is not checkpointed past it
+        s.conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
+    return s
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -823,6 +872,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="sizes 0,100k, 500 jobs, 10 s budget")
     p.add_argument("--continuous", type=int, nargs="?", const=1_000_000, default=None,
                    metavar="N", help="the continuous drain of N jobs (1,000,000) instead")
+    p.add_argument("--hold-xmin", action="store_true",
+                   help="continuous: drain each table again with a REPEATABLE READ transaction "
+                        "held open on another connection throughout, and compare")
     p.add_argument("--postgres", metavar="DSN", help="a PostgreSQL database to use")
     p.add_argument("--mysql", metavar="URL", help="a MySQL/MariaDB database (mysql://...)")
     args = p.parse_args(argv)

@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import psycopg
 from inboxgen import connections as _c
+from inboxgen import values as _v
 from inboxgen.descriptor import (
     JobState,
     Operations,
@@ -78,8 +79,8 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
-# attempt); each row's key stays locked for the session until RELEASE.
+# Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
+# crash still spends the attempt); each row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
 WITH counted AS (
     UPDATE "email_jobs"
@@ -88,6 +89,7 @@ WITH counted AS (
         SELECT "job_id"
         FROM "email_jobs"
         WHERE "name" = ANY(ARRAY[%(group)s])
+          AND "job_id" >= %(from_id)s
           AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "job_id"::text, 0))
         ORDER BY "name", "job_id"
         LIMIT %(limit)s
@@ -100,12 +102,15 @@ FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."job_id":
 """
 
 
-def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+def claim(
+    conn: psycopg.Connection[Any], *, group: str, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
+    crash still spends the attempt); each row's key stays locked for the session until RELEASE.
     """
     cur = conn.execute(CLAIM, {
-        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
@@ -113,13 +118,14 @@ def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+    """Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
+    crash still spends the attempt); each row's key stays locked for the session until RELEASE.
     """
     cur = await conn.execute(CLAIM, {
-        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

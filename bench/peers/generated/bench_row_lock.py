@@ -74,26 +74,35 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Claim up to `limit` rows; the claim's open transaction holds them.
+# Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them.
 CLAIM: Final[LiteralString] = """
 SELECT "id", "attempt", "processed_at", "payload"
 FROM "bench_row_lock"
 WHERE "processed_at" IS NULL
+  AND "id" >= %(from_id)s
 ORDER BY "id"
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
 
-def claim(conn: psycopg.Connection[Any], *, limit: int = 1) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = conn.execute(CLAIM, {"limit": limit})
+def claim(
+    conn: psycopg.Connection[Any], *, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them."""
+    cur = conn.execute(CLAIM, {
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
-async def claim_async(conn: psycopg.AsyncConnection[Any], *, limit: int = 1) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = await conn.execute(CLAIM, {"limit": limit})
+async def claim_async(
+    conn: psycopg.AsyncConnection[Any], *, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them."""
+    cur = await conn.execute(CLAIM, {
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 

@@ -80,8 +80,8 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
-# attempt); each row's key stays locked for the session until RELEASE.
+# Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
+# crash still spends the attempt); each row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
 WITH counted AS (
     UPDATE "bench_row_lock_counted"
@@ -91,6 +91,7 @@ WITH counted AS (
         FROM "bench_row_lock_counted"
         WHERE "queue" = ANY(ARRAY[%(group)s])
           AND "processed_at" IS NULL
+          AND "id" >= %(from_id)s
           AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
         ORDER BY "queue", "id"
         LIMIT %(limit)s
@@ -103,12 +104,15 @@ FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::tex
 """
 
 
-def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+def claim(
+    conn: psycopg.Connection[Any], *, group: str, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
+    crash still spends the attempt); each row's key stays locked for the session until RELEASE.
     """
     cur = conn.execute(CLAIM, {
-        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
@@ -116,13 +120,14 @@ def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+    """Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
+    crash still spends the attempt); each row's key stays locked for the session until RELEASE.
     """
     cur = await conn.execute(CLAIM, {
-        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

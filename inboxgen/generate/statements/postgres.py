@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inboxgen.generate import catalog as cat
-from inboxgen.generate.dialects import ADVISORY
+from inboxgen.generate.dialects import ADVISORY, ROW_LOCK
 from inboxgen.generate.model import Field
 from inboxgen.generate.statements.base import CANCEL_DOC, Statements
 
@@ -47,30 +47,45 @@ class PostgresStatements(Statements):
         assert group is not None
         return f"{self.c(group)}, {self.c(self.q.id)}"
 
-    # -- lease claims that start where the last one ended --------------------------------------
+    # -- claims that start where the last one ended -------------------------------------------
 
     @property
     def claims_from_id(self) -> bool:
-        """Whether a lease claim starts at `from_id`: a table claimed in id order (within its
-        group) with an integer id. A lease drains fast, and every row it finished leaves an
-        index entry at the head of the claim order until autovacuum removes it (a minute
-        apart by default), which every claim starting at the head would read past. The
-        worker's claimer starts where its last claim ended and goes back to the head once a
-        second and whenever a claim comes back short, so no row waits longer than that."""
+        """Whether a lease or row-lock claim starts at `from_id`: a table claimed in id order
+        (within its group) with an integer id, not FIFO. Every row a drain finished leaves an
+        index entry at the head of the claim order until vacuum removes it (autovacuum looks
+        a minute apart by default, and removes nothing a snapshot still open may see), which
+        every claim starting at the head would read past. A worker's claims start where the
+        last one ended and go back to the head once a second and whenever a claim comes back
+        short, so no row waits longer than that (inboxgen.runtime.claimstart)."""
         integer = self.q.id.column.type_sql.upper() in _PG_INTEGERS
-        return (self.q.lease and integer and self.role("priority") is None
+        form = self.q.lease or (self.q.form == ROW_LOCK and not self.q.fifo)
+        return (form and integer and self.role("priority") is None
                 and self.role("retry_after") is None and self.q.limits is None)
+
+    @property
+    def claim_start(self) -> tuple[str, ...]:
+        """The condition a claim's rows meet where it starts at `from_id`."""
+        return ((f"{self.c(self.q.id)} >= {self.p('from_id')}",) if self.claims_from_id
+                else ())
 
     def claim_lease(self) -> None:
         if not self.claims_from_id:
             super().claim_lease()
             return
-        start = f"{self.c(self.q.id)} >= {self.p('from_id')}"
         self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
-                 + f"\nWHERE {self.picked(self.lease_pick_lock, (start,))}\n"
+                 + f"\nWHERE {self.picked(self.lease_pick_lock, self.claim_start)}\n"
                  + f"RETURNING {self.select_list(returning_claim=True)}",
                  "Claim up to `limit` rows from id `from_id` on under a lease ending at "
                  "`locked_until`.")
+
+    def claim_row_lock(self) -> None:
+        if not self.claims_from_id:
+            super().claim_row_lock()
+            return
+        self.select_claimable("CLAIM", "Claim up to `limit` rows from id `from_id` on; the "
+                                       "claim's open transaction holds them.",
+                              also=self.claim_start)
 
     # -- claims that walk no scheduled rows ---------------------------------------------------
 
@@ -294,15 +309,16 @@ class PostgresStatements(Statements):
         free = f"pg_try_advisory_xact_lock({key.format(idc)})"
         update = (f"UPDATE {self.t()}\n"
                   f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
-                  f"WHERE {self.picked('    FOR UPDATE SKIP LOCKED', (free,))}\n"
+                  f"WHERE {self.picked('    FOR UPDATE SKIP LOCKED', (*self.claim_start, free))}\n"
                   f"RETURNING {self.select_list(returning_claim=True)}")
         body = "\n".join("    " + line for line in update.splitlines())
         self.add("CLAIM", f"WITH counted AS (\n{body}\n)\n"
                           f"SELECT counted.*\n"
                           f"FROM counted, pg_advisory_lock({key.format('counted.' + idc)})",
-                 "Count the next delivery of up to `limit` rows (commit it at once, so a crash "
-                 "still spends the attempt); each row's key stays locked for the session until "
-                 "RELEASE.")
+                 "Count the next delivery of up to `limit` rows"
+                 + (" from id `from_id` on" if self.claims_from_id else "")
+                 + " (commit it at once, so a crash still spends the attempt); each row's key "
+                 "stays locked for the session until RELEASE.")
         self.add("RELEASE", f"SELECT pg_advisory_unlock({key.format('held.id')})\n"
                             f"FROM unnest({self.p('id')}::{pg_array_type(self.q.id)}) AS held(id)",
                  "Unlock the keys of counted rows once their settlements have committed.")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
+from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.limits import claim_in_turn, fair_turns, limited
@@ -68,8 +69,7 @@ class Lease(Form):
         self._claimer: asyncio.Task[None] | None = None
         # Where the next claim starts, for a CLAIM that takes `from_id` (PostgreSQL tables
         # claimed in id order).
-        self._start = ClaimStart() if "from_id" in self.d.statement_params.get(
-            "CLAIM", ()) and not self.d.fifo else None
+        self._start = ClaimStart() if claims_from_id(self.d) else None
         self._limited = limited(self.d)  # [flow] limits: claims take turns
         self._fair = fair_turns(self.d, self.settings.group)  # [flow] fair: the walk's place
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
@@ -383,31 +383,3 @@ class FifoLease(Lease):
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         await self._settle(h, s, None)  # the group's next row waits for this one
-
-
-# How often the claimer goes back to the head of the claim order: the longest a row behind the
-# start (a retry, a lease that ran out) waits while claims keep coming back full.
-REWIND_EVERY = 1.0
-
-
-class ClaimStart:
-    """Where the lease claimer's next claim starts: after the last row it claimed. Rows ahead
-    of that are finished (their dead index entries are what the start skips), held, or came
-    back since (a retry, a lease that ran out): for those, the claimer starts at the head
-    (None) once every REWIND_EVERY, and whenever a claim comes back short."""
-
-    def __init__(self) -> None:
-        self.from_id: int | None = None
-        self._rewind_at = time.monotonic() + REWIND_EVERY
-
-    def at(self) -> int | None:
-        if self.from_id is not None and time.monotonic() >= self._rewind_at:
-            self.rewind()
-        return self.from_id
-
-    def rewind(self) -> None:
-        self.from_id = None
-        self._rewind_at = time.monotonic() + REWIND_EVERY
-
-    def after(self, last_id: Any) -> None:
-        self.from_id = int(last_id) + 1

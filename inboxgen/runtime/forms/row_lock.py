@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.backends.base import BEGIN, COMMIT, Step, StepFailed
 from inboxgen.runtime.batching import by_op, one_statement
+from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts, Pending
-from inboxgen.runtime.outcomes import FINISH, Settlement
+from inboxgen.runtime.outcomes import FINISH, REQUEUE, REQUEUE_AT, Settlement
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
@@ -50,6 +51,30 @@ def row_lock(parts: Parts) -> Form:
 class RowLock(Form):
     unfinished = "their transactions roll back: the rows return at once, attempts unchanged"
 
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        # Where the slots' next claim starts, for a CLAIM that takes `from_id` (PostgreSQL
+        # tables claimed in id order).
+        self._start = ClaimStart() if claims_from_id(self.d) else None
+        self._id = self.d.role_attrs["id"]
+
+    def claim_start(self) -> int | None:
+        """Where the next claim starts (None: the head)."""
+        return self._start.at() if self._start is not None else None
+
+    def claimed_from(self, start: int | None, rows: list[Any], limit: int) -> None:
+        """Note a claim from `start` that took `rows`: the next starts after them, or at the
+        head where this one came back short from a start (the slot then waits as a drained
+        queue's does, and its next claim reads from the head)."""
+        if self._start is not None:
+            self._start.took(start, [getattr(r, self._id) for r in rows], limit)
+
+    def back_to_head(self) -> None:
+        """This worker returned rows behind the start (a retry, a round rolled back): the next
+        claim starts at the head, so they wait for no rewind."""
+        if self._start is not None:
+            self._start.rewind()
+
     async def round(self) -> bool:
         batch = self.settings.batch
         held: list[Held] = []
@@ -57,7 +82,9 @@ class RowLock(Form):
         # (what a crash does in this form).
         try:
             async with self.transaction() as conn:
-                rows = await self.claim(conn, self.clock.now(), batch)
+                start = self.claim_start()
+                rows = await self.claim(conn, self.clock.now(), batch, from_id=start)
+                self.claimed_from(start, rows, batch)
                 pending: Pending = []
                 held = [self.held(r, deferred=self._defer(pending)) for r in rows]
                 await self.deliver_all(held, conn)
@@ -68,6 +95,7 @@ class RowLock(Form):
         return len(rows) < self.full_claim
 
     def report_lost(self, held: list[Held], err: BaseException) -> None:
+        self.back_to_head()  # the round's rows return
         settled = [h for h in held if h.settled]
         if settled:
             self.lost(settled, err)
@@ -96,6 +124,8 @@ class RowLock(Form):
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         assert conn is not None  # the claim's transaction
+        if s.action in (REQUEUE, REQUEUE_AT):
+            self.back_to_head()
         await self.delivery.execute_settlement(conn, h, s)
 
 
@@ -115,7 +145,9 @@ class CountedRowLock(RowLock):
         async with backend.connection() as conn:
             await backend.begin(conn)
             try:
-                counted = await self.claim(conn, self.clock.now(), batch)
+                start = self.claim_start()
+                counted = await self.claim(conn, self.clock.now(), batch, from_id=start)
+                self.claimed_from(start, counted, batch)
                 await backend.commit(conn)
             except BaseException:
                 # The claim may have locked keys before it failed: ending the session unlocks
@@ -271,10 +303,12 @@ class PipelinedRowLock(RowLock):
         committed_after = len(steps) + 1  # steps done once the COMMIT has run
         if commit:
             steps.append(COMMIT)
+        start = self.claim_start()
         if claim:
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
-            steps += [BEGIN, self.calls.step(*self.claim_call(now, self.settings.batch))]
+            steps += [BEGIN, self.calls.step(*self.claim_call(now, self.settings.batch,
+                                                              from_id=start))]
         started = time.monotonic()
         try:
             results = await self.together(conn, pipe, steps, idle=idle)
@@ -287,6 +321,7 @@ class PipelinedRowLock(RowLock):
             return []
         rows = self.claimed(results[-1])
         self.observed_claim(rows, self.settings.batch, started)
+        self.claimed_from(start, rows, self.settings.batch)
         return rows
 
 
@@ -366,10 +401,12 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                 late = release
         if early is not None:
             steps.append(early)
+        start = self.claim_start()
         if claim:
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
-            steps.append(self.calls.step(*self.claim_call(now, self.settings.batch)))
+            steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
+                                                          from_id=start)))
         steps.append(COMMIT)
         committed_after = len(steps)  # steps done once the COMMIT has run
         if late is not None:
@@ -389,6 +426,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         # The claim is the last call before the COMMIT; a RELEASE after it comes last.
         rows = self.claimed(results[-1] if late is None else results[-2])
         self.observed_claim(rows, self.settings.batch, started)
+        self.claimed_from(start, rows, self.settings.batch)
         return rows
 
 

@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import psycopg
 from inboxgen import connections as _c
+from inboxgen import values as _v
 from inboxgen.descriptor import (
     JobState,
     Operations,
@@ -74,28 +75,35 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Claim up to `limit` rows; the claim's open transaction holds them.
+# Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them.
 CLAIM: Final[LiteralString] = """
 SELECT "id", "queue", "payload"
 FROM "pg_integer_jobs"
 WHERE "queue" = ANY(ARRAY[%(group)s])
+  AND "id" >= %(from_id)s
 ORDER BY "queue", "id"
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
 
-def claim(conn: psycopg.Connection[Any], *, group: str, limit: int = 1) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = conn.execute(CLAIM, {"group": group, "limit": limit})
+def claim(
+    conn: psycopg.Connection[Any], *, group: str, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them."""
+    cur = conn.execute(CLAIM, {
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
 async def claim_async(
-    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1,
+    conn: psycopg.AsyncConnection[Any], *, group: str, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = await conn.execute(CLAIM, {"group": group, "limit": limit})
+    """Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them."""
+    cur = await conn.execute(CLAIM, {
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 

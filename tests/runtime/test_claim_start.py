@@ -1,6 +1,7 @@
-"""A PostgreSQL lease table claimed in id order: the claimer's claims start after the last row
-it claimed, so they do not read past the index entries its finished rows left at the head;
-a row behind the start (a retry) is still delivered, and nothing waits past a short claim."""
+"""A PostgreSQL table claimed in id order, under a lease or a row lock (counted or not): a
+worker's claims start after the last row claimed, so they do not read past the index entries
+its finished rows left at the head; a row behind the start (a retry) is still delivered, and
+nothing waits past a short claim."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from dbcases import MakeQueue, spec_toml
 
 from inboxgen import Job, Outcome, Worker, ack, retry
@@ -23,9 +25,17 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_claim ON jobs (name, id);
 """
-SPEC = spec_toml("jobs", {"id": "id generated", "name": "group", "attempt": "attempt generated",
-                          "locked_until": "locked_until", "payload": "payload"},
-                 runtime={"lease": 30})
+COLUMNS = {"id": "id generated", "name": "group", "attempt": "attempt generated",
+           "payload": "payload"}
+SPECS = {
+    "lease": spec_toml("jobs", {**COLUMNS, "locked_until": "locked_until"},
+                       runtime={"lease": 30}),
+    "row_lock": spec_toml("jobs", COLUMNS, claim="row_lock"),
+    "row_lock_counted": spec_toml("jobs", COLUMNS, claim="row_lock", count_crashes=True),
+}
+# The same, written as the row lock claims by one statement a batch in its own transaction
+# (a transactional handler's), rather than pipelined with the batch's settlements.
+TRANSACTIONAL = ("row_lock", "row_lock_counted")
 
 
 def _left(dsn: str) -> int:
@@ -34,9 +44,11 @@ def _left(dsn: str) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.parametrize(("form", "transactional"), [
+    *((form, False) for form in SPECS), *((form, True) for form in TRANSACTIONAL)])
 def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
-        queue: MakeQueue) -> None:
-    q = queue("postgres", spec=SPEC, ddl=DDL)
+        form: str, transactional: bool, queue: MakeQueue) -> None:
+    q = queue("postgres", spec=SPECS[form], ddl=DDL)
     assert "from_id" in q.mod.DESCRIPTOR.statement_params["CLAIM"]
     total = 400
     with psycopg.connect(q.target) as conn:
@@ -45,7 +57,7 @@ def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
     runs: dict[int, int] = {}
     starts: list[int | None] = []
 
-    def handler(job: Job[Any]) -> Outcome:
+    def handler(job: Job[Any], *conn: Any) -> Outcome:
         n = job.payload["n"]
         runs[n] = runs.get(n, 0) + 1
         time.sleep(0.002)
@@ -54,15 +66,15 @@ def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
         return ack()
 
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="work", workers=2,
-                    batch=2, listen=False, poll_interval=5)
-    original = worker.calls.step
+                    batch=2, listen=False, poll_interval=5, transactional=transactional)
+    original = worker.calls.args
 
-    def recording(op: str, values: dict[str, Any]) -> Any:
+    def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
         if op == "claim":
             starts.append(values.get("from_id"))
         return original(op, values)
 
-    worker.calls.step = recording  # type: ignore[method-assign]
+    worker.calls.args = recording  # type: ignore[method-assign]
 
     async def drain() -> float:
         await worker.start()
