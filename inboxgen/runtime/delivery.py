@@ -182,17 +182,19 @@ class Delivery:
             h.failure = TypeError(f"the handler returned {result!r}, not an outcome (the "
                                   f"table has no result column to keep a value in)")
             return retry()
+        failure: TypeError | None = None
         if self._result_type is not None:
-            try:
+            try:  # an instance of the class encodes: fitting it is the whole check
                 result = fitted_result(result, self._result_type)
             except TypeError as err:
-                h.failure = err
-                return after_failure(h.attempt, has_retry_after=self._has_retry_after,
-                                     backoff=self.settings.backoff)
-        try:
-            json_text(result)  # what the ack writes: a value JSON cannot hold fails here
-        except (TypeError, ValueError, msgspec.EncodeError) as err:
-            h.failure = TypeError(f"the handler's result {result!r:.200} is not JSON: {err}")
+                failure = err
+        else:
+            try:
+                json_text(result)  # what the ack writes: a value JSON cannot hold fails here
+            except (TypeError, ValueError, msgspec.EncodeError) as err:
+                failure = TypeError(f"the handler's result {result!r:.200} is not JSON: {err}")
+        if failure is not None:
+            h.failure = failure
             return after_failure(h.attempt, has_retry_after=self._has_retry_after,
                                  backoff=self.settings.backoff)
         h.result = result

@@ -150,16 +150,14 @@ class Lease(Form):
         """Claim up to `limit` rows into the slots' queue; returns how many came. Where the
         claim starts at an id (ClaimStart), a claim from there that comes back short claims
         the rest from the head at once: rows behind the start are due too."""
-        start = self._start.at() if self._start is not None else None
+        if self._start is None:
+            return len(await self._claim_once(limit, None))
+        start = self._start.at()
         got = await self._claim_once(limit, start)
-        if self._start is not None and got:
-            self._start.after(got[-1])
-        if start is not None and len(got) < limit:
-            assert self._start is not None
-            self._start.rewind()
+        self._start.took(start, got, limit)
+        if start is not None and len(got) < limit:  # took() went back to the head
             more = await self._claim_once(limit - len(got), None)
-            if more:
-                self._start.after(more[-1])
+            self._start.took(None, more, limit - len(got))
             return len(got) + len(more)
         return len(got)
 
