@@ -179,10 +179,14 @@ class Sweep:
         self.server_pid = 0  # the running server's main process: its CPU is counted
 
     def _release(self, rev: str) -> Path:
-        """The `inboxgen` package of commit `rev`, extracted where nothing else imports from."""
+        """The `inboxgen` package of commit `rev`, extracted where nothing else imports from,
+        with the module template beside it where that release keeps it in `templates/`."""
         out = self.root / f"release-{rev}"
         out.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "inboxgen"],
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", rev],
+                                capture_output=True, text=True, check=True).stdout.split()
+        paths = ["inboxgen", *(["templates"] if "templates" in listed else [])]
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, *paths],
                                  capture_output=True, check=True).stdout
         with tempfile.TemporaryFile() as f:
             f.write(archive)
@@ -412,7 +416,8 @@ async def _bare_drain(database: str, path: Path, batch: int, group: str | None,
 
     module = _load(path)
     now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
-    claim = {"now": now, "limit": batch, "group": group, "row_key": ""}
+    # A claim that takes a start (from_id) reads from the head here: the plainest loop.
+    claim = {"now": now, "limit": batch, "group": group, "row_key": "", "from_id": -(2**63)}
     claim = {k: v for k, v in claim.items() if f"%({k})s" in module.CLAIM}
     finish = "FINISH_MANY" if hasattr(module, "FINISH_MANY") else "FINISH"
 
