@@ -1,11 +1,11 @@
-"""Drain N pre-enqueued no-op jobs from a lease table on a two-node MariaDB Galera cluster on
-loopback: one Worker (10 slots) on one node, then one on each node (10 slots each), each drain
-on a fresh database; and, for scale, the same on a standalone MariaDB. Prints jobs/s per drain,
-the jobs each node's worker ran, and the claims the cluster rolled back (certification
-failures and brute-force aborts, summed over the nodes). Not a test: numbers depend on the
-machine.
+"""Drain N pre-enqueued no-op jobs from a lease table on a MariaDB Galera cluster of `--nodes`
+nodes (3 by default) on loopback: one Worker (10 slots) on node 0, then one on each of the first
+two nodes, then on each of three (10 slots each), each drain on a fresh database; and, for
+scale, the same on a standalone MariaDB. Prints jobs/s per drain, the jobs each node's worker
+ran (and so its claims/s), and the claims the cluster rolled back (certification failures and
+brute-force aborts, summed over the nodes). Not a test: numbers depend on the machine.
 
-    python bench/galera_drain.py [N] [--batch B]
+    python bench/galera_drain.py [N] [--batch B] [--nodes K]
 """
 
 from __future__ import annotations
@@ -80,14 +80,17 @@ async def drain(module: Any, urls: list[str], count: dict[str, Any], batch: int)
     finally:
         for w in workers:
             await w.shutdown()
-    print("   jobs run per worker: " + ", ".join(str(w.stats.delivered) for w in workers))
-    return time.perf_counter() - started
+    took = time.perf_counter() - started
+    print("   jobs run per node's worker: " + ", ".join(
+        f"{w.stats.delivered} ({w.stats.delivered / took:.0f}/s)" for w in workers))
+    return took
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("jobs", type=int, nargs="?", default=5000)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=3)
     opts = parser.parse_args()
     root = Path(tempfile.mkdtemp())
     module: Any = build_module(root, SPEC, DDL, name="jobs")
@@ -102,9 +105,11 @@ def main() -> None:
         print(f"standalone MariaDB, one worker: {opts.jobs / took:7.0f} jobs/s")
     finally:
         single.stop()
-    cluster = GaleraCluster(nodes=2)
+    cluster = GaleraCluster(nodes=opts.nodes)
     try:
-        for label, nodes in (("one worker on node 0", [0]), ("one worker on each node", [0, 1])):
+        for k in range(1, opts.nodes + 1):
+            nodes = list(range(k))
+            label = "one worker on node 0" if k == 1 else f"a worker on each of {k} nodes"
             name = cluster.create_database()
             fill(cluster.connect_args(0, name), module, ddl, opts.jobs)
             before = cluster.rolled_back()

@@ -3,14 +3,18 @@
 ``GaleraCluster(nodes)`` installs a data folder per node in a fresh temporary directory, starts
 the first node as a new cluster and the others joining it (state transfer by rsync), each a
 private ``mariadbd`` on free TCP ports of 127.0.0.1, and waits until every node is synced.
-``stop()`` shuts them down and removes the directory. A cluster that cannot start raises
-``RuntimeError`` with the tail of the failing node's log: tests never skip for lack of one
-(Debian packages mariadb-server, galera-4 and rsync).
+``kill(n)`` SIGKILLs one node's server (the others keep the cluster's quorum when they are
+the majority) and ``rejoin(n)`` starts it again on its data folder, joining the running nodes,
+and waits until it is synced. ``stop()`` shuts them down and removes the directory. A cluster
+that cannot start raises ``RuntimeError`` with the tail of the failing node's log: tests never
+skip for lack of one (Debian packages mariadb-server, galera-4 and rsync).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -24,6 +28,10 @@ from mariadb_server import _exe, _free_port
 __all__ = ["GaleraCluster"]
 
 START_TIMEOUT_S = 120
+# A node that stops answering is suspected after 2 s and dropped from the view after 4 s (the
+# defaults, 5 s and 15 s, suit a network; on loopback they only lengthen a killed node's outage).
+FAILURE_DETECTION = ("evs.keepalive_period=PT0.5S;evs.suspect_timeout=PT2S;"
+                     "evs.inactive_timeout=PT4S;evs.install_timeout=PT4S")
 PROVIDERS = ("/usr/lib/galera/libgalera_smm.so", "/usr/lib/libgalera_smm.so")
 
 
@@ -37,7 +45,7 @@ class GaleraCluster:
         self.provider = provider
         self.ports = [_free_port() for _ in range(nodes)]
         self.group_ports = [_free_port() for _ in range(nodes)]
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._count = 0
         try:
             for n in range(nodes):
@@ -60,12 +68,19 @@ class GaleraCluster:
             capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")
+        self._open_to_rsync(n)
+
+    def _open_to_rsync(self, n: int) -> None:
         # The joiner's rsync daemon (state transfer) writes into the data folder as another
-        # user: the throwaway folders are open to it.
+        # user (started by root, it runs as nobody): the throwaway folders are open to it, and
+        # a rejoining node's files are its own, or it could not set their modes.
+        nobody = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
         for path in (self.dir, self._node_dir(n), *self._node_dir(n).rglob("*")):
             path.chmod(0o777 if path.is_dir() else 0o666)
+            if nobody is not None and path != self.dir:
+                os.chown(path, nobody.pw_uid, nobody.pw_gid)
 
-    def _start(self, n: int) -> None:
+    def _start(self, n: int, *, new_cluster: bool | None = None) -> None:
         node = self._node_dir(n)
         members = ",".join(f"127.0.0.1:{p}" for p in self.group_ports)
         args = [_exe("mariadbd", "mysqld"), "--no-defaults", "--user=root",
@@ -79,12 +94,14 @@ class GaleraCluster:
                 f"--wsrep-cluster-address=gcomm://{members}",
                 f"--wsrep-node-address=127.0.0.1:{self.group_ports[n]}",
                 f"--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:"
-                f"{self.group_ports[n]};ist.recv_addr=127.0.0.1:{_free_port()}",
+                f"{self.group_ports[n]};ist.recv_addr=127.0.0.1:{_free_port()};"
+                f"{FAILURE_DETECTION}",
                 f"--wsrep-sst-receive-address=127.0.0.1:{_free_port()}",
                 "--wsrep-sst-method=rsync",
-                *(["--wsrep-new-cluster"] if n == 0 else [])]
+                *(["--wsrep-new-cluster"] if (n == 0 if new_cluster is None else new_cluster)
+                  else [])]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        self._procs.append(proc)
+        self._procs[n] = proc
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -150,15 +167,43 @@ class GaleraCluster:
         except OSError:
             return "(no log)"
 
+    def kill(self, n: int) -> None:
+        """SIGKILL node n's server, as a crashed host would lose it."""
+        proc = self._procs[n]
+        proc.kill()
+        proc.wait()
+
+    def rejoin(self, n: int) -> float:
+        """Start node n again (after `kill`), joining the running nodes; the seconds until it
+        was synced."""
+        if self._procs[n].poll() is None:
+            raise RuntimeError(f"Galera node {n} is still running")
+        began = time.monotonic()
+        self._open_to_rsync(n)
+        self._start(n, new_cluster=False)
+        return time.monotonic() - began
+
+    def cluster_size(self, n: int) -> int:
+        """The nodes node n sees in its primary component."""
+        conn = pymysql.connect(**self.connect_args(n))
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW STATUS LIKE 'wsrep_cluster_size'")
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        return int(row[1]) if row else 0
+
     def stop(self) -> None:
-        for proc in reversed(self._procs):
+        procs = [self._procs[n] for n in sorted(self._procs, reverse=True)]
+        for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in self._procs:
+        for proc in procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self._procs = []
+        self._procs = {}
         shutil.rmtree(self.dir, ignore_errors=True)
