@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
                                                                "(default 1000)")
     prune.add_argument("--dry-run", action="store_true",
                        help="say how many rows would go and the cutoff time; delete nothing")
+    prune.add_argument("--partitions", action="store_true",
+                       help="PostgreSQL, a partitioned table: drop whole each partition whose "
+                            "rows were all processed before the cutoff (detached without "
+                            "blocking claims), instead of deleting rows")
     asyncapi = sub.add_parser("asyncapi", help="print an AsyncAPI 3.0 document of the queues")
     asyncapi.add_argument("specs", nargs="*", help="spec files or folders (default: "
                                                    "[tool.inboxgen] specs)")
@@ -375,6 +379,8 @@ def _prune(project: Project, args: argparse.Namespace) -> int:
     module = _one_module(project, args.spec)
     conn, label = _connected(module, args.database_url)
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)  # the cutoff, printed, is exact
+    if args.partitions:
+        return _prune_partitions(module, conn, before=now - age, dry_run=args.dry_run)
     try:
         n = prune(module, conn, now=now, older_than=age, batch=args.batch, dry_run=args.dry_run)
     finally:
@@ -385,6 +391,26 @@ def _prune(project: Project, args: argparse.Namespace) -> int:
         print(f"{module.DESCRIPTOR.qualified_name}: would delete {said}; nothing was deleted")
     else:
         print(f"{module.DESCRIPTOR.qualified_name}: deleted {said}")
+    return EXIT_OK
+
+
+def _prune_partitions(module: Any, conn: Any, *, before: Any, dry_run: bool) -> int:
+    from inboxgen.ops.partitions import prune_partitions
+
+    name = module.DESCRIPTOR.qualified_name
+    if module.DESCRIPTOR.dialect != "postgres":
+        conn.close()
+        raise ConfigError(f"table {name}: prune --partitions is for partitioned PostgreSQL "
+                          f"tables; prune --older-than deletes rows")
+    try:
+        outcomes = prune_partitions(module, conn, before=before, dry_run=dry_run)
+    finally:
+        conn.close()
+    for o in outcomes:
+        print(_one_line(f"{name}: partition {o.partition.shown} ({o.partition.bounds}): "
+                        f"{o.done}"))
+    if dry_run:
+        print(f"{name}: nothing was dropped (--dry-run)")
     return EXIT_OK
 
 

@@ -163,7 +163,7 @@ class _Checker:
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
             claim_index=claim_index, suggested_index=suggested, pause_table=pause_table,
-            limits=limits,
+            limits=limits, partitioned=table.partitioned,
         )
 
     def ddl_names(self) -> str:

@@ -159,6 +159,8 @@ class Queue:
     pause_table: TableRef | None = None
     # [flow] limits on the jobs in work at once.
     limits: Limits | None = None
+    # PostgreSQL's PARTITION BY: the rows are in partitions, which prune can drop whole.
+    partitioned: bool = False
 
     def role(self, role: str) -> Field | None:
         return next((f for f in self.fields if f.role == role), None)

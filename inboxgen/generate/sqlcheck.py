@@ -19,7 +19,12 @@ from inboxgen.generate.statements import Statement
 
 # PostgreSQL's views and catalogs that status statements read; their columns are the server's.
 _SERVER_VIEWS = frozenset({"pg_stat_activity", "pg_locks", "pg_database", "pg_stat_user_tables",
-                           "pg_inherits"})
+                           "pg_inherits", "pg_class", "pg_namespace"})
+# The partition statements of prune --partitions name a partition of the table, filled in when
+# they run ({partition}): checked as if on the table (a partition's columns are its table's).
+# Their DDL (ALTER TABLE ... DETACH, DROP TABLE) names no column, and sqlglot reads it only as
+# a command: it is not checked further.
+_PARTITION_DDL = re.compile(r"(ALTER|DROP) TABLE\b")
 
 
 def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog) -> None:
@@ -28,6 +33,11 @@ def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog
         # A list parameter (MySQL's `IN %(ids)s`) becomes a parenthesised list when bound.
         text = re.sub(r"\bIN %\(\w+\)s", "IN (NULL)", st.sql)
         text = d.sub_params(text, lambda name: "NULL")
+        if "{partition}" in text:
+            if _PARTITION_DDL.match(text):
+                continue
+            text = text.replace("{partition}", ".".join(
+                d.quote(part) for part in (queue.table.schema, queue.table.name) if part))
         where = f"{queue.spec.display}: statement {st.name} of table \"{queue.table.name}\""
         try:
             tree = sqlglot.parse_one(text, read=d.sqlglot_name,

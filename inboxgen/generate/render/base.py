@@ -593,6 +593,7 @@ class Renderer:
                             st["PRUNE"].doc + " Returns how many it deleted.", (
                                 Step("rowcount", self.cur("PRUNE", self.params(st["PRUNE"]))),)))
             out.append(self.scalar("prunable", "PRUNABLE", "int", "*, before: datetime.datetime"))
+            out.extend(self.partition_functions())
         if "CANCEL" in st:
             out.append(self.cancel())
         out.append(self.state())
@@ -613,6 +614,10 @@ class Renderer:
             out.append(self.requeue("REQUEUE_COPY", "", moved + " Run it in one transaction."
                                     + again, then="REQUEUE_DELETE"))
         return out
+
+    def partition_functions(self) -> list[Func]:
+        """prune --partitions' functions, where the dialect has partitions to drop."""
+        return []
 
     def state(self) -> Func:
         """state(): STATE's one row as a JobState (_state), or None where no such job is kept."""

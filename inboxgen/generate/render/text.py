@@ -247,6 +247,8 @@ def with_imports(body: str, q: Queue) -> str:
         third.append("import msgspec")
     if re.search(r"\bpsycopg\.", uses):
         third.append("import psycopg")
+    if re.search(r"\bpsycopg\.sql\.", uses):  # prune --partitions: names quoted by psycopg
+        third.append("import psycopg.sql")
     if re.search(r"\bpymysql\.", uses):
         third.append("import pymysql")
     third_from = []

@@ -839,6 +839,11 @@ class Statements:
                  "Delete up to `limit` rows processed before `before` (inboxgen prune).")
         self.add("PRUNABLE", f"SELECT COUNT(*)\nFROM {self.t()}\nWHERE {old}",
                  "Count the rows processed before `before`.")
+        if self.q.partitioned:
+            self.prune_partitions(pa)
+
+    def prune_partitions(self, pa: Field) -> None:
+        """Statements that drop whole partitions whose rows are all finished long enough."""
 
     def prune_batch(self, old: str) -> str:
         idc = self.c(self.q.id)

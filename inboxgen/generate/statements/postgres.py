@@ -452,6 +452,42 @@ class PostgresStatements(Statements):
                      "WHERE datname = current_database())",
                      "Count the advisory locks held in the database (every table's).")
 
+    def prune_partitions(self, pa: Field) -> None:
+        # A partition's name is an identifier, which no statement can bind: the statements
+        # that name one hold `{partition}`, which prune fills with the quoted name the server
+        # reported (psycopg.sql.Identifier), and nothing else.
+        t = self.t()
+        self.add("PARTITIONS",
+                 "SELECT n.nspname AS schema, c.relname AS name,\n"
+                 "       pg_get_expr(c.relpartbound, c.oid) AS bounds,\n"
+                 "       i.inhdetachpending AS detaching\n"
+                 "FROM pg_inherits i\n"
+                 "JOIN pg_class c ON c.oid = i.inhrelid\n"
+                 "JOIN pg_namespace n ON n.oid = c.relnamespace\n"
+                 "WHERE i.inhparent = to_regclass(%(table)s)\n"
+                 "ORDER BY c.relname",
+                 "The table's partitions: schema, name, bounds (`FOR VALUES ...`, `DEFAULT`), and "
+                 "whether a detach of it is pending (inboxgen prune --partitions).")
+        self.add("PARTITION_KEEPS",
+                 f"SELECT EXISTS (\n    SELECT 1\n    FROM {{partition}}\n"
+                 f"    WHERE {self.c(pa)} IS NULL OR {self.c(pa)} >= %(before)s\n)",
+                 "Whether partition `{partition}` holds a row not processed, or processed at or "
+                 "after `before`: such a partition is kept.")
+        self.add("DETACH_PARTITION",
+                 f"ALTER TABLE {t} DETACH PARTITION {{partition}} CONCURRENTLY",
+                 "Detach partition `{partition}` without blocking claims (outside a "
+                 "transaction: it waits for the transactions that may still read it).")
+        self.add("FINISH_DETACH",
+                 f"ALTER TABLE {t} DETACH PARTITION {{partition}} FINALIZE",
+                 "Finish a detach of partition `{partition}` that was interrupted.")
+        self.add("ATTACH_PARTITION",
+                 f"ALTER TABLE {t} ATTACH PARTITION {{partition}} {{bounds}}",
+                 "Attach partition `{partition}` again with its `{bounds}` as PARTITIONS read "
+                 "them (a row was requeued in it while it was being detached).")
+        self.add("DROP_PARTITION", "DROP TABLE {partition}",
+                 "Drop detached partition `{partition}`, whose rows were all processed before "
+                 "the cutoff.")
+
     def ids_in(self, column: str) -> str:
         return f"{column} = ANY({self.p('ids')}::{pg_array_type(self.q.id)})"
 
