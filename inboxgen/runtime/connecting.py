@@ -123,6 +123,14 @@ async def unless_stopped(stopping: asyncio.Event, step: Coroutine[Any, Any, Any]
     return True
 
 
+def behind_a_pooler(label: str) -> str:
+    """Why a form that holds session locks (advisory, the counted row lock) cannot start on a
+    connection whose transactions each ran on another server session."""
+    return (f"the connection to {label} is behind a transaction pooler (each transaction ran "
+            f"on another server session), where advisory locks do not hold: connect directly "
+            f"or use session pooling")
+
+
 def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__

@@ -33,21 +33,31 @@ class Engine:
     refused: Mapping[str, str] = attrs.field(factory=dict)
     listens: bool = True
 
-    def refusal(self, form: str) -> str | None:
+    def refusal(self, form: str, *, counted: bool = False) -> str | None:
         """Why this engine cannot hold `form` ("is X, where the F form cannot hold: ..."), to
-        follow the server's name; None where it can."""
+        follow the server's name; None where it can. A counted row lock (`counted`) holds its
+        jobs with session locks, advisory ones, once its claim has committed: it holds only
+        where both the row lock and the advisory form do."""
         why = self.refused.get(form)
-        if why is None:
-            return None
-        others = [f for f in ALL_FORMS if f not in self.refused]
-        hint = f"; use the {' or '.join(others)} form there" if others else ""
-        return f"is {self.name}, where the {form} form cannot hold: {why}{hint}"
+        if why is not None:
+            others = [f for f in ALL_FORMS if f not in self.refused]
+            hint = f"; use the {' or '.join(others)} form there" if others else ""
+            return f"is {self.name}, where the {form} form cannot hold: {why}{hint}"
+        if counted and form == ROW_LOCK and ADVISORY in self.refused:
+            hint = ("; use the row lock with count_crashes = false, or the lease form, there"
+                    if LEASE not in self.refused else
+                    "; use the row lock with count_crashes = false there")
+            return (f"is {self.name}, where the counted row lock cannot hold: it holds its jobs "
+                    f"with session locks, as the advisory form does, and "
+                    f"{self.refused[ADVISORY]}{hint}")
+        return None
 
     def check(self, form: str, label: str, where: Mapping[str, str], listen: bool,
-              worker: str) -> bool:
-        """Raise WorkerConfigError, in one line, when this engine cannot hold `form`; else
-        whether the worker listens (`listen`, unless the engine has no LISTEN)."""
-        refusal = self.refusal(form)
+              worker: str, *, counted: bool = False) -> bool:
+        """Raise WorkerConfigError, in one line, when this engine cannot hold `form` (counted:
+        a row lock that counts crashes); else whether the worker listens (`listen`, unless the
+        engine has no LISTEN)."""
+        refusal = self.refusal(form, counted=counted)
         if refusal is not None:
             raise WorkerConfigError(f"{label} {refusal}", **where)
         if listen and not self.listens:

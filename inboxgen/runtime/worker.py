@@ -23,7 +23,7 @@ from inboxgen.runtime.backends.base import Database, Wakes
 from inboxgen.runtime.batching import Calls
 from inboxgen.runtime.clock import Clock
 from inboxgen.runtime.clocksync import ClockSync, clock_for
-from inboxgen.runtime.connecting import connect, explain_all, retry_delay
+from inboxgen.runtime.connecting import behind_a_pooler, connect, explain_all, retry_delay
 from inboxgen.runtime.forms import Parts, form_for
 from inboxgen.runtime.handlers import HandlerRunner
 from inboxgen.runtime.jobs import Handler, Job, Stats
@@ -219,15 +219,12 @@ class Worker:
             self.one_session = offers.one_session
             if offers.engine is not None:
                 self.listen = offers.engine.check(self.descriptor.form, self.backend.label,
-                                                  self._where, self.listen, self.name)
+                                                  self._where, self.listen, self.name,
+                                                  counted=self.descriptor.count_crashes)
             await self._clock_sync.measure(conn)
             if not offers.one_session:
                 if self.form.needs_one_session:
-                    raise WorkerConfigError(
-                        f"the connection to {self.backend.label} is behind a transaction "
-                        f"pooler (each transaction ran on another server session), where "
-                        f"advisory locks do not hold: connect directly or use session "
-                        f"pooling", **self._where)
+                    raise WorkerConfigError(behind_a_pooler(self.backend.label), **self._where)
                 if self.listen:
                     log.warning("%s: behind a transaction pooler LISTEN cannot work: polling "
                                 "every %g s instead", self.name, self.poll_interval)

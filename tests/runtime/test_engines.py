@@ -80,6 +80,29 @@ def test_each_engine_refuses_the_forms_it_cannot_hold(engine: Engine, name: str,
             assert engine.check(form, "db", {}, True, "w") is listens
 
 
+@pytest.mark.parametrize(("engine", "name", "refused", "listens"),
+                         [r[1:] for r in RECORDED], ids=[r[0] for r in RECORDED])
+def test_a_counted_row_lock_holds_only_where_advisory_locks_do(
+        engine: Engine, name: str, refused: set[str], listens: bool) -> None:
+    """Counting crashes, a row lock commits its claim and holds its jobs with session locks:
+    on Vitess (GET_LOCK on one shard's session) and YugabyteDB (advisory locks missing) it is
+    refused, while the row lock that does not count them holds there."""
+    said = engine.refusal(ROW_LOCK, counted=True)
+    if ROW_LOCK in refused:  # refused as a row lock already
+        assert said == engine.refusal(ROW_LOCK)
+    elif ADVISORY in refused:
+        assert said is not None
+        assert said.startswith(f"is {name}, where the counted row lock cannot hold: it holds "
+                               f"its jobs with session locks, as the advisory form does, and "
+                               f"{engine.refused[ADVISORY]}; use the row lock with "
+                               f"count_crashes = false"), said
+        with pytest.raises(WorkerConfigError):
+            engine.check(ROW_LOCK, "db", {}, True, "w", counted=True)
+    else:
+        assert said is None
+    assert engine.refusal(LEASE, counted=True) == engine.refusal(LEASE)
+
+
 def test_a_worker_on_an_engine_without_listen_polls(caplog: pytest.LogCaptureFixture) -> None:
     cockroach = postgres_engine(COCKROACH, None)
     assert cockroach.check(LEASE, "db", {}, True, "mailer") is False

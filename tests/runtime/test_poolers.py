@@ -1,5 +1,6 @@
 """Behind a transaction pooler (PgBouncer, pool_mode = transaction) session features break: the
-advisory form is refused, and a lease worker polls instead of listening."""
+advisory form and the counted row lock (each holds its jobs with session locks) are refused, and
+a lease worker polls instead of listening."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import psycopg
 import pytest
 from servers import PostgresServer
 
-from generated_examples import chat, ledger
+from generated_examples import chat, ledger, mailer
 from inboxgen import Worker, WorkerConfigError, ack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,12 +90,18 @@ def _busy_pool(dsn: str) -> list[psycopg.Connection]:
     return conns
 
 
-def test_the_advisory_form_is_refused_behind_a_transaction_pooler(pg_dsn: str,
-                                                                 bouncer: str) -> None:
-    _migrate(pg_dsn, "ledger")
+@pytest.mark.parametrize("example", ["ledger", "mailer"])
+def test_forms_holding_session_locks_are_refused_behind_a_transaction_pooler(
+        pg_dsn: str, bouncer: str, example: str) -> None:
+    """The advisory form (ledger) and the counted row lock (mailer: max_attempts, so crashes
+    count), whose counted rows' keys are session locks."""
+    _migrate(pg_dsn, example)
+    module = {"ledger": ledger, "mailer": mailer}[example]
+    assert module.DESCRIPTOR.form == ("advisory" if example == "ledger" else "row_lock")
     others = _busy_pool(bouncer)
     try:
-        worker = Worker(ledger.DESCRIPTOR, lambda job: ack(), database=bouncer)
+        group = {"group": "emails"} if example == "mailer" else {}
+        worker = Worker(module.DESCRIPTOR, lambda job: ack(), database=bouncer, **group)
         with pytest.raises(WorkerConfigError, match="behind a transaction pooler .* advisory "
                                                     "locks do not hold"):
             asyncio.run(worker.start())

@@ -136,6 +136,7 @@ class CountedRowLock(RowLock):
     and RELEASE unlocks it; a crash ends the session and frees the rows, counted. Only a
     delivery that began and never settled is counted. The rows are worked and settled in a
     transaction of their own on the same session."""
+    needs_one_session = True  # each counted row's key is a session lock
 
     unfinished = ("their transactions roll back and their keys are unlocked: the rows return "
                   "at once, the attempt spent")
@@ -193,6 +194,7 @@ class TurnCountedRowLock(RowLock):
     until that relock the claim holds the table's claim turn (a session lock), so no other
     claim counts the same rows for a delivery that never happens: only a delivery that began
     and never settled is counted."""
+    needs_one_session = True  # the claim turn is a session lock
 
     async def round(self) -> bool:
         backend, batch = self.backend, self.settings.batch
@@ -335,6 +337,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     Where RELEASE unlocks every key of the session (MySQL's names no rows), it runs after the
     settlements and before the claim instead: the settlements have locked the settled rows in
     the open transaction, which keeps them from other claims until its COMMIT."""
+    needs_one_session = True  # each counted row's key is a session lock
 
     unfinished = CountedRowLock.unfinished
 
