@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import ConnectFailed, SchemaError
@@ -93,11 +93,15 @@ async def open_connections(backend: Backend, *, keep: int, stopping: asyncio.Eve
                             f"{first_line(err)}", **where) from None
 
 
-async def explain_all(backend: Backend, conn: Any, statements: Iterable[str],
+async def explain_all(backend: Backend, conn: Any, statements: Mapping[str, str],
                       where: Mapping[str, str]) -> None:
-    """Prepare each statement (by its name in the module) on `conn`: SchemaError naming the
-    database, the statement and `where` for the first that does not prepare."""
-    for name in statements:
+    """Prepare each statement (name -> SQL, the module's) on `conn`: SchemaError naming the
+    database, the statement and `where` for the first that does not prepare. Those that name
+    one partition (`{partition}`, filled in by prune --partitions) are no worker's: they
+    prepare only once filled."""
+    for name, sql in statements.items():
+        if "{partition}" in sql:
+            continue
         try:
             await backend.explain(conn, name)
         except Exception as err:  # the driver's error names what is missing

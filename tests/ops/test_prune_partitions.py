@@ -5,6 +5,7 @@ block claims; a row requeued in a partition while it is being detached puts it b
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import subprocess
 import sys
@@ -14,6 +15,9 @@ from typing import Any
 
 import psycopg
 from genutil import import_path, make_project
+
+from inboxgen import Worker
+from inboxgen.testing import run_until_idle
 
 SPEC = """\
 table = "jobs"
@@ -233,3 +237,15 @@ def test_prune_partitions_on_a_table_that_is_not_partitioned_says_so(tmp_path: P
         "inboxgen: table jobs is not partitioned in the DDL its module was built from "
         "(PARTITION BY): prune --partitions has nothing to drop; prune --older-than deletes "
         "rows"), result.stderr
+
+
+def test_a_worker_serves_a_partitioned_table(tmp_path: Path, pg_dsn: str) -> None:
+    """The worker prepares the module's statements at start, but prune's on one partition."""
+    url, jobs = project(tmp_path, pg_dsn)
+    ran: list[object] = []
+    worker = Worker(jobs.DESCRIPTOR, lambda job: ran.append(job.payload), database=pg_dsn)
+    asyncio.run(run_until_idle(worker, timeout=30))
+    assert ran == ["x"]  # jobs_2's job not processed
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM jobs WHERE processed_at IS NULL"
+                            ).fetchone() == (0,)
