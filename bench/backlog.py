@@ -4,12 +4,15 @@ claim order, and `--jobs` due jobs; then:
 
 - latency: claim one row and finish it, in the transactions the runtime runs them in, through
   the generated module's functions, one round after another: p50 and p99 of a round, and p50 of
-  the claim statement alone (what reads past the backlog; a round's commits wait on the disk);
+  the claim statement alone (what reads past the backlog; a round's commits wait on the disk).
+  Its claims are the ones a worker would run: by priority where a worker would count enough
+  rows due later, and starting after the last row claimed where the table's claim takes a
+  start (at the head once a second);
 - drain: as many due jobs again drained by an inboxgen Worker (10 workers, batch 1, as
   bench/drain.py), measured once its connections are open: jobs/s, and the CPU each job cost
   the server (PostgreSQL, MariaDB) and this process;
 - buffers (PostgreSQL): shared buffers one claim touches, from EXPLAIN (ANALYZE, BUFFERS) of
-  the module's claim statement, rolled back.
+  the claim statement a worker would run, from the head of the claim order, rolled back.
 
 The latency loop and the drain each stop after `--budget` seconds (a note says so). Every
 figure is printed beside its ratio to the empty table (size 0) of the same run: on a shared
@@ -25,7 +28,13 @@ after the suggestion changes measures the new index. Not a test: numbers depend 
     python bench/backlog.py --quick                                # sizes 0 and 100k, 500 jobs
     python bench/backlog.py --dialects postgres --forms lease --kinds finished
     python bench/backlog.py --sizes 0,100000,1000000,10000000
+    python bench/backlog.py --dialects postgres --sizes 0,10M --partitioned
     python bench/backlog.py --continuous 200000 --forms row_lock --kinds finished
+
+`--partitioned` (PostgreSQL) makes each table partitioned by range of id, a partition per
+1,000,000 ids up to 10,000,000 and one for the ids beyond (each with the storage settings the
+build asks for, the claim index on the parent): the backlog fills the first partitions, and the
+due jobs of a 10M backlog land in the last.
 
 `--continuous N` instead enqueues N due jobs on an empty table, drains them with a Worker and
 prints the rate of each tenth of the drain against the first tenth, and what the drain leaves
@@ -66,6 +75,7 @@ from drain import own_cpu, server_cpu  # noqa: E402
 from genutil import import_path, make_project  # noqa: E402
 
 from inboxgen import Worker  # noqa: E402
+from inboxgen.runtime.claimstart import ClaimStart, claims_from_id  # noqa: E402
 
 TABLE = "bench_backlog"
 WORK, OTHER, DEAD = "work", "other", "dead"  # the due jobs' group, another worker's, dead letters
@@ -175,10 +185,22 @@ class Queue:
     settings: tuple[str, ...] = ()  # the table settings the build asks for (ALTER TABLE ...)
 
 
-def ddl_of(dialect: str, form: str, kind: str) -> str:
+PARTITION_IDS, PARTITIONS = 1_000_000, 10  # --partitioned: ids per partition, and how many
+
+
+def ddl_of(dialect: str, form: str, kind: str, partitioned: bool = False) -> str:
     roles = list(KIND_ROLES[kind]) + (["locked_until"] if form == "lease" else [])
     body = ",\n".join("    " + COLUMNS[dialect][r] for r in roles)
-    return f"CREATE TABLE {TABLE} (\n{body}\n);\n"
+    if not partitioned:
+        return f"CREATE TABLE {TABLE} (\n{body}\n);\n"
+    bounds = [str(n * PARTITION_IDS + 1) for n in range(PARTITIONS + 1)]
+    parts = [f"CREATE TABLE {TABLE}_p{n} PARTITION OF {TABLE} "
+             f"FOR VALUES FROM ({low}) TO ({high});\n"
+             for n, (low, high) in enumerate(zip(["MINVALUE", *bounds[1:-1]], bounds[1:],
+                                                  strict=True))]
+    parts.append(f"CREATE TABLE {TABLE}_rest PARTITION OF {TABLE} "
+                 f"FOR VALUES FROM ({bounds[-1]}) TO (MAXVALUE);\n")
+    return f"CREATE TABLE {TABLE} (\n{body}\n) PARTITION BY RANGE (id);\n" + "".join(parts)
 
 
 def spec_of(dialect: str, form: str, kind: str) -> str:
@@ -205,13 +227,13 @@ _SUGGESTION = re.compile(r"claims (?:will scan|walk every finished row): (CREATE
 _SETTINGS = re.compile(r"storage settings.*: (ALTER TABLE \S+ SET \(.+\))$")
 
 
-def build(dialect: str, form: str, kind: str, folder: Path) -> Queue:
+def build(dialect: str, form: str, kind: str, folder: Path, partitioned: bool = False) -> Queue:
     """Generate the module; the table's DDL gets the claim index the build suggests for it
     (CLAIM_INDEX), and is then built again, which must leave no index warning."""
     from inboxgen.generate.build import generate, write
 
-    name = f"backlog_{dialect}_{form}_{kind}"
-    create, spec = ddl_of(dialect, form, kind), spec_of(dialect, form, kind)
+    name = f"backlog_{dialect}_{form}_{kind}" + ("_partitioned" if partitioned else "")
+    create, spec = ddl_of(dialect, form, kind, partitioned), spec_of(dialect, form, kind)
     root = folder / name
     project = make_project(root, spec, create, name)
     generated = generate(project, [project.specs / f"{name}.toml"])
@@ -257,14 +279,22 @@ class Session:
             self.conn.execute("PRAGMA busy_timeout=30000")
 
         self.claim_s = 0.0
+        self.by_priority = False  # the claim a worker would run (runtime/priorities.py)
+        self.start: ClaimStart | None = None  # where its claims start (runtime/claimstart.py)
 
     def timed(self, module: ModuleType, name: str, **values: Any) -> Any:
-        """call() of a claim function, its seconds left in claim_s."""
+        """call() of a claim function (the one a worker would choose), its seconds left in
+        claim_s."""
+        at = self.start.at() if self.start is not None and name == "claim" else None
         started = time.perf_counter()
         try:
-            return call(module, name, self.conn, **values)
+            rows = call(module, name, self.conn, by_priority=self.by_priority, from_id=at,
+                        **values)
         finally:
             self.claim_s = time.perf_counter() - started
+        if self.start is not None and name == "claim":
+            self.start.took(at, [r.id for r in rows], values["limit"])
+        return rows
 
     def execute(self, sql: str) -> None:
         if self.dialect == "mysql":
@@ -392,6 +422,9 @@ def latencies(q: Queue, database: str, rounds: int, budget: float
     `budget` seconds allow."""
     s = Session(q.dialect, database)
     try:
+        s.by_priority = by_priority(q, s)
+        if claims_from_id(q.module.DESCRIPTOR):
+            s.start = ClaimStart()
         out: list[float] = []
         claims: list[float] = []
         deadline = time.perf_counter() + budget
@@ -406,13 +439,29 @@ def latencies(q: Queue, database: str, rounds: int, budget: float
         s.close()
 
 
+def by_priority(q: Queue, s: Session) -> bool:
+    """Whether a worker would claim priority by priority: as runtime/priorities.py counts the
+    rows due later (SCHEDULED, PostgreSQL), once; the backlog does not change."""
+    from inboxgen.runtime.priorities import WALK_FROM
+
+    if not hasattr(q.module, "scheduled"):
+        return False
+    return bool(call(q.module, "scheduled", s.conn, group=WORK, now=now(),
+                     limit=WALK_FROM) >= WALK_FROM)
+
+
 def claim_buffers(q: Queue, database: str) -> int | None:
-    """Shared buffers (hit and read) of the module's claim statement for one row, from EXPLAIN
-    (ANALYZE, BUFFERS) in a transaction rolled back; PostgreSQL only."""
+    """Shared buffers (hit and read) of the claim statement a worker would run for one row
+    (the claim by priority where it would choose it), from EXPLAIN (ANALYZE, BUFFERS) in a
+    transaction rolled back; PostgreSQL only."""
     if q.dialect != "postgres":
         return None
     m = q.module
-    sql = getattr(m, "CLAIM", None) or m.CANDIDATES
+    s = Session("postgres", database)
+    walk = by_priority(q, s)
+    s.close()
+    sql = (getattr(m, "CLAIM_BY_PRIORITY" if walk else "CLAIM", None)
+           or getattr(m, "CANDIDATES_BY_PRIORITY" if walk else "CANDIDATES"))
     at = now()
     known = {"group": WORK, "now": at, "locked_until": at + dt.timedelta(seconds=30),
              "limit": 1, "row_key": f"inboxgen:{m.TABLE}:",
@@ -517,7 +566,7 @@ def make_table(q: Queue, server: Server, backlog: dict[str, str] | None, size: i
     s = Session(d, server.database)
     try:
         if d != "sqlite":
-            s.execute(f"DROP TABLE IF EXISTS {TABLE}")
+            s.execute(f"DROP TABLE IF EXISTS {TABLE}")  # and its partitions
         s.execute(q.create_table)
         for setting in q.settings:
             s.execute(setting)
@@ -711,7 +760,9 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def run_backlog(args: argparse.Namespace, server: Server, folder: Path) -> None:
-    print(f"\n{server.label}, {version(server)}: {args.jobs} due jobs per measurement "
+    parted = (f", the table partitioned by range of id ({PARTITION_IDS:,} ids a partition)"
+              if args.partitioned else "")
+    print(f"\n{server.label}, {version(server)}{parted}: {args.jobs} due jobs per measurement "
           f"(latency: claim 1 row and finish it, {args.jobs} rounds or {args.budget:g} s; "
           f"drain: Worker, {WORKERS} workers, batch {BATCH}); ratios against backlog 0",
           flush=True)
@@ -721,7 +772,7 @@ def run_backlog(args: argparse.Namespace, server: Server, folder: Path) -> None:
         if form not in DIALECT_FORMS[server.dialect]:
             continue
         for kind in args.kinds:
-            q = build(server.dialect, form, kind, folder)
+            q = build(server.dialect, form, kind, folder, args.partitioned)
             indexes.setdefault(kind, set()).add(q.index or "(none: the build asked for none)")
             base: Figures | None = None
             for size in args.sizes:
@@ -875,6 +926,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hold-xmin", action="store_true",
                    help="continuous: drain each table again with a REPEATABLE READ transaction "
                         "held open on another connection throughout, and compare")
+    p.add_argument("--partitioned", action="store_true",
+                   help="PostgreSQL: tables partitioned by range of id, 1,000,000 ids a "
+                        "partition")
     p.add_argument("--postgres", metavar="DSN", help="a PostgreSQL database to use")
     p.add_argument("--mysql", metavar="URL", help="a MySQL/MariaDB database (mysql://...)")
     args = p.parse_args(argv)
@@ -887,6 +941,8 @@ def main(argv: list[str] | None = None) -> None:
         return out
 
     args.dialects = names(args.dialects, tuple(DIALECT_FORMS), "dialect")
+    if args.partitioned and (args.dialects != ["postgres"] or args.continuous):
+        p.error("--partitioned: PostgreSQL's backlog tables only (--dialects postgres)")
     args.forms = names(args.forms, FORMS, "form")
     args.kinds = names(args.kinds, KINDS, "kind")
     try:
