@@ -78,12 +78,13 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Select up to `limit` due rows whose keys no other session holds, and lock them until
-# CLAIM_COUNT, in the same transaction.
+# Select up to `limit` due rows from id `from_id` on whose keys no other session holds, and lock
+# them until CLAIM_COUNT, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `job_id`, `name`, `attempt`, `payload`
 FROM `email_jobs` FORCE INDEX (`email_jobs_claim`)
 WHERE `name` = %(group)s
+  AND `job_id` >= %(from_id)s
   AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `job_id`), 256)),
       CONNECTION_ID()) = CONNECTION_ID()
 ORDER BY `job_id`
@@ -103,12 +104,14 @@ WHERE `job_id` IN %(ids)s
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, limit: int = 1,
+    from_id: int | None = None,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt) and lock their keys for the session until RELEASE.
     """
     cur = _v.mysql_execute(conn, CLAIM, {
-        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     if rows:
@@ -119,13 +122,14 @@ def claim(
 
 
 async def claim_async(
-    conn: _v.AsyncMySQLConnection, *, group: str, limit: int = 1,
+    conn: _v.AsyncMySQLConnection, *, group: str, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt) and lock their keys for the session until RELEASE.
     """
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "group": group, "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     if rows:

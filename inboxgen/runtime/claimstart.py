@@ -1,5 +1,5 @@
-"""Where the next claim of a PostgreSQL table claimed in id order starts: after the last row
-claimed, not at the head of the claim order.
+"""Where the next claim of a table claimed in id order starts (PostgreSQL, MySQL/MariaDB):
+after the last row claimed, not at the head of the claim order.
 
 Every row a drain finished leaves an index entry at the head of the claim order until vacuum
 removes it (autovacuum looks once a minute by default, and removes nothing an older snapshot
@@ -26,8 +26,8 @@ REWIND_EVERY = 1.0
 
 def claims_from_id(d: TableDescriptor) -> bool:
     """Whether the table's claim takes a start (`from_id`): the generator gives one to
-    PostgreSQL lease and row-lock tables claimed in id order with an integer id (FIFO claims
-    take their groups' heads instead)."""
+    PostgreSQL and MySQL/MariaDB lease and row-lock tables claimed in id order with an integer
+    id (FIFO claims take their groups' heads instead)."""
     return "from_id" in d.statement_params.get("CLAIM", ()) and not d.fifo
 
 

@@ -1,7 +1,7 @@
-"""A PostgreSQL table claimed in id order, under a lease or a row lock (counted or not): a
-worker's claims start after the last row claimed, so they do not read past the index entries
-its finished rows left at the head; a row behind the start (a retry) is still delivered, and
-nothing waits past a short claim."""
+"""A table claimed in id order, under a lease or a row lock (counted or not), on PostgreSQL and
+MariaDB: a worker's claims start after the last row claimed, so they do not read past the index
+entries its finished rows left at the head; a row behind the start (a retry) is still delivered,
+and nothing waits past a short claim."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import asyncio
 import time
 from typing import Any
 
-import psycopg
 import pytest
 from dbcases import MakeQueue, spec_toml
 
 from inboxgen import Job, Outcome, Worker, ack, retry
 
-DDL = """
+DDL = {
+    "postgres": """
 CREATE TABLE jobs (
     id BIGSERIAL PRIMARY KEY,
     name TEXT NOT NULL DEFAULT 'work',
@@ -24,7 +24,18 @@ CREATE TABLE jobs (
     payload JSONB NOT NULL
 );
 CREATE INDEX jobs_claim ON jobs (name, id);
-"""
+""",
+    "mysql": """
+CREATE TABLE jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    name VARCHAR(64) NOT NULL DEFAULT 'work',
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until DATETIME NULL,
+    payload JSON NOT NULL,
+    KEY jobs_claim (name, id)
+);
+""",
+}
 COLUMNS = {"id": "id generated", "name": "group", "attempt": "attempt generated",
            "payload": "payload"}
 SPECS = {
@@ -38,20 +49,15 @@ SPECS = {
 TRANSACTIONAL = ("row_lock", "row_lock_counted")
 
 
-def _left(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM jobs").fetchone()
-    return int(row[0]) if row else 0
-
-
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
 @pytest.mark.parametrize(("form", "transactional"), [
     *((form, False) for form in SPECS), *((form, True) for form in TRANSACTIONAL)])
 def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
-        form: str, transactional: bool, queue: MakeQueue) -> None:
-    q = queue("postgres", spec=SPECS[form], ddl=DDL)
+        dialect: str, form: str, transactional: bool, queue: MakeQueue) -> None:
+    q = queue(dialect, spec=SPECS[form], ddl=DDL[dialect])
     assert "from_id" in q.mod.DESCRIPTOR.statement_params["CLAIM"]
     total = 400
-    with psycopg.connect(q.target) as conn:
+    with q.db.transaction() as conn:
         q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"n": i})
                                  for i in range(total)])
     runs: dict[int, int] = {}
@@ -65,7 +71,7 @@ def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
             return retry()  # back in the queue, behind where the claims now start
         return ack()
 
-    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="work", workers=2,
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.db.database, group="work", workers=2,
                     batch=2, listen=False, poll_interval=5, transactional=transactional)
     original = worker.calls.args
 
@@ -80,14 +86,14 @@ def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
         await worker.start()
         began = time.monotonic()
         try:
-            while await asyncio.to_thread(_left, q.target) and time.monotonic() - began < 30:
+            while await asyncio.to_thread(q.ids) and time.monotonic() - began < 30:
                 await asyncio.sleep(0.02)
             return time.monotonic() - began
         finally:
             await worker.shutdown()
 
     took = asyncio.run(drain())
-    assert _left(q.target) == 0
+    assert q.ids() == []
     assert runs == {n: 2 if n == 3 else 1 for n in range(total)}
     # Most claims started after the last claimed row rather than at the head.
     assert sum(s is not None for s in starts) > len(starts) // 2

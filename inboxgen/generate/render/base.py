@@ -834,10 +834,13 @@ class Renderer:
         if "CLAIM_RECORD" in st:
             marks += self.run("", "CLAIM_RECORD", self.params(st["CLAIM_RECORD"]))
         then = ("if rows:", *("    " + line for line in marks))
-        args = self.args(claim, skip=("limit", "after"),
-                         extra="locked_until: datetime.datetime, limit: int = 1")
-        doc = ("Claim up to `limit` rows under a lease ending at `locked_until`; run it in a "
-               "transaction and commit.")
+        start = "from_id" in claim.params
+        args = self.args(claim, skip=("limit", "after", "from_id"),
+                         extra="locked_until: datetime.datetime, limit: int = 1"
+                         + (", from_id: int | None = None" if start else ""))
+        doc = ("Claim up to `limit` rows" + (" from id `from_id` on (None: from the head)"
+                                             if start else "")
+               + " under a lease ending at `locked_until`; run it in a transaction and commit.")
         over = ""
         turn: tuple[str, ...] = ()
         if self.q.limits is not None:

@@ -98,7 +98,8 @@ class MySQLRenderer(Renderer):
         (claim_then_mark); a counted row lock's counts its rows after the select."""
         st = self.st
         claim = st["CLAIM"]
-        args = self.args(claim, skip=("limit",), extra="limit: int = 1")
+        args = self.args(claim, skip=("limit", "from_id"), extra="limit: int = 1" + (
+            ", from_id: int | None = None" if "from_id" in claim.params else ""))
         doc = claim.doc
         then: tuple[str, ...] = ()
         if "CLAIM_COUNT" in st:

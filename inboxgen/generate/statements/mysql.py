@@ -5,6 +5,7 @@ order."""
 
 from __future__ import annotations
 
+from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
 from inboxgen.generate.model import Field
 from inboxgen.generate.statements.base import CANCEL_DOC, Statements
@@ -34,6 +35,31 @@ class MySQLStatements(Statements):
                  + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}"
                  + "".join(f"\n  AND {a}" for a in also), doc)
 
+    @property
+    def claims_from_id(self) -> bool:
+        """Whether a lease or row-lock claim starts at `from_id`, as on PostgreSQL: a table
+        claimed in id order (within its group) with an integer id, not FIFO. InnoDB keeps the
+        index records of the rows a drain finished, delete-marked, until purge removes them,
+        and purge removes none a consistent snapshot still open may read: a claim starting at
+        the head reads past them all (inboxgen.runtime.claimstart)."""
+        form = self.q.lease or (self.q.form == ROW_LOCK and not self.q.fifo)
+        return (form and self.q.id.column.kind == cat.INT and self.role("priority") is None
+                and self.role("retry_after") is None and self.q.limits is None)
+
+    @property
+    def claim_start(self) -> tuple[str, ...]:
+        """The condition a claim's rows meet where it starts at `from_id`."""
+        return ((f"{self.c(self.q.id)} >= {self.p('from_id')}",) if self.claims_from_id
+                else ())
+
+    def from_id_doc(self) -> str:
+        return " from id `from_id` on" if self.claims_from_id else ""
+
+    def claim_row_lock(self) -> None:
+        self.select_claimable("CLAIM", f"Claim up to `limit` rows{self.from_id_doc()}; the "
+                                       f"claim's open transaction holds them.",
+                              also=self.claim_start)
+
     def claims(self) -> None:
         form = self.q.form
         attempt = self.role("attempt")
@@ -44,8 +70,9 @@ class MySQLStatements(Statements):
         elif form == LEASE and self.q.limits is not None:
             self.claim_limited()
         elif form == LEASE:
-            self.select_claimable("CLAIM", "Select up to `limit` due rows and lock them until "
-                                           "CLAIM_MARK, in the same transaction.")
+            self.select_claimable("CLAIM", f"Select up to `limit` due rows{self.from_id_doc()} "
+                                           f"and lock them until CLAIM_MARK, in the same "
+                                           f"transaction.", also=self.claim_start)
             self.mark("CLAIM_MARK", self.claim_set(),
                       "Write the lease (the ownership token) on the rows CLAIM selected.")
         else:
@@ -174,9 +201,10 @@ class MySQLStatements(Statements):
         attempt = self.role("attempt")
         assert attempt is not None
         key = self.row_key()
-        self.select_claimable("CLAIM", "Select up to `limit` due rows whose keys no other "
-                                       "session holds, and lock them until CLAIM_COUNT, in the "
-                                       "same transaction.", also=(self.key_free(key),))
+        self.select_claimable("CLAIM", f"Select up to `limit` due rows{self.from_id_doc()} "
+                                       f"whose keys no other session holds, and lock them until "
+                                       f"CLAIM_COUNT, in the same transaction.",
+                              also=(*self.claim_start, self.key_free(key)))
         self.mark("CLAIM_COUNT", [f"{self.c(attempt)} = {self.c(attempt)} + 1"],
                   "Count the next delivery of the claimed rows (committed at once, so a crash "
                   "still spends the attempt) and lock their keys for the session until RELEASE.",

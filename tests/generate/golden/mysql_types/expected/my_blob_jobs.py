@@ -81,11 +81,13 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Select up to `limit` due rows and lock them until CLAIM_MARK, in the same transaction.
+# Select up to `limit` due rows from id `from_id` on and lock them until CLAIM_MARK, in the same
+# transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `locked_until`, `payload`, `headers`
 FROM `my_blob_jobs` FORCE INDEX (`PRIMARY`)
 WHERE (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+  AND `id` >= %(from_id)s
 ORDER BY `id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -101,12 +103,15 @@ WHERE `id` IN %(ids)s
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from id `from_id` on (None: from the head) under a lease ending at
+    `locked_until`; run it in a transaction and commit.
     """
-    cur = _v.mysql_execute(conn, CLAIM, {"now": _v.naive_utc(now), "limit": limit})
+    cur = _v.mysql_execute(conn, CLAIM, {
+        "now": _v.naive_utc(now), "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "limit": limit,
+    })
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
         _v.mysql_execute(conn, CLAIM_MARK, {
@@ -117,12 +122,15 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from id `from_id` on (None: from the head) under a lease ending at
+    `locked_until`; run it in a transaction and commit.
     """
-    cur = await _v.mysql_execute_async(conn, CLAIM, {"now": _v.naive_utc(now), "limit": limit})
+    cur = await _v.mysql_execute_async(conn, CLAIM, {
+        "now": _v.naive_utc(now), "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "limit": limit,
+    })
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_MARK, {

@@ -78,12 +78,14 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Select up to `limit` due rows and lock them until CLAIM_MARK, in the same transaction.
+# Select up to `limit` due rows from id `from_id` on and lock them until CLAIM_MARK, in the same
+# transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `queue`, `locked_until`, `payload`
 FROM `my_int_jobs` FORCE INDEX (`my_int_jobs_claim`)
 WHERE `queue` = %(group)s
   AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+  AND `id` >= %(from_id)s
 ORDER BY `id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -99,13 +101,14 @@ WHERE `id` IN %(ids)s
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from id `from_id` on (None: from the head) under a lease ending at
+    `locked_until`; run it in a transaction and commit.
     """
     cur = _v.mysql_execute(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "group": group, "now": _v.naive_utc(now),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
@@ -117,13 +120,14 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from id `from_id` on (None: from the head) under a lease ending at
+    `locked_until`; run it in a transaction and commit.
     """
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "group": group, "now": _v.naive_utc(now),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:

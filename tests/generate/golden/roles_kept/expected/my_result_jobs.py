@@ -83,12 +83,13 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Claim up to `limit` rows; the claim's open transaction holds them.
+# Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `grp`, `attempt`, `processed_at`, `error`, `result`, `payload`
 FROM `my_result_jobs` FORCE INDEX (`my_result_jobs_claim`)
 WHERE `grp` = %(group)s
   AND `processed_at` IS NULL
+  AND `id` >= %(from_id)s
 ORDER BY `id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -97,17 +98,22 @@ FOR UPDATE SKIP LOCKED
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, limit: int = 1,
+    from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = _v.mysql_execute(conn, CLAIM, {"group": group, "limit": limit})
+    """Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them."""
+    cur = _v.mysql_execute(conn, CLAIM, {
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
 async def claim_async(
-    conn: _v.AsyncMySQLConnection, *, group: str, limit: int = 1,
+    conn: _v.AsyncMySQLConnection, *, group: str, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = await _v.mysql_execute_async(conn, CLAIM, {"group": group, "limit": limit})
+    """Claim up to `limit` rows from id `from_id` on; the claim's open transaction holds them."""
+    cur = await _v.mysql_execute_async(conn, CLAIM, {
+        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 
