@@ -108,14 +108,7 @@ class GaleraCluster:
                 raise RuntimeError(f"Galera node {n} exited with {proc.returncode}:\n"
                                    f"{self.log_tail(n)}")
             try:
-                conn = pymysql.connect(**self.connect_args(n))
-                try:
-                    with conn.cursor() as cur:
-                        cur.execute("SHOW STATUS LIKE 'wsrep_local_state_comment'")
-                        row = cur.fetchone()
-                finally:
-                    conn.close()
-                if row and row[1] == "Synced":
+                if self._status(n, "wsrep_local_state_comment") == "Synced":
                     return
             except pymysql.err.OperationalError:
                 pass
@@ -185,14 +178,18 @@ class GaleraCluster:
 
     def cluster_size(self, n: int) -> int:
         """The nodes node n sees in its primary component."""
+        return int(self._status(n, "wsrep_cluster_size") or 0)
+
+    def _status(self, n: int, name: str) -> str | None:
+        """Node n's status variable `name` (SHOW STATUS), None where it has none."""
         conn = pymysql.connect(**self.connect_args(n))
         try:
             with conn.cursor() as cur:
-                cur.execute("SHOW STATUS LIKE 'wsrep_cluster_size'")
+                cur.execute("SHOW STATUS LIKE %s", (name,))
                 row = cur.fetchone()
         finally:
             conn.close()
-        return int(row[1]) if row else 0
+        return None if row is None else str(row[1])
 
     def stop(self) -> None:
         procs = [self._procs[n] for n in sorted(self._procs, reverse=True)]

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import ADVISORY, LEASE, ROW_LOCK
 from inboxgen.generate.model import Field, Queue, TableRef
 
@@ -190,6 +191,30 @@ class Statements:
         return self.q.form == ROW_LOCK or self.q.lease
 
     # -- statements -----------------------------------------------------------------------------
+
+    # Whether the dialect's lease and row-lock claims of a table claimed in id order take a
+    # start (PostgreSQL, MySQL/MariaDB; SQLite has no index entries a snapshot keeps alive).
+    starts_claims = False
+
+    @property
+    def claims_from_id(self) -> bool:
+        """Whether a lease or row-lock claim starts at `from_id`: a table claimed in id order
+        (within its group) with an integer id, not FIFO. Every row a drain finished leaves an
+        index entry at the head of the claim order until vacuum (InnoDB: purge) removes it,
+        and neither removes any a snapshot still open may read, so every claim starting at the
+        head would read past them. A worker's claims start where the last one ended and go
+        back to the head once a second and whenever a claim comes back short, so no row waits
+        longer than that (inboxgen.runtime.claimstart)."""
+        form = self.q.lease or (self.q.form == ROW_LOCK and not self.q.fifo)
+        return (self.starts_claims and form and self.q.id.column.kind == cat.INT
+                and self.role("priority") is None and self.role("retry_after") is None
+                and self.q.limits is None)
+
+    @property
+    def claim_start(self) -> tuple[str, ...]:
+        """The condition a claim's rows meet where it starts at `from_id`."""
+        return ((f"{self.c(self.q.id)} >= {self.p('from_id')}",) if self.claims_from_id
+                else ())
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED",
                          also: tuple[str, ...] = ()) -> None:

@@ -5,13 +5,14 @@ order."""
 
 from __future__ import annotations
 
-from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
 from inboxgen.generate.model import Field
 from inboxgen.generate.statements.base import CANCEL_DOC, Statements
 
 
 class MySQLStatements(Statements):
+    starts_claims = True
+
     @property
     def batches(self) -> bool:
         """No batch settlements: MySQL/MariaDB has no UPDATE ... RETURNING to say which rows a
@@ -34,23 +35,6 @@ class MySQLStatements(Statements):
         self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
                  + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}"
                  + "".join(f"\n  AND {a}" for a in also), doc)
-
-    @property
-    def claims_from_id(self) -> bool:
-        """Whether a lease or row-lock claim starts at `from_id`, as on PostgreSQL: a table
-        claimed in id order (within its group) with an integer id, not FIFO. InnoDB keeps the
-        index records of the rows a drain finished, delete-marked, until purge removes them,
-        and purge removes none a consistent snapshot still open may read: a claim starting at
-        the head reads past them all (inboxgen.runtime.claimstart)."""
-        form = self.q.lease or (self.q.form == ROW_LOCK and not self.q.fifo)
-        return (form and self.q.id.column.kind == cat.INT and self.role("priority") is None
-                and self.role("retry_after") is None and self.q.limits is None)
-
-    @property
-    def claim_start(self) -> tuple[str, ...]:
-        """The condition a claim's rows meet where it starts at `from_id`."""
-        return ((f"{self.c(self.q.id)} >= {self.p('from_id')}",) if self.claims_from_id
-                else ())
 
     def from_id_doc(self) -> str:
         return " from id `from_id` on" if self.claims_from_id else ""

@@ -6,16 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inboxgen.generate import catalog as cat
-from inboxgen.generate.dialects import ADVISORY, ROW_LOCK
+from inboxgen.generate.dialects import ADVISORY
 from inboxgen.generate.model import Field
 from inboxgen.generate.statements.base import CANCEL_DOC, Statements
 
 _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BIGINT"}
-_PG_INTEGERS = frozenset({"SMALLINT", "INT", "INT2", "INT4", "INT8", "INTEGER", "BIGINT",
-                          *_PG_SERIAL_ARRAY})
 
 
 class PostgresStatements(Statements):
+    starts_claims = True
     lease_pick_lock = "    FOR UPDATE SKIP LOCKED"
 
     # -- claims the primary key cannot serve ---------------------------------------------------
@@ -48,26 +47,6 @@ class PostgresStatements(Statements):
         return f"{self.c(group)}, {self.c(self.q.id)}"
 
     # -- claims that start where the last one ended -------------------------------------------
-
-    @property
-    def claims_from_id(self) -> bool:
-        """Whether a lease or row-lock claim starts at `from_id`: a table claimed in id order
-        (within its group) with an integer id, not FIFO. Every row a drain finished leaves an
-        index entry at the head of the claim order until vacuum removes it (autovacuum looks
-        a minute apart by default, and removes nothing a snapshot still open may see), which
-        every claim starting at the head would read past. A worker's claims start where the
-        last one ended and go back to the head once a second and whenever a claim comes back
-        short, so no row waits longer than that (inboxgen.runtime.claimstart)."""
-        integer = self.q.id.column.type_sql.upper() in _PG_INTEGERS
-        form = self.q.lease or (self.q.form == ROW_LOCK and not self.q.fifo)
-        return (form and integer and self.role("priority") is None
-                and self.role("retry_after") is None and self.q.limits is None)
-
-    @property
-    def claim_start(self) -> tuple[str, ...]:
-        """The condition a claim's rows meet where it starts at `from_id`."""
-        return ((f"{self.c(self.q.id)} >= {self.p('from_id')}",) if self.claims_from_id
-                else ())
 
     def claim_lease(self) -> None:
         if not self.claims_from_id:
