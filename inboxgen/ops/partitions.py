@@ -83,13 +83,16 @@ def prune_partitions(module: ModuleType, conn: Any, *, before: _dt.datetime,
         elif not _holds_rows(module, conn, part):
             outcomes.append(Outcome(part, "kept: empty (rows may still land in it)"))
             continue
+        elif default is not None:
+            why = (f"the table has a default partition ({default.shown}): PostgreSQL detaches "
+                   f"a partition without blocking claims only from a table without one")
+            if not dry_run:
+                raise ConfigError(f"table {d.qualified_name}: {why}")
+            outcomes.append(Outcome(part, f"would not drop: {why}"))
+            continue
         elif dry_run:
             outcomes.append(Outcome(part, "would drop"))
             continue
-        elif default is not None:
-            raise ConfigError(f"table {d.qualified_name} has a default partition "
-                              f"({default.shown}): PostgreSQL detaches a partition without "
-                              f"blocking claims only from a table without one")
         else:
             module.detach_partition(conn, schema=part.schema, name=part.name)
         # Detached: no claim, requeue or cancel reads it any more. A row requeued between the

@@ -249,3 +249,58 @@ def test_a_worker_serves_a_partitioned_table(tmp_path: Path, pg_dsn: str) -> Non
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT COUNT(*) FROM jobs WHERE processed_at IS NULL"
                             ).fetchone() == (0,)
+
+
+def test_a_table_with_a_default_partition_is_refused_before_anything_is_detached(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """PostgreSQL refuses DETACH ... CONCURRENTLY where the table has a default partition, and
+    a detach that blocks claims is not prune's to make: the dry run says why, the run stops."""
+    url, _ = project(tmp_path, pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE jobs_other PARTITION OF jobs DEFAULT")
+    before = partitions(pg_dsn)
+    args = ("prune", "specs/jobs.toml", "--older-than", "2d", "--partitions",
+            "--database-url", url)
+    dry = cli(tmp_path, *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert ("jobs: partition public.jobs_1 (FOR VALUES FROM ('1') TO ('1000')): would not "
+            "drop: the table has a default partition (public.jobs_other): PostgreSQL detaches "
+            "a partition without blocking claims only from a table without one"
+            ) in dry.stdout.splitlines(), dry.stdout
+    done = cli(tmp_path, *args)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "inboxgen: table jobs: the table has a default partition (public.jobs_other): "
+        "PostgreSQL detaches a partition without blocking claims only from a table without "
+        "one"), done.stderr
+    assert partitions(pg_dsn) == before
+
+
+def test_an_interrupted_detach_is_finished_by_the_next_run(tmp_path: Path,
+                                                          pg_dsn: str) -> None:
+    """A DETACH ... CONCURRENTLY cancelled while it waits leaves its partition pending (no
+    claim reads it): the next prune finishes the detach, reads the partition and drops it."""
+    url, _ = project(tmp_path, pg_dsn)
+    with psycopg.connect(pg_dsn) as reader, psycopg.connect(pg_dsn, autocommit=True) as watch:
+        reader.execute("SELECT COUNT(*) FROM jobs").fetchone()  # the detach waits for it
+        prune = start_prune(tmp_path, url)
+        try:
+            _wait_for_detach(watch)
+            watch.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query "
+                          "LIKE '%%DETACH PARTITION%%CONCURRENTLY%%' AND pid <> "
+                          "pg_backend_pid()")
+            _, err = prune.communicate(timeout=60)
+        finally:
+            if prune.poll() is None:
+                prune.kill()
+        reader.rollback()
+    assert prune.returncode == 1 and "canceling statement" in err, err
+    with psycopg.connect(pg_dsn) as conn:
+        pending = conn.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON "
+                               "c.oid = i.inhrelid WHERE i.inhdetachpending").fetchall()
+    assert pending == [("jobs_1",)]
+    again = cli(tmp_path, "prune", "specs/jobs.toml", "--older-than", "2d", "--partitions",
+                "--database-url", url)
+    assert again.returncode == 0, again.stderr
+    assert "public.jobs_1 (FOR VALUES FROM ('1') TO ('1000')): dropped" in again.stdout
+    assert "jobs_1" not in partitions(pg_dsn)
