@@ -6,7 +6,8 @@ cutoff, and no row can land in it again: a range partition below the table's hig
 default, list or hash partition, or the range open to MAXVALUE, would take new rows). It is
 detached CONCURRENTLY (claims go on; the detach waits for the transactions that may still read
 it), read again once detached (a row requeued meanwhile puts it back: attached again, nothing
-lost), then dropped. A detach that was interrupted is finished first.
+lost), then dropped. A detach that was interrupted is finished first, and its partition
+dropped or, where it would be kept, attached again.
 
 Only the module's functions run (partitions(), partition_keeps(), detach_partition(), ...);
 they fill a partition's name, which no statement can bind, into `{partition}` as psycopg
@@ -67,13 +68,14 @@ def prune_partitions(module: ModuleType, conn: Any, *, before: _dt.datetime,
     last = _highest_range(parts)
     default = next((p for p in parts if p.bounds == "DEFAULT"), None)
     outcomes: list[Outcome] = []
-    for part in parts:
+    # An interrupted detach first: PostgreSQL lets a table have one detach pending at a time.
+    for part in sorted(parts, key=lambda p: not p.detaching):
         if part.detaching:  # an interrupted detach: its rows are no longer claimed
             if dry_run:
                 outcomes.append(Outcome(part, "would finish its interrupted detach"))
                 continue
             module.finish_detach(conn, schema=part.schema, name=part.name)
-        elif part is last or not _RANGE.fullmatch(part.bounds):
+        elif not _droppable(part, last):
             outcomes.append(Outcome(part, "kept: new rows may land in it"))
             continue
         elif kept(part):
@@ -96,16 +98,25 @@ def prune_partitions(module: ModuleType, conn: Any, *, before: _dt.datetime,
         else:
             module.detach_partition(conn, schema=part.schema, name=part.name)
         # Detached: no claim, requeue or cancel reads it any more. A row requeued between the
-        # reading above and the detach would be lost with it: it goes back instead.
-        if kept(part):
+        # reading above and the detach would be lost with it: it goes back instead, as does a
+        # partition whose interrupted detach was not prune's to make (one rows may land in).
+        back = ("a row in it was requeued while it was being detached" if kept(part)
+                else "new rows may land in it" if not _droppable(part, last)
+                else "empty (rows may still land in it)" if not _holds_rows(module, conn, part)
+                else None)
+        if back is not None:
             module.attach_partition(conn, schema=part.schema, name=part.name,
                                     bounds=part.bounds)
-            outcomes.append(Outcome(part, "attached again: a row in it was requeued while it "
-                                          "was being detached"))
+            outcomes.append(Outcome(part, f"attached again: {back}"))
             continue
         module.drop_partition(conn, schema=part.schema, name=part.name)
         outcomes.append(Outcome(part, "dropped"))
     return outcomes
+
+
+def _droppable(part: Partition, last: Partition | None) -> bool:
+    """A range partition below the highest: no new row lands in it."""
+    return part is not last and _RANGE.fullmatch(part.bounds) is not None
 
 
 def _holds_rows(module: ModuleType, conn: Any, part: Partition) -> bool:

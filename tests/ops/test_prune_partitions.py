@@ -304,3 +304,38 @@ def test_an_interrupted_detach_is_finished_by_the_next_run(tmp_path: Path,
     assert again.returncode == 0, again.stderr
     assert "public.jobs_1 (FOR VALUES FROM ('1') TO ('1000')): dropped" in again.stdout
     assert "jobs_1" not in partitions(pg_dsn)
+
+
+def test_an_interrupted_detach_of_a_partition_rows_land_in_is_undone(tmp_path: Path,
+                                                                     pg_dsn: str) -> None:
+    """Someone's own DETACH ... CONCURRENTLY of the range new rows land in, cancelled while it
+    waits: prune finishes it and attaches the partition again, and an enqueue lands there."""
+    url, jobs = project(tmp_path, pg_dsn)
+    with psycopg.connect(pg_dsn) as reader, psycopg.connect(pg_dsn, autocommit=True) as watch:
+        reader.execute("SELECT COUNT(*) FROM jobs").fetchone()  # the detach waits for it
+        detach = subprocess.Popen(
+            [sys.executable, "-c", "import psycopg, sys\n"
+             "with psycopg.connect(sys.argv[1], autocommit=True) as c:\n"
+             "    c.execute('ALTER TABLE jobs DETACH PARTITION jobs_4 CONCURRENTLY')",
+             pg_dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for_detach(watch)
+            watch.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query "
+                          "LIKE '%%DETACH PARTITION%%CONCURRENTLY%%' AND pid <> "
+                          "pg_backend_pid()")
+            detach.communicate(timeout=60)
+        finally:
+            if detach.poll() is None:
+                detach.kill()
+        reader.rollback()
+    assert detach.returncode == 1  # cancelled
+    done = cli(tmp_path, "prune", "specs/jobs.toml", "--older-than", "2d", "--partitions",
+               "--database-url", url)
+    assert done.returncode == 0, done.stderr
+    assert ("jobs: partition public.jobs_4 (FOR VALUES FROM ('3000') TO (MAXVALUE)): attached "
+            "again: new rows may land in it") in done.stdout.splitlines(), done.stdout
+    assert partitions(pg_dsn)["jobs_4"] == 50
+    with psycopg.connect(pg_dsn) as conn:
+        jobs.insert(conn, jobs.NewRow(payload="new"))
+        conn.commit()
+        assert conn.execute("SELECT COUNT(*) FROM jobs_4").fetchone() == (51,)
