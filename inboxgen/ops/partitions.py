@@ -51,6 +51,10 @@ def prune_partitions(module: ModuleType, conn: Any, *, before: _dt.datetime,
     """Each partition of the module's table and what became of it. `conn` is a psycopg
     connection outside a transaction; it is left in autocommit."""
     d = module.DESCRIPTOR
+    if not hasattr(module, "prune"):
+        raise ConfigError(f"table {d.qualified_name} keeps no processed rows (no processed_at "
+                          f"column: finishing a job deletes it), so no partition fills with "
+                          f"them: prune --partitions has nothing to drop")
     if not hasattr(module, "partitions"):
         raise ConfigError(f"table {d.qualified_name} is not partitioned in the DDL its module was "
                           f"built from (PARTITION BY): prune --partitions has nothing to drop; "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from genutil import import_path, make_project
 
 from inboxgen import Worker
@@ -221,10 +222,16 @@ def test_a_row_requeued_while_its_partition_is_detached_puts_it_back(tmp_path: P
         assert sorted(r.id for r in claimed) == [7, 1010]  # 1010: jobs_2's job
 
 
-def test_prune_partitions_on_a_table_that_is_not_partitioned_says_so(tmp_path: Path,
-                                                                      pg_dsn: str) -> None:
-    ddl = DDL.split(") PARTITION BY")[0] + ");\n"
-    make_project(tmp_path, SPEC, ddl)
+@pytest.mark.parametrize("table", ["not partitioned", "keeps no processed rows"])
+def test_prune_partitions_on_a_table_it_cannot_serve_says_why(tmp_path: Path, pg_dsn: str,
+                                                              table: str) -> None:
+    if table == "not partitioned":
+        ddl, spec = DDL.split(") PARTITION BY")[0] + ");\n", SPEC
+    else:  # partitioned, but finishing a job deletes its row
+        ddl = DDL.replace("    processed_at TIMESTAMPTZ,\n", "").replace(
+            " WHERE processed_at IS NULL", "")
+        spec = SPEC.replace('processed_at = "processed_at"\n', "")
+    make_project(tmp_path, spec, ddl)
     (tmp_path / "pyproject.toml").write_text('[tool.inboxgen]\nspecs = "specs"\n'
                                              'out = "generated"\n')
     assert cli(tmp_path, "build").returncode == 0
@@ -233,10 +240,15 @@ def test_prune_partitions_on_a_table_that_is_not_partitioned_says_so(tmp_path: P
     result = cli(tmp_path, "prune", "specs/jobs.toml", "--older-than", "2d", "--partitions",
                  "--database-url", url)
     assert result.returncode == 2
-    assert result.stderr.strip() == (
-        "inboxgen: table jobs is not partitioned in the DDL its module was built from "
-        "(PARTITION BY): prune --partitions has nothing to drop; prune --older-than deletes "
-        "rows"), result.stderr
+    assert result.stderr.strip() == ({
+        "not partitioned": "inboxgen: table jobs is not partitioned in the DDL its module was "
+                           "built from (PARTITION BY): prune --partitions has nothing to drop; "
+                           "prune --older-than deletes rows",
+        "keeps no processed rows": "inboxgen: table jobs keeps no processed rows (no "
+                                   "processed_at column: finishing a job deletes it), so no "
+                                   "partition fills with them: prune --partitions has nothing "
+                                   "to drop",
+    }[table]), result.stderr
 
 
 def test_a_worker_serves_a_partitioned_table(tmp_path: Path, pg_dsn: str) -> None:
