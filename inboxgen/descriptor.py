@@ -17,6 +17,14 @@ PLACEHOLDERS = {
     False: re.compile(QUOTED + r"|%\((?P<name>[^\W\d]\w*)\)s"),
 }
 
+# prune --partitions' statements name one partition of the table, which no statement can bind:
+# their SQL holds this slot, filled in when they run. Unfilled, they prepare nowhere.
+PARTITION_SLOT = "{partition}"
+
+
+def names_a_partition(sql: str) -> bool:
+    return PARTITION_SLOT in sql
+
 
 @attrs.frozen
 class RuntimeDefaults:

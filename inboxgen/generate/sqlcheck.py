@@ -12,6 +12,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from inboxgen.descriptor import PARTITION_SLOT, names_a_partition
 from inboxgen.errors import GeneratorBug
 from inboxgen.generate.catalog import Catalog, Table
 from inboxgen.generate.model import Queue
@@ -33,11 +34,10 @@ def check_statements(queue: Queue, statements: list[Statement], catalog: Catalog
         # A list parameter (MySQL's `IN %(ids)s`) becomes a parenthesised list when bound.
         text = re.sub(r"\bIN %\(\w+\)s", "IN (NULL)", st.sql)
         text = d.sub_params(text, lambda name: "NULL")
-        if "{partition}" in text:
+        if names_a_partition(text):
             if _PARTITION_DDL.match(text):
                 continue
-            text = text.replace("{partition}", ".".join(
-                d.quote(part) for part in (queue.table.schema, queue.table.name) if part))
+            text = text.replace(PARTITION_SLOT, d.qualified(queue.table.schema, queue.table.name))
         where = f"{queue.spec.display}: statement {st.name} of table \"{queue.table.name}\""
         try:
             tree = sqlglot.parse_one(text, read=d.sqlglot_name,

@@ -103,8 +103,10 @@ def prune_partitions(module: ModuleType, conn: Any, *, before: _dt.datetime,
             module.detach_partition(conn, schema=part.schema, name=part.name)
         # Detached: no claim, requeue or cancel reads it any more. A row requeued between the
         # reading above and the detach would be lost with it: it goes back instead, as does a
-        # partition whose interrupted detach was not prune's to make (one rows may land in).
+        # partition whose interrupted detach was not prune's to make (one rows may land in),
+        # which was not read above.
         back = ("a row in it was requeued while it was being detached" if kept(part)
+                else None if not part.detaching
                 else "new rows may land in it" if not _droppable(part, last)
                 else "empty (rows may still land in it)" if not _holds_rows(module, conn, part)
                 else None)

@@ -14,6 +14,7 @@ import random
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+from inboxgen.descriptor import names_a_partition
 from inboxgen.errors import ConnectFailed, SchemaError
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ async def explain_all(backend: Backend, conn: Any, statements: Mapping[str, str]
     one partition (`{partition}`, filled in by prune --partitions) are no worker's: they
     prepare only once filled."""
     for name, sql in statements.items():
-        if "{partition}" in sql:
+        if names_a_partition(sql):
             continue
         try:
             await backend.explain(conn, name)

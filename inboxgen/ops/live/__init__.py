@@ -10,6 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from inboxgen.descriptor import PARTITION_SLOT, names_a_partition
 from inboxgen.generate.catalog import load_catalog
 from inboxgen.generate.model import Queue
 from inboxgen.ops.live.base import LiveDatabase, LiveIndex
@@ -63,12 +64,12 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
     it); each claim's plan read for an index in the claim order."""
     found: list[str] = []
     for name, sql in d.statements.items():
-        if "{partition}" in sql:
+        if names_a_partition(sql):
             # prune --partitions' statements on one partition: its query is planned on the
             # table (a partition's columns are its table's); EXPLAIN takes no DDL.
             if sql.lstrip().startswith(("ALTER", "DROP")):
                 continue
-            sql = sql.replace("{partition}", _pg_name(d.schema, d.table))
+            sql = sql.replace(PARTITION_SLOT, queue.dialect.qualified(d.schema, d.table))
         params = d.statement_params[name]
         # A claim is planned with a group and a time, so its plan is the real one; the rest
         # only prepare, with every value NULL.
@@ -90,10 +91,6 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
             found.append(f"table {table}, statement {name}: no index serves the claim order "
                          f"(the plan sorts or scans the table): every claim reads all due rows")
     return found
-
-
-def _pg_name(schema: str | None, table: str) -> str:
-    return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, table) if part)
 
 
 def _drift(queue: Queue, live: list[tuple[str, str, bool]], table: str) -> list[str]:
