@@ -164,6 +164,7 @@ class _Checker:
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
             claim_index=claim_index, suggested_index=suggested, pause_table=pause_table,
             limits=limits, partitioned=table.partitioned,
+            numbers_inserts=any(c.auto and not c.db_only for c in table.columns),
         )
 
     def ddl_names(self) -> str:

@@ -161,6 +161,9 @@ class Queue:
     limits: Limits | None = None
     # PostgreSQL's PARTITION BY: the rows are in partitions, which prune can drop whole.
     partitioned: bool = False
+    # A column the database numbers on insert (AUTO_INCREMENT, serial, identity): on MySQL an
+    # insert then reports the number it gave, and a statement that inserts nothing reports 0.
+    numbers_inserts: bool = False
 
     def role(self, role: str) -> Field | None:
         return next((f for f in self.fields if f.role == role), None)

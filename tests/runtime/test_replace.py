@@ -8,10 +8,13 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+import pymysql
 import pytest
 from dbcases import T0, Layout, MakeQueue, Queue
+from pymysql.constants import CLIENT
 from semantics_util import serve_until
 
 from inboxgen import Job, Worker, values
@@ -198,28 +201,38 @@ def test_debounce_moves_the_due_time_later_but_never_past_max_wait(
     assert abs(due - (enqueued + 5 * SECOND)) < tolerance
 
 
+def _in_four_threads(calls: Callable[[int], None]) -> list[BaseException]:
+    """Run calls(0) to calls(3) at once, each on its own thread; what they raised."""
+    failures: list[BaseException] = []
+
+    def run(thread: int) -> None:
+        try:
+            calls(thread)
+        except BaseException as err:  # reported by the test, on its own thread
+            failures.append(err)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failures
+
+
 @pytest.mark.parametrize(("dialect", "shape"), SHAPES[:7])
 def test_a_thousand_debounced_calls_from_four_threads_run_the_job_once(
         dialect: str, shape: Layout, queue: MakeQueue) -> None:
     q = queue(dialect, shape)
     outcomes: Counter[str] = Counter()
     lock = threading.Lock()
-    failures: list[BaseException] = []
 
     def calls(thread: int) -> None:
-        try:
-            for n in range(250):
-                done = _debounce(q, "ada", f"call-{thread}-{n}", wait=60, max_wait=600)
-                with lock:
-                    outcomes[done.outcome] += 1
-        except BaseException as err:  # reported below, on the test's thread
-            failures.append(err)
+        for n in range(250):
+            done = _debounce(q, "ada", f"call-{thread}-{n}", wait=60, max_wait=600)
+            with lock:
+                outcomes[done.outcome] += 1
 
-    threads = [threading.Thread(target=calls, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures = _in_four_threads(calls)
     assert not failures, failures
     if shape.form == "row_lock" and not shape.count_crashes:
         # A worker's hold is the row's lock, which a concurrent replacement takes too: a call
@@ -243,3 +256,50 @@ def test_a_thousand_debounced_calls_from_four_threads_run_the_job_once(
     worker = Worker(q.mod.DESCRIPTOR, handle, database=q.database, clock=clock, **group)
     serve_until(worker, clock, lambda: worker.stats.acked == 1, max_seconds=60)
     assert ran == [row["payload"]]
+
+
+@pytest.mark.parametrize(("dialect", "shape"), SHAPES)
+def test_four_threads_racing_to_replace_a_key_with_no_row_queue_it_once(
+        dialect: str, shape: Layout, queue: MakeQueue) -> None:
+    """The first calls of a key race to insert its row: one queues it, the others replace it
+    (or find it held), and none fails. On MySQL/MariaDB a locking read of the key's absent row
+    locks the gap, and two callers holding it would deadlock as they insert; there two of the
+    threads use sessions as a user's own often are: REPEATABLE READ (MySQL's default) and
+    CLIENT_FOUND_ROWS (SQLAlchemy's), where the affected-row count cannot tell an insert from
+    a key's row left as it was."""
+    q = queue(dialect, shape)
+
+    def call(thread: int, key: str) -> Any:
+        if not (q.mysql and thread >= 2):
+            return (_debounce(q, key, f"{thread}", wait=60, max_wait=600) if thread % 2 else
+                    _replace(q, key, f"{thread}"))
+        conn = pymysql.connect(**q.db.mysql_args, client_flag=CLIENT.FOUND_ROWS)
+        try:
+            row = q.new(account=key, payload=f"{thread}")
+            done = (q.mod.insert_debounced(conn, row, wait=60 * SECOND, max_wait=600 * SECOND)
+                    if thread % 2 else q.mod.insert_replace(conn, row))
+            conn.commit()
+            return done
+        finally:
+            conn.close()
+
+    keys = [f"key-{n}" for n in range(60)]
+    start = threading.Barrier(4)
+    outcomes: dict[str, Counter[str]] = {k: Counter() for k in keys}
+    lock = threading.Lock()
+
+    def calls(thread: int) -> None:
+        try:
+            for key in keys:
+                start.wait()
+                done = call(thread, key)
+                with lock:
+                    outcomes[key][done.outcome] += 1
+        except BaseException:
+            start.abort()  # the others stop too, rather than wait for this thread
+            raise
+
+    failures = _in_four_threads(calls)
+    assert not [f for f in failures if not isinstance(f, threading.BrokenBarrierError)], failures
+    assert {k: c["queued"] for k, c in outcomes.items()} == dict.fromkeys(keys, 1)
+    assert sorted(r["account"] for r in q.rows()) == sorted(keys)

@@ -62,28 +62,28 @@ class MySQLRenderer(Renderer):
 
     def replace_steps(self, update: str, insert: str, wake: tuple[str, ...], *,
                       debounce: bool = False) -> tuple[Step, ...]:
-        """REPLACE_PICK locks the key's queued row, then `update` writes it by id; else the
-        insert (INSERT for insert_replace()), whose duplicate-key error says the key's row is
-        there."""
-        if insert == "REPLACE_INSERT":
-            insert = "INSERT"
+        """`insert` (REPLACE_INSERT or DEBOUNCE_INSERT) adds the new row or locks the key's
+        row; REPLACE_PICK then finds that row where it is queued and free, and `update` writes
+        it by id. A plain row lock's worker holds its row's lock while the job runs, and the
+        insert would wait for it: there KEY_ROW, which locks nothing, says first whether the
+        key has a row, and the pick passes over a held one."""
         idf = self.q.id
         new_id = ("cur.lastrowid" if idf.column.auto and idf.generated else
                   f"row.{idf.attr}" if not idf.generated else "None")
-        lines = [*self.replace_params(debounce),
-                 "for _ in range(2):  # a row of the key added meanwhile: try it again",
-                 *indented(self.run("cur = ", "REPLACE_PICK", "params")),
-                 "    found = AWAIT cur.fetchone()",
-                 "    if found is not None:",
-                 *indented(self.run("", update, '{**params, "id": found[0]}'), 2),
-                 '        return Replaced(outcome="replaced", id=found[0])',
-                 "    try:",
-                 *indented(self.run("cur = ", insert, "params"), 2),
-                 "    except Exception as err:  # either driver's error",
-                 "        if not _v.mysql_duplicate_key(err):",
-                 "            raise",
-                 "    else:",
-                 f'        return Replaced(outcome="queued", id={new_id})']
+        inserted = "cur.lastrowid" if self.q.numbers_inserts else "not cur.lastrowid"
+        add = [*self.run("cur = ", insert, "params"),
+               f"if {inserted}:  # else the key's row is there, and locked by this call",
+               f'    return Replaced(outcome="queued", id={new_id})']
+        if self.q.form == ROW_LOCK and not self.q.count_crashes:
+            add = [*self.run("cur = ", "KEY_ROW", "params"),
+                   "if AWAIT cur.fetchone() is None:",
+                   *indented(add)]
+        lines = [*self.replace_params(debounce), *add,
+                 *self.run("cur = ", "REPLACE_PICK", "params"),
+                 "found = AWAIT cur.fetchone()",
+                 "if found is not None:",
+                 *indented(self.run("", update, '{**params, "id": found[0]}')),
+                 '    return Replaced(outcome="replaced", id=found[0])']
         return (self.kept_step(lines),)
 
     def insert_many_by_executemany(self) -> Func:

@@ -1057,10 +1057,9 @@ class Statements:
         self.replace_update("REPLACE", self.fresh(),
                             "Give the queued row of the new row's unique key, where no worker "
                             "holds it, the new row's values; returns its id.")
-        if self.insert_skips_duplicates:  # else the renderer runs INSERT and reads the error
-            self.add("REPLACE_INSERT", self.insert_new(fields, values, keys),
-                     "Enqueue the new row unless a row of its unique key is there; returns its "
-                     "id.")
+        self.add("REPLACE_INSERT", self.insert_new(fields, values, keys),
+                 "Enqueue the new row unless a row of its unique key is there"
+                 + self.insert_new_gives)
         if self.debounces:
             ra, ea = self.role("retry_after"), self.role("enqueued_at")
             assert ra is not None and ea is not None
@@ -1093,8 +1092,11 @@ class Statements:
         self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets) + "\n"
                  + self.where(self.replaceable()) + self.returning_id(), doc)
 
-    # Hook: an INSERT can skip a row whose unique key is there (ON CONFLICT DO NOTHING).
-    insert_skips_duplicates = True
+    @property
+    def insert_new_gives(self) -> str:
+        """Hook: what insert_new()'s statement gives, after "unless a row of its unique key is
+        there"."""
+        return "; returns its id."
 
     def insert_new(self, fields: list[Field], values: list[str], keys: str) -> str:
         """Hook: an INSERT that adds nothing where a row of the key is there, returning the

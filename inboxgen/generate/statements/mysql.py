@@ -225,12 +225,23 @@ class MySQLStatements(Statements):
                  f"WHERE {self.c(self.q.id)} = {self.p('id')}",
                  doc.replace("; returns its id", " (picked by REPLACE_PICK)"))
 
-    insert_skips_duplicates = False
+    @property
+    def insert_new_gives(self) -> str:
+        mark = ("the cursor's lastrowid is then 0, an insert's the number it gave"
+                if self.q.numbers_inserts else
+                "LAST_INSERT_ID(1) then makes the cursor's lastrowid 1, an insert leaves it 0")
+        return f", where it changes nothing but locks that row ({mark})."
 
     def insert_new(self, fields: list[Field], values: list[str], keys: str) -> str:
-        # No ON CONFLICT: a duplicate-key error says the key's row is there (as insert_unique).
+        # A plain INSERT's duplicate-key error would leave a shared lock on the key's row, and
+        # a locking read of a key with no row locks the gap where it would go: two callers
+        # holding either deadlock when both go on to write. ON DUPLICATE KEY UPDATE locks the
+        # key's row exclusively at once, so concurrent callers of one key take turns.
         cols = ", ".join(self.c(f) for f in fields)
-        return f"INSERT INTO {self.t()} ({cols})\nVALUES ({', '.join(values)})"
+        idc = self.c(self.q.id)
+        same = idc if self.q.numbers_inserts else f"IF(LAST_INSERT_ID(1), {idc}, {idc})"
+        return (f"INSERT INTO {self.t()} ({cols})\nVALUES ({', '.join(values)})\n"
+                f"ON DUPLICATE KEY UPDATE {idc} = {same}")
 
     def later(self, time: str, seconds: str) -> str:
         return f"{time} + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"

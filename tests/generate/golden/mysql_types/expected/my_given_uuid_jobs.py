@@ -329,6 +329,16 @@ SET `queue` = %(queue)s,
 WHERE `id` = %(id)s
 """
 
+# Enqueue the new row unless a row of its unique key is there, where it changes nothing but locks
+# that row (LAST_INSERT_ID(1) then makes the cursor's lastrowid 1, an insert leaves it 0).
+REPLACE_INSERT: Final[LiteralString] = """
+INSERT INTO `my_given_uuid_jobs` (`id`, `queue`, `priority`, `retry_after`, `headers`,
+            `payload`)
+VALUES (%(id)s, %(queue)s, %(priority)s, COALESCE(%(retry_after)s, CURRENT_TIMESTAMP(6)),
+        %(headers)s, %(payload)s)
+ON DUPLICATE KEY UPDATE `id` = IF(LAST_INSERT_ID(1), `id`, `id`)
+"""
+
 # Find the row of the new row's unique key (one that REPLACE leaves alone).
 KEY_ROW: Final[LiteralString] = """
 SELECT `id`
@@ -347,19 +357,14 @@ def insert_replace(
     """
     conn = _c.mysql_connection(conn, "my_given_uuid_jobs.insert_replace")
     params = {**_insert_params(row), "dead_group": "dead", "row_key": f"inboxgen:{TABLE}:"}
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = _v.mysql_execute(conn, REPLACE_PICK, params)
-        found = cur.fetchone()
-        if found is not None:
-            _v.mysql_execute(conn, REPLACE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = _v.mysql_execute(conn, INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=row.id)
+    cur = _v.mysql_execute(conn, REPLACE_INSERT, params)
+    if not cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=row.id)
+    cur = _v.mysql_execute(conn, REPLACE_PICK, params)
+    found = cur.fetchone()
+    if found is not None:
+        _v.mysql_execute(conn, REPLACE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = _v.mysql_execute(conn, KEY_ROW, params)
     kept = cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -375,19 +380,14 @@ async def insert_replace_async(
     """
     conn = await _c.mysql_connection_async(conn, "my_given_uuid_jobs.insert_replace")
     params = {**_insert_params(row), "dead_group": "dead", "row_key": f"inboxgen:{TABLE}:"}
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
-        found = await cur.fetchone()
-        if found is not None:
-            await _v.mysql_execute_async(conn, REPLACE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = await _v.mysql_execute_async(conn, INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=row.id)
+    cur = await _v.mysql_execute_async(conn, REPLACE_INSERT, params)
+    if not cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=row.id)
+    cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
+    found = await cur.fetchone()
+    if found is not None:
+        await _v.mysql_execute_async(conn, REPLACE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = await _v.mysql_execute_async(conn, KEY_ROW, params)
     kept = await cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -687,9 +687,10 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
-    "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE, "KEY_ROW": KEY_ROW, "STATUS": STATUS,
-    "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
+    "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE, "REPLACE_INSERT": REPLACE_INSERT,
+    "KEY_ROW": KEY_ROW, "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE,
+    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -289,6 +289,14 @@ SET `retry_after` = %(retry_after)s,
 WHERE `id` = %(id)s
 """
 
+# Enqueue the new row unless a row of its unique key is there, where it changes nothing but locks
+# that row (the cursor's lastrowid is then 0, an insert's the number it gave).
+REPLACE_INSERT: Final[LiteralString] = """
+INSERT INTO `my_replace_jobs` (`order_id`, `kind`, `retry_after`, `payload`)
+VALUES (%(order_id)s, %(kind)s, %(retry_after)s, %(payload)s)
+ON DUPLICATE KEY UPDATE `id` = `id`
+"""
+
 # Find the row of the new row's unique key (one that REPLACE leaves alone).
 KEY_ROW: Final[LiteralString] = """
 SELECT `id`
@@ -308,19 +316,14 @@ def insert_replace(
     """
     conn = _c.mysql_connection(conn, "my_replace_jobs.insert_replace")
     params = {**_insert_params(row), "row_key": f"inboxgen:{TABLE}:"}
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = _v.mysql_execute(conn, REPLACE_PICK, params)
-        found = cur.fetchone()
-        if found is not None:
-            _v.mysql_execute(conn, REPLACE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = _v.mysql_execute(conn, INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = _v.mysql_execute(conn, REPLACE_INSERT, params)
+    if cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = _v.mysql_execute(conn, REPLACE_PICK, params)
+    found = cur.fetchone()
+    if found is not None:
+        _v.mysql_execute(conn, REPLACE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = _v.mysql_execute(conn, KEY_ROW, params)
     kept = cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -336,19 +339,14 @@ async def insert_replace_async(
     """
     conn = await _c.mysql_connection_async(conn, "my_replace_jobs.insert_replace")
     params = {**_insert_params(row), "row_key": f"inboxgen:{TABLE}:"}
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
-        found = await cur.fetchone()
-        if found is not None:
-            await _v.mysql_execute_async(conn, REPLACE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = await _v.mysql_execute_async(conn, INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = await _v.mysql_execute_async(conn, REPLACE_INSERT, params)
+    if cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
+    found = await cur.fetchone()
+    if found is not None:
+        await _v.mysql_execute_async(conn, REPLACE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = await _v.mysql_execute_async(conn, KEY_ROW, params)
     kept = await cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -373,6 +371,7 @@ DEBOUNCE_INSERT: Final[LiteralString] = """
 INSERT INTO `my_replace_jobs` (`order_id`, `kind`, `retry_after`, `payload`)
 VALUES (%(order_id)s, %(kind)s,
         UTC_TIMESTAMP(6) + INTERVAL ROUND(%(first_wait)s * 1000000) MICROSECOND, %(payload)s)
+ON DUPLICATE KEY UPDATE `id` = `id`
 """
 
 
@@ -389,19 +388,14 @@ def insert_debounced(
         **_insert_params(row), "row_key": f"inboxgen:{TABLE}:", "wait": wait.total_seconds(),
         "max_wait": max_wait.total_seconds(), "first_wait": min(wait, max_wait).total_seconds(),
     }
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = _v.mysql_execute(conn, REPLACE_PICK, params)
-        found = cur.fetchone()
-        if found is not None:
-            _v.mysql_execute(conn, DEBOUNCE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = _v.mysql_execute(conn, DEBOUNCE_INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = _v.mysql_execute(conn, DEBOUNCE_INSERT, params)
+    if cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = _v.mysql_execute(conn, REPLACE_PICK, params)
+    found = cur.fetchone()
+    if found is not None:
+        _v.mysql_execute(conn, DEBOUNCE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = _v.mysql_execute(conn, KEY_ROW, params)
     kept = cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -420,19 +414,14 @@ async def insert_debounced_async(
         **_insert_params(row), "row_key": f"inboxgen:{TABLE}:", "wait": wait.total_seconds(),
         "max_wait": max_wait.total_seconds(), "first_wait": min(wait, max_wait).total_seconds(),
     }
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
-        found = await cur.fetchone()
-        if found is not None:
-            await _v.mysql_execute_async(conn, DEBOUNCE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = await _v.mysql_execute_async(conn, DEBOUNCE_INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = await _v.mysql_execute_async(conn, DEBOUNCE_INSERT, params)
+    if cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
+    found = await cur.fetchone()
+    if found is not None:
+        await _v.mysql_execute_async(conn, DEBOUNCE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = await _v.mysql_execute_async(conn, KEY_ROW, params)
     kept = await cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -581,8 +570,9 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE,
-    "DEBOUNCE": DEBOUNCE, "DEBOUNCE_INSERT": DEBOUNCE_INSERT, "KEY_ROW": KEY_ROW, "STATUS": STATUS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "REPLACE_INSERT": REPLACE_INSERT, "DEBOUNCE": DEBOUNCE, "DEBOUNCE_INSERT": DEBOUNCE_INSERT,
+    "KEY_ROW": KEY_ROW, "STATUS": STATUS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
+    "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

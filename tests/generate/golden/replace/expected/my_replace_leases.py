@@ -361,6 +361,14 @@ SET `priority` = 0,
 WHERE `id` = %(id)s
 """
 
+# Enqueue the new row unless a row of its unique key is there, where it changes nothing but locks
+# that row (the cursor's lastrowid is then 0, an insert's the number it gave).
+REPLACE_INSERT: Final[LiteralString] = """
+INSERT INTO `my_replace_leases` (`doc_id`, `retry_after`, `payload`)
+VALUES (%(doc_id)s, %(retry_after)s, %(payload)s)
+ON DUPLICATE KEY UPDATE `id` = `id`
+"""
+
 # Find the row of the new row's unique key (one that REPLACE leaves alone).
 KEY_ROW: Final[LiteralString] = """
 SELECT `id`
@@ -379,19 +387,14 @@ def insert_replace(
     """
     conn = _c.mysql_connection(conn, "my_replace_leases.insert_replace")
     params = _insert_params(row)
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = _v.mysql_execute(conn, REPLACE_PICK, params)
-        found = cur.fetchone()
-        if found is not None:
-            _v.mysql_execute(conn, REPLACE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = _v.mysql_execute(conn, INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = _v.mysql_execute(conn, REPLACE_INSERT, params)
+    if cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = _v.mysql_execute(conn, REPLACE_PICK, params)
+    found = cur.fetchone()
+    if found is not None:
+        _v.mysql_execute(conn, REPLACE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = _v.mysql_execute(conn, KEY_ROW, params)
     kept = cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -407,19 +410,14 @@ async def insert_replace_async(
     """
     conn = await _c.mysql_connection_async(conn, "my_replace_leases.insert_replace")
     params = _insert_params(row)
-    for _ in range(2):  # a row of the key added meanwhile: try it again
-        cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
-        found = await cur.fetchone()
-        if found is not None:
-            await _v.mysql_execute_async(conn, REPLACE, {**params, "id": found[0]})
-            return Replaced(outcome="replaced", id=found[0])
-        try:
-            cur = await _v.mysql_execute_async(conn, INSERT, params)
-        except Exception as err:  # either driver's error
-            if not _v.mysql_duplicate_key(err):
-                raise
-        else:
-            return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = await _v.mysql_execute_async(conn, REPLACE_INSERT, params)
+    if cur.lastrowid:  # else the key's row is there, and locked by this call
+        return Replaced(outcome="queued", id=cur.lastrowid)
+    cur = await _v.mysql_execute_async(conn, REPLACE_PICK, params)
+    found = await cur.fetchone()
+    if found is not None:
+        await _v.mysql_execute_async(conn, REPLACE, {**params, "id": found[0]})
+        return Replaced(outcome="replaced", id=found[0])
     cur = await _v.mysql_execute_async(conn, KEY_ROW, params)
     kept = await cur.fetchone()
     return Replaced(outcome="kept", id=None if kept is None else kept[0])
@@ -572,8 +570,8 @@ ASYNC_OPS: Final = Operations(
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE,
-    "KEY_ROW": KEY_ROW, "STATUS": STATUS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
-    "STATE": STATE,
+    "REPLACE_INSERT": REPLACE_INSERT, "KEY_ROW": KEY_ROW, "STATUS": STATUS,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
