@@ -288,12 +288,12 @@ class Session:
         at = self.start.at() if self.start is not None and name == "claim" else None
         started = time.perf_counter()
         try:
-            rows = call(module, name, self.conn, by_priority=self.by_priority, from_id=at,
+            rows = call(module, name, self.conn, by_priority=self.by_priority, **(at or {}),
                         **values)
         finally:
             self.claim_s = time.perf_counter() - started
         if self.start is not None and name == "claim":
-            self.start.took(at, [r.id for r in rows], values["limit"])
+            self.start.took(at, rows, values["limit"])
         return rows
 
     def execute(self, sql: str) -> None:
@@ -424,7 +424,7 @@ def latencies(q: Queue, database: str, rounds: int, budget: float
     try:
         s.by_priority = by_priority(q, s)
         if claims_from_id(q.module.DESCRIPTOR):
-            s.start = ClaimStart()
+            s.start = ClaimStart(q.module.DESCRIPTOR)
         out: list[float] = []
         claims: list[float] = []
         deadline = time.perf_counter() + budget
@@ -465,7 +465,9 @@ def claim_buffers(q: Queue, database: str) -> int | None:
     at = now()
     known = {"group": WORK, "now": at, "locked_until": at + dt.timedelta(seconds=30),
              "limit": 1, "row_key": f"inboxgen:{m.TABLE}:",
-             "from_id": -(2**63)}  # a lease claim from the head of the claim order
+             # a lease claim from the head of the claim order
+             "from_id": -(2**63), "from_priority": -(2**63),
+             "from_retry_after": dt.datetime(1000, 1, 1, tzinfo=dt.UTC)}
     params = {k: known[k] for k in re.findall(r"%\((\w+)\)s", sql)}
     s = Session("postgres", database)
     try:

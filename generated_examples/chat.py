@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import psycopg
 from inboxgen import connections as _c
+from inboxgen import values as _v
 from inboxgen.descriptor import (
     JobState,
     Operations,
@@ -84,7 +85,8 @@ def decode_payload(raw: str) -> str:
     return raw
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order under a lease
+# ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "Chat"."OutgoingMessages"
 SET "locked_until" = %(locked_until)s,
@@ -95,6 +97,7 @@ WHERE "MessageId" = ANY(ARRAY(
     WHERE "conversation" = %(group)s
       AND "retry_after" <= %(now)s
       AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+      AND ("retry_after", "MessageId") >= (%(from_retry_after)s, %(from_id)s)
     ORDER BY "retry_after", "MessageId"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -107,10 +110,15 @@ RETURNING "MessageId", "conversation", "retry_after", "attempt" - 1 AS "attempt"
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order under a
+    lease ending at `locked_until`.
+    """
     cur = conn.execute(CLAIM, {
-        "locked_until": locked_until, "group": group, "now": now, "limit": limit,
+        "locked_until": locked_until, "group": group, "now": now,
+        "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
@@ -120,10 +128,15 @@ def claim(
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order under a
+    lease ending at `locked_until`.
+    """
     cur = await conn.execute(CLAIM, {
-        "locked_until": locked_until, "group": group, "now": now, "limit": limit,
+        "locked_until": locked_until, "group": group, "now": now,
+        "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

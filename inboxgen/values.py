@@ -23,8 +23,22 @@ if TYPE_CHECKING:
     from pymysql.cursors import Cursor
 
 UTC = _dt.UTC
-# The lowest id a claim starting at `from_id` can be given: None there means from the head.
+# The lowest id (or priority) a claim starting at `from_id` (`from_priority`) can be given:
+# None there means from the head.
 LOWEST_ID = -(2**63)
+# The earliest due time a claim starting at `from_retry_after` can be given (None: the head);
+# MySQL/MariaDB's DATETIME starts at year 1000.
+EARLIEST = _dt.datetime(1000, 1, 1, tzinfo=_dt.UTC)
+
+
+def lowest_or(value: int | None) -> int:
+    """A claim's start at a priority; None: from the head."""
+    return LOWEST_ID if value is None else value
+
+
+def earliest_or(value: _dt.datetime | None) -> _dt.datetime:
+    """A claim's start at a due time; None: from the head."""
+    return EARLIEST if value is None else value
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 # What the async twins of MySQL functions take: an asyncmy connection. Named here, not

@@ -1,13 +1,14 @@
-"""Where the next claim of a table claimed in id order starts (PostgreSQL, MySQL/MariaDB):
-after the last row claimed, not at the head of the claim order.
+"""Where the next claim of a table starts (PostgreSQL, MySQL/MariaDB): after the last row
+claimed, in claim order, not at the head of it.
 
 Every row a drain finished leaves an index entry at the head of the claim order until vacuum
 removes it (autovacuum looks once a minute by default, and removes nothing an older snapshot
 may still see: a long report, a backup, a replica's query), and every claim starting at the
 head reads past them all. Rows ahead of the start are finished, held by another claim, or came
 back since (a retry, a lease that ran out, a row lock's rollback, an insert that committed
-late): for those, claims start at the head once every REWIND_EVERY, and whenever a claim from
-the start comes back short.
+late), or, where the claim order has a priority or a due time, more urgent or due earlier than
+the last row claimed: for those, claims start at the head once every REWIND_EVERY, and
+whenever a claim from the start comes back short.
 """
 
 from __future__ import annotations
@@ -24,10 +25,17 @@ if TYPE_CHECKING:
 REWIND_EVERY = 1.0
 
 
+# A claim's start: claim()'s arguments naming the row to start after (None: the head).
+Start = dict[str, Any] | None
+
+# claim()'s argument for each role of the claim order after the group, the id last.
+_ARGS = (("priority", "from_priority"), ("retry_after", "from_retry_after"), ("id", "from_id"))
+
+
 def claims_from_id(d: TableDescriptor) -> bool:
     """Whether the table's claim takes a start (`from_id`): the generator gives one to
-    PostgreSQL and MySQL/MariaDB lease and row-lock tables claimed in id order with an integer
-    id (FIFO claims take their groups' heads instead)."""
+    PostgreSQL and MySQL/MariaDB lease and row-lock tables with an integer id whose claim
+    order columns are NOT NULL (FIFO claims take their groups' heads instead)."""
     return "from_id" in d.statement_params.get("CLAIM", ()) and not d.fifo
 
 
@@ -36,28 +44,34 @@ class ClaimStart:
     lock's slots) share it: each starts where the furthest claim so far ended, and passes
     over the rows the others hold."""
 
-    def __init__(self) -> None:
-        self.from_id: int | None = None
+    def __init__(self, d: TableDescriptor) -> None:
+        params = d.statement_params.get("CLAIM", ())
+        # (claim() argument, row attribute), in claim order.
+        self._order = [(arg, d.role_attrs[role]) for role, arg in _ARGS if arg in params]
+        self.key: tuple[Any, ...] | None = None  # the start's values, the id one past the row's
         self._rewind_at = time.monotonic() + REWIND_EVERY
 
-    def at(self) -> int | None:
-        if self.from_id is not None and time.monotonic() >= self._rewind_at:
+    def at(self) -> Start:
+        if self.key is not None and time.monotonic() >= self._rewind_at:
             self.rewind()
-        return self.from_id
+        if self.key is None:
+            return None
+        return {arg: value for (arg, _), value in zip(self._order, self.key, strict=True)}
 
     def rewind(self) -> None:
-        self.from_id = None
+        self.key = None
         self._rewind_at = time.monotonic() + REWIND_EVERY
 
-    def after(self, last_id: Any) -> None:
-        start = int(last_id) + 1
-        self.from_id = start if self.from_id is None else max(self.from_id, start)
+    def after(self, row: Any) -> None:
+        *first, last = (getattr(row, attr) for _, attr in self._order)
+        key = (*first, int(last) + 1)
+        self.key = key if self.key is None else max(self.key, key)
 
-    def took(self, start: int | None, ids: Sequence[Any], limit: int) -> None:
-        """Note a claim that started at `start` and took `ids` (in claim order) of `limit`:
+    def took(self, start: Start, rows: Sequence[Any], limit: int) -> None:
+        """Note a claim that started at `start` and took `rows` (in claim order) of `limit`:
         the next starts after them, or at the head where this one came back short from a
         start (rows behind it may be due)."""
-        if ids:
-            self.after(ids[-1])
-        if start is not None and len(ids) < limit:
+        if rows:
+            self.after(rows[-1])
+        if start is not None and len(rows) < limit:
             self.rewind()

@@ -98,3 +98,98 @@ def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
     # Most claims started after the last claimed row rather than at the head.
     assert sum(s is not None for s in starts) > len(starts) // 2
     assert took < 5  # the retried row did not wait for the 5 s poll
+
+
+# The table a new user writes: claimed in (priority, due time, id) order.
+ORDERED_DDL = {
+    "postgres": """
+CREATE TABLE jobs (
+    id BIGSERIAL PRIMARY KEY,
+    name TEXT NOT NULL DEFAULT 'work',
+    priority INTEGER NOT NULL DEFAULT 0,
+    retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TIMESTAMPTZ,
+    payload JSONB NOT NULL
+);
+CREATE INDEX jobs_claim ON jobs (name, priority, retry_after, id);
+""",
+    "mysql": """
+CREATE TABLE jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    name VARCHAR(64) NOT NULL DEFAULT 'work',
+    priority INTEGER NOT NULL DEFAULT 0,
+    retry_after DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until DATETIME NULL,
+    payload JSON NOT NULL,
+    KEY jobs_claim (name, priority, retry_after, id)
+);
+""",
+}
+ORDERED = {"priority": "priority", "retry_after": "retry_after"}
+ORDERED_SPECS = {
+    "lease": spec_toml("jobs", {**COLUMNS, **ORDERED, "locked_until": "locked_until"},
+                       runtime={"lease": 30}),
+    "row_lock": spec_toml("jobs", {**COLUMNS, **ORDERED}, claim="row_lock"),
+    "row_lock_counted": spec_toml("jobs", {**COLUMNS, **ORDERED}, claim="row_lock",
+                                  count_crashes=True),
+}
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+@pytest.mark.parametrize("form", list(ORDERED_SPECS))
+def test_claims_of_a_table_in_priority_and_due_order_start_after_the_last_and_an_urgent_job_runs(
+        dialect: str, form: str, queue: MakeQueue) -> None:
+    """In (priority, due time, id) order a claim starts after the last row claimed too; a job
+    enqueued mid-drain at a more urgent priority sits ahead of that start, and still runs
+    within the once-a-second claim from the head (not the 5 s poll), ahead of the backlog's
+    rest."""
+    q = queue(dialect, spec=ORDERED_SPECS[form], ddl=ORDERED_DDL[dialect])
+    assert {"from_priority", "from_retry_after", "from_id"} <= set(
+        q.mod.DESCRIPTOR.statement_params["CLAIM"])
+    total = 1200
+    with q.db.transaction() as conn:
+        q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"n": i})
+                                 for i in range(total)])
+    order: list[int] = []
+    starts: list[Any] = []
+
+    def handler(job: Job[Any], *conn: Any) -> Outcome:
+        n = job.payload["n"]
+        order.append(n)
+        time.sleep(0.004)  # 1,200 jobs on 2 slots: a drain of 2.4 s at least
+        if n == 100:
+            with q.db.transaction() as c:
+                q.mod.insert(c, q.mod.NewRow(name="work", priority=-1, payload={"n": -1}))
+        return ack()
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.db.database, group="work", workers=2,
+                    batch=2, listen=False, poll_interval=5)
+    original = worker.calls.args
+
+    def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
+        if op == "claim":
+            starts.append(values.get("from_id"))
+        return original(op, values)
+
+    worker.calls.args = recording  # type: ignore[method-assign]
+
+    async def drain() -> None:
+        await worker.start()
+        began = time.monotonic()
+        try:
+            while await asyncio.to_thread(q.ids) and time.monotonic() - began < 60:
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(drain())
+    assert q.ids() == []
+    assert sorted(order) == list(range(-1, total))
+    # Most claims started after the last claimed row rather than at the head.
+    assert sum(s is not None for s in starts) > len(starts) // 2
+    # The urgent job ran well before the backlog was done: at the next claim from the head,
+    # within a second of its insert (the claims from the start pass over it until then).
+    urgent = order.index(-1)
+    assert order.index(100) < urgent < 0.8 * len(order), (urgent, len(order))

@@ -28,6 +28,8 @@ from dbcases import (
 )
 from genutil import build_module, ddl_of
 
+from inboxgen import values
+
 ORDER_ROWS = [  # payload, priority, due (seconds from T0); inserted in this order
     ("p1-due-10", 1, -10),
     ("p0-due-5-first", 0, -5),
@@ -167,7 +169,8 @@ def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whol
     q.mod.insert_many(conn, [q.new() for _ in range(5000)])
     conn.execute(f"ANALYZE {q.table_sql()}")
     conn.commit()
-    args = {"now": T0, "limit": 500, "locked_until": T0 + dt.timedelta(seconds=LEASE)}
+    args = {"now": T0, "limit": 500, "locked_until": T0 + dt.timedelta(seconds=LEASE),
+            **FROM_THE_HEAD}
     cur = conn.execute("EXPLAIN (FORMAT JSON) " + q.mod.CLAIM,
                        {k: args.get(k) for k in q.mod.DESCRIPTOR.statement_params["CLAIM"]})
     ((explained,),) = cur.fetchall()
@@ -176,6 +179,9 @@ def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whol
     assert len(q.claim(conn, limit=500)) == 500
 
 
+# What claim() passes where the claim takes a start and starts at the head.
+FROM_THE_HEAD = {"from_id": values.LOWEST_ID, "from_priority": values.LOWEST_ID,
+                 "from_retry_after": values.EARLIEST}
 SCHEDULED_AHEAD = 50_000
 BY_PRIORITY_LAYOUTS = [
     pytest.param(Layout(form="row_lock"), id="row_lock"),
@@ -203,7 +209,7 @@ def schedule_ahead(q: Queue, conn: Any, scheduled: int) -> list[Any]:
 def claim_buffers(q: Queue, conn: Any, statement: str) -> int:
     """The buffers claim statement `statement` reads for 2 rows (EXPLAIN, rolled back)."""
     args = {"now": T0, "limit": 2, "group": "g", "row_key": "inboxgen:jobs:",
-            "locked_until": T0 + dt.timedelta(seconds=LEASE)}
+            "locked_until": T0 + dt.timedelta(seconds=LEASE), **FROM_THE_HEAD}
     cur = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.STATEMENTS[statement],
                        {k: args[k] for k in q.mod.DESCRIPTOR.statement_params[statement]})
     ((explained,),) = cur.fetchall()

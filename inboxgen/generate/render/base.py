@@ -45,10 +45,12 @@ _NAME = re.compile(r"\b[A-Z][A-Z0-9_]*\b")
 
 OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
+# claim()'s arguments for where it starts (Renderer.start_args).
+START_ARGS = ("from_priority", "from_retry_after", "from_id")
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
               "new_locked_until", "retry_after", "error", "result", "progress", "limit",
-              "from_id", "to_group", "reset_attempt", "before"]
+              *START_ARGS, "to_group", "reset_attempt", "before"]
 
 
 # The functions a service calls in its own transaction, which take what it holds there besides
@@ -265,6 +267,11 @@ class Renderer:
             return "TABLE"  # the queue's name in the pause table
         if name == "from_id":
             return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
+        if name == "from_priority":
+            return "_v.lowest_or(from_priority)"
+        if name == "from_retry_after":
+            return self.time_encoder(self.q.role("retry_after"),
+                                     "_v.earliest_or(from_retry_after)")
         if name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             return name.upper()  # the module's constants, from the spec's [flow]
         if name == "error":  # cut to what the column holds (ERROR_CHARS)
@@ -793,18 +800,39 @@ class Renderer:
         q, claim = self.q, self.st["CLAIM"]
         order = (("rows.sort(key=_claim_order)  # RETURNING keeps no order",)
                  if q.form == LEASE or q.count_crashes else ())
-        extra = "limit: int = 1" + (", from_id: int | None = None" if "from_id" in claim.params
-                                    else "")
+        extra = "limit: int = 1" + self.start_args(claim)
         name, walk, doc, pick = self.by_priority("CLAIM")
         if "after" in claim.params:  # [flow] fair alone: the walk orders the rows
             return Func("claim", self.args(claim, skip=("limit", "after"), extra=extra),
                         "list[ClaimedRow]", claim.doc + " " + self.fair_doc, (
                             Step("many", self.cur(name, self.params(claim)), self.claimed("r"),
                                  over=self.fair_over()),), before=(self.fair_turns(claim),))
-        return Func("claim", self.args(claim, skip=("limit", "from_id"), extra=extra + walk),
+        return Func("claim", self.args(claim, skip=("limit", *START_ARGS), extra=extra + walk),
                     "list[ClaimedRow]", claim.doc + doc, (
                         Step("many", self.cur(name, self.params(claim)), "_claimed(r)",
                              after=order),), before=pick)
+
+    @staticmethod
+    def start_args(claim: Statement) -> str:
+        """claim()'s arguments for where it starts, where CLAIM takes a start: the row to
+        start after, its id plus one, and its priority and due time where the claim order has
+        them (None: from the head)."""
+        types = {"from_id": "int", "from_priority": "int", "from_retry_after": "datetime.datetime"}
+        return "".join(f", {name}: {types[name]} | None = None" for name in START_ARGS
+                       if name in claim.params)
+
+    @staticmethod
+    def start_says(claim: Statement) -> str:
+        """What claim()'s docstring says of its start."""
+        of = [what for name, what in (("from_priority", "its priority `from_priority`"),
+                                      ("from_retry_after", "its due time `from_retry_after`"))
+              if name in claim.params]
+        if of:
+            return (" from the row after the one last claimed (its id plus one `from_id`, and "
+                    + " and ".join(of) + "; None: from the head)")
+        if "from_id" in claim.params:
+            return " from id `from_id` on (None: from the head)"
+        return ""
 
     fair_doc = ("Claims take turns across the values of the key: each walks on from where this "
                 "process's last claim stopped.")
@@ -834,12 +862,10 @@ class Renderer:
         if "CLAIM_RECORD" in st:
             marks += self.run("", "CLAIM_RECORD", self.params(st["CLAIM_RECORD"]))
         then = ("if rows:", *("    " + line for line in marks))
-        start = "from_id" in claim.params
-        args = self.args(claim, skip=("limit", "after", "from_id"),
+        args = self.args(claim, skip=("limit", "after", *START_ARGS),
                          extra="locked_until: datetime.datetime, limit: int = 1"
-                         + (", from_id: int | None = None" if start else ""))
-        doc = ("Claim up to `limit` rows" + (" from id `from_id` on (None: from the head)"
-                                             if start else "")
+                         + self.start_args(claim))
+        doc = ("Claim up to `limit` rows" + self.start_says(claim)
                + " under a lease ending at `locked_until`; run it in a transaction and commit.")
         over = ""
         turn: tuple[str, ...] = ()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
-from inboxgen.generate.render.base import Func, Renderer, Step, indented
+from inboxgen.generate.render.base import START_ARGS, Func, Renderer, Step, indented
 
 
 class MySQLRenderer(Renderer):
@@ -98,8 +98,8 @@ class MySQLRenderer(Renderer):
         (claim_then_mark); a counted row lock's counts its rows after the select."""
         st = self.st
         claim = st["CLAIM"]
-        args = self.args(claim, skip=("limit", "from_id"), extra="limit: int = 1" + (
-            ", from_id: int | None = None" if "from_id" in claim.params else ""))
+        args = self.args(claim, skip=("limit", *START_ARGS),
+                         extra="limit: int = 1" + self.start_args(claim))
         doc = claim.doc
         then: tuple[str, ...] = ()
         if "CLAIM_COUNT" in st:

@@ -31,6 +31,9 @@ CANCEL_DOC = ("Delete queued row `id` unless a worker holds it (or it is finishe
               "whether it did. Nothing is committed here.")
 
 
+# The parameter a claim's start gives for each column of the claim order.
+START_PARAMS = {"priority": "from_priority", "retry_after": "from_retry_after", "id": "from_id"}
+
 @attrs.frozen
 class Statement:
     name: str
@@ -192,29 +195,61 @@ class Statements:
 
     # -- statements -----------------------------------------------------------------------------
 
-    # Whether the dialect's lease and row-lock claims of a table claimed in id order take a
-    # start (PostgreSQL, MySQL/MariaDB; SQLite has no index entries a snapshot keeps alive).
+    # Whether the dialect's lease and row-lock claims take a start (PostgreSQL, MySQL/MariaDB;
+    # SQLite has no index entries a snapshot keeps alive).
     starts_claims = False
 
     @property
     def claims_from_id(self) -> bool:
-        """Whether a lease or row-lock claim starts at `from_id`: a table claimed in id order
-        (within its group) with an integer id, not FIFO. Every row a drain finished leaves an
-        index entry at the head of the claim order until vacuum (InnoDB: purge) removes it,
-        and neither removes any a snapshot still open may read, so every claim starting at the
+        """Whether a lease or row-lock claim starts after a row (`from_id`, and the row's
+        priority and due time where the claim order has them): a table with an integer id,
+        not FIFO, whose order columns are NOT NULL. Every row a drain finished leaves an index
+        entry at the head of the claim order until vacuum (InnoDB: purge) removes it, and
+        neither removes any a snapshot still open may read, so every claim starting at the
         head would read past them. A worker's claims start where the last one ended and go
         back to the head once a second and whenever a claim comes back short, so no row waits
-        longer than that (inboxgen.runtime.claimstart)."""
+        longer than that, a row ahead of the start included: one more urgent, or due earlier,
+        than the last row claimed (inboxgen.runtime.claimstart)."""
         form = self.q.lease or (self.q.form == ROW_LOCK and not self.q.fifo)
         return (self.starts_claims and form and self.q.id.column.kind == cat.INT
-                and self.role("priority") is None and self.role("retry_after") is None
+                and not any(f.column.nullable for f in self.start_columns)
                 and self.q.limits is None)
 
     @property
+    def start_columns(self) -> list[Field]:
+        """The claim order's columns after the group: priority, retry_after, id (those the
+        table has)."""
+        return [f for f in (self.role("priority"), self.role("retry_after"), self.q.id)
+                if f is not None]
+
+    @property
     def claim_start(self) -> tuple[str, ...]:
-        """The condition a claim's rows meet where it starts at `from_id`."""
-        return ((f"{self.c(self.q.id)} >= {self.p('from_id')}",) if self.claims_from_id
-                else ())
+        """The condition a claim's rows meet where it starts after a row: in claim order, at
+        (`from_priority`, `from_retry_after`, `from_id`) or later, `from_id` being one past the
+        row's id."""
+        if not self.claims_from_id:
+            return ()
+        cols = self.start_columns
+        if len(cols) == 1:
+            return (f"{self.c(self.q.id)} >= {self.p('from_id')}",)
+        return (self.at_or_after([(self.c(f), self.p(START_PARAMS[f.role or ""]))
+                                  for f in cols]),)
+
+    @property
+    def start_doc(self) -> str:
+        """What a claim's doc says of its start."""
+        if not self.claims_from_id:
+            return ""
+        names = [START_PARAMS[f.role or ""] for f in self.start_columns]
+        if len(names) == 1:
+            return " from id `from_id` on"
+        return " from (" + ", ".join(f"`{n}`" for n in names) + ") on in claim order"
+
+    def at_or_after(self, pairs: list[tuple[str, str]]) -> str:
+        """Hook: (column, value) pairs, compared in order: the columns' values at or after the
+        values'. PostgreSQL's index scan starts at a row comparison."""
+        cols = ", ".join(c for c, _ in pairs)
+        return f"({cols}) >= ({', '.join(v for _, v in pairs)})"
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED",
                          also: tuple[str, ...] = ()) -> None:

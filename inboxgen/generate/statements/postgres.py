@@ -55,14 +55,14 @@ class PostgresStatements(Statements):
         self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
                  + f"\nWHERE {self.picked(self.lease_pick_lock, self.claim_start)}\n"
                  + f"RETURNING {self.select_list(returning_claim=True)}",
-                 "Claim up to `limit` rows from id `from_id` on under a lease ending at "
+                 f"Claim up to `limit` rows{self.start_doc} under a lease ending at "
                  "`locked_until`.")
 
     def claim_row_lock(self) -> None:
         if not self.claims_from_id:
             super().claim_row_lock()
             return
-        self.select_claimable("CLAIM", "Claim up to `limit` rows from id `from_id` on; the "
+        self.select_claimable("CLAIM", f"Claim up to `limit` rows{self.start_doc}; the "
                                        "claim's open transaction holds them.",
                               also=self.claim_start)
 
@@ -87,6 +87,13 @@ class PostgresStatements(Statements):
 
     # While True, the claims being built read the due rows priority by priority.
     walking = False
+
+    @property
+    def claim_start(self) -> tuple[str, ...]:
+        # A walk from a start would read every row of each priority it passes over (the row
+        # comparison takes the place of the due time's bound), where one from the head stops
+        # at each priority's first row due later: it reads from the head.
+        return () if self.walking else super().claim_start
 
     def claims(self) -> None:
         super().claims()
@@ -295,7 +302,7 @@ class PostgresStatements(Statements):
                           f"SELECT counted.*\n"
                           f"FROM counted, pg_advisory_lock({key.format('counted.' + idc)})",
                  "Count the next delivery of up to `limit` rows"
-                 + (" from id `from_id` on" if self.claims_from_id else "")
+                 + self.start_doc
                  + " (commit it at once, so a crash still spends the attempt); each row's key "
                  "stays locked for the session until RELEASE.")
         self.add("RELEASE", f"SELECT pg_advisory_unlock({key.format('held.id')})\n"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from inboxgen.runtime.batching import by_op
+from inboxgen.runtime.claimstart import Start
 from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.delivery import Delivery
 from inboxgen.runtime.jobs import Held
@@ -224,9 +225,9 @@ class Form:
             self.outage.worked()
 
     async def claim(self, conn: Any, now: _dt.datetime, limit: int,
-                    until: _dt.datetime | None = None, from_id: int | None = None) -> list[Any]:
+                    until: _dt.datetime | None = None, start: Start = None) -> list[Any]:
         await self.priorities.choose(conn, now)
-        op, values = self.claim_call(now, limit, until, from_id)
+        op, values = self.claim_call(now, limit, until, start)
         if self.observation is None:
             return self.claimed(await self.calls(conn, op, **values))
         started = time.monotonic()
@@ -258,14 +259,14 @@ class Form:
         return [] if result is None else [result]
 
     def claim_call(self, now: _dt.datetime, limit: int, until: _dt.datetime | None = None,
-                   from_id: int | None = None) -> tuple[str, dict[str, Any]]:
-        """The claim statement to run and its values (FIFO: the group's head alone; `from_id`:
+                   start: Start = None) -> tuple[str, dict[str, Any]]:
+        """The claim statement to run and its values (FIFO: the group's head alone; `start`:
         where a claim that takes a start starts, None at the head)."""
         group = self.settings.group
         if self.d.fifo:
             return "fifo_claim", {"group": group, "now": now, "locked_until": until}
         return "claim", {"group": group, "now": now, "locked_until": until, "limit": limit,
-                         "by_priority": self.priorities.by_priority, "from_id": from_id}
+                         "by_priority": self.priorities.by_priority, **(start or {})}
 
     def held(self, row: Any, **extra: Any) -> Held:
         attrs_ = self.d.role_attrs

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
-from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
+from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.limits import claim_in_turn, fair_turns, limited
@@ -69,7 +69,7 @@ class Lease(Form):
         self._claimer: asyncio.Task[None] | None = None
         # Where the next claim starts, for a CLAIM that takes `from_id` (PostgreSQL tables
         # claimed in id order).
-        self._start = ClaimStart() if claims_from_id(self.d) else None
+        self._start = ClaimStart(self.d) if claims_from_id(self.d) else None
         self._limited = limited(self.d)  # [flow] limits: claims take turns
         self._fair = fair_turns(self.d, self.settings.group)  # [flow] fair: the walk's place
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
@@ -148,8 +148,8 @@ class Lease(Form):
 
     async def _claim_for(self, limit: int) -> int:
         """Claim up to `limit` rows into the slots' queue; returns how many came. Where the
-        claim starts at an id (ClaimStart), a claim from there that comes back short claims
-        the rest from the head at once: rows behind the start are due too."""
+        claim takes a start (ClaimStart), a claim from there that comes back short claims the
+        rest from the head at once: rows behind the start are due too."""
         if self._start is None:
             return len(await self._claim_once(limit, None))
         start = self._start.at()
@@ -161,16 +161,16 @@ class Lease(Form):
             return len(got) + len(more)
         return len(got)
 
-    async def _claim_once(self, limit: int, from_id: int | None) -> list[Any]:
-        """One claim of up to `limit` rows (from id `from_id` on, where the claim takes one)
-        into the slots' queue; returns the ids claimed, in claim order."""
+    async def _claim_once(self, limit: int, start: Start) -> list[Any]:
+        """One claim of up to `limit` rows (from `start` on, where the claim takes one) into
+        the slots' queue; returns the rows claimed, in claim order."""
         now, until = self._lease_from_now()
         count = self.priorities.count_due(now)
         if count is not None:  # once a second, where the table has a claim by priority
             (later,) = await self.backend.alone([self.calls.step("scheduled", count)])
             self.priorities.counted(later)
         op, values = self.claim_call(now, limit, until)
-        step = self.calls.step(op, {**values, "from_id": from_id})
+        step = self.calls.step(op, {**values, **(start or {})})
         started = time.monotonic()
         if self._limited:
             result = await claim_in_turn(self.backend, self.calls, step)
@@ -184,7 +184,7 @@ class Lease(Form):
         held = self._hold(rows, until)
         for h in held:
             self._ready.put_nowait(h)
-        return [h.id for h in held]
+        return [h.row for h in held]
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Slot `index`: deliver rows from the claimer, one handler at a time in claim order,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.backends.base import BEGIN, COMMIT, Step, StepFailed
 from inboxgen.runtime.batching import by_op, one_statement
-from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
+from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts, Pending
 from inboxgen.runtime.outcomes import FINISH, REQUEUE, REQUEUE_AT, Settlement
 
@@ -53,21 +53,19 @@ class RowLock(Form):
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
-        # Where the slots' next claim starts, for a CLAIM that takes `from_id` (PostgreSQL
-        # tables claimed in id order).
-        self._start = ClaimStart() if claims_from_id(self.d) else None
-        self._id = self.d.role_attrs["id"]
+        # Where the slots' next claim starts, for a CLAIM that takes one (runtime/claimstart).
+        self._start = ClaimStart(self.d) if claims_from_id(self.d) else None
 
-    def claim_start(self) -> int | None:
+    def claim_start(self) -> Start:
         """Where the next claim starts (None: the head)."""
         return self._start.at() if self._start is not None else None
 
-    def claimed_from(self, start: int | None, rows: list[Any], limit: int) -> None:
+    def claimed_from(self, start: Start, rows: list[Any], limit: int) -> None:
         """Note a claim from `start` that took `rows`: the next starts after them, or at the
         head where this one came back short from a start (the slot then waits as a drained
         queue's does, and its next claim reads from the head)."""
         if self._start is not None:
-            self._start.took(start, [getattr(r, self._id) for r in rows], limit)
+            self._start.took(start, rows, limit)
 
     def back_to_head(self) -> None:
         """This worker returned rows behind the start (a retry, a round rolled back): the next
@@ -83,7 +81,7 @@ class RowLock(Form):
         try:
             async with self.transaction() as conn:
                 start = self.claim_start()
-                rows = await self.claim(conn, self.clock.now(), batch, from_id=start)
+                rows = await self.claim(conn, self.clock.now(), batch, start=start)
                 self.claimed_from(start, rows, batch)
                 pending: Pending = []
                 held = [self.held(r, deferred=self._defer(pending)) for r in rows]
@@ -147,7 +145,7 @@ class CountedRowLock(RowLock):
             await backend.begin(conn)
             try:
                 start = self.claim_start()
-                counted = await self.claim(conn, self.clock.now(), batch, from_id=start)
+                counted = await self.claim(conn, self.clock.now(), batch, start=start)
                 self.claimed_from(start, counted, batch)
                 await backend.commit(conn)
             except BaseException:
@@ -310,7 +308,7 @@ class PipelinedRowLock(RowLock):
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps += [BEGIN, self.calls.step(*self.claim_call(now, self.settings.batch,
-                                                              from_id=start))]
+                                                              start=start))]
         started = time.monotonic()
         try:
             results = await self.together(conn, pipe, steps, idle=idle)
@@ -409,7 +407,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
-                                                          from_id=start)))
+                                                          start=start)))
         steps.append(COMMIT)
         committed_after = len(steps)  # steps done once the COMMIT has run
         if late is not None:

@@ -98,7 +98,8 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Select up to `limit` due rows and lock them until CLAIM_MARK, in the same transaction.
+# Select up to `limit` due rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim
+# order and lock them until CLAIM_MARK, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`, `locked_until`,
        `last_error`, `return_value`, `payload`
@@ -107,6 +108,8 @@ WHERE `queue` = %(group)s
   AND `finished_at` IS NULL
   AND `run_after` <= %(now)s
   AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+  AND (`priority` > %(from_priority)s OR (`priority` = %(from_priority)s AND (`run_after` >
+      %(from_retry_after)s OR (`run_after` = %(from_retry_after)s AND `id` >= %(from_id)s))))
 ORDER BY `priority`, `run_after`, `id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -123,13 +126,17 @@ WHERE `id` IN %(ids)s
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
+    and its priority `from_priority` and its due time `from_retry_after`; None: from the head)
+    under a lease ending at `locked_until`; run it in a transaction and commit.
     """
     cur = _v.mysql_execute(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "group": group, "now": _v.naive_utc(now), "from_priority": _v.lowest_or(from_priority),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
@@ -141,13 +148,17 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
+    and its priority `from_priority` and its due time `from_retry_after`; None: from the head)
+    under a lease ending at `locked_until`; run it in a transaction and commit.
     """
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "group": group, "now": _v.naive_utc(now), "from_priority": _v.lowest_or(from_priority),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:

@@ -96,7 +96,8 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim order
+# under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "locked_until" = %(locked_until)s,
@@ -108,6 +109,8 @@ WHERE "id" = ANY(ARRAY(
       AND "finished_at" IS NULL
       AND "run_after" <= %(now)s
       AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+      AND ("priority", "run_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
+           %(from_id)s)
     ORDER BY "priority", "run_after", "id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -155,6 +158,8 @@ WHERE "id" = ANY(ARRAY(
           AND "priority" = inboxgen_priorities."priority"
           AND "run_after" <= %(now)s
           AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+          AND ("priority", "run_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
+               %(from_id)s)
         ORDER BY "run_after", "id"
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -168,14 +173,18 @@ RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "f
 
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
+    locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
+    by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim
+    order under a lease ending at `locked_until`. With `by_priority`, CLAIM_BY_PRIORITY: the due
+    rows read priority by priority, for a table holding many rows due later (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
     cur = conn.execute(statement, {"locked_until": locked_until, "group": group, "now": now,
+        "from_priority": _v.lowest_or(from_priority), "from_retry_after":
+        _v.earliest_or(from_retry_after), "from_id": _v.LOWEST_ID if from_id is None else from_id,
         "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
@@ -184,14 +193,18 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
+    locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
+    by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim
+    order under a lease ending at `locked_until`. With `by_priority`, CLAIM_BY_PRIORITY: the due
+    rows read priority by priority, for a table holding many rows due later (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
     cur = await conn.execute(statement, {"locked_until": locked_until, "group": group, "now": now,
+        "from_priority": _v.lowest_or(from_priority), "from_retry_after":
+        _v.earliest_or(from_retry_after), "from_id": _v.LOWEST_ID if from_id is None else from_id,
         "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

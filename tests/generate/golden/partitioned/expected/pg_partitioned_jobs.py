@@ -77,12 +77,14 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Claim up to `limit` rows; the claim's open transaction holds them.
+# Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order; the claim's
+# open transaction holds them.
 CLAIM: Final[LiteralString] = """
 SELECT "id", "retry_after", "attempt", "processed_at", "payload"
 FROM "partitioned_jobs"
 WHERE "processed_at" IS NULL
   AND "retry_after" <= %(now)s
+  AND ("retry_after", "id") >= (%(from_retry_after)s, %(from_id)s)
 ORDER BY "retry_after", "id"
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -91,17 +93,29 @@ FOR UPDATE SKIP LOCKED
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = conn.execute(CLAIM, {"now": now, "limit": limit})
+    """Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order; the claim's
+    open transaction holds them.
+    """
+    cur = conn.execute(CLAIM, {
+        "now": now, "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows; the claim's open transaction holds them."""
-    cur = await conn.execute(CLAIM, {"now": now, "limit": limit})
+    """Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order; the claim's
+    open transaction holds them.
+    """
+    cur = await conn.execute(CLAIM, {
+        "now": now, "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 

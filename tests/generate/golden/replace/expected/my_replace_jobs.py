@@ -92,12 +92,14 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Select up to `limit` due rows whose keys no other session holds, and lock them until
-# CLAIM_COUNT, in the same transaction.
+# Select up to `limit` due rows from (`from_retry_after`, `from_id`) on in claim order whose keys
+# no other session holds, and lock them until CLAIM_COUNT, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `order_id`, `kind`, `retry_after`, `enqueued_at`, `attempt`, `payload`
 FROM `my_replace_jobs` FORCE INDEX (`my_replace_jobs_claim`)
 WHERE `retry_after` <= %(now)s
+  AND (`retry_after` > %(from_retry_after)s OR (`retry_after` = %(from_retry_after)s AND `id` >=
+      %(from_id)s))
   AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256)),
       CONNECTION_ID()) = CONNECTION_ID()
 ORDER BY `retry_after`, `id`
@@ -117,12 +119,16 @@ WHERE `id` IN %(ids)s
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt) and lock their keys for the session until RELEASE.
     """
     cur = _v.mysql_execute(conn, CLAIM, {
-        "now": _v.naive_utc(now), "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "now": _v.naive_utc(now),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
+        "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     if rows:
@@ -134,12 +140,16 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
     """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
     the attempt) and lock their keys for the session until RELEASE.
     """
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "now": _v.naive_utc(now), "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "now": _v.naive_utc(now),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
+        "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     if rows:

@@ -95,7 +95,8 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order under a lease
+# ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "pg_debounce_leases"
 SET "locked_until" = %(locked_until)s,
@@ -107,6 +108,7 @@ WHERE "id" = ANY(ARRAY(
       AND "processed_at" IS NULL
       AND "retry_after" <= %(now)s
       AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+      AND ("retry_after", "id") >= (%(from_retry_after)s, %(from_id)s)
     ORDER BY "retry_after", "id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -119,11 +121,15 @@ RETURNING "id", "queue", "doc_id", "retry_after", "enqueued_at", "locked_until",
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order under a
+    lease ending at `locked_until`.
+    """
     cur = conn.execute(CLAIM, {
         "locked_until": _v.naive_utc(locked_until), "group": group, "now": _v.naive_utc(now),
-        "limit": limit,
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
@@ -133,11 +139,15 @@ def claim(
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from (`from_retry_after`, `from_id`) on in claim order under a
+    lease ending at `locked_until`.
+    """
     cur = await conn.execute(CLAIM, {
         "locked_until": _v.naive_utc(locked_until), "group": group, "now": _v.naive_utc(now),
-        "limit": limit,
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

@@ -96,8 +96,9 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
-# attempt); each row's key stays locked for the session until RELEASE.
+# Count the next delivery of up to `limit` rows from (`from_priority`, `from_retry_after`,
+# `from_id`) on in claim order (commit it at once, so a crash still spends the attempt); each
+# row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
 WITH counted AS (
     UPDATE "pg_replace_jobs"
@@ -106,6 +107,8 @@ WITH counted AS (
         SELECT "id"
         FROM "pg_replace_jobs"
         WHERE "retry_after" <= %(now)s
+          AND ("priority", "retry_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
+               %(from_id)s)
           AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
         ORDER BY "priority", "retry_after", "id"
         LIMIT %(limit)s
@@ -167,15 +170,19 @@ FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::tex
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int = 1,
-    by_priority: bool = False,
+    from_priority: int | None = None, from_retry_after: datetime.datetime | None = None,
+    from_id: int | None = None, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Count the next delivery of up to `limit` rows from (`from_priority`, `from_retry_after`,
+    `from_id`) on in claim order (commit it at once, so a crash still spends the attempt); each
+    row's key stays locked for the session until RELEASE. With `by_priority`, CLAIM_BY_PRIORITY:
+    the due rows read priority by priority, for a table holding many rows due later
+    (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
-    cur = conn.execute(statement, {"now": now, "row_key": f"inboxgen:{TABLE}:", "limit": limit})
+    cur = conn.execute(statement, {"now": now, "from_priority": _v.lowest_or(from_priority),
+        "from_retry_after": _v.earliest_or(from_retry_after), "from_id": _v.LOWEST_ID if from_id is
+        None else from_id, "row_key": f"inboxgen:{TABLE}:", "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -183,16 +190,19 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int = 1,
-    by_priority: bool = False,
+    from_priority: int | None = None, from_retry_after: datetime.datetime | None = None,
+    from_id: int | None = None, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Count the next delivery of up to `limit` rows from (`from_priority`, `from_retry_after`,
+    `from_id`) on in claim order (commit it at once, so a crash still spends the attempt); each
+    row's key stays locked for the session until RELEASE. With `by_priority`, CLAIM_BY_PRIORITY:
+    the due rows read priority by priority, for a table holding many rows due later
+    (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
-    cur = await conn.execute(statement, {"now": now, "row_key": f"inboxgen:{TABLE}:", "limit":
-        limit})
+    cur = await conn.execute(statement, {"now": now, "from_priority": _v.lowest_or(from_priority),
+        "from_retry_after": _v.earliest_or(from_retry_after), "from_id": _v.LOWEST_ID if from_id is
+        None else from_id, "row_key": f"inboxgen:{TABLE}:", "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows

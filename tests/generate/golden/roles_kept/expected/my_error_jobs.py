@@ -87,12 +87,15 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Select up to `limit` due rows and lock them until CLAIM_MARK, in the same transaction.
+# Select up to `limit` due rows from (`from_retry_after`, `from_id`) on in claim order and lock
+# them until CLAIM_MARK, in the same transaction.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `retry_after`, `locked_until`, `attempt`, `error`, `progress`, `payload`
 FROM `my_error_jobs` FORCE INDEX (`my_error_jobs_claim`)
 WHERE `retry_after` <= %(now)s
   AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+  AND (`retry_after` > %(from_retry_after)s OR (`retry_after` = %(from_retry_after)s AND `id` >=
+      %(from_id)s))
 ORDER BY `retry_after`, `id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -110,11 +113,17 @@ WHERE `id` IN %(ids)s
 def claim(
     conn: pymysql.connections.Connection[Any], *, now: datetime.datetime,
     locked_until: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
+    and its due time `from_retry_after`; None: from the head) under a lease ending at
+    `locked_until`; run it in a transaction and commit.
     """
-    cur = _v.mysql_execute(conn, CLAIM, {"now": _v.naive_utc(now), "limit": limit})
+    cur = _v.mysql_execute(conn, CLAIM, {
+        "now": _v.naive_utc(now),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
         _v.mysql_execute(conn, CLAIM_MARK, {
@@ -125,12 +134,17 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
+    and its due time `from_retry_after`; None: from the head) under a lease ending at
+    `locked_until`; run it in a transaction and commit.
     """
-    cur = await _v.mysql_execute_async(conn, CLAIM, {"now": _v.naive_utc(now), "limit": limit})
+    cur = await _v.mysql_execute_async(conn, CLAIM, {
+        "now": _v.naive_utc(now),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_MARK, {
