@@ -49,6 +49,31 @@ SPECS = {
 TRANSACTIONAL = ("row_lock", "row_lock_counted")
 
 
+def _drain(q: Any, worker: Worker, starts: list[Any], within: float) -> float:
+    """Run `worker` until the table is empty (at most `within` seconds), noting in `starts`
+    the `from_id` each claim took (None: from the head); returns the seconds it took."""
+    original = worker.calls.args
+
+    def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
+        if op == "claim":
+            starts.append(values.get("from_id"))
+        return original(op, values)
+
+    worker.calls.args = recording  # type: ignore[method-assign]
+
+    async def drain() -> float:
+        await worker.start()
+        began = time.monotonic()
+        try:
+            while await asyncio.to_thread(q.ids) and time.monotonic() - began < within:
+                await asyncio.sleep(0.02)
+            return time.monotonic() - began
+        finally:
+            await worker.shutdown()
+
+    return asyncio.run(drain())
+
+
 @pytest.mark.parametrize("dialect", ["postgres", "mysql"])
 @pytest.mark.parametrize(("form", "transactional"), [
     *((form, False) for form in SPECS), *((form, True) for form in TRANSACTIONAL)])
@@ -73,26 +98,7 @@ def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
 
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.db.database, group="work", workers=2,
                     batch=2, listen=False, poll_interval=5, transactional=transactional)
-    original = worker.calls.args
-
-    def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
-        if op == "claim":
-            starts.append(values.get("from_id"))
-        return original(op, values)
-
-    worker.calls.args = recording  # type: ignore[method-assign]
-
-    async def drain() -> float:
-        await worker.start()
-        began = time.monotonic()
-        try:
-            while await asyncio.to_thread(q.ids) and time.monotonic() - began < 30:
-                await asyncio.sleep(0.02)
-            return time.monotonic() - began
-        finally:
-            await worker.shutdown()
-
-    took = asyncio.run(drain())
+    took = _drain(q, worker, starts, within=30)
     assert q.ids() == []
     assert runs == {n: 2 if n == 3 else 1 for n in range(total)}
     # Most claims started after the last claimed row rather than at the head.
@@ -166,25 +172,7 @@ def test_claims_of_a_table_in_priority_and_due_order_start_after_the_last_and_an
 
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.db.database, group="work", workers=2,
                     batch=2, listen=False, poll_interval=5)
-    original = worker.calls.args
-
-    def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
-        if op == "claim":
-            starts.append(values.get("from_id"))
-        return original(op, values)
-
-    worker.calls.args = recording  # type: ignore[method-assign]
-
-    async def drain() -> None:
-        await worker.start()
-        began = time.monotonic()
-        try:
-            while await asyncio.to_thread(q.ids) and time.monotonic() - began < 60:
-                await asyncio.sleep(0.02)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(drain())
+    _drain(q, worker, starts, within=60)
     assert q.ids() == []
     assert sorted(order) == list(range(-1, total))
     # Most claims started after the last claimed row rather than at the head.
