@@ -34,6 +34,7 @@ CANCEL_DOC = ("Delete queued row `id` unless a worker holds it (or it is finishe
 # The parameter a claim's start gives for each column of the claim order.
 START_PARAMS = {"priority": "from_priority", "retry_after": "from_retry_after", "id": "from_id"}
 
+
 @attrs.frozen
 class Statement:
     name: str
