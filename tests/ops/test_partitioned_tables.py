@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+from dbcases import FROM_THE_HEAD
 from genutil import import_path, make_project
 
 from inboxgen.generate.build import generate
@@ -149,7 +150,7 @@ def claim_plan(root: Path, dsn: str) -> str:
         conn.execute("SET enable_sort = off")
         rows = conn.execute("EXPLAIN " + jobs.CLAIM, {
             "group": "a", "now": dt.datetime.now(dt.UTC), "locked_until": None,
-            "limit": 10}).fetchall()
+            "limit": 10, **FROM_THE_HEAD}).fetchall()
     return "\n".join(r[0] for r in rows)
 
 

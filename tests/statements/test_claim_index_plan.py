@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from dbcases import T0, Layout, MakeQueue, mysql_connect
+from dbcases import FROM_THE_HEAD, T0, Layout, MakeQueue, mysql_connect
 
 FINISHED = 200_000
 DUE = 50
@@ -33,7 +33,7 @@ FROM generate_series(1, %(rows)s) AS n
 
 def _bound(q: Any, name: str) -> dict[str, Any]:
     values = {"group": "g", "now": T0, "limit": LIMIT,
-              "locked_until": T0 + dt.timedelta(seconds=30)}
+              "locked_until": T0 + dt.timedelta(seconds=30), **FROM_THE_HEAD}
     return {p: values[p] for p in q.mod.DESCRIPTOR.statement_params[name]}
 
 
@@ -124,9 +124,9 @@ def test_a_mariadb_claim_reads_the_index_keyed_by_processed_at_without_a_sort(
     finally:
         conn.close()
     assert row["key"] == "jobs_claim", row
-    # Both leading parts used as a lookup (group = ?, processed_at IS NULL), then read in order.
-    assert row["type"] == "ref", row
-    assert row["key_len"] and row["ref"] == "const,const", row
+    # Both leading parts bound (group = ?, processed_at IS NULL), and the claim's start (from
+    # the head here) the range's lower end on the parts after them; read in order.
+    assert row["type"] == "range", row
     assert "filesort" not in str(row["Extra"]), row
     # The rows it expects to read are the unfinished ones, not the finished.
     assert int(row["rows"]) < FINISHED // 100, row

@@ -16,6 +16,7 @@ import pytest
 from dbcases import (
     CLAIM_FORMS,
     DIALECTS,
+    FROM_THE_HEAD,
     LEASE,
     T0,
     Layout,
@@ -27,8 +28,6 @@ from dbcases import (
     spec_toml,
 )
 from genutil import build_module, ddl_of
-
-from inboxgen import values
 
 ORDER_ROWS = [  # payload, priority, due (seconds from T0); inserted in this order
     ("p1-due-10", 1, -10),
@@ -179,9 +178,6 @@ def test_postgres_claim_of_many_rows_finds_them_by_index_not_by_reading_the_whol
     assert len(q.claim(conn, limit=500)) == 500
 
 
-# What claim() passes where the claim takes a start and starts at the head.
-FROM_THE_HEAD = {"from_id": values.LOWEST_ID, "from_priority": values.LOWEST_ID,
-                 "from_retry_after": values.EARLIEST}
 SCHEDULED_AHEAD = 50_000
 BY_PRIORITY_LAYOUTS = [
     pytest.param(Layout(form="row_lock"), id="row_lock"),

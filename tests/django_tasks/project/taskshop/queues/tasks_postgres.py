@@ -158,8 +158,6 @@ WHERE "id" = ANY(ARRAY(
           AND "priority" = inboxgen_priorities."priority"
           AND "run_after" <= %(now)s
           AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
-          AND ("priority", "run_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
-               %(from_id)s)
         ORDER BY "run_after", "id"
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
