@@ -21,7 +21,7 @@ import psycopg
 from peerbench import hooks
 from peerbench.peers.base import AsyncPeer, Target, WorkerOpts
 
-from inboxgen import Worker  # a library import: before the harness's clock starts
+from inboxgen import Worker, values  # a library import: before the harness's clock starts
 
 HERE = Path(__file__).resolve().parent
 MIGRATIONS = HERE / "specs"
@@ -167,7 +167,9 @@ class BarePeer(InboxgenPeer):
                     if done:
                         await conn.execute("COMMIT")
                     await conn.execute("BEGIN")
-                    cur = await conn.execute(mod.CLAIM, {"limit": self.batch})
+                    # From the head, as claim() binds it where it is given no start.
+                    cur = await conn.execute(mod.CLAIM, {"limit": self.batch,
+                                                         "from_id": values.LOWEST_ID})
                 rows = await cur.fetchall()
                 done = []
                 for r in rows:
