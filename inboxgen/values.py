@@ -31,6 +31,11 @@ LOWEST_ID = -(2**63)
 EARLIEST = _dt.datetime(1000, 1, 1, tzinfo=_dt.UTC)
 
 
+# What claim() binds for its start where it is given none: from the head.
+FROM_THE_HEAD: dict[str, Any] = {"from_id": LOWEST_ID, "from_priority": LOWEST_ID,
+                                 "from_retry_after": EARLIEST}
+
+
 def lowest_or(value: int | None) -> int:
     """A claim's start at a priority; None: from the head."""
     return LOWEST_ID if value is None else value

@@ -56,8 +56,7 @@ UTC = dt.UTC
 T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 # What claim() binds where CLAIM takes a start and the claim starts at the head: for tests that
 # run a claim statement themselves.
-FROM_THE_HEAD = {"from_id": values.LOWEST_ID, "from_priority": values.LOWEST_ID,
-                 "from_retry_after": values.EARLIEST}
+FROM_THE_HEAD = values.FROM_THE_HEAD
 LEASE = 30  # seconds
 TIME_ROLES = ("retry_after", "processed_at", "locked_until", "enqueued_at")
 # What the runtime's MySQL sessions run (claims at READ COMMITTED, times as naive UTC), and a lock

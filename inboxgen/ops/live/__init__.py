@@ -18,7 +18,7 @@ from inboxgen.ops.live.mysql import MySQLLive
 from inboxgen.ops.live.postgres import PostgresLive
 from inboxgen.ops.live.sqlite import SqliteLive
 from inboxgen.runtime.connecting import first_line
-from inboxgen.values import EARLIEST, LOWEST_ID
+from inboxgen.values import FROM_THE_HEAD
 
 _BY_DIALECT: dict[str, type[LiveDatabase]] = {
     "postgres": PostgresLive, "mysql": MySQLLive, "sqlite": SqliteLive}
@@ -171,10 +171,8 @@ def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
             bound[name] = "a group"
         elif name == "row_key":
             bound[name] = "a table:"  # the prefix of a counted row's key
-        elif name in ("from_id", "from_priority"):
-            bound[name] = LOWEST_ID  # what claim() passes for "from the head"
-        elif name == "from_retry_after":
-            bound[name] = EARLIEST
+        elif name in FROM_THE_HEAD:
+            bound[name] = FROM_THE_HEAD[name]  # what claim() passes for "from the head"
         elif name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             bound[name] = 1  # [flow] limits: a NULL limit would admit no row
         elif name in _TIMES:
