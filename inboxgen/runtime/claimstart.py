@@ -67,11 +67,14 @@ class ClaimStart:
         key = (*first, int(last) + 1)
         self.key = key if self.key is None else max(self.key, key)
 
-    def took(self, start: Start, rows: Sequence[Any], limit: int) -> None:
+    def took(self, start: Start, rows: Sequence[Any], limit: int) -> bool:
         """Note a claim that started at `start` and took `rows` (in claim order) of `limit`:
         the next starts after them, or at the head where this one came back short from a
-        start (rows behind it may be due)."""
+        start (rows behind it may be due). Returns whether it did: the caller claims again
+        at once, from the head, rather than wait as a drained queue does."""
         if rows:
             self.after(rows[-1])
         if start is not None and len(rows) < limit:
             self.rewind()
+            return True
+        return False

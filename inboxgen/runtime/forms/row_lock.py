@@ -60,12 +60,12 @@ class RowLock(Form):
         """Where the next claim starts (None: the head)."""
         return self._start.at() if self._start is not None else None
 
-    def claimed_from(self, start: Start, rows: list[Any], limit: int) -> None:
+    def claimed_from(self, start: Start, rows: list[Any], limit: int) -> bool:
         """Note a claim from `start` that took `rows`: the next starts after them, or at the
-        head where this one came back short from a start (the slot then waits as a drained
-        queue's does, and its next claim reads from the head)."""
-        if self._start is not None:
-            self._start.took(start, rows, limit)
+        head where this one came back short from a start. Returns whether it did: then the
+        slot claims again at once rather than wait as a drained queue's does (a retry behind
+        the start would wait the poll)."""
+        return self._start is not None and self._start.took(start, rows, limit)
 
     def back_to_head(self) -> None:
         """This worker returned rows behind the start (a retry, a round rolled back): the next
@@ -82,7 +82,7 @@ class RowLock(Form):
             async with self.transaction() as conn:
                 start = self.claim_start()
                 rows = await self.claim(conn, self.clock.now(), batch, start=start)
-                self.claimed_from(start, rows, batch)
+                again = self.claimed_from(start, rows, batch)
                 pending: Pending = []
                 held = [self.held(r, deferred=self._defer(pending)) for r in rows]
                 await self.deliver_all(held, conn)
@@ -90,7 +90,7 @@ class RowLock(Form):
         except Exception as err:
             self.report_lost(held, err)
             raise
-        return len(rows) < self.full_claim
+        return len(rows) < self.full_claim and not again
 
     def report_lost(self, held: list[Held], err: BaseException) -> None:
         self.back_to_head()  # the round's rows return
@@ -146,7 +146,7 @@ class CountedRowLock(RowLock):
             try:
                 start = self.claim_start()
                 counted = await self.claim(conn, self.clock.now(), batch, start=start)
-                self.claimed_from(start, counted, batch)
+                again = self.claimed_from(start, counted, batch)
                 await backend.commit(conn)
             except BaseException:
                 # The claim may have locked keys before it failed: ending the session unlocks
@@ -169,7 +169,7 @@ class CountedRowLock(RowLock):
                 raise
             finally:
                 await self._release(conn, held)
-        return len(counted) < batch
+        return len(counted) < batch and not again
 
     async def _release(self, conn: Any, held: list[Held]) -> None:
         """Unlock the keys of settled (or rolled back) rows; where that fails or is cancelled,
@@ -274,8 +274,8 @@ class PipelinedRowLock(RowLock):
             pending: Pending = []
             while True:
                 claim = not slots.stopping
-                rows = await self._send_round(conn, pipe, pending, held, commit=in_tx,
-                                              claim=claim, idle=idle.due())
+                rows, again = await self._send_round(conn, pipe, pending, held, commit=in_tx,
+                                                     claim=claim, idle=idle.due())
                 in_tx, pending = claim, []
                 held.clear()  # committed
                 worked()
@@ -290,12 +290,15 @@ class PipelinedRowLock(RowLock):
                     await self._send_round(conn, pipe, pending, held, commit=True, claim=False)
                     in_tx, pending = False, []
                     held.clear()
-                    await slots.wait(index, self.settings.poll_interval)
+                    if not again:
+                        await slots.wait(index, self.settings.poll_interval)
 
     async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
-                          commit: bool, claim: bool, idle: bool = False) -> list[Any]:
+                          commit: bool, claim: bool,
+                          idle: bool = False) -> tuple[list[Any], bool]:
         """Send the batch's settlements, COMMIT, BEGIN and a claim together, and wait for the
-        server. Returns the claimed rows."""
+        server. Returns the claimed rows, and whether the claim came back short from a start
+        (RowLock.claimed_from: the slot claims again at once)."""
         steps: list[Step] = []
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows are the transaction's: no reading
@@ -318,11 +321,10 @@ class PipelinedRowLock(RowLock):
             raise err.cause from None
         if not claim:
             await self.backend.sync(pipe)
-            return []
+            return [], False
         rows = self.claimed(results[-1])
         self.observed_claim(rows, self.settings.batch, started)
-        self.claimed_from(start, rows, self.settings.batch)
-        return rows
+        return rows, self.claimed_from(start, rows, self.settings.batch)
 
 
 class PipelinedCountedRowLock(PipelinedRowLock):
@@ -364,8 +366,9 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             pending: Pending = []
             while True:
                 claim = not slots.stopping
-                rows = await self._send_counted(conn, pipe, pending, held, in_tx=in_tx,
-                                                claim=claim, idle=idle.due())
+                rows, again = await self._send_counted(conn, pipe, pending, held,
+                                                       in_tx=in_tx, claim=claim,
+                                                       idle=idle.due())
                 in_tx, pending = claim, []
                 held.clear()  # committed, and their keys unlocked
                 worked()
@@ -381,13 +384,16 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                                              claim=False)
                     in_tx, pending = False, []
                     held.clear()
-                    await slots.wait(index, self.settings.poll_interval)
+                    if not again:
+                        await slots.wait(index, self.settings.poll_interval)
 
     async def _send_counted(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
-                            in_tx: bool, claim: bool, idle: bool = False) -> list[Any]:
+                            in_tx: bool, claim: bool,
+                            idle: bool = False) -> tuple[list[Any], bool]:
         """Send the batch's settlements and a claim in one transaction, its COMMIT, the
         RELEASE of the settled rows' keys and (when claiming) the next BEGIN; wait for the
-        server. Returns the claimed rows."""
+        server. Returns the claimed rows, and whether the claim came back short from a start
+        (RowLock.claimed_from: the slot claims again at once)."""
         steps: list[Step] = [] if in_tx else [BEGIN]
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
@@ -423,12 +429,11 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             raise err.cause from None
         if not claim:
             await self.backend.sync(pipe)
-            return []
+            return [], False
         # The claim is the last call before the COMMIT; a RELEASE after it comes last.
         rows = self.claimed(results[-1] if late is None else results[-2])
         self.observed_claim(rows, self.settings.batch, started)
-        self.claimed_from(start, rows, self.settings.batch)
-        return rows
+        return rows, self.claimed_from(start, rows, self.settings.batch)
 
 
 class Idle:
