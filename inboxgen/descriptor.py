@@ -63,6 +63,37 @@ class Replaced:
 
 
 @attrs.frozen(kw_only=True)
+class AfterState:
+    """What became of the jobs a job waits for (`after`), as `after_state()` finds them: each
+    job's id in one of the three. A batch is its callback's: `after_state(conn, id=callback)`
+    says how far the batch has come."""
+
+    finished: tuple[Any, ...] = ()  # acked or dropped (kept as processed, or deleted)
+    # A dead letter, cancelled included: each one the job was enqueued after with
+    # on_failure="dead_letter" keeps it from running (it is dead-lettered in turn).
+    dead: tuple[Any, ...] = ()
+    waiting: tuple[Any, ...] = ()  # still in the queue, unfinished
+    blocking: tuple[Any, ...] = ()  # of `dead`, those whose on_failure is "dead_letter"
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[Any]]) -> AfterState:
+        """From AFTER_STATE's rows: (after_id, on_failure, state)."""
+        by: dict[str, list[Any]] = {"finished": [], "dead": [], "waiting": []}
+        blocking: list[Any] = []
+        for after_id, on_failure, state in rows:
+            by[str(state)].append(after_id)
+            if state == "dead" and on_failure == "dead_letter":
+                blocking.append(after_id)
+        return cls(finished=tuple(by["finished"]), dead=tuple(by["dead"]),
+                   waiting=tuple(by["waiting"]), blocking=tuple(blocking))
+
+    @property
+    def done(self) -> bool:
+        """Whether every job it waits for is finished or dead."""
+        return not self.waiting
+
+
+@attrs.frozen(kw_only=True)
 class JobState:
     """One job as `state()` finds it at a given time, in the queue table or its dead letters
     (or as `dead_letters()` lists them)."""
@@ -169,6 +200,7 @@ class Operations:
     pause: Callable[..., Any] | None = None  # [flow] pauses
     resume: Callable[..., Any] | None = None
     paused: Callable[..., Any] | None = None
+    after_state: Callable[..., Any] | None = None  # `after`: what a waiting job waits for
 
 
 @attrs.frozen

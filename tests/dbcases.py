@@ -182,7 +182,7 @@ DEFAULT_NAMES = {"id": "id", "group": "grp", "priority": "priority", "retry_afte
                  "attempt": "attempt", "processed_at": "processed_at",
                  "locked_until": "locked_until", "headers": "headers", "payload": "payload",
                  "error": "last_error", "result": "result",
-                 "progress": "progress", "enqueued_at": "enqueued_at"}
+                 "progress": "progress", "enqueued_at": "enqueued_at", "parents": "parents"}
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _RESERVED = {"group", "order", "key", "limit", "select", "from", "where", "index", "values"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -297,6 +297,8 @@ class Layout:
     result_type: str | None = None  # the result's class ("module:Class"), where it has one
     progress: str | None = None  # the type of a nullable column bound to role progress
     enqueued_at: bool = False  # a column the database fills with the insert's time
+    # `after = "jobs_after"`: jobs that wait for others (a parents column; needs `dead`).
+    after: bool = False
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -330,6 +332,8 @@ class Layout:
             cols.append(("progress", self.progress))
         if self.enqueued_at:
             cols.append(("enqueued_at", f"{time} NOT NULL DEFAULT {NOW_DEFAULT[dialect]}"))
+        if self.after:
+            cols.append(("parents", "INTEGER NOT NULL DEFAULT 0"))
         cols += [(None, f"{text} NOT NULL"), ("payload", "TEXT NOT NULL")]
         return [(role, self.name(role) if role else "account", sql) for role, sql in cols]
 
@@ -369,6 +373,10 @@ class Layout:
         if self.pauses:
             text = TYPES["text"][dialect]
             out.append(f"CREATE TABLE jobs_pauses (queue {text} NOT NULL, paused_group {text});")
+        if self.after:
+            out.append(f"CREATE TABLE jobs_after (job_id BIGINT NOT NULL, after_id BIGINT NOT "
+                       f"NULL, on_failure {TYPES['text'][dialect]} NOT NULL, "
+                       f"PRIMARY KEY (job_id, after_id));")
         # The indexes a limited claim counts the jobs in work through.
         if self.concurrency is not None or self.key_concurrency is not None:
             out.append(f"CREATE INDEX jobs_in_work ON jobs ({names('locked_until')});")
@@ -396,6 +404,8 @@ class Layout:
             options["fifo"] = True
         if self.count_crashes:
             options["count_crashes"] = True
+        if self.after:
+            options["after"] = "jobs_after"
         if self.unique:
             options["unique"] = ["account"] + ([self.name("group")] if self.group
                                                and self.unique_group else [])
@@ -407,7 +417,8 @@ class Layout:
                  *([f"result type={self.result_type}" if self.result_type else "result"]
                    if self.result is not None else []),
                  *(["progress"] if self.progress is not None else []),
-                 *(["enqueued_at"] if self.enqueued_at else []), "payload text"]
+                 *(["enqueued_at"] if self.enqueued_at else []),
+                 *(["parents"] if self.after else []), "payload text"]
         return spec_toml("jobs", {self.name(r.split()[0]): r for r in roles}, dialect=dialect,
                          runtime={"lease": LEASE, **({"max_attempts": 3} if self.dead else {})},
                          dead_letter=None if not self.dead else

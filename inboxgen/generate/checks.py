@@ -18,6 +18,8 @@ from inboxgen.generate.model import ClaimIndex, Field, Limits, Queue, TableRef, 
 from inboxgen.generate.spec import FlowLimits, RoleBinding, Spec
 
 _PAUSE_COLUMNS = "columns queue (text, NOT NULL) and paused_group (text, NULL)"
+_AFTER_COLUMNS = ("columns job_id and after_id (NOT NULL, of the id's type) and on_failure "
+                  "(text, NOT NULL)")
 
 # Which column kinds each role accepts (SQLite keeps its times as TEXT).
 _ROLE_KINDS: dict[str, tuple[str, ...]] = {
@@ -34,6 +36,7 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "result": (cat.JSON, cat.TEXT),
     "progress": (cat.JSON, cat.TEXT),
     "enqueued_at": (cat.TIMESTAMP, cat.TIMESTAMPTZ),
+    "parents": (cat.INT,),
 }
 _ROLE_WANTS = {
     "id": "an integer, text or uuid",
@@ -49,6 +52,7 @@ _ROLE_WANTS = {
     "result": "json or text",
     "progress": "json or text",
     "enqueued_at": "a timestamp",
+    "parents": "an integer",
 }
 _SQLITE_TIME_ROLES = ("retry_after", "processed_at", "locked_until", "enqueued_at")
 # Roles only the runtime writes: nullable, left out of inserts (a new row starts with NULL).
@@ -146,6 +150,7 @@ class _Checker:
         key = self.advisory_key(form, fields)
         dead_table = self.dead_letter(table, roles)
         pause_table = self.pauses(table, "group" in roles)
+        after_table = self.after(table, roles, form)
         limits = self.limits(table, roles, form)
         unique = self.unique(table, fields)
         # Roles whose column is missing were reported; the index advice would be off by them.
@@ -163,7 +168,7 @@ class _Checker:
             advisory_key=key, dead_letter_group=spec.dead_letter_group,
             dead_letter_table=dead_table, unique=unique, runtime=spec.runtime,
             claim_index=claim_index, suggested_index=suggested, pause_table=pause_table,
-            limits=limits, partitioned=table.partitioned,
+            limits=limits, partitioned=table.partitioned, after_table=after_table,
             numbers_inserts=any(c.auto and not c.db_only for c in table.columns),
         )
 
@@ -321,8 +326,11 @@ class _Checker:
             self.err(b.line, f"{where} is NOT NULL, but role {b.role} must be nullable "
                              f"(NULL means {meaning})")
         if b.role in ("retry_after", "id", "attempt", "priority", "group",
-                      "enqueued_at") and col.nullable:
+                      "enqueued_at", "parents") and col.nullable:
             self.err(b.line, f"{where} is nullable, but role {b.role} must be NOT NULL")
+        if b.role == "parents" and not col.has_default:
+            self.err(b.line, f"{where} has no DEFAULT, but role parents is left out of every "
+                             f"insert but insert_after()'s: give it DEFAULT 0")
         if b.role == "enqueued_at" and not col.has_default:
             self.err(b.line, f"{where} has no DEFAULT, but role enqueued_at is filled by the "
                              f"database when a row is inserted: give it one, such as "
@@ -457,6 +465,8 @@ class _Checker:
                 generated = True  # the runtime owns them; a new row starts with NULL
             elif role == "enqueued_at":
                 generated = True  # the column's default: the database's time of the insert
+            elif role == "parents":
+                generated = True  # 0, the column's default; insert_after() writes the count
             elif b is not None:
                 generated = b.generated or col.db_only
             else:
@@ -594,6 +604,63 @@ class _Checker:
                                   "each row names its queue"))
         self.writes_alone(pauses, "pause", list(wanted), "pause()", line)
         return TableRef(pauses.schema, pauses.name)
+
+    def after(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]], form: str
+              ) -> TableRef | None:
+        """`after`: the table whose rows say which jobs a job waits for (`job_id`, the job;
+        `after_id`, a job it waits for; `on_failure`, what becomes of it if that one fails).
+        The jobs table counts them in its `parents` column, so a claim looks at the table only
+        for the rows that wait; a failure must be told from an ack, so dead letters go
+        somewhere."""
+        name, spec = self.spec.after_table, self.spec
+        if name is None:
+            if "parents" in roles:
+                b, col = roles["parents"]
+                self.err(b.line, f"column \"{table.name}.{col.name}\" has role parents, which "
+                                 f"counts the jobs a job waits for: name the table that lists "
+                                 f"them with the spec's `after` key, or drop the role")
+            return None
+        line = spec.line("after")
+        if "parents" not in roles:
+            if "parents" not in self.declared:
+                self.err(line, f"`after` needs a column with role parents in table "
+                               f"\"{table.name}\" (an integer NOT NULL DEFAULT 0: how many jobs "
+                               f"a job waits for), so a claim reads the `after` table only for "
+                               f"the rows that wait")
+            return None
+        if spec.dead_letter_group is None and spec.dead_letter_table is None:
+            self.err(line, "`after` needs [dead_letter] and runtime.max_attempts: a job waiting "
+                           "for one that failed is told so by the dead letters (without them "
+                           "a job that fails is retried for ever)")
+            return None
+        if form == ADVISORY or spec.fifo:
+            how = "the advisory form" if form == ADVISORY else "FIFO tables"
+            self.err(line, f"`after` is not built for {how}: use a lease or a row lock")
+            return None
+        found = self.side_table(name, line, "after", _AFTER_COLUMNS, table)
+        if found is None:
+            return None
+        _, id_col = roles["id"]
+        for column in ("job_id", "after_id", "on_failure"):
+            edge = found.column(column, self.d)
+            kind = cat.TEXT if column == "on_failure" else id_col.kind
+            if edge is None:
+                self.err(line, f"after table \"{found.name}\" lacks column \"{column}\": it "
+                               f"needs {_AFTER_COLUMNS}")
+            elif edge.kind != kind or edge.db_only or edge.nullable:
+                like = "text" if column == "on_failure" else f"as id \"{id_col.name}\""
+                self.err(line, f"after table \"{found.name}\" has column \"{edge.name}\" as "
+                               f"{edge.type_sql}{'' if not edge.nullable else ' NULL'} "
+                               f"({edge.path}:{edge.line}); it must be a plain NOT NULL "
+                               f"column, {like}")
+        self.writes_alone(found, "after", ["job_id", "after_id", "on_failure"],
+                          "insert_after()", line)
+        if not any(ix.columns and self.d.same_name(ix.columns[0], "job_id")
+                   for ix in self.catalog.indexes_of(found)):
+            self.warn(line, f"after table \"{found.name}\" has no index that starts with "
+                            f"job_id: every claim of a waiting job reads the whole table; "
+                            f"make (job_id, after_id) its primary key")
+        return TableRef(found.schema, found.name)
 
     def limits(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]], form: str
                ) -> Limits | None:

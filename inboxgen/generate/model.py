@@ -164,6 +164,8 @@ class Queue:
     # A column the database numbers on insert (AUTO_INCREMENT, serial, identity): on MySQL an
     # insert then reports the number it gave, and a statement that inserts nothing reports 0.
     numbers_inserts: bool = False
+    # `after`: the table whose rows say which jobs each job waits for.
+    after_table: TableRef | None = None
 
     def role(self, role: str) -> Field | None:
         return next((f for f in self.fields if f.role == role), None)

@@ -35,13 +35,14 @@ ROLES = (
     "result",
     "progress",
     "enqueued_at",
+    "parents",
 )
 CODECS = ("json", "bytes", "text")
 
 _TOP_KEYS = {
     "table", "dialect", "ddl", "claim", "advisory_key", "fifo", "unique", "server_version",
     "count_crashes", "reviewed",
-    "columns", "dead_letter", "runtime", "flow",
+    "columns", "dead_letter", "runtime", "flow", "after",
 }
 _COLUMN_KEYS = {"role", "generated", "codec", "type"}
 _DEAD_LETTER_KEYS = {"group", "table"}
@@ -116,6 +117,8 @@ class Spec:
     pause_table: str | None = None
     # [flow] limits on the jobs in work and the claims of a window (FlowLimits).
     limits: FlowLimits | None = None
+    # `after`: the table whose rows say which jobs each job waits for (job_id, after_id).
+    after_table: str | None = None
 
     def line(self, *key: str) -> int:
         return line_of(self.lines, key)
@@ -319,6 +322,10 @@ class _Reader:
         dl_group, dl_table = self.dead_letter(data)
         runtime = self.runtime(data)
         pause_table, limits = self.flow(data)
+        after_table = self.typed(data, ("after",), str, "a table name")
+        if after_table == "":
+            self.err(("after",), "'after' must name a table")
+            after_table = None
         if self.problems or dialect is None:
             raise SpecInvalid(self.problems)
         return Spec(
@@ -328,7 +335,7 @@ class _Reader:
             count_crashes=count_crashes, reviewed=reviewed,
             unique=tuple(unique), server_version=server_version, bindings=tuple(bindings),
             dead_letter_group=dl_group, dead_letter_table=dl_table, runtime=runtime,
-            lines=self.lines, pause_table=pause_table, limits=limits,
+            lines=self.lines, pause_table=pause_table, limits=limits, after_table=after_table,
         )
 
     def ddl(self, data: dict[str, Any]) -> list[Path]:

@@ -97,6 +97,8 @@ class Delivery:
         # Older modules' descriptors have no result_type: any JSON.
         self._result_type = getattr(descriptor, "result_type", None)
         self._keeps_progress = "progress" in descriptor.roles
+        # `after`: a row whose parents column is above 0 waits for other jobs.
+        self._parents = descriptor.role_attrs.get("parents")
 
     async def deliver(self, h: Held, conn: Any | None = None) -> None:
         """Run the handler on one held row and settle it. `conn` holds the row (row lock and
@@ -109,6 +111,11 @@ class Delivery:
             if past is not None:
                 await self.settle(h, past, conn)
                 return
+            if self._parents is not None and getattr(h.row, self._parents):
+                failed = await self.waited_for(h, conn)
+                if failed is not None:
+                    await self.settle(h, failed, conn)
+                    return
             self.stats.delivered += 1
             if self.observation is not None:
                 h.headers = self.headers(h)
@@ -138,6 +145,23 @@ class Delivery:
             if not h.flushing:
                 self._done(1)
 
+    async def waited_for(self, h: Held, conn: Any | None) -> Settlement | None:
+        """`after`: read what became of the jobs row `h` waits for (its claim saw none of them
+        queued unfinished) into `h.after`. One that failed, where the row was enqueued with
+        on_failure="dead_letter", dead-letters it without running (the Settlement); the jobs
+        waiting for it then see it failed in turn."""
+        if conn is not None:
+            h.after = await self.calls(conn, "after_state", id=h.id)
+        else:
+            async with self.backend.connection() as read:
+                h.after = await self.calls(read, "after_state", id=h.id)
+        assert h.after is not None
+        if not h.after.blocking:
+            return None
+        h.error = (f"job {h.after.blocking[0]}, which it waits for, failed (a dead letter, or "
+                   f"cancelled)")
+        return Settlement(DEAD_LETTER, note=h.error)
+
     def headers(self, h: Held) -> Mapping[str, str]:
         if "headers" not in self.d.role_attrs:
             return {}
@@ -150,7 +174,7 @@ class Delivery:
                             connection=conn,
                             worker=self.name,
                             on_progress=functools.partial(setattr, h, "progress")
-                            if self._keeps_progress else None)
+                            if self._keeps_progress else None, after=h.after)
         runner = self.runner
         started = time.monotonic() if h.watch is not None else 0.0
         try:

@@ -12,6 +12,7 @@ import attrs
 from inboxgen.errors import ProgressNotKept
 
 if TYPE_CHECKING:
+    from inboxgen.descriptor import AfterState
     from inboxgen.runtime.observe import Watch
     from inboxgen.runtime.outcomes import Outcome
 
@@ -33,6 +34,9 @@ class Job(Generic[P]):
     # Where progress() leaves what it reports (a table with a progress column); None: none.
     _on_progress: Callable[[dict[str, Any]], None] | None = attrs.field(
         default=None, alias="on_progress", repr=False)
+    # What became of the jobs this one was enqueued after (`after`: a batch's callback reads
+    # its batch here); None where it waited for none.
+    after: AfterState | None = None
 
     def progress(self, fraction: float, note: str = "") -> None:
         """Report how far the job has come (0 to 1) and what it is doing: written with the
@@ -106,5 +110,7 @@ class Held:
     result: Any = None
     # What the handler last reported with job.progress(), until a renewal writes it.
     progress: Any = None
+    # `after`: what became of the jobs it waited for, read before its handler runs.
+    after: AfterState | None = None
     watch: Watch | None = None  # its observers' view of the delivery (observe.py)
     headers: Mapping[str, str] | None = None  # decoded once, where the observers read them

@@ -39,6 +39,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "result": ("none", "json", "typed"),
     "progress": ("none", "json"),
     "replace": ("none", "debounce"),
+    "after": ("none", "root"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -54,7 +55,7 @@ PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
                    "payload": "json", "pauses": "none", "limits": "none",
                    "error": "none", "result": "none",
-                   "progress": "none", "replace": "none"}
+                   "progress": "none", "replace": "none", "after": "none"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -94,6 +95,10 @@ class Shape:
     # scenario enqueues each job through insert_replace() (or insert_debounced()) twice, a
     # decoy first, where the form has them
     replace: str
+    # "root": `after` (a parents column and an after table); the scenario enqueues every job of
+    # the drain but the first (A) after it, on_failure="run" (but where it enqueues through
+    # insert_replace()), and checks none was delivered before A's last delivery
+    after: str
 
     @property
     def name(self) -> str:
@@ -136,6 +141,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "result": {"none": "", "json": "rj", "typed": "rt"},
     "progress": {"none": "", "json": "pr"},
     "replace": {"none": "", "debounce": "xd"},
+    "after": {"none": "", "root": "wa"},
 }
 
 
@@ -170,6 +176,12 @@ def refusal(s: Shape) -> str | None:
         return "needs a processed_at column"
     if s.progress != "none" and s.form != "lease":
         return "it needs the lease form"
+    if s.after != "none" and s.dead == "none":
+        return "`after` needs [dead_letter]"
+    if s.after != "none" and s.form == "advisory":
+        return "`after` is not built for the advisory form"
+    if s.after != "none" and s.group == "fifo":
+        return "`after` is not built for FIFO tables"
     return None
 
 
@@ -178,7 +190,7 @@ def refusal(s: Shape) -> str | None:
 # axes' product) and nothing below enumerates the whole product (test_axes.py checks that
 # refusal() reads no free axis).
 RULED = ("dialect", "form", "count_crashes", "dead", "finished", "group", "limits", "result",
-         "progress")
+         "progress", "after")
 FREE = tuple(axis for axis in AXES if axis not in RULED)
 
 

@@ -52,6 +52,7 @@ class Scenario:
         self.problems: list[str] = []
         self.ids: dict[str, Any] = {}  # job key -> its id
         self.kinds: dict[str, str] = {}  # job key -> what its handler does
+        self.waiting: list[str] = []  # `after`: the jobs enqueued after job A
         self.d = module.DESCRIPTOR
         logs.mkdir(parents=True, exist_ok=True)
 
@@ -121,8 +122,21 @@ class Scenario:
         self.check_status()
         self.check_metrics()
         self.check_states()
+        self.check_after()
         self.check_requeue_and_cancel()
         return self.problems
+
+    def check_after(self) -> None:
+        """`after`: no job enqueued after A was delivered before A's last delivery."""
+        path = self.logs / "deliveries.log"
+        order = [line.split()[0] for line in path.read_text().splitlines()] \
+            if path.exists() else []
+        if not self.waiting or "A" not in order:
+            return
+        last = len(order) - 1 - order[::-1].index("A")
+        early = [k for k in self.waiting if k in order and order.index(k) < last]
+        if early:
+            self.problems.append(f"jobs {early} enqueued after A were delivered before it")
 
     # -- a pause ([flow] pauses) ---------------------------------------------------------------
 
@@ -180,6 +194,10 @@ class Scenario:
                     fields["job_key"] = job.key
                 if hasattr(self.mod, "insert_replace"):
                     new = self.replaced(conn, job, fields, task)
+                elif self.s.after != "none" and "A" in self.ids and job.kind != shapes.CANCELLED:
+                    new = self.mod.insert_after(conn, self.mod.NewRow(**fields),
+                                                after=[self.ids["A"]], on_failure="run")
+                    self.waiting.append(job.key)
                 else:
                     new = self.mod.insert(conn, self.mod.NewRow(**fields))
                 self.ids[job.key] = given if given is not None else new
@@ -484,7 +502,13 @@ class Scenario:
                 if not self.mod.cancel(conn, id=self.ids["G"], **extra):
                     self.problems.append("cancel() of a queued job returned False")
                 conn.commit()
-                if self.state_of("G") is not None:
+                found = self.state_of("G")
+                if self.s.after != "none":  # a dead letter, so the jobs after it learn it
+                    if found is None or found.state != "dead":
+                        self.problems.append(f"a cancelled job of a table with `after` is "
+                                             f"{None if found is None else found.state}, not "
+                                             f"dead")
+                elif found is not None:
                     self.problems.append("a cancelled job is still found by state()")
         except Exception as err:  # noqa: BLE001
             self.problems.append(f"requeue/cancel raised {type(err).__name__}: {err}")

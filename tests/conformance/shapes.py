@@ -105,6 +105,8 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
     if s.limits in ("key", "rate_key", "fair"):
         cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
+    if s.after != "none":
+        cols.append(f"parents {t['integer']} NOT NULL DEFAULT 0")
     if s.replace == "debounce":
         cols.append(f"job_key {t['group']} NOT NULL")
         if s.has_retry_after:
@@ -185,6 +187,12 @@ def ddl(s: Shape, names: Names | None = None) -> str:
         wide = "TEXT" if s.dialect != "mysql" else "VARCHAR(255)"
         out.append(f"CREATE TABLE {names.sql(s.dialect, '_pauses')} (queue {wide} NOT NULL, "
                    f"paused_group {text} NULL);")
+    if s.after != "none":
+        t = _TYPES[s.dialect]
+        idt = t["bigint"] if s.id == "integer" else t[s.id]
+        out.append(f"CREATE TABLE {names.sql(s.dialect, '_after')} (job_id {idt} NOT NULL, "
+                   f"after_id {idt} NOT NULL, on_failure {text} NOT NULL, "
+                   f"PRIMARY KEY (job_id, after_id));")
     return "\n".join(out) + "\n"
 
 
@@ -201,6 +209,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
     if s.replace == "debounce":
         lines.append('unique = ["job_key", "id"]' if names.partitioned else
                      'unique = ["job_key"]')
+    if s.after != "none":
+        lines.append(f'after = "{names.spec("_after")}"')
     lines += ["", "[columns]",
               'id = { role = "id", generated = true }' if s.id == "integer" else 'id = "id"']
     if s.group != "none":
@@ -224,6 +234,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
         lines.append('progress = "progress"')
     if s.replace == "debounce" and s.has_retry_after:
         lines.append('enqueued_at = "enqueued_at"')
+    if s.after != "none":
+        lines.append('parents = "parents"')
     lines.append({"bytes": 'payload = { role = "payload", codec = "bytes" }',
                   "json": 'payload = { role = "payload", codec = "json" }',
                   "typed": 'payload = { role = "payload", codec = "json", '

@@ -58,7 +58,8 @@ _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "
 # Django's connection (docs/connections.md). The others are the runtime's and the operations
 # commands', run on connections of their own: they take the driver connection only.
 HELD = frozenset({"insert", "insert_unique", "insert_replace", "insert_debounced",
-                  "insert_many", "notify", "state", "cancel"})
+                  "insert_many", "notify", "state", "cancel", "insert_after", "insert_batch",
+                  "after_state"})
 
 
 # The kinds of result a step makes of its statement, each written by the template's macro of
@@ -283,6 +284,8 @@ class Renderer:
             return f"_v.{'jsonb_or_none' if jsonb else 'json_text_or_none'}({name})"
         if name == "after":
             return "turns.after"  # [flow] fair: where this process's last walk stopped
+        if name == "cancelled":
+            return '"cancelled"'  # the error a cancelled job's dead letter keeps
         return name
 
     def ids_of(self, generator: str) -> str:
@@ -324,7 +327,7 @@ class Renderer:
                         if p not in skip and p not in ("dead_group", "channel", "payload",
                                                        "ids", "row_key", "queue",
                                                        "concurrency", "key_concurrency",
-                                                       "rate", "rate_seconds")),
+                                                       "rate", "rate_seconds", "cancelled")),
                        key=_ARG_ORDER.index)
         parts = [f"{p}: {types[p]}" for p in names]
         if extra:
@@ -464,6 +467,8 @@ class Renderer:
                                      after=wake),)))
         if "REPLACE" in st:
             out += self.replacements(options, woken, group)
+        if "AFTER_ADD" in st:
+            out += self.after_functions(options, gives_id)
         many: Func | None = None
         if "INSERT_MANY" in st:
             many = self.insert_many()
@@ -606,6 +611,8 @@ class Renderer:
         out.append(self.state())
         if "PAUSE" in st:
             out.extend(self.pauses())
+        if "AFTER_STATE" in st:
+            out.append(self.after_state())
         if "DEAD_LIST" in st:
             out.append(self.dead_letters())
         moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
@@ -686,8 +693,60 @@ class Renderer:
 
     def cancel(self) -> Func:
         s = self.st["CANCEL"]
+        copy: tuple[str, ...] = ()
+        if "CANCEL_COPY" in self.st:  # `after`: to the dead-letter table, copied first
+            copy = tuple(self.run("", "CANCEL_COPY", self.params(self.st["CANCEL_COPY"])))
         return Func("cancel", self.args(s), "bool", s.doc, (
-            Step("changed", self.cur("CANCEL", self.params(s))),))
+            Step("changed", (*copy, *self.cur("CANCEL", self.params(s)))),))
+
+    def after_state(self) -> Func:
+        """after_state(): AFTER_STATE's rows as an AfterState."""
+        s = self.st["AFTER_STATE"]
+        return Func("after_state", self.args(s), "AfterState", s.doc, (
+            Step("exec", (*self.cur("AFTER_STATE", self.params(s)),
+                          "found = AWAIT cur.fetchall()"), "AfterState.of(found)"),))
+
+    def after_functions(self, options: str, gives_id: bool) -> list[Func]:
+        """insert_after() and insert_batch(): `after`. The new row and the rows that say what
+        it waits for go in on the caller's transaction, so a claim sees them together."""
+        q = self.q
+        id_t = self.raw_type(q.id).removesuffix(" | None")
+        notify = ", notify=notify" if options else ""
+        new = ((f"new = AWAIT_TWIN insert(conn, row{notify})",) if gives_id else
+               (f"AWAIT_TWIN insert(conn, row{notify})", f"new = row.{q.id.attr}"))
+        add = self.run("    ", "AFTER_ADD", '{"job_id": new, "after_id": parent, '
+                                           '"on_failure": on_failure}')
+        count = self.run("    ", "AFTER_SET", '{"parents": len(parents), "id": new}')
+        after = (
+            'if on_failure not in ("dead_letter", "run"):',
+            '    raise ValueError(f"on_failure must be \'dead_letter\' or \'run\', not '
+            '{on_failure!r}")',
+            *new,
+            "parents = list(dict.fromkeys(after))",
+            "for parent in parents:", *add,
+            "if parents:", *count)
+        doc = ("Enqueue one row that waits for the jobs `after`: no claim takes it while any "
+               "of them is queued unfinished. Should one fail (a dead letter, or cancelled), "
+               "on_failure=\"dead_letter\" dead-letters this one without running it, \"run\" "
+               "runs it all the same. Returns its id; nothing is committed here.")
+        batch_doc = ("Enqueue `rows` and a callback row `then` that runs once every one of "
+                     "them is finished or dead (on_failure=\"run\"); its handler reads how "
+                     "they went with after_state(id=...). Returns the batch's ids and the "
+                     "callback's; nothing is committed here.")
+        kw = options.replace(", *", "")
+        batch_ids = (f"ids = [AWAIT_TWIN insert(conn, r{notify}) for r in rows]" if gives_id else
+                     None)
+        funcs = [Func("insert_after", f"row: NewRow, *, after: Sequence[{id_t}], "
+                                      f"on_failure: str = \"dead_letter\"{kw}", id_t, doc,
+                      (Step("exec", after, "new"),))]
+        if batch_ids is not None:
+            funcs.append(Func("insert_batch", f"rows: Sequence[NewRow], *, then: NewRow{kw}",
+                              f"tuple[list[{id_t}], {id_t}]", batch_doc, (
+                                  Step("exec", (batch_ids,
+                                                "last = AWAIT_TWIN insert_after(conn, then, "
+                                                f"after=ids, on_failure=\"run\"{notify})"),
+                                       "ids, last"),)))
+        return funcs
 
     def requeue(self, name: str, first: str, doc: str, then: str | None = None) -> Func:
         """requeue(): statement `name` for every dead letter, `name`_IDS for those of `ids`;

@@ -111,8 +111,11 @@ class MySQLRenderer(Renderer):
 
     def cancel(self) -> Func:
         pick, s = self.st["CANCEL_PICK"], self.st["CANCEL"]
+        copy: tuple[str, ...] = ()
+        if "CANCEL_COPY" in self.st:  # `after`: to the dead-letter table, copied first
+            copy = tuple(self.run("", "CANCEL_COPY", self.params(self.st["CANCEL_COPY"])))
         return Func("cancel", self.args(pick), "bool", s.doc, (
-            Step("changed", self.cur("CANCEL", self.params(s))),),
+            Step("changed", (*copy, *self.cur("CANCEL", self.params(s)))),),
             before=(*self.cur("CANCEL_PICK", self.params(pick)),
                     "if AWAIT cur.fetchone() is None:",
                     "    return False  # held, finished or gone"))

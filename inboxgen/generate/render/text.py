@@ -52,12 +52,14 @@ def sql_literal(sql: str) -> str:
 
 def sync_line(line: str) -> str:
     """A body line as the plain function runs it."""
-    return line.replace("AWAIT ", "")
+    return line.replace("AWAIT_TWIN ", "").replace("AWAIT ", "")
 
 
 def async_line(line: str) -> str:
     """A body line as the async twin runs it: a helper of inboxgen.values or
-    inboxgen.connections that is awaited is that helper's `_async` twin."""
+    inboxgen.connections that is awaited is that helper's `_async` twin, and so is a function
+    of the module itself marked AWAIT_TWIN."""
+    line = re.sub(r"AWAIT_TWIN (\w+)\(", r"await \1_async(", line)
     return re.sub(r"AWAIT (_v|_c)\.(\w+)\(", r"await \1.\2_async(", line).replace("AWAIT ",
                                                                                  "await ")
 
@@ -259,7 +261,8 @@ def with_imports(body: str, q: Queue) -> str:
     # Wrapped as isort wraps a line past 88 characters (ruff's default line length).
     health = "    TableHealth,\n" if "TableHealth" in uses else ""
     replaced = "    Replaced,\n" if "Replaced(" in uses else ""
-    third_from.append("from inboxgen.descriptor import (\n    JobState,\n    Operations,\n"
+    after = "    AfterState,\n" if "AfterState" in uses else ""
+    third_from.append(f"from inboxgen.descriptor import (\n{after}    JobState,\n    Operations,\n"
                       f"    QueueStatus,\n{replaced}"
                       f"    RuntimeDefaults,\n    TableDescriptor,\n{health})")
     if "Jsonb(" in uses:

@@ -29,6 +29,9 @@ from inboxgen.generate.model import Field, Queue, TableRef
 
 CANCEL_DOC = ("Delete queued row `id` unless a worker holds it (or it is finished); returns "
               "whether it did. Nothing is committed here.")
+CANCEL_DEAD_DOC = ("Move queued row `id` to the dead letters unless a worker holds it (or it is "
+                   "finished), so the jobs that wait for it are told it failed; returns whether "
+                   "it did. Nothing is committed here.")
 
 
 # The parameter a claim's start gives for each column of the claim order.
@@ -97,7 +100,29 @@ class Statements:
             out.append(f"({self.c(lu)} IS NULL OR {self.c(lu)} <= {self.p('now')})")
         if with_group:
             out.extend(self.not_paused())
+        out.extend(self.not_waiting())
         return out
+
+    def not_waiting(self) -> list[str]:
+        """`after`: a row that waits for other jobs (`parents` above 0) is claimed once none
+        of them is still in the queue unfinished: each is finished (processed, or gone as a
+        finished row is) or dead (then the delivery settles it, AFTER_STATE). The subquery runs
+        for the waiting rows alone."""
+        edges, parents = self.q.after_table, self.role("parents")
+        if edges is None or parents is None:
+            return []
+        q = self.d.quote
+        pa, g = self.role("processed_at"), self.role("group")
+        parent, edge = q("parent"), q("edge")
+        conds = [f"{edge}.{q('job_id')} = {self.t()}.{self.c(self.q.id)}"]
+        if pa is not None:
+            conds.append(f"{parent}.{self.c(pa)} IS NULL")
+        if self.q.dead_letter_group is not None and g is not None:
+            conds.append(f"{parent}.{self.c(g)} <> {self.p('dead_group')}")
+        return [f"({self.c(parents)} = 0 OR NOT EXISTS (\n" + "\n".join((
+            "    SELECT 1", f"    FROM {self.t(edges)} AS {edge}",
+            f"    JOIN {self.t()} AS {parent} ON {parent}.{self.c(self.q.id)} = "
+            f"{edge}.{q('after_id')}", self.where(conds, "    "))) + "\n))"]
 
     def not_paused(self) -> list[str]:
         """[flow] pauses: a claim takes nothing while the queue, or the worker's group, is
@@ -793,6 +818,8 @@ class Statements:
         self.state(g, pa, ra, lu)
         if q.pause_table is not None:
             self.pauses(q.pause_table, g is not None)
+        if q.after_table is not None:
+            self.after(q.after_table)
 
     def pauses(self, pauses: TableRef, grouped: bool) -> None:
         """PAUSE, RESUME and PAUSED: the rows of the pause table for this queue (`queue`, its
@@ -840,9 +867,88 @@ class Statements:
 
     def cancel(self) -> None:
         """CANCEL: delete a queued row that no worker holds. SQLite: a row-lock holder's open
-        transaction holds the database, so the delete waits for it to end."""
+        transaction holds the database, so the delete waits for it to end. With `after`, the
+        row goes to the dead letters instead (cancel_dead), so the jobs that wait for it are
+        told it failed."""
+        if self.q.after_table is not None:
+            self.cancel_dead(self.where(self.cancellable()))
+            return
         self.add("CANCEL", f"DELETE FROM {self.t()}\n" + self.where(self.cancellable()),
                  CANCEL_DOC)
+
+    def cancel_dead(self, where: str) -> None:
+        """`after`: CANCEL moves the queued row that `where` picks to the dead letters, its
+        error (where the table keeps one) `cancelled`: into the dead-letter group, or copied to
+        the dead-letter table by CANCEL_COPY first (SQLite: one writer, so the two statements
+        see the same row)."""
+        if self.q.dead_letter_table is None:
+            self.add("CANCEL", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.cancel_sets())
+                     + f"\n{where}", CANCEL_DEAD_DOC)
+            return
+        self.add("CANCEL_COPY", self.cancel_copy(where),
+                 "Copy queued row `id` to the dead-letter table for cancel() (the same "
+                 "transaction as CANCEL).")
+        self.add("CANCEL", f"DELETE FROM {self.t()}\n{where}", CANCEL_DEAD_DOC)
+
+    def cancel_sets(self) -> list[str]:
+        """What CANCEL sets on a row it moves to the dead-letter group."""
+        g, error = self.role("group"), self.role("error")
+        assert g is not None
+        sets = [f"{self.c(g)} = {self.p('dead_group')}"]
+        if error is not None:
+            sets.append(f"{self.c(error)} = {self.p('cancelled')}")
+        return sets
+
+    def cancel_copy(self, where: str) -> str:
+        """The INSERT that copies the row `where` picks into the dead-letter table."""
+        q = self.q
+        assert q.dead_letter_table is not None
+        return (f"INSERT INTO {self.t(q.dead_letter_table)} "
+                f"({', '.join(self.c(f) for f in q.fields)})\n"
+                f"SELECT {', '.join(self.cancelled_values())}\nFROM {self.t()}\n{where}")
+
+    def cancelled_values(self) -> list[str]:
+        """What each column of a cancelled row's dead letter holds: the row's, without a
+        lease, its error `cancelled`."""
+        return ["NULL" if f.role == "locked_until" else
+                self.p("cancelled") if f.role == "error" else self.c(f) for f in self.q.fields]
+
+    def after(self, edges: TableRef) -> None:
+        """`after`: AFTER_ADD lists one job a new job waits for, AFTER_SET counts them on its
+        row, AFTER_STATE says what became of each."""
+        q, t = self.d.quote, self.t(edges)
+        parents = self.role("parents")
+        assert parents is not None
+        self.add("AFTER_ADD", f"INSERT INTO {t} ({q('job_id')}, {q('after_id')}, "
+                              f"{q('on_failure')})\n"
+                              f"VALUES ({self.p('job_id')}, {self.p('after_id')}, "
+                              f"{self.p('on_failure')})",
+                 "Note that job `job_id` waits for job `after_id`.")
+        self.add("AFTER_SET", f"UPDATE {self.t()}\nSET {self.c(parents)} = {self.p('parents')}\n"
+                              f"WHERE {self.c(self.q.id)} = {self.p('id')}",
+                 "Count the jobs job `id` waits for: claims look for them while it is above 0.")
+        idc, pa, g = self.c(self.q.id), self.role("processed_at"), self.role("group")
+        parent, dead, edge = q("parent"), q("dead"), q("edge")
+        after_id = f"{edge}.{q('after_id')}"
+        whens = []
+        joins = [f"LEFT JOIN {self.t()} AS {parent} ON {parent}.{idc} = {after_id}"]
+        if self.q.dead_letter_table is not None:
+            joins.append(f"LEFT JOIN {self.t(self.q.dead_letter_table)} AS {dead} "
+                         f"ON {dead}.{idc} = {after_id}")
+            whens.append((f"{dead}.{idc} IS NOT NULL", "dead"))
+        whens.append((f"{parent}.{idc} IS NULL", "finished"))  # deleted as it finished
+        if self.q.dead_letter_group is not None and g is not None:
+            whens.append((f"{parent}.{self.c(g)} = {self.p('dead_group')}", "dead"))
+        if pa is not None:
+            whens.append((f"{parent}.{self.c(pa)} IS NOT NULL", "finished"))
+        case = "CASE " + "".join(f"WHEN {cond} THEN '{state}'\n            "
+                                 for cond, state in whens) + "ELSE 'waiting' END"
+        self.add("AFTER_STATE", f"SELECT {after_id}, {edge}.{q('on_failure')},\n       {case}\n"
+                                f"FROM {t} AS {edge}\n" + "\n".join(joins) + "\n"
+                                f"WHERE {edge}.{q('job_id')} = {self.p('id')}\n"
+                                f"ORDER BY {after_id}",
+                 "What became of each job that job `id` waits for: finished, dead (a dead "
+                 "letter, or cancelled) or waiting.")
 
     def state(self, g: Field | None, pa: Field | None, ra: Field | None,
               lu: Field | None) -> None:

@@ -212,6 +212,9 @@ class MySQLStatements(Statements):
         self.add("CANCEL_PICK", f"SELECT {idc}\nFROM {self.t()}\n"
                  + self.where(conds) + "\nFOR UPDATE SKIP LOCKED",
                  "Lock queued row `id` for cancel() unless a worker holds it.")
+        if self.q.after_table is not None:
+            self.cancel_dead(f"WHERE {idc} = {self.p('id')}")
+            return
         self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {idc} = {self.p('id')}", CANCEL_DOC)
 
     def replace_pick(self) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import ADVISORY
 from inboxgen.generate.model import Field
-from inboxgen.generate.statements.base import CANCEL_DOC, Statements
+from inboxgen.generate.statements.base import CANCEL_DEAD_DOC, CANCEL_DOC, Statements
 
 _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BIGINT"}
 
@@ -201,8 +201,24 @@ class PostgresStatements(Statements):
 
     def cancel(self) -> None:
         """The row is picked as a claim picks it (unheld)."""
-        self.add("CANCEL", f"DELETE FROM {self.t()}\nWHERE {self.unheld(self.cancellable())}",
-                 CANCEL_DOC)
+        where = f"WHERE {self.unheld(self.cancellable())}"
+        if self.q.after_table is not None:
+            self.cancel_dead(where)
+            return
+        self.add("CANCEL", f"DELETE FROM {self.t()}\n{where}", CANCEL_DOC)
+
+    def cancel_dead(self, where: str) -> None:
+        """To a dead-letter table in one statement: the DELETE's rows are what it copies."""
+        q = self.q
+        if q.dead_letter_table is None:
+            super().cancel_dead(where)
+            return
+        cols = ", ".join(self.c(f) for f in q.fields)
+        values = self.cancelled_values()
+        self.add("CANCEL", f"WITH gone AS (\n    DELETE FROM {self.t()}\n    "
+                           + where.replace("\n", "\n    ") + f"\n    RETURNING {cols}\n)\n"
+                           f"INSERT INTO {self.t(q.dead_letter_table)} ({cols})\n"
+                           f"SELECT {', '.join(values)}\nFROM gone", CANCEL_DEAD_DOC)
 
     def unheld(self, conds: list[str], *, shared: bool = False) -> str:
         """The id of the row that meets `conds` and no worker holds: picked as a claim picks
