@@ -10,6 +10,8 @@ parent can poll it:
     ready <pid>                 after the imports (and before waiting for --go)
     start <id> <attempt>        a handler began
     done <id>                   a handler finished (run mode)
+    after <id> <finished> <dead>  a handler of a job that waited for others (run mode): how
+                                many of those finished and died
     deliver <id> <attempt>      a handler ran (drain mode)
     idle                        drain mode: run_until_idle returned
     exit <stats as JSON>        the worker returned normally
@@ -99,6 +101,8 @@ def main(argv: list[str]) -> int:
 
     async def run_handler(job: Job[Any]) -> None:
         log.write(f"start {job.id} {job.attempt}{stamp()}")
+        if job.after is not None:  # `after`: what the jobs it waited for became
+            log.write(f"after {job.id} {len(job.after.finished)} {len(job.after.dead)}")
         await asyncio.sleep(args.job_seconds)
         log.write(f"done {job.id}{stamp()}")
 

@@ -50,6 +50,7 @@ class ClaimStart:
         self._order = [(arg, d.role_attrs[role]) for role, arg in _ARGS if arg in params]
         self.key: tuple[Any, ...] | None = None  # the start's values, the id one past the row's
         self._rewind_at = time.monotonic() + REWIND_EVERY
+        self._returned_at = float("-inf")  # when this worker last returned rows (returned())
 
     def at(self) -> Start:
         if self.key is not None and time.monotonic() >= self._rewind_at:
@@ -62,6 +63,12 @@ class ClaimStart:
         self.key = None
         self._rewind_at = time.monotonic() + REWIND_EVERY
 
+    def returned(self) -> None:
+        """This worker returned rows behind the start (a retry, a round rolled back): the next
+        claim starts at the head."""
+        self._returned_at = time.monotonic()
+        self.rewind()
+
     def after(self, row: Any) -> None:
         *first, last = (getattr(row, attr) for _, attr in self._order)
         key = (*first, int(last) + 1)
@@ -70,11 +77,14 @@ class ClaimStart:
     def took(self, start: Start, rows: Sequence[Any], limit: int) -> bool:
         """Note a claim that started at `start` and took `rows` (in claim order) of `limit`:
         the next starts after them, or at the head where this one came back short from a
-        start (rows behind it may be due). Returns whether it did: the caller claims again
-        at once, from the head, rather than wait as a drained queue does."""
+        start (rows behind it may be due). Returns whether the caller should claim again at
+        once, from the head, rather than wait as a drained queue does: where this worker
+        returned rows within the last REWIND_EVERY, which a claim from the head since may
+        have missed, uncommitted (a drain that ends within a second of a retry would leave
+        it to the poll)."""
         if rows:
             self.after(rows[-1])
         if start is not None and len(rows) < limit:
             self.rewind()
-            return True
+            return time.monotonic() - self._returned_at < REWIND_EVERY
         return False

@@ -62,16 +62,16 @@ class RowLock(Form):
 
     def claimed_from(self, start: Start, rows: list[Any], limit: int) -> bool:
         """Note a claim from `start` that took `rows`: the next starts after them, or at the
-        head where this one came back short from a start. Returns whether it did: then the
-        slot claims again at once rather than wait as a drained queue's does (a retry behind
-        the start would wait the poll)."""
+        head where this one came back short from a start. Returns whether the slot claims
+        again at once (ClaimStart.took: this worker returned rows behind the start within a
+        second) rather than wait as a drained queue's does."""
         return self._start is not None and self._start.took(start, rows, limit)
 
     def back_to_head(self) -> None:
         """This worker returned rows behind the start (a retry, a round rolled back): the next
         claim starts at the head, so they wait for no rewind."""
         if self._start is not None:
-            self._start.rewind()
+            self._start.returned()
 
     async def round(self) -> bool:
         batch = self.settings.batch
