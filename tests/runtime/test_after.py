@@ -68,6 +68,10 @@ def test_a_chain_runs_in_order_and_other_jobs_do_not_wait(dialect: str, form: st
         for n in range(8):
             q.mod.insert(conn, new(q, f"free-{n}"))
 
+    with q.db.transaction() as conn:
+        (counts,) = q.mod.status(conn, now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=2))
+    assert (counts.ready, counts.scheduled) == (9, 3)  # the three that wait count as scheduled
+
     def handle(job: Job[str]) -> None:
         ledger.note("start", job.payload)
         ledger.note("end", job.payload)

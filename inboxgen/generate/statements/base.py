@@ -793,9 +793,13 @@ class Statements:
             return f"SUM(CASE WHEN {' AND '.join(conds) or '1 = 1'} THEN 1 ELSE 0 END)"
 
         now = self.p("now")
+        # Not yet runnable: due later, or (`after`) waiting for other jobs.
+        later = [f"{self.c(ra)} > {now}"] if ra is not None else []
+        later += [f"NOT {w}" for w in self.not_waiting()]
         cols = [f"{self.c(g) if g is not None else 'NULL'} AS queue_group",
                 f"{count([ready])} AS ready",
-                (count(unfinished + [f"{self.c(ra)} > {now}"]) if ra is not None else "0")
+                (count(unfinished + ["(" + " OR ".join(later) + ")" if len(later) > 1
+                                     else later[0]]) if later else "0")
                 + " AS scheduled",
                 (count(unfinished + [f"{self.c(lu)} > {now}"]) if lu is not None and q.lease
                  else "NULL") + " AS in_work",

@@ -353,7 +353,13 @@ SELECT "grp" AS queue_group,
     WHERE "edge"."job_id" = "lite_after_jobs"."id"
       AND "parent"."grp" <> :dead_group
 )) THEN 1 ELSE 0 END) AS ready,
-       0 AS scheduled,
+       SUM(CASE WHEN NOT ("parents" = 0 OR NOT EXISTS (
+    SELECT 1
+    FROM "lite_job_after" AS "edge"
+    JOIN "lite_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
+    WHERE "edge"."job_id" = "lite_after_jobs"."id"
+      AND "parent"."grp" <> :dead_group
+)) THEN 1 ELSE 0 END) AS scheduled,
        SUM(CASE WHEN "locked_until" > :now THEN 1 ELSE 0 END) AS in_work,
        NULL AS finished,
        NULL AS oldest_ready

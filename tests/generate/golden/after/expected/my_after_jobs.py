@@ -362,7 +362,14 @@ SELECT `grp` AS queue_group,
       AND `parent`.`processed_at` IS NULL
       AND `parent`.`grp` <> %(dead_group)s
 )) THEN 1 ELSE 0 END) AS ready,
-       0 AS scheduled,
+       SUM(CASE WHEN `processed_at` IS NULL AND NOT (`parents` = 0 OR NOT EXISTS (
+    SELECT 1
+    FROM `my_job_after` AS `edge`
+    JOIN `my_after_jobs` AS `parent` ON `parent`.`id` = `edge`.`after_id`
+    WHERE `edge`.`job_id` = `my_after_jobs`.`id`
+      AND `parent`.`processed_at` IS NULL
+      AND `parent`.`grp` <> %(dead_group)s
+)) THEN 1 ELSE 0 END) AS scheduled,
        NULL AS in_work,
        SUM(CASE WHEN `processed_at` IS NOT NULL THEN 1 ELSE 0 END) AS finished,
        NULL AS oldest_ready

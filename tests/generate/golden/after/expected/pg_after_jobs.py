@@ -769,7 +769,12 @@ SELECT "grp" AS queue_group,
     JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
     WHERE "edge"."job_id" = "pg_after_jobs"."id"
 )) THEN 1 ELSE 0 END) AS ready,
-       SUM(CASE WHEN "retry_after" > %(now)s THEN 1 ELSE 0 END) AS scheduled,
+       SUM(CASE WHEN ("retry_after" > %(now)s OR NOT ("parents" = 0 OR NOT EXISTS (
+    SELECT 1
+    FROM "pg_job_after" AS "edge"
+    JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
+    WHERE "edge"."job_id" = "pg_after_jobs"."id"
+))) THEN 1 ELSE 0 END) AS scheduled,
        SUM(CASE WHEN "locked_until" > %(now)s THEN 1 ELSE 0 END) AS in_work,
        NULL AS finished,
        MIN(CASE WHEN "retry_after" <= %(now)s AND ("locked_until" IS NULL OR "locked_until" <=
