@@ -27,6 +27,10 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
   `lease_key_limits`.
 - `lease_fair_skewed`: `lease_fair` on the same skewed tenants (no key limit): claims take turns
   across the tenants instead of passing over one's backlog.
+- `row_lock_after`, `lease_after`: the row lock (not counting) and the lease on the shape with
+  `after` (a parents column and an after table), every tenth job (by id) waiting for the one
+  before it; "before" this checkout's same form on the shape without `after`: what the claim's
+  condition and a waiting job's extra read cost (integer ids only).
 - `row_lock_kept`, `lease_kept`: the row lock (not counting) and the lease with an `error`
   column and, on shapes that keep finished rows, a `result` column, every handler returning a
   small JSON object for its ack to write; "before" this checkout's same form on the shape
@@ -68,8 +72,20 @@ SKEWED = "lease_key_skewed"  # nor these
 FAIR_SKEWED = "lease_fair_skewed"
 TENANTS = (KEY_LIMITS, FAIR, SKEWED, FAIR_SKEWED)  # the variants whose tables hold KEYS tenants
 KEPT = ("row_lock_kept", "lease_kept")  # error and result columns; "before": the same without
+WAITING = ("row_lock_after", "lease_after")  # `after`; "before": the same without
+WAITS_EVERY = 10  # of a WAITING variant's jobs, every tenth waits for the one before it
 RETURNED = {"sent": True, "id": "m-0001"}  # what a kept variant's handlers return
 KEYS = 1000  # the tenants of its table
+
+
+def _waiting(shape: Any) -> list[str]:
+    """`after`: every WAITS_EVERY-th job (by id) waits for the one before it, as
+    insert_after() would have written it."""
+    if shape.after == "none":
+        return []
+    return [f"INSERT INTO {shape.name}_after (job_id, after_id, on_failure) SELECT id, id - 1, "
+            f"'dead_letter' FROM {shape.name} WHERE id % {WAITS_EVERY} = 0",
+            f"UPDATE {shape.name} SET parents = 1 WHERE id % {WAITS_EVERY} = 0"]
 
 
 # -- the drain, in a process of its own (this checkout's inboxgen, or a release's) ------------
@@ -223,14 +239,17 @@ class Sweep:
     def _shape(self, dialect: str, name: str, variant: str) -> Any:
         from conformance.axes import production
 
-        form = "lease" if variant in ("lease", "lease_kept", *TENANTS) else "row_lock"
-        count = "false" if variant in ("row_lock", PAUSES, "row_lock_kept") else "default"
+        form = "lease" if variant in ("lease", "lease_kept", "lease_after", *TENANTS) \
+            else "row_lock"
+        count = "false" if variant in ("row_lock", PAUSES, "row_lock_kept", "row_lock_after") \
+            else "default"
         kept = variant in KEPT
         finished = production(name).finished
         return production(name, dialect=dialect, form=form, count_crashes=count,
                           error="text" if kept else "none",
                           result="json" if kept and finished == "kept" else "none",
                           pauses="table" if variant == PAUSES else "none",
+                          after="root" if variant in WAITING else "none",
                           limits={KEY_LIMITS: "key", SKEWED: "key", FAIR: "fair",
                                   FAIR_SKEWED: "fair"}.get(variant, "none"))
 
@@ -265,9 +284,11 @@ class Sweep:
         now_path = self._build(shape, None)
         if variant == "row_lock_counted" and "count_crashes=True" not in now_path.read_text():
             return  # the shape does not count (a FIFO table's claim is its group's head)
-        if variant in (PAUSES, *TENANTS, *KEPT):  # "before": this checkout, the shape without
-            other = self._shape(dialect, name, "row_lock" if variant in (PAUSES, KEPT[0])
-                                else "lease")
+        if variant in WAITING and (shape.id != "integer" or shape.dead == "none"):
+            return  # the waiting jobs are written by integer id; `after` needs dead letters
+        if variant in (PAUSES, *TENANTS, *KEPT, *WAITING):  # "before": this checkout, the
+            other = self._shape(dialect, name, "row_lock"  # shape without
+                                if variant in (PAUSES, KEPT[0], WAITING[0]) else "lease")
             release_before = None
             before_path = self._build(other, None)
         else:
@@ -345,6 +366,8 @@ class Sweep:
                     conn.execute(f"UPDATE {shape.name} SET tenant = 'big' WHERE id IN "
                                  f"(SELECT id FROM {shape.name} ORDER BY id "
                                  f"LIMIT {self.opts.jobs // 2})")
+                for sql in _waiting(shape):
+                    conn.execute(sql)
                 conn.commit()
             with psycopg.connect(database, autocommit=True) as conn:
                 conn.execute(f"VACUUM ANALYZE {shape.name}")
@@ -366,6 +389,9 @@ class Sweep:
                     with conn.cursor() as cur:
                         cur.execute(f"UPDATE {shape.name} SET tenant = 'big' ORDER BY id "
                                     f"LIMIT {self.opts.jobs // 2}")
+                with conn.cursor() as cur:
+                    for sql in _waiting(shape):
+                        cur.execute(sql)
                 conn.commit()
                 with conn.cursor() as cur:
                     cur.execute(f"ANALYZE TABLE {shape.name}")

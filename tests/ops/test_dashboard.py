@@ -540,6 +540,34 @@ def test_the_json_endpoint_of_an_app_mounted_in_an_asgi_app_on_sqlite(
             dashboard.dashboard_of(web).database.close()
 
 
+def test_a_batch_callbacks_page_says_how_its_batch_stands(fresh_database: Callable[[str], str],
+                                                          tmp_path: Path) -> None:
+    """On a table with `after`, the job page of a batch's callback says how many of the jobs
+    it waits for are finished, dead (naming them) and waiting; a job that waits for none says
+    nothing of it."""
+    path = fresh_database("sqlite")
+    q = Queue(cli_project(tmp_path / "app", "sqlite",
+                          Layout(form="lease", group=True, dead="group", after=True), path),
+              "sqlite", path)
+    board = dashboard.app(path, [q.mod])
+    try:
+        conn = q.connect()
+        parts, callback = q.mod.insert_batch(conn, [q.new() for _ in range(3)], then=q.new())
+        conn.commit()
+        assert q.mod.cancel(conn, id=parts[1], now=now())  # a dead letter now
+        conn.commit()
+        with in_thread(board) as base:
+            code, page = http("GET", f"{base}/job?table=jobs&id={callback}")
+            assert code == 200
+            shown = re.sub(r"\s+", " ", page.split('class="after">', 1)[1].split("</dd>")[0])
+            assert shown == f"0 finished, 1 dead ({parts[1]}), 2 waiting"
+            code, page = http("GET", f"{base}/job?table=jobs&id={parts[0]}")
+            assert code == 200 and 'class="after"' not in page
+    finally:
+        dashboard.dashboard_of(board).database.close()
+        q.close()
+
+
 # Every route of the dashboard: its pages (GET) and its actions (POST).
 PAGES = ("/", "/job", "/api/status")
 ACTIONS = ("/actions/requeue", "/actions/cancel", "/actions/pause")

@@ -68,14 +68,19 @@ def test_a_database_as_the_migrations_build_it_verifies(project: Callable[[str],
     Layout(form="lease", group=True, pauses=True, concurrency=3, key_concurrency=2),
     Layout(form="lease", processed=False, concurrency=3, rate=(10, 1.0)),
     Layout(form="lease", group=True, pauses=True, fair=True),
-], ids=["row_lock-pauses", "lease-pauses-limits", "lease-limit-rate", "lease-fair"])
+    Layout(form="row_lock", group=True, dead="group", after=True),
+    Layout(form="lease", processed=False, dead="table", after=True),
+], ids=["row_lock-pauses", "lease-pauses-limits", "lease-limit-rate", "lease-fair",
+        "row_lock-after", "lease-after"])
 def test_the_flow_tables_and_counts_of_a_claim_verify(
         project: Callable[..., tuple[Path, str]], dialect: str, layout: Layout) -> None:
-    """A claim that reads a pause table of a few rows (scanned, not indexed) or counts the jobs
-    in work (through the indexes the build asks for) still reads the queue in claim order:
-    verify finds nothing (it once named the pause table's scan as the claim's)."""
+    """A claim that reads a pause table of a few rows (scanned, not indexed), counts the jobs
+    in work (through the indexes the build asks for) or looks up what a job waits for (the
+    after table, and the jobs it names by id) still reads the queue in claim order: verify
+    finds nothing (it once named the pause table's scan as the claim's)."""
     if dialect == "sqlite" and layout.form == "row_lock":
-        layout = Layout(form="lease", group=True, pauses=True)
+        layout = Layout(form="lease", group=True, pauses=layout.pauses, dead=layout.dead,
+                        after=layout.after)
     root, url = project(dialect, layout)
     result = run(root, "verify", "--database-url", url)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -149,7 +149,7 @@ async def _job(request: Request) -> Response:
     now = _dt.datetime.now(_dt.UTC)
     try:
         (job_id,) = maintenance.typed_ids(module, [raw_id]) or []
-        found, groups = await board.database.run(
+        found, groups, after = await board.database.run(
             lambda: _looked_up(board, module, job_id, now))
     except InboxgenError as err:
         code = 400 if isinstance(err, ConfigError) else 503
@@ -165,7 +165,7 @@ async def _job(request: Request) -> Response:
         can_requeue=found is not None and found.state == "dead" and hasattr(module, "requeue"),
         can_cancel=(found is not None and found.state in ("ready", "scheduled")
                     and hasattr(module, "cancel")),
-        dead_group=d.dead_letter_group, groups=groups))
+        dead_group=d.dead_letter_group, groups=groups, after=after))
 
 
 def _dead_letters(board: Dashboard, table: str) -> list[Any]:
@@ -181,10 +181,12 @@ def _dead_letters(board: Dashboard, table: str) -> list[Any]:
 
 
 def _looked_up(board: Dashboard, module: ModuleType, job_id: Any,
-               now: _dt.datetime) -> tuple[Any, list[str]]:
-    """The job's state (the module's `state()`), and, for a dead letter kept in a group (which
+               now: _dt.datetime) -> tuple[Any, list[str], Any]:
+    """The job's state (the module's `state()`); for a dead letter kept in a group (which
     does not remember its own), the groups it may go back into: those of the table's rows
-    (`status()`), but the dead-letter group."""
+    (`status()`), but the dead-letter group; and, on a table with `after`, what became of the
+    jobs it waits for (`after_state()`: a batch's callback says how its batch stands), None
+    where it waits for none."""
     conn, _ = board.database.conn(module)
     dead_group = module.DESCRIPTOR.dead_letter_group
     try:
@@ -193,7 +195,12 @@ def _looked_up(board: Dashboard, module: ModuleType, job_id: Any,
         if found is not None and found.state == "dead" and dead_group is not None:
             groups = sorted({str(g.group) for g in module.status(conn, now=now)
                              if g.group is not None and g.group != dead_group})
-        return found, groups
+        after = None
+        if found is not None and hasattr(module, "after_state"):
+            after = module.after_state(conn, id=job_id)
+            if not (after.finished or after.dead or after.waiting):
+                after = None
+        return found, groups, after
     finally:
         conn.rollback()  # read only: nothing to keep
 

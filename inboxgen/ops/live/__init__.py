@@ -83,9 +83,9 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
             found.append(f"table {table}, statement {name}: does not prepare: {first_line(err)}")
             continue
         filters_rows = queue.role("group") is not None or queue.role("processed_at") is not None
-        # The small tables a claim reads beside its own: the pause and rate tables.
+        # The small tables a claim reads beside its own: the pause, rate and after tables.
         others = frozenset(t.name for t in (queue.pause_table, queue.limits and
-                                            queue.limits.rate_table) if t)
+                                            queue.limits.rate_table, queue.after_table) if t)
         if name in _CLAIMS and not db.ordered_by_index(plan, d.table, filters_rows=filters_rows,
                                                        others=others, walk="after" in params):
             found.append(f"table {table}, statement {name}: no index serves the claim order "
