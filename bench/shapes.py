@@ -29,8 +29,9 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
   across the tenants instead of passing over one's backlog.
 - `row_lock_after`, `lease_after`: the row lock (not counting) and the lease on the shape with
   `after` (a parents column and an after table), every tenth job (by id) waiting for the one
-  before it; "before" this checkout's same form on the shape without `after`: what the claim's
-  condition and a waiting job's extra read cost (integer ids only).
+  before it (`--waits-every`; 0: none, the claim's condition alone); "before" this
+  checkout's same form on the shape without `after`: what the claim's condition and a
+  waiting job's extra read cost (integer ids only).
 - `row_lock_kept`, `lease_kept`: the row lock (not counting) and the lease with an `error`
   column and, on shapes that keep finished rows, a `result` column, every handler returning a
   small JSON object for its ack to write; "before" this checkout's same form on the shape
@@ -78,14 +79,14 @@ RETURNED = {"sent": True, "id": "m-0001"}  # what a kept variant's handlers retu
 KEYS = 1000  # the tenants of its table
 
 
-def _waiting(shape: Any) -> list[str]:
-    """`after`: every WAITS_EVERY-th job (by id) waits for the one before it, as
-    insert_after() would have written it."""
-    if shape.after == "none":
+def _waiting(shape: Any, every: int) -> list[str]:
+    """`after`: every `every`-th job (by id) waits for the one before it, as insert_after()
+    would have written it (0: none)."""
+    if shape.after == "none" or not every:
         return []
     return [f"INSERT INTO {shape.name}_after (job_id, after_id, on_failure) SELECT id, id - 1, "
-            f"'dead_letter' FROM {shape.name} WHERE id % {WAITS_EVERY} = 0",
-            f"UPDATE {shape.name} SET parents = 1 WHERE id % {WAITS_EVERY} = 0"]
+            f"'dead_letter' FROM {shape.name} WHERE id % {every} = 0",
+            f"UPDATE {shape.name} SET parents = 1 WHERE id % {every} = 0"]
 
 
 # -- the drain, in a process of its own (this checkout's inboxgen, or a release's) ------------
@@ -172,6 +173,9 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--previous", default=PREVIOUS)
+    parser.add_argument("--waits-every", type=int, default=WAITS_EVERY,
+                        help="of a *_after variant's jobs, every Nth waits for the one before "
+                             "it (0: none waits)")
     parser.add_argument("--child", default="")
     opts = parser.parse_args()
     if opts.child:
@@ -366,7 +370,7 @@ class Sweep:
                     conn.execute(f"UPDATE {shape.name} SET tenant = 'big' WHERE id IN "
                                  f"(SELECT id FROM {shape.name} ORDER BY id "
                                  f"LIMIT {self.opts.jobs // 2})")
-                for sql in _waiting(shape):
+                for sql in _waiting(shape, self.opts.waits_every):
                     conn.execute(sql)
                 conn.commit()
             with psycopg.connect(database, autocommit=True) as conn:
@@ -390,7 +394,7 @@ class Sweep:
                         cur.execute(f"UPDATE {shape.name} SET tenant = 'big' ORDER BY id "
                                     f"LIMIT {self.opts.jobs // 2}")
                 with conn.cursor() as cur:
-                    for sql in _waiting(shape):
+                    for sql in _waiting(shape, self.opts.waits_every):
                         cur.execute(sql)
                 conn.commit()
                 with conn.cursor() as cur:

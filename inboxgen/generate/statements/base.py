@@ -114,7 +114,12 @@ class Statements:
         q = self.d.quote
         pa, g = self.role("processed_at"), self.role("group")
         parent, edge = q("parent"), q("edge")
-        conds = [f"{edge}.{q('job_id')} = {self.t()}.{self.c(self.q.id)}"]
+        # The outer row's parents again, inside: a subquery whose only tie to the row is the
+        # id PostgreSQL runs once a claim, hashing every waiting row's parents (1.7 ms over
+        # 1,000 of them, against 0.05 ms for the claim); this one it runs per waiting row, two
+        # index probes.
+        conds = [f"{edge}.{q('job_id')} = {self.t()}.{self.c(self.q.id)}",
+                 f"{self.t()}.{self.c(parents)} > 0"]
         if pa is not None:
             conds.append(f"{parent}.{self.c(pa)} IS NULL")
         if self.q.dead_letter_group is not None and g is not None:

@@ -99,6 +99,7 @@ WHERE "id" IN (
         FROM "lite_job_after" AS "edge"
         JOIN "lite_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
         WHERE "edge"."job_id" = "lite_after_jobs"."id"
+          AND "lite_after_jobs"."parents" > 0
           AND "parent"."grp" <> :dead_group
     ))
     ORDER BY "id"
@@ -351,6 +352,7 @@ SELECT "grp" AS queue_group,
     FROM "lite_job_after" AS "edge"
     JOIN "lite_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
     WHERE "edge"."job_id" = "lite_after_jobs"."id"
+      AND "lite_after_jobs"."parents" > 0
       AND "parent"."grp" <> :dead_group
 )) THEN 1 ELSE 0 END) AS ready,
        SUM(CASE WHEN NOT ("parents" = 0 OR NOT EXISTS (
@@ -358,6 +360,7 @@ SELECT "grp" AS queue_group,
     FROM "lite_job_after" AS "edge"
     JOIN "lite_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
     WHERE "edge"."job_id" = "lite_after_jobs"."id"
+      AND "lite_after_jobs"."parents" > 0
       AND "parent"."grp" <> :dead_group
 )) THEN 1 ELSE 0 END) AS scheduled,
        SUM(CASE WHEN "locked_until" > :now THEN 1 ELSE 0 END) AS in_work,

@@ -97,6 +97,7 @@ WHERE `grp` = %(group)s
     FROM `my_job_after` AS `edge`
     JOIN `my_after_jobs` AS `parent` ON `parent`.`id` = `edge`.`after_id`
     WHERE `edge`.`job_id` = `my_after_jobs`.`id`
+      AND `my_after_jobs`.`parents` > 0
       AND `parent`.`processed_at` IS NULL
       AND `parent`.`grp` <> %(dead_group)s
 ))
@@ -359,6 +360,7 @@ SELECT `grp` AS queue_group,
     FROM `my_job_after` AS `edge`
     JOIN `my_after_jobs` AS `parent` ON `parent`.`id` = `edge`.`after_id`
     WHERE `edge`.`job_id` = `my_after_jobs`.`id`
+      AND `my_after_jobs`.`parents` > 0
       AND `parent`.`processed_at` IS NULL
       AND `parent`.`grp` <> %(dead_group)s
 )) THEN 1 ELSE 0 END) AS ready,
@@ -367,6 +369,7 @@ SELECT `grp` AS queue_group,
     FROM `my_job_after` AS `edge`
     JOIN `my_after_jobs` AS `parent` ON `parent`.`id` = `edge`.`after_id`
     WHERE `edge`.`job_id` = `my_after_jobs`.`id`
+      AND `my_after_jobs`.`parents` > 0
       AND `parent`.`processed_at` IS NULL
       AND `parent`.`grp` <> %(dead_group)s
 )) THEN 1 ELSE 0 END) AS scheduled,

@@ -111,6 +111,7 @@ WHERE "id" = ANY(ARRAY(
         FROM "pg_job_after" AS "edge"
         JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
         WHERE "edge"."job_id" = "pg_after_jobs"."id"
+          AND "pg_after_jobs"."parents" > 0
     ))
       AND ("priority", "retry_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
            %(from_id)s)
@@ -163,6 +164,7 @@ WHERE "id" = ANY(ARRAY(
             FROM "pg_job_after" AS "edge"
             JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
             WHERE "edge"."job_id" = "pg_after_jobs"."id"
+              AND "pg_after_jobs"."parents" > 0
         ))
         ORDER BY "retry_after", "id"
         LIMIT %(limit)s
@@ -768,12 +770,14 @@ SELECT "grp" AS queue_group,
     FROM "pg_job_after" AS "edge"
     JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
     WHERE "edge"."job_id" = "pg_after_jobs"."id"
+      AND "pg_after_jobs"."parents" > 0
 )) THEN 1 ELSE 0 END) AS ready,
        SUM(CASE WHEN ("retry_after" > %(now)s OR NOT ("parents" = 0 OR NOT EXISTS (
     SELECT 1
     FROM "pg_job_after" AS "edge"
     JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
     WHERE "edge"."job_id" = "pg_after_jobs"."id"
+      AND "pg_after_jobs"."parents" > 0
 ))) THEN 1 ELSE 0 END) AS scheduled,
        SUM(CASE WHEN "locked_until" > %(now)s THEN 1 ELSE 0 END) AS in_work,
        NULL AS finished,
@@ -783,6 +787,7 @@ SELECT "grp" AS queue_group,
     FROM "pg_job_after" AS "edge"
     JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
     WHERE "edge"."job_id" = "pg_after_jobs"."id"
+      AND "pg_after_jobs"."parents" > 0
 )) THEN "retry_after" END) AS oldest_ready
 FROM "pg_after_jobs"
 GROUP BY "grp"
