@@ -195,7 +195,7 @@ FREE = tuple(axis for axis in AXES if axis not in RULED)
 
 
 def every_shape() -> Iterator[Shape]:
-    """The whole product (level `full` only: tens of millions of shapes)."""
+    """The whole product (level `full` only: over a hundred million shapes)."""
     for values in itertools.product(*AXES.values()):
         yield Shape(*values)
 
