@@ -63,7 +63,7 @@ def test_a_chain_runs_in_order_and_other_jobs_do_not_wait(dialect: str, form: st
         # Three levels, enqueued children first in claim order: the claims must pass over them.
         first = q.mod.insert(conn, new(q, "a"))
         second = q.mod.insert_after(conn, new(q, "b"), after=[first])
-        q.mod.insert_after(conn, new(q, "c"), after=[second, first, second])
+        third = q.mod.insert_after(conn, new(q, "c"), after=[second, first, second])
         q.mod.insert_after(conn, new(q, "d"), after=[first])
         for n in range(8):
             q.mod.insert(conn, new(q, f"free-{n}"))
@@ -86,7 +86,7 @@ def test_a_chain_runs_in_order_and_other_jobs_do_not_wait(dialect: str, form: st
     assert ledger.at("end", "a") < ledger.at("start", "d")
     assert worker.stats.acked == 12 and worker.stats.dead_lettered == 0
     with q.db.transaction() as conn:
-        state = q.mod.after_state(conn, id=second + 1)  # c: waited for b and a, once each
+        state = q.mod.after_state(conn, id=third)  # c waited for b and a, once each
     assert sorted(state.finished) == [first, second] and state.done and not state.dead
 
 
