@@ -130,7 +130,8 @@ class Table:
     # PostgreSQL storage parameters set by CREATE TABLE ... WITH (...) or ALTER TABLE ... SET
     # (...): lower-case name -> value as written.
     settings: dict[str, str] = attrs.field(factory=dict)
-    # PostgreSQL's PARTITION BY: the rows are in the partitions (CREATE TABLE ... PARTITION OF).
+    # PARTITION BY: the rows are in the partitions (PostgreSQL: CREATE TABLE ... PARTITION OF;
+    # MySQL/MariaDB: the partitions the clause itself defines).
     partitioned: bool = False
     partitions: list[Partition] = attrs.field(factory=list)
 
@@ -581,10 +582,33 @@ def _replay(catalog: Catalog, st: Statement) -> None:
         catalog.opaque.append(Opaque(st.path, st.line, st.text, how, runs, how))
 
 
+def _without_partitioning(text: str, d: Dialect) -> tuple[str, bool]:
+    """A MySQL/MariaDB CREATE TABLE without its partition clause, and whether it had one: the
+    clause comes last (`... ) ENGINE=InnoDB PARTITION BY KEY (id) PARTITIONS 4`), and sqlglot
+    reads a statement holding one only as an opaque command. The clause changes no column or
+    index the build checks."""
+    if not d.partition_clause_unread or not re.match(r"\s*CREATE\s+TABLE\b", text, re.I):
+        return text, False
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(d.sqlglot_name).tokenize(text)
+    except Exception:  # the parse that follows reports it
+        return text, False
+    depth = 0
+    for tok in tokens:
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif tok.token_type == TokenType.PARTITION_BY and depth == 0:
+            return text[:tok.start].rstrip(), True
+    return text, False
+
+
 def _replay_statement(catalog: Catalog, st: Statement) -> None:
     d = catalog.dialect
+    text, partitioned = _without_partitioning(st.text, d)
     try:
-        tree = _parse(st.text, d)
+        tree = _parse(text, d)
     except _TooSlow as slow:
         catalog.opaque.append(Opaque(st.path, st.line, st.text,
                                      f"sqlglot cannot parse it (it gave up after {slow} s)"))
@@ -612,7 +636,7 @@ def _replay_statement(catalog: Catalog, st: Statement) -> None:
     if isinstance(tree, exp.Create):
         kind = (tree.args.get("kind") or "").upper()
         if kind == "TABLE":
-            _create_table(catalog, tree, st)
+            _create_table(catalog, tree, st, partitioned)
         elif kind == "INDEX":
             _create_index(catalog, tree, st)
     elif isinstance(tree, exp.Alter) and (tree.args.get("kind") or "").upper() == "TABLE":
@@ -708,7 +732,9 @@ def _declared_integer(name: str, text: str) -> bool:
     return re.search(pattern, text, re.IGNORECASE) is not None
 
 
-def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
+def _create_table(catalog: Catalog, tree: exp.Create, st: Statement,
+                  partitioned: bool = False) -> None:
+    """CREATE TABLE (`partitioned`: its partition clause was read apart, on MySQL/MariaDB)."""
     d = catalog.dialect
     schema_node = tree.this
     props = tree.args.get("properties")
@@ -740,7 +766,7 @@ def _create_table(catalog: Catalog, tree: exp.Create, st: Statement) -> None:
                            and props.find(without_rowid) is not None)
     if d.table_settings:
         table.settings.update(_with_settings(props, d))
-        table.partitioned = _partitioned(props)
+    table.partitioned = partitioned or _partitioned(props)
     for item in _table_items(schema_node):
         if isinstance(item, exp.LikeProperty):
             _copy_like(catalog, table, item, st)

@@ -139,6 +139,10 @@ class _Checker:
         for part, what in ((table.schema, "schema"), (table.name, "table")):
             if part:
                 self.check_identifier(part, spec.line("table"), what)
+        if table.partitioned and not self.d.partitions:
+            self.err(spec.line("table"), f"table {tname} is partitioned ({table.path}:"
+                                         f"{table.line}, PARTITION BY), but SQLite has no "
+                                         f"partitioned tables: it refuses that CREATE TABLE")
         roles = self.bind_roles(table)
         self.time_roles_agree(table, roles)
         form = self.claim_form(roles)
@@ -835,14 +839,22 @@ class _Checker:
 
     def unique(self, table: Table, fields: list[Field]) -> tuple[Field, ...]:
         out: list[Field] = []
+        named_ok = True  # every name a column a key can hold (else the index advice is off)
         for name in self.spec.unique:
             f = next((f for f in fields if self.d.same_name(f.name, name)), None)
             if f is None:
+                named_ok = False
                 self.err(self.spec.line("unique"), f"unique key names column \"{name}\", which "
                                                    f"table \"{table.name}\" does not have")
+            elif f.role == "id" and f.generated:
+                named_ok = False
+                self.err(self.spec.line("unique"),
+                         f"unique key names column \"{name}\", the id the database gives each "
+                         f"new row: no insert ever conflicts on it (on a partitioned table, "
+                         f"partition it by the key's columns to make them unique)")
             else:
                 out.append(f)
-        if out:
+        if out and named_ok:
             cols = [f.name for f in out]
             if not any(i.unique and not i.partial and sorted(i.columns) == sorted(cols)
                        for i in self.catalog.indexes_of(table)):

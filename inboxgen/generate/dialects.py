@@ -61,6 +61,11 @@ class Dialect:
     partial_indexes: bool = True
     # PostgreSQL's per-table storage parameters (fillfactor, autovacuum_*).
     table_settings: bool = False
+    # Partitioned tables (PARTITION BY): PostgreSQL's and MySQL/MariaDB's; SQLite has none.
+    partitions: bool = True
+    # MySQL/MariaDB: sqlglot cannot read a CREATE TABLE's partition clause (`PARTITION BY KEY
+    # (id) PARTITIONS 4`, after the table's options), so the catalog reads the table without it.
+    partition_clause_unread: bool = False
     # MySQL/MariaDB names an index within its table; PostgreSQL (within a schema) and SQLite
     # give tables and indexes names from one set.
     index_names_per_table: bool = False
@@ -191,6 +196,7 @@ MYSQL = Dialect(
     too_old=_mysql_too_old,
     prefix_parts_parse_as_calls=True,
     partial_indexes=False,
+    partition_clause_unread=True,
     index_names_per_table=True,
     now_default="DEFAULT (UTC_TIMESTAMP(6))",
 )
@@ -208,6 +214,7 @@ SQLITE = Dialect(
     pyformat=False,
     times_as_text=True,
     integer_key_is_rowid=True,
+    partitions=False,
     now_default="DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))",
 )
 

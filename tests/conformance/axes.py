@@ -40,6 +40,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "progress": ("none", "json"),
     "replace": ("none", "debounce"),
     "after": ("none", "root"),
+    "storage": ("plain", "partitioned"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
 # connection (a dead letter to a table under a pipelined row lock looped here).
@@ -55,7 +56,8 @@ PRODUCTION_BASE = {"dialect": "postgres", "form": "row_lock", "count_crashes": "
                    "order": "both", "group": "none", "id": "integer", "attempt": "integer",
                    "payload": "json", "pauses": "none", "limits": "none",
                    "error": "none", "result": "none",
-                   "progress": "none", "replace": "none", "after": "none"}
+                   "progress": "none", "replace": "none", "after": "none",
+                   "storage": "plain"}
 PRODUCTION: dict[str, dict[str, str]] = {
     "priority_due": {},
     "priority_due_kept": {"finished": "kept"},
@@ -99,6 +101,10 @@ class Shape:
     # the drain but the first (A) after it, on_failure="run" (but where it enqueues through
     # insert_replace()), and checks none was delivered before A's last delivery
     after: str
+    # "partitioned": the queue table is partitioned by a hash of its id (of its replace key,
+    # where it has one) in two partitions (PostgreSQL: PARTITION BY HASH and two PARTITION OF,
+    # its claim index on the parent; MySQL/MariaDB: PARTITION BY KEY)
+    storage: str
 
     @property
     def name(self) -> str:
@@ -142,6 +148,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "progress": {"none": "", "json": "pr"},
     "replace": {"none": "", "debounce": "xd"},
     "after": {"none": "", "root": "wa"},
+    "storage": {"plain": "", "partitioned": "sp"},
 }
 
 
@@ -158,6 +165,8 @@ def production_seeds() -> list[Shape]:
 
 def refusal(s: Shape) -> str | None:
     """Why the build refuses shape `s` (a phrase its error contains), or None where it builds."""
+    if s.dialect == "sqlite" and s.storage == "partitioned":
+        return "SQLite has no partitioned tables"
     if s.dialect == "sqlite" and s.form == "row_lock":
         return "row_lock"  # SQLite has no row lock
     if s.group == "fifo" and s.form == "advisory":
@@ -190,7 +199,7 @@ def refusal(s: Shape) -> str | None:
 # axes' product) and nothing below enumerates the whole product (test_axes.py checks that
 # refusal() reads no free axis).
 RULED = ("dialect", "form", "count_crashes", "dead", "finished", "group", "limits", "result",
-         "progress", "after")
+         "progress", "after", "storage")
 FREE = tuple(axis for axis in AXES if axis not in RULED)
 
 

@@ -55,13 +55,11 @@ _TYPES = {
 @dataclass(frozen=True)
 class Names:
     """How a shape's tables are named: its own plain name by default; the generator's edge
-    (test_generator_edge.py) draws a schema, quoted names with capitals and spaces, and
-    PostgreSQL partitions."""
+    (test_generator_edge.py) draws a schema and quoted names with capitals and spaces."""
 
     table: str
     schema: str | None = None
     quoted: bool = False
-    partitioned: bool = False
 
     def sql(self, dialect: str, suffix: str = "") -> str:
         """The table's name in the DDL (`suffix`: `_dead`, `_ledger`, `_claim`)."""
@@ -77,14 +75,23 @@ class Names:
         return (f"{self.schema}." if self.schema else "") + self.table + suffix
 
 
-def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
-    """The column definitions of the queue table (or, `dead`, of its dead-letter table)."""
+def partition_key(s: Shape) -> str:
+    """The column a partitioned shape's table is partitioned by: its replace key where it has
+    one (a unique index must hold the partition key, and one on the key and the generated id
+    would never conflict), else its id."""
+    return "job_key" if s.replace != "none" else "id"
+
+
+def columns(s: Shape, *, dead: bool) -> list[str]:
+    """The column definitions of the queue table (or, `dead`, of its dead-letter table). A
+    table partitioned by its replace key has the primary key (id, job_key)."""
     t = _TYPES[s.dialect]
     if s.id == "integer":
         idt = t["bigint"] if dead else t["serial"]
     else:
         idt = t["uuid"] if s.id == "uuid" else t["text"]
-    cols = [f"id {idt} PRIMARY KEY"]
+    by_key = not dead and s.storage == "partitioned" and partition_key(s) != "id"
+    cols = [f"id {idt}" if by_key else f"id {idt} PRIMARY KEY"]
     if s.group != "none":
         cols.append(f"grp {t['group']} NOT NULL")
     if s.has_priority:
@@ -111,6 +118,8 @@ def columns(s: Shape, *, dead: bool, partitioned: bool = False) -> list[str]:
         cols.append(f"job_key {t['group']} NOT NULL")
         if s.has_retry_after:
             cols.append(f"enqueued_at {t['time']} NOT NULL DEFAULT {t['now_default']}")
+    if by_key:
+        cols.append("PRIMARY KEY (id, job_key)")
     return cols
 
 
@@ -138,23 +147,25 @@ def ddl(s: Shape, names: Names | None = None) -> str:
     out = []
     if names.schema is not None:
         out.append(f'CREATE SCHEMA "{names.schema}";')
-    queue = columns(s, dead=False)
-    if names.partitioned:
-        # PostgreSQL: hash partitions of the id, the claim index on the parent.
-        out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(queue)
-                   + "\n) PARTITION BY HASH (id);")
-        for n in range(2):
+    queue = f"CREATE TABLE {table} (\n    " + ",\n    ".join(columns(s, dead=False)) + "\n)"
+    by = partition_key(s)
+    if s.storage == "partitioned" and s.dialect == "mysql":
+        out.append(f"{queue} PARTITION BY KEY ({by}) PARTITIONS 2;")
+    elif s.storage == "partitioned":
+        # PostgreSQL: hash partitions, the claim index on the parent (SQLite, which has none,
+        # refuses the clause).
+        out.append(f"{queue} PARTITION BY HASH ({by});")
+        for n in range(2 if s.dialect == "postgres" else 0):
             out.append(f"CREATE TABLE {names.sql(s.dialect, f'_p{n}')} PARTITION OF {table} "
                        f"FOR VALUES WITH (MODULUS 2, REMAINDER {n});")
     else:
-        out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(queue) + "\n);")
+        out.append(f"{queue};")
     out.append(claim_index(s, names))
-    if s.replace == "debounce":  # (a partitioned table's unique keys hold its partition key)
+    if s.replace == "debounce":
         index = names.sql(s.dialect, "_key")
         if names.schema is not None and s.dialect == "postgres":
             index = f'"{names.table}_key"'
-        key = "job_key, id" if names.partitioned else "job_key"
-        out.append(f"CREATE UNIQUE INDEX {index} ON {table} ({key});")
+        out.append(f"CREATE UNIQUE INDEX {index} ON {table} (job_key);")
     # The indexes a limited claim counts the jobs in work through.
     counted = {"queue": [("_in_work", "locked_until")],
                "key": [("_in_work", "locked_until"), ("_tenant", "tenant, locked_until")]}
@@ -207,8 +218,7 @@ def spec(s: Shape, names: Names | None = None) -> str:
     if s.count_crashes != "default":
         lines.append(f"count_crashes = {s.count_crashes}")
     if s.replace == "debounce":
-        lines.append('unique = ["job_key", "id"]' if names.partitioned else
-                     'unique = ["job_key"]')
+        lines.append('unique = ["job_key"]')
     if s.after != "none":
         lines.append(f'after = "{names.spec("_after")}"')
     lines += ["", "[columns]",

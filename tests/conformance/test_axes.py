@@ -27,7 +27,7 @@ def test_the_covering_array_holds_every_pair_of_random_valid_shapes() -> None:
     array = covering_array()
     assert all(refusal(s) is None for s in array)
     held = {pair for s in array for pair in itertools.combinations(s.values().items(), 2)}
-    valid = [s for s in _random_shapes(30_000, seed=3) if refusal(s) is None]
+    valid = [s for s in _random_shapes(40_000, seed=3) if refusal(s) is None]
     assert len(valid) > 1_000  # the sample reaches the valid space
     for s in valid:
         for pair in itertools.combinations(s.values().items(), 2):

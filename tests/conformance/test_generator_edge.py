@@ -1,6 +1,6 @@
 """Property tests at the generator's edge: Hypothesis draws a spec and its DDL from the
 matrix's axes (axes.py) plus what a user's schema adds: a PostgreSQL schema, quoted names with
-capitals and spaces, a table partitioned by hash with its claim index on the parent. Either the
+capitals and spaces (a table partitioned by hash is an axis of the matrix's). Either the
 build refuses the spec with located errors, or `inboxgen verify --database-url` against the
 migrated database is clean: every generated statement prepares on the real server, the live
 table matches the migrations and a claim index serves the claim order.
@@ -43,8 +43,7 @@ def drawn(draw: Any, dialect: str) -> tuple[Shape, shapes.Names]:
     table = draw(st.sampled_from(["Job Queue", "Jobs", "jobs_q"])) if quoted else "jobs_q"
     schema = draw(st.sampled_from([None, "app", "App Schema"])) if dialect == "postgres" \
         else None
-    partitioned = dialect == "postgres" and draw(st.booleans())
-    return s, shapes.Names(table, schema, quoted or schema is not None, partitioned)
+    return s, shapes.Names(table, schema, quoted or schema is not None)
 
 
 # The SQL a build warning ends with: the claim index, a table's storage settings.
