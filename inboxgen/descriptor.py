@@ -87,6 +87,15 @@ class AfterState:
         return cls(finished=tuple(by["finished"]), dead=tuple(by["dead"]),
                    waiting=tuple(by["waiting"]), blocking=tuple(blocking))
 
+    @classmethod
+    def by_job(cls, ids: Sequence[Any], rows: Sequence[Sequence[Any]]) -> dict[Any, AfterState]:
+        """From AFTER_STATES' rows, (job_id, after_id, on_failure, state): each job of `ids`
+        and its AfterState (an empty one for a job that waits for none)."""
+        of: dict[Any, list[Sequence[Any]]] = {i: [] for i in ids}
+        for job_id, *rest in rows:
+            of.setdefault(job_id, []).append(rest)
+        return {i: cls.of(found) for i, found in of.items()}
+
     @property
     def done(self) -> bool:
         """Whether every job it waits for is finished or dead."""
@@ -201,6 +210,7 @@ class Operations:
     resume: Callable[..., Any] | None = None
     paused: Callable[..., Any] | None = None
     after_state: Callable[..., Any] | None = None  # `after`: what a waiting job waits for
+    after_states: Callable[..., Any] | None = None  # the same, of several jobs at once
 
 
 @attrs.frozen

@@ -111,7 +111,7 @@ class Delivery:
             if past is not None:
                 await self.settle(h, past, conn)
                 return
-            if self._parents is not None and getattr(h.row, self._parents):
+            if self.waits(h):
                 failed = await self.waited_for(h, conn)
                 if failed is not None:
                     await self.settle(h, failed, conn)
@@ -145,12 +145,40 @@ class Delivery:
             if not h.flushing:
                 self._done(1)
 
-    async def waited_for(self, h: Held, conn: Any | None) -> Settlement | None:
-        """`after`: read what became of the jobs row `h` waits for (its claim saw none of them
-        queued unfinished) into `h.after`. One that failed, where the row was enqueued with
-        on_failure="dead_letter", dead-letters it without running (the Settlement); the jobs
-        waiting for it then see it failed in turn."""
+    def waits(self, h: Held) -> bool:
+        """`after`: whether row `h` waits for other jobs (its parents column is above 0)."""
+        return self._parents is not None and bool(getattr(h.row, self._parents))
+
+    async def read_after(self, held: list[Held], conn: Any | None) -> None:
+        """`after`: read what became of the jobs that the claimed rows of `held` wait for, in
+        one statement for the whole batch (`conn`: the claim's, else a pooled connection), into
+        each one's `h.after`. Under a lease a failed read is left to each delivery, which reads
+        its own row's then: the rows are claimed already."""
+        waiting = [h for h in held if self.waits(h)]
+        if len(waiting) < 2 or self.d.ops.after_states is None:
+            return  # one row: waited_for() reads it, the same one statement
+        ids = [h.id for h in waiting]
         if conn is not None:
+            found = await self.calls(conn, "after_states", ids=ids)
+        else:
+            try:
+                async with self.backend.connection() as read:
+                    found = await self.calls(read, "after_states", ids=ids)
+            except Exception as err:
+                log.debug("%s: the states of what rows %s wait for were not read at once (%s)",
+                          self.name, ids, err)
+                return
+        for h in waiting:
+            h.after = found[h.id]
+
+    async def waited_for(self, h: Held, conn: Any | None) -> Settlement | None:
+        """`after`: what became of the jobs row `h` waits for (its claim saw none of them
+        queued unfinished), in `h.after`: read with its batch (read_after), else here. One
+        that failed, where the row was enqueued with on_failure="dead_letter", dead-letters it
+        without running (the Settlement); the jobs waiting for it then see it failed in turn."""
+        if h.after is not None:
+            pass
+        elif conn is not None:
             h.after = await self.calls(conn, "after_state", id=h.id)
         else:
             async with self.backend.connection() as read:

@@ -169,3 +169,46 @@ def test_a_batch_callback_runs_once_after_the_batch_and_reads_how_it_went(
     assert sorted(state.dead) == sorted([ids[3], ids[5]])
     assert sorted(state.finished) == sorted(set(ids) - {ids[3], ids[5]})
     assert state.waiting == () and state.blocking == ()
+
+
+@pytest.mark.parametrize(("dialect", "form", "dead"), FORMS)
+def test_waiting_jobs_claimed_together_read_what_they_wait_for_together(
+        dialect: str, form: str, dead: str, queue: MakeQueue) -> None:
+    q = queue(dialect, layout(form, dead))
+    ledger = Ledger()
+    with q.db.transaction() as conn:
+        good = q.mod.insert(conn, new(q, "good"))
+        bad = q.mod.insert(conn, new(q, "bad"))
+        stopped = [q.mod.insert_after(conn, new(q, f"stopped-{n}"), after=[good, bad])
+                   for n in range(3)]
+        anyway = [q.mod.insert_after(conn, new(q, f"anyway-{n}"), after=[bad, good],
+                                     on_failure="run") for n in range(3)]
+
+    def handle(job: Job[str]) -> None:
+        ledger.note("start", job.payload)
+        ledger.after[job.payload] = job.after
+        if job.payload == "bad":
+            raise RuntimeError("no such mailbox")
+
+    clock = fake_clock()
+    # One slot of eight: once "bad" is dead the six that wait are claimed in one batch.
+    worker = Worker(q.mod.DESCRIPTOR, handle, database=q.database, clock=clock, group="g", batch=8,
+                    workers=1)
+    serve_until(worker, clock, lambda: worker.stats.dead_lettered == 4
+                and all(f"anyway-{n}" in ledger.ran() for n in range(3)), max_seconds=3600)
+    assert sorted(ledger.ran()) == sorted(["good", "bad", "bad", "bad",
+                                           *(f"anyway-{n}" for n in range(3))])
+    for n in range(3):
+        after = ledger.after[f"anyway-{n}"]
+        assert (after.finished, after.dead, after.waiting, after.blocking) == \
+            ((good,), (bad,), (), ())
+    now = clock.now()
+    with q.db.transaction() as conn:
+        for job in stopped:
+            st = q.mod.state(conn, id=job, now=now)
+            assert st.state == "dead" and st.error.startswith(f"job {bad}, which it waits for")
+        # after_states() reads several jobs' at once, as after_state() reads each one's.
+        ids = [*stopped, *anyway, good]
+        assert q.mod.after_states(conn, ids=ids) == {
+            i: q.mod.after_state(conn, id=i) for i in ids}
+        assert q.mod.after_states(conn, ids=[]) == {}

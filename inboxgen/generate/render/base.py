@@ -613,6 +613,7 @@ class Renderer:
             out.extend(self.pauses())
         if "AFTER_STATE" in st:
             out.append(self.after_state())
+            out.append(self.after_states())
         if "DEAD_LIST" in st:
             out.append(self.dead_letters())
         moved = ("Move dead letters (all, or those of `ids`) from the dead-letter table back "
@@ -705,6 +706,18 @@ class Renderer:
         return Func("after_state", self.args(s), "AfterState", s.doc, (
             Step("exec", (*self.cur("AFTER_STATE", self.params(s)),
                           "found = AWAIT cur.fetchall()"), "AfterState.of(found)"),))
+
+    def after_states(self) -> Func:
+        """after_states(): AFTER_STATES' rows as an AfterState for each job of `ids`."""
+        s = self.st["AFTER_STATES"]
+        id_t = self.raw_type(self.q.id).removesuffix(" | None")
+        items = [f'"ids": {self.ids_from("ids")}' if p == "ids" else
+                 f"{py_str(p)}: {self.param_value(p)}" for p in s.params]
+        return Func("after_states", f"*, ids: Sequence[{id_t}]", f"dict[{id_t}, AfterState]",
+                    s.doc, (Step("exec", ("if not ids:", "    return {}",
+                                          *self.cur("AFTER_STATES", items),
+                                          "found = AWAIT cur.fetchall()"),
+                                 "AfterState.by_job(ids, found)"),))
 
     def after_functions(self, options: str, gives_id: bool) -> list[Func]:
         """insert_after() and insert_batch(): `after`. The new row and the rows that say what

@@ -924,7 +924,7 @@ class Statements:
 
     def after(self, edges: TableRef) -> None:
         """`after`: AFTER_ADD lists one job a new job waits for, AFTER_SET counts them on its
-        row, AFTER_STATE says what became of each."""
+        row, AFTER_STATE says what became of each (AFTER_STATES: of several jobs' at once)."""
         q, t = self.d.quote, self.t(edges)
         parents = self.role("parents")
         assert parents is not None
@@ -952,12 +952,17 @@ class Statements:
             whens.append((f"{parent}.{self.c(pa)} IS NOT NULL", "finished"))
         case = "CASE " + "".join(f"WHEN {cond} THEN '{state}'\n            "
                                  for cond, state in whens) + "ELSE 'waiting' END"
-        self.add("AFTER_STATE", f"SELECT {after_id}, {edge}.{q('on_failure')},\n       {case}\n"
-                                f"FROM {t} AS {edge}\n" + "\n".join(joins) + "\n"
-                                f"WHERE {edge}.{q('job_id')} = {self.p('id')}\n"
+        job_id = f"{edge}.{q('job_id')}"
+        read = f"{after_id}, {edge}.{q('on_failure')},\n       {case}\nFROM {t} AS {edge}\n" \
+            + "\n".join(joins)
+        self.add("AFTER_STATE", f"SELECT {read}\nWHERE {job_id} = {self.p('id')}\n"
                                 f"ORDER BY {after_id}",
                  "What became of each job that job `id` waits for: finished, dead (a dead "
                  "letter, or cancelled) or waiting.")
+        self.add("AFTER_STATES", f"SELECT {job_id}, {read}\nWHERE {self.ids_in(job_id)}\n"
+                                 f"ORDER BY {job_id}, {after_id}",
+                 "What became of the jobs that each job of `ids` waits for, read at once (the "
+                 "worker reads a claimed batch's waiting jobs together).")
 
     def state(self, g: Field | None, pa: Field | None, ra: Field | None,
               lu: Field | None) -> None:

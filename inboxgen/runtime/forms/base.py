@@ -279,6 +279,7 @@ class Form:
         self.slots.took(len(held))
         started = 0
         try:
+            await self.delivery.read_after(held, conn)
             for h in held:
                 started += 1
                 await self.delivery.deliver(h, conn)

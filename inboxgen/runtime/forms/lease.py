@@ -182,8 +182,11 @@ class Lease(Form):
         self.observed_claim(rows, limit, started)
         self.slots.took(len(rows))  # in work from the claim on: a shutdown waits for them
         held = self._hold(rows, until)
-        for h in held:
-            self._ready.put_nowait(h)
+        try:
+            await self.delivery.read_after(held, None)  # `after`: a batch's waiting rows at once
+        finally:
+            for h in held:  # (a stop that cancels the read still finds them there)
+                self._ready.put_nowait(h)
         return [h.row for h in held]
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:

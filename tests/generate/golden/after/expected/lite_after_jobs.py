@@ -449,6 +449,31 @@ def after_state(conn: sqlite3.Connection | _c.ConnectionHolder, *, id: int) -> A
     return AfterState.of(found)
 
 
+# What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+# claimed batch's waiting jobs together).
+AFTER_STATES: Final[LiteralString] = """
+SELECT "edge"."job_id", "edge"."after_id", "edge"."on_failure",
+       CASE WHEN "parent"."id" IS NULL THEN 'finished'
+            WHEN "parent"."grp" = :dead_group THEN 'dead'
+            ELSE 'waiting' END
+FROM "lite_job_after" AS "edge"
+LEFT JOIN "lite_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
+WHERE "edge"."job_id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
+ORDER BY "edge"."job_id", "edge"."after_id"
+"""
+
+
+def after_states(conn: sqlite3.Connection, *, ids: Sequence[int]) -> dict[int, AfterState]:
+    """What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+    claimed batch's waiting jobs together).
+    """
+    if not ids:
+        return {}
+    cur = conn.execute(AFTER_STATES, {"dead_group": "dead", "ids": _v.json_text(list(ids))})
+    found = cur.fetchall()
+    return AfterState.by_job(ids, found)
+
+
 # List up to `limit` dead letters, the newest (by id) first, with their payloads.
 DEAD_LIST: Final[LiteralString] = """
 SELECT 'dead' AS state, "id", "attempt", NULL, NULL, "payload"
@@ -509,7 +534,7 @@ def requeue(
 OPS: Final = Operations(
     claim=claim, renew=renew, finish=finish, retry=retry, dead_letter=dead_letter,
     renew_many=renew_many, finish_many=finish_many, insert=insert, insert_many=insert_many,
-    after_state=after_state,
+    after_state=after_state, after_states=after_states,
 )
 
 STATEMENTS: Final = {
@@ -517,7 +542,7 @@ STATEMENTS: Final = {
     "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
     "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
     "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST, "AFTER_ADD": AFTER_ADD,
-    "AFTER_SET": AFTER_SET, "AFTER_STATE": AFTER_STATE,
+    "AFTER_SET": AFTER_SET, "AFTER_STATE": AFTER_STATE, "AFTER_STATES": AFTER_STATES,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

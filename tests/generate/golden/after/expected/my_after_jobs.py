@@ -580,6 +580,51 @@ async def after_state_async(
     return AfterState.of(found)
 
 
+# What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+# claimed batch's waiting jobs together).
+AFTER_STATES: Final[LiteralString] = """
+SELECT `edge`.`job_id`, `edge`.`after_id`, `edge`.`on_failure`,
+       CASE WHEN `parent`.`id` IS NULL THEN 'finished'
+            WHEN `parent`.`grp` = %(dead_group)s THEN 'dead'
+            WHEN `parent`.`processed_at` IS NOT NULL THEN 'finished'
+            ELSE 'waiting' END
+FROM `my_job_after` AS `edge`
+LEFT JOIN `my_after_jobs` AS `parent` ON `parent`.`id` = `edge`.`after_id`
+WHERE `edge`.`job_id` IN %(ids)s
+ORDER BY `edge`.`job_id`, `edge`.`after_id`
+"""
+
+
+def after_states(
+    conn: pymysql.connections.Connection[Any], *, ids: Sequence[int],
+) -> dict[int, AfterState]:
+    """What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+    claimed batch's waiting jobs together).
+    """
+    if not ids:
+        return {}
+    cur = _v.mysql_execute(conn, AFTER_STATES, {
+        "dead_group": "dead", "ids": tuple(ids),
+    })
+    found = cur.fetchall()
+    return AfterState.by_job(ids, found)
+
+
+async def after_states_async(
+    conn: _v.AsyncMySQLConnection, *, ids: Sequence[int],
+) -> dict[int, AfterState]:
+    """What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+    claimed batch's waiting jobs together).
+    """
+    if not ids:
+        return {}
+    cur = await _v.mysql_execute_async(conn, AFTER_STATES, {
+        "dead_group": "dead", "ids": tuple(ids),
+    })
+    found = await cur.fetchall()
+    return AfterState.by_job(ids, found)
+
+
 # List up to `limit` dead letters, the newest (by id) first, with their payloads.
 DEAD_LIST: Final[LiteralString] = """
 SELECT 'dead' AS state, `id`, `attempt`, NULL, `processed_at`, `payload`
@@ -662,11 +707,12 @@ async def requeue_async(
 
 OPS: Final = Operations(
     claim=claim, release=release, finish=finish, dead_letter=dead_letter, insert=insert,
-    insert_many=insert_many, after_state=after_state,
+    insert_many=insert_many, after_state=after_state, after_states=after_states,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, release=release_async, finish=finish_async, dead_letter=dead_letter_async,
     insert=insert_async, insert_many=insert_many_async, after_state=after_state_async,
+    after_states=after_states_async,
 )
 
 STATEMENTS: Final = {
@@ -675,6 +721,7 @@ STATEMENTS: Final = {
     "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
     "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
     "AFTER_ADD": AFTER_ADD, "AFTER_SET": AFTER_SET, "AFTER_STATE": AFTER_STATE,
+    "AFTER_STATES": AFTER_STATES,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -1025,6 +1025,45 @@ async def after_state_async(
     return AfterState.of(found)
 
 
+# What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+# claimed batch's waiting jobs together).
+AFTER_STATES: Final[LiteralString] = """
+SELECT "edge"."job_id", "edge"."after_id", "edge"."on_failure",
+       CASE WHEN "dead"."id" IS NOT NULL THEN 'dead'
+            WHEN "parent"."id" IS NULL THEN 'finished'
+            ELSE 'waiting' END
+FROM "pg_job_after" AS "edge"
+LEFT JOIN "pg_after_jobs" AS "parent" ON "parent"."id" = "edge"."after_id"
+LEFT JOIN "pg_after_dead" AS "dead" ON "dead"."id" = "edge"."after_id"
+WHERE "edge"."job_id" = ANY(%(ids)s::BIGINT[])
+ORDER BY "edge"."job_id", "edge"."after_id"
+"""
+
+
+def after_states(conn: psycopg.Connection[Any], *, ids: Sequence[int]) -> dict[int, AfterState]:
+    """What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+    claimed batch's waiting jobs together).
+    """
+    if not ids:
+        return {}
+    cur = conn.execute(AFTER_STATES, {"ids": list(ids)})
+    found = cur.fetchall()
+    return AfterState.by_job(ids, found)
+
+
+async def after_states_async(
+    conn: psycopg.AsyncConnection[Any], *, ids: Sequence[int],
+) -> dict[int, AfterState]:
+    """What became of the jobs that each job of `ids` waits for, read at once (the worker reads a
+    claimed batch's waiting jobs together).
+    """
+    if not ids:
+        return {}
+    cur = await conn.execute(AFTER_STATES, {"ids": list(ids)})
+    found = await cur.fetchall()
+    return AfterState.by_job(ids, found)
+
+
 # List up to `limit` dead letters, the newest (by id) first, with their payloads and errors.
 DEAD_LIST: Final[LiteralString] = """
 SELECT 'dead' AS state, "id", "attempt", "retry_after", NULL, "payload", "error"
@@ -1114,13 +1153,14 @@ OPS: Final = Operations(
     claim=claim, scheduled=scheduled, renew=renew, finish=finish, retry=retry,
     retry_after=retry_after, dead_letter=dead_letter, renew_many=renew_many,
     finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
-    after_state=after_state,
+    after_state=after_state, after_states=after_states,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, scheduled=scheduled_async, renew=renew_async, finish=finish_async,
     retry=retry_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
     renew_many=renew_many_async, finish_many=finish_many_async, insert=insert_async,
     insert_many=insert_many_async, notify=notify_async, after_state=after_state_async,
+    after_states=after_states_async,
 )
 
 STATEMENTS: Final = {
@@ -1131,7 +1171,8 @@ STATEMENTS: Final = {
     "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
     "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "CANCEL": CANCEL,
     "STATE": STATE, "DEAD_LIST": DEAD_LIST, "AFTER_ADD": AFTER_ADD, "AFTER_SET": AFTER_SET,
-    "AFTER_STATE": AFTER_STATE, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "AFTER_STATE": AFTER_STATE, "AFTER_STATES": AFTER_STATES, "NOTIFY": NOTIFY,
+    "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
