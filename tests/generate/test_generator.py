@@ -178,6 +178,50 @@ def test_a_parse_past_its_budget_stops_even_where_the_parser_swallows_the_alarm(
     assert time.monotonic() - began < 2
 
 
+def test_a_parse_budget_spent_inside_a_gc_callback_still_ends_the_parse(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The alarm may land in a garbage collector callback that the parse's allocations ran (a
+    test tool's): raised there, the budget's exception was reported as unraisable and dropped.
+    It waits for the next alarm instead, which ends the parse."""
+    import gc
+    import sys
+    import time
+
+    import sqlglot
+
+    from inboxgen.generate import catalog
+    from inboxgen.generate.dialects import DIALECTS
+
+    began = time.monotonic()
+    slept = []
+
+    def slow_collection(phase: str, info: object) -> None:
+        # One collection runs across the budget's end (0.3 s), so the alarm lands in it.
+        if phase == "start" and not slept and time.monotonic() - began > 0.25:
+            slept.append(True)
+            time.sleep(0.2)
+
+    def allocating_parse(*args: object, **kwargs: object) -> object:
+        until = time.monotonic() + 10
+        while time.monotonic() < until:  # a parse that never ends, and makes cyclic garbage
+            cycle: list[object] = []
+            cycle.append(cycle)
+        return "still parsing"
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    monkeypatch.setattr(catalog, "_PARSE_SECONDS", 0.3)
+    monkeypatch.setattr(sqlglot, "parse_one", allocating_parse)
+    gc.callbacks.append(slow_collection)
+    try:
+        with pytest.raises(catalog._TooSlow):
+            catalog._parse("SELECT 1", DIALECTS["postgres"])
+    finally:
+        gc.callbacks.remove(slow_collection)
+    assert slept and unraisable == []
+    assert time.monotonic() - began < 2
+
+
 # ---------------------------------------------------------------------------------------------
 # SQLite fills an INTEGER PRIMARY KEY only in a rowid table.
 
