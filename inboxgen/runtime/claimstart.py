@@ -32,11 +32,18 @@ Start = dict[str, Any] | None
 _ARGS = (("priority", "from_priority"), ("retry_after", "from_retry_after"), ("id", "from_id"))
 
 
+def _claim_params(d: TableDescriptor) -> tuple[str, ...]:
+    """The parameters of the statement that reads a claim's rows: CLAIM, or the advisory
+    form's CANDIDATES."""
+    params = d.statement_params
+    return tuple(params.get("CLAIM", ()) or params.get("CANDIDATES", ()))
+
+
 def claims_from_id(d: TableDescriptor) -> bool:
     """Whether the table's claim takes a start (`from_id`): the generator gives one to
-    PostgreSQL and MySQL/MariaDB lease and row-lock tables with an integer id whose claim
-    order columns are NOT NULL (FIFO claims take their groups' heads instead)."""
-    return "from_id" in d.statement_params.get("CLAIM", ()) and not d.fifo
+    PostgreSQL and MySQL/MariaDB lease, row-lock and advisory tables with an integer id whose
+    claim order columns are NOT NULL (FIFO claims take their groups' heads instead)."""
+    return "from_id" in _claim_params(d) and not d.fifo
 
 
 class ClaimStart:
@@ -45,7 +52,7 @@ class ClaimStart:
     over the rows the others hold."""
 
     def __init__(self, d: TableDescriptor) -> None:
-        params = d.statement_params.get("CLAIM", ())
+        params = _claim_params(d)
         # (claim() argument, row attribute), in claim order.
         self._order = [(arg, d.role_attrs[role]) for role, arg in _ARGS if arg in params]
         self.key: tuple[Any, ...] | None = None  # the start's values, the id one past the row's

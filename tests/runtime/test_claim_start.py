@@ -1,7 +1,8 @@
-"""A table claimed in id order, under a lease or a row lock (counted or not), on PostgreSQL and
-MariaDB: a worker's claims start after the last row claimed, so they do not read past the index
-entries its finished rows left at the head; a row behind the start (a retry) is still delivered,
-and nothing waits past a short claim."""
+"""A table claimed in id order, under a lease, a row lock (counted or not) or advisory locks, on
+PostgreSQL and MariaDB: a worker's claims (the advisory form's reads of candidates) start after
+the last row claimed, so they do not read past the index entries its finished rows left at the
+head; a row behind the start (a retry) is still delivered, and nothing waits past a short
+claim."""
 
 from __future__ import annotations
 
@@ -43,19 +44,28 @@ SPECS = {
                        runtime={"lease": 30}),
     "row_lock": spec_toml("jobs", COLUMNS, claim="row_lock"),
     "row_lock_counted": spec_toml("jobs", COLUMNS, claim="row_lock", count_crashes=True),
+    "advisory": spec_toml("jobs", COLUMNS, claim="advisory", advisory_key="job-{id}"),
 }
 # The same, written as the row lock claims by one statement a batch in its own transaction
 # (a transactional handler's), rather than pipelined with the batch's settlements.
 TRANSACTIONAL = ("row_lock", "row_lock_counted")
 
 
+def claim_params(q: Any) -> tuple[str, ...]:
+    """The parameters of the statement that reads a claim's rows (the advisory form's
+    CANDIDATES)."""
+    params = q.mod.DESCRIPTOR.statement_params
+    return tuple(params.get("CLAIM") or params["CANDIDATES"])
+
+
 def _drain(q: Any, worker: Worker, starts: list[Any], within: float) -> float:
     """Run `worker` until the table is empty (at most `within` seconds), noting in `starts`
-    the `from_id` each claim took (None: from the head); returns the seconds it took."""
+    the `from_id` each claim (or read of candidates) took (None: from the head); returns the
+    seconds it took."""
     original = worker.calls.args
 
     def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
-        if op == "claim":
+        if op in ("claim", "candidates"):
             starts.append(values.get("from_id"))
         return original(op, values)
 
@@ -80,7 +90,7 @@ def _drain(q: Any, worker: Worker, starts: list[Any], within: float) -> float:
 def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
         dialect: str, form: str, transactional: bool, queue: MakeQueue) -> None:
     q = queue(dialect, spec=SPECS[form], ddl=DDL[dialect])
-    assert "from_id" in q.mod.DESCRIPTOR.statement_params["CLAIM"]
+    assert "from_id" in claim_params(q)
     total = 400
     with q.db.transaction() as conn:
         q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"n": i})
@@ -146,6 +156,8 @@ ORDERED_SPECS = {
     "row_lock": spec_toml("jobs", {**COLUMNS, **ORDERED}, claim="row_lock"),
     "row_lock_counted": spec_toml("jobs", {**COLUMNS, **ORDERED}, claim="row_lock",
                                   count_crashes=True),
+    "advisory": spec_toml("jobs", {**COLUMNS, **ORDERED}, claim="advisory",
+                          advisory_key="job-{id}"),
 }
 
 
@@ -158,8 +170,7 @@ def test_claims_of_a_table_in_priority_and_due_order_start_after_the_last_and_an
     within the once-a-second claim from the head (not the 5 s poll), ahead of the backlog's
     rest."""
     q = queue(dialect, spec=ORDERED_SPECS[form], ddl=ORDERED_DDL[dialect])
-    assert {"from_priority", "from_retry_after", "from_id"} <= set(
-        q.mod.DESCRIPTOR.statement_params["CLAIM"])
+    assert {"from_priority", "from_retry_after", "from_id"} <= set(claim_params(q))
     total = 1200
     with q.db.transaction() as conn:
         q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"n": i})

@@ -366,8 +366,9 @@ class Renderer:
         if "CANDIDATES" in st:
             cand = st["CANDIDATES"]
             name, extra, doc, pick = self.by_priority("CANDIDATES")
-            out.append(Func("candidates", self.args(cand, skip=("limit",),
-                                                    extra="limit: int = 1" + extra),
+            out.append(Func("candidates", self.args(cand, skip=("limit", *START_ARGS),
+                                                    extra="limit: int = 1" + extra
+                                                    + self.start_args(cand)),
                             "list[ClaimedRow]", cand.doc + doc, (
                                 Step("many", self.cur(name, self.params(cand)),
                                      "_claimed(r)"),), before=pick))

@@ -232,16 +232,17 @@ class Statements:
 
     @property
     def claims_from_id(self) -> bool:
-        """Whether a lease or row-lock claim starts after a row (`from_id`, and the row's
-        priority and due time where the claim order has them): a table with an integer id,
-        not FIFO, whose order columns are NOT NULL. Every row a drain finished leaves an index
-        entry at the head of the claim order until vacuum (InnoDB: purge) removes it, and
-        neither removes any a snapshot still open may read, so every claim starting at the
-        head would read past them. A worker's claims start where the last one ended and go
-        back to the head once a second and whenever a claim comes back short, so no row waits
-        longer than that, a row ahead of the start included: one more urgent, or due earlier,
-        than the last row claimed (inboxgen.runtime.claimstart)."""
-        form = self.q.lease or (self.q.form == ROW_LOCK and not self.q.fifo)
+        """Whether a claim starts after a row (`from_id`, and the row's priority and due time
+        where the claim order has them): a lease's, a row lock's or an advisory table's
+        CANDIDATES, of a table with an integer id, not FIFO, whose order columns are NOT NULL.
+        Every row a drain finished leaves an index entry at the head of the claim order until
+        vacuum (InnoDB: purge) removes it, and neither removes any a snapshot still open may
+        read, so every claim starting at the head would read past them. A worker's claims
+        start where the last one ended and go back to the head once a second and whenever a
+        claim comes back short, so no row waits longer than that, a row ahead of the start
+        included: one more urgent, or due earlier, than the last row claimed
+        (inboxgen.runtime.claimstart)."""
+        form = self.q.lease or (self.q.form in (ROW_LOCK, ADVISORY) and not self.q.fifo)
         return (self.starts_claims and form and self.q.id.column.kind == cat.INT
                 and not any(f.column.nullable for f in self.start_columns)
                 and self.q.limits is None)
@@ -625,8 +626,10 @@ class Statements:
         return []
 
     def claim_advisory_candidates(self) -> None:
-        self.select_claimable("CANDIDATES", "Rows due for a claim, in claim order; each is then "
-                                            "locked by its key.", lock="")
+        self.select_claimable("CANDIDATES", "Rows due for a claim"
+                              + (self.start_doc or ", in claim order")
+                              + "; each is then locked by its key.", lock="",
+                              also=self.claim_start)
 
     def claim_advisory(self) -> None:
         self.claim_advisory_candidates()

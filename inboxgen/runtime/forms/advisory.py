@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import WorkerConfigError
+from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
 
@@ -38,6 +39,9 @@ class Advisory(Form):
         self._settled_at: dict[Any, int] = {}
         self._settled_order: collections.deque[Any] = collections.deque()
         self._reach = 0  # how many candidates the next round reads, at least
+        # Where the slots' next read of candidates starts (runtime/claimstart): after the last
+        # row a round looked at, not at the head, which rows finished lately crowd.
+        self._start = ClaimStart(self.d) if claims_from_id(self.d) else None
 
     def claim_resources(self) -> None:
         # The form is the owner of its locks: one worker's, and never another's.
@@ -62,19 +66,23 @@ class Advisory(Form):
         # Rows in work stay due (and first in claim order) until they settle: read past this
         # worker's own, and further still while whole pages turn out held by other processes.
         limit = max(batch + settings.workers + len(self._keys_in_work), self._reach)
+        start = self._start.at() if self._start is not None else None
+        looked = 0  # candidates looked at, in claim order: the next round starts after them
         async with backend.connection() as conn:
             read_at = self._settle_seq
             started = time.monotonic()
             now = self.clock.now()
             await self.priorities.choose(conn, now)
             candidates = await self.calls(conn, "candidates", group=group, now=now, limit=limit,
-                                          by_priority=self.priorities.by_priority)
+                                          by_priority=self.priorities.by_priority,
+                                          **(start or {}))
             # The claim's round trip, for observers, is the read of the due rows.
             self.observed_claim(candidates, limit, started)
             await backend.commit(conn)
             for row in candidates:
                 if got >= batch:
                     break
+                looked += 1
                 row_id = getattr(row, d.role_attrs["id"])
                 if self._settled_at.get(row_id, -1) >= read_at:
                     continue  # a slot of this worker settled it since the candidates were read
@@ -106,8 +114,15 @@ class Advisory(Form):
                 finally:
                     self._keys_in_work.discard(key)
                     await backend.unlock_key(conn, key, self)
+        if self._start is not None and looked:
+            self._start.after(candidates[looked - 1])
         if len(candidates) < limit:
             self._reach = 0
+            if start is not None and self._start is not None:
+                # Short from a start: the next round reads from the head at once, where rows
+                # passed over, or come back since, may be due.
+                self._start.rewind()
+                return False
             return got < batch
         # A full page: the next round reads past as many held rows as this one met (twice as
         # far when they left this round short), since the free rows lie further on.

@@ -89,3 +89,12 @@ CREATE TABLE my_blob_jobs (
     payload MEDIUMBLOB NOT NULL,
     headers JSON
 );
+
+-- The advisory form on an integer id: its candidates start after the last row read.
+CREATE TABLE my_advisory_jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    account VARCHAR(64) NOT NULL,
+    attempt INT NOT NULL DEFAULT 1,
+    payload JSON NOT NULL,
+    KEY my_advisory_jobs_claim (id)
+);

@@ -92,3 +92,15 @@ ALTER TABLE pg_serial_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor 
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
 ALTER TABLE pg_integer_jobs SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0);
+
+-- The advisory form on an integer id: its candidates start after the last row read.
+CREATE TABLE pg_advisory_jobs (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    account TEXT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
+    attempt INTEGER NOT NULL DEFAULT 1,
+    payload JSONB NOT NULL
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+        autovacuum_vacuum_insert_scale_factor = 0);
+CREATE INDEX pg_advisory_jobs_claim ON pg_advisory_jobs (priority, retry_after, id);
