@@ -90,11 +90,13 @@ def advisory_key(row: ClaimedRow) -> str:
     return "account-" + str(row.account_id)
 
 
-# Rows due for a claim, in claim order; each is then locked by its key.
+# Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then locked
+# by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT "id", "account_id", "retry_after", "attempt", "headers", "payload"
 FROM "ledger_jobs"
 WHERE "retry_after" <= %(now)s
+  AND ("retry_after", "id") >= (%(from_retry_after)s, %(from_id)s)
 ORDER BY "retry_after", "id"
 LIMIT %(limit)s
 """
@@ -102,17 +104,29 @@ LIMIT %(limit)s
 
 def candidates(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = conn.execute(CANDIDATES, {"now": now, "limit": limit})
+    """Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then
+    locked by its key.
+    """
+    cur = conn.execute(CANDIDATES, {
+        "now": now, "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
 async def candidates_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = await conn.execute(CANDIDATES, {"now": now, "limit": limit})
+    """Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then
+    locked by its key.
+    """
+    cur = await conn.execute(CANDIDATES, {
+        "now": now, "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 

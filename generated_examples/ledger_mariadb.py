@@ -91,11 +91,14 @@ def advisory_key(row: ClaimedRow) -> str:
     return "account-" + str(row.account_id)
 
 
-# Rows due for a claim, in claim order; each is then locked by its key.
+# Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then locked
+# by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT `id`, `account_id`, `retry_after`, `attempt`, `headers`, `payload`
 FROM `ledger_jobs`
 WHERE `retry_after` <= %(now)s
+  AND (`retry_after` > %(from_retry_after)s OR (`retry_after` = %(from_retry_after)s AND `id` >=
+      %(from_id)s))
 ORDER BY `retry_after`, `id`
 LIMIT %(limit)s
 """
@@ -103,17 +106,31 @@ LIMIT %(limit)s
 
 def candidates(
     conn: pymysql.connections.Connection[Any], *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = _v.mysql_execute(conn, CANDIDATES, {"now": _v.naive_utc(now), "limit": limit})
+    """Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then
+    locked by its key.
+    """
+    cur = _v.mysql_execute(conn, CANDIDATES, {
+        "now": _v.naive_utc(now),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
 async def candidates_async(
     conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = await _v.mysql_execute_async(conn, CANDIDATES, {"now": _v.naive_utc(now), "limit": limit})
+    """Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then
+    locked by its key.
+    """
+    cur = await _v.mysql_execute_async(conn, CANDIDATES, {
+        "now": _v.naive_utc(now),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 
