@@ -108,10 +108,12 @@ class Shape:
 
     @property
     def name(self) -> str:
-        """The shape's table name: one short code per axis, but the later axes' first values
-        (`pg_rl_cd_hp_b1_dt_fd_oi_gn_ii_a4_b_pn_ln`)."""
-        codes = (_SHORT[f.name][getattr(self, f.name)] for f in fields(self))
-        return "_".join(code for code in codes if code)
+        """The shape's table name: one short code per axis, but the later axes' first values,
+        which are left out, and their others, run on (`pg_rl_cd_hp_b1_dt_fd_oi_gn_ii_a4_b_pn_ln`,
+        `..._lnetrjsp`), so that with a suffix (`_pauses`, `_in_work`) the longest stays within
+        PostgreSQL's 63 bytes (test_axes.py)."""
+        codes = [_SHORT[f.name][getattr(self, f.name)] for f in fields(self)]
+        return "_".join(codes[:_LATER]) + "".join(codes[_LATER:])
 
     def values(self) -> dict[str, str]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -142,7 +144,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "pauses": {"none": "pn", "table": "pt"},
     "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk",
                "fair": "lf"},
-    # The later axes name only their other value, keeping names within the servers' limits.
+    # The later axes name only their other values, run together (Shape.name).
     "error": {"none": "", "text": "et"},
     "result": {"none": "", "json": "rj", "typed": "rt"},
     "progress": {"none": "", "json": "pr"},
@@ -150,6 +152,10 @@ _SHORT: dict[str, dict[str, str]] = {
     "after": {"none": "", "root": "wa"},
     "storage": {"plain": "", "partitioned": "sp"},
 }
+
+
+# Where the later axes begin, in the order of AXES.
+_LATER = list(AXES).index("error")
 
 
 def production(name: str, **axes: str) -> Shape:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from conformance.axes import AXES, FREE, Shape, covering_array, refusal, refused_probes
+from conformance.axes import _SHORT, AXES, FREE, Shape, covering_array, refusal, refused_probes
 
 
 def _random_shapes(n: int, seed: int) -> list[Shape]:
@@ -40,3 +40,14 @@ def test_one_probe_per_reason_and_dialect() -> None:
     assert len(reasons) == len(probes) and None not in {why for _, why in reasons}
     sampled = {(s.dialect, refusal(s)) for s in _random_shapes(20_000, seed=4)}
     assert sampled - {(d, None) for d in AXES["dialect"]} <= reasons
+
+
+def test_the_longest_names_fit_the_servers() -> None:
+    """Every shape's longest table or index name (its name and the longest suffix it takes:
+    `_in_work` where it has limits, else `_pauses`, `_claims`, `_ledger`) within PostgreSQL's 63
+    bytes, for the longest code of every axis."""
+    for limits in AXES["limits"]:
+        longest = Shape(**{axis: max(values, key=lambda v: len(_SHORT[axis][v]))
+                           for axis, values in AXES.items()} | {"limits": limits})
+        suffix = "_in_work" if limits in ("queue", "key") else "_ledger"
+        assert len(longest.name + suffix) <= 63, longest.name
