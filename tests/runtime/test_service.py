@@ -45,10 +45,12 @@ def _sessions_back_to(dsn: str, count: int) -> int:
 
 
 def _pg_sessions(dsn: str) -> int:
-    """Sessions on the database other than this one."""
+    """Client sessions on the database other than this one (not an autovacuum worker that
+    happens to be vacuuming one of its tables)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                           "current_database() AND pid <> pg_backend_pid()").fetchone()
+                           "current_database() AND pid <> pg_backend_pid() "
+                           "AND backend_type = 'client backend'").fetchone()
     assert row is not None
     return int(row[0])
 
