@@ -274,7 +274,7 @@ def other_sessions(q: Queue, wait: float = 5.0) -> int:
     sql = ("SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
            "AND ID <> CONNECTION_ID()" if q.dialect == "mysql" else
            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-           "AND pid <> pg_backend_pid()")
+           "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")  # no autovacuum
     deadline = time.monotonic() + wait
     while True:
         ((count,),) = q.db.rows(sql)
