@@ -176,11 +176,9 @@ class Delivery:
         queued unfinished), in `h.after`: read with its batch (read_after), else here. One
         that failed, where the row was enqueued with on_failure="dead_letter", dead-letters it
         without running (the Settlement); the jobs waiting for it then see it failed in turn."""
-        if h.after is not None:
-            pass
-        elif conn is not None:
+        if h.after is None and conn is not None:
             h.after = await self.calls(conn, "after_state", id=h.id)
-        else:
+        elif h.after is None:
             async with self.backend.connection() as read:
                 h.after = await self.calls(read, "after_state", id=h.id)
         assert h.after is not None
