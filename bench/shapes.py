@@ -45,7 +45,7 @@ same server, each batch size taking them in the other order. On PostgreSQL a thi
 connections in pipeline mode, a round's acks as one FINISH_MANY, its COMMIT, BEGIN and the next
 claim in one round trip), with each release's statements. Printed per line: jobs/s now, before,
 bare now and bare before; the ratios now / before, now / bare, and counted / uncounted; and the
-server's CPU per job (steadier than the rate on a shared machine).
+server's and the worker process's CPU per job (steadier than the rate on a shared machine).
 """
 
 from __future__ import annotations
@@ -116,13 +116,17 @@ def child(args: dict[str, Any]) -> None:
         worker = Worker(module.DESCRIPTOR, handler, database=args["database"], workers=10,
                         batch=args["batch"], poll_interval=0.05, listen=False,
                         **({"group": args["group"]} if args["group"] else {}))
+        # One connection of its own asks whether rows are left: a connection a poll would cost
+        # the server a process start every 10 ms.
+        unfinished = await _Unfinished.open(args["dialect"], args["database"], args["left"])
         started = time.perf_counter()
         await worker.start()
         try:
-            while await _unfinished(args["dialect"], args["database"], args["left"]):
+            while await unfinished.ask():
                 await asyncio.sleep(0.01)
         finally:
             await worker.shutdown()
+            await unfinished.close()
         return time.perf_counter() - started
 
     seconds = asyncio.run(drain())
@@ -130,16 +134,41 @@ def child(args: dict[str, Any]) -> None:
     print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime}))
 
 
-async def _unfinished(dialect: str, database: str, sql: str) -> bool:
-    """Whether the table still holds an unfinished row (checked on a connection of its own)."""
-    if dialect == "postgres":
-        import psycopg
+class _Unfinished:
+    """Whether the table still holds an unfinished row, asked on a connection of its own."""
 
-        async with await psycopg.AsyncConnection.connect(database, autocommit=True) as conn:
-            row = await (await conn.execute(sql)).fetchone()
-    else:
-        row = await asyncio.to_thread(_mysql_one, database, sql)
-    return bool(row and row[0])
+    def __init__(self, dialect: str, conn: Any, sql: str) -> None:
+        self.dialect, self.conn, self.sql = dialect, conn, sql
+
+    @classmethod
+    async def open(cls, dialect: str, database: str, sql: str) -> _Unfinished:
+        if dialect == "postgres":
+            import psycopg
+
+            return cls(dialect, await psycopg.AsyncConnection.connect(database, autocommit=True),
+                       sql)
+        import pymysql
+
+        return cls(dialect, await asyncio.to_thread(
+            pymysql.connect, autocommit=True, **_mysql_args(database)), sql)
+
+    async def ask(self) -> bool:
+        if self.dialect == "postgres":
+            row = await (await self.conn.execute(self.sql)).fetchone()
+        else:
+            row = await asyncio.to_thread(self._mysql_ask)
+        return bool(row and row[0])
+
+    def _mysql_ask(self) -> Any:
+        with self.conn.cursor() as cur:
+            cur.execute(self.sql)
+            return cur.fetchone()
+
+    async def close(self) -> None:
+        if self.dialect == "postgres":
+            await self.conn.close()
+        else:
+            self.conn.close()
 
 
 def _mysql_args(url: str) -> dict[str, Any]:
@@ -149,18 +178,6 @@ def _mysql_args(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     return {"host": parts.hostname, "port": parts.port, "user": parts.username or "root",
             "password": parts.password or "", "database": parts.path.lstrip("/")}
-
-
-def _mysql_one(url: str, sql: str) -> Any:
-    import pymysql
-
-    conn = pymysql.connect(**_mysql_args(url), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            return cur.fetchone()
-    finally:
-        conn.close()
 
 
 # -- the parent: servers, projects, tables and the table of figures ----------------------------
@@ -331,8 +348,9 @@ class Sweep:
             uncounted = self.rates.get((dialect, name, "row_lock", str(batch)))
             if variant == "row_lock_counted" and uncounted:
                 line += f"; counted / uncounted {figures['now'][0] / uncounted:.2f}x"
-            line += (f"; server CPU per job {figures['now'][1]:.0f} us "
-                     f"(before {figures['before'][1]:.0f})")
+            line += (f"; CPU per job: server {figures['now'][1]:.0f} us "
+                     f"(before {figures['before'][1]:.0f}), worker {figures['now'][2]:.0f} us "
+                     f"(before {figures['before'][2]:.0f})")
             print(line, flush=True)
 
     def _fill(self, shape: Any, database: str, ddl: str, path: Path, group: str | None,
@@ -403,8 +421,9 @@ class Sweep:
                 conn.close()
 
     def _drain(self, shape: Any, database: str, path: Path, batch: int, group: str | None,
-               release: Path | None) -> tuple[float, float]:
-        """jobs/s of one drain in a process of its own, and the server's CPU per job (us)."""
+               release: Path | None) -> tuple[float, float, float]:
+        """jobs/s of one drain in a process of its own, and the server's and the worker
+        process's CPU per job (us)."""
         from drain import server_cpu
 
         left = (f"SELECT EXISTS (SELECT 1 FROM {shape.name}"
@@ -423,7 +442,8 @@ class Sweep:
             raise RuntimeError(f"{shape.name} batch {batch}: {done.stderr.strip()[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
         return (self.opts.jobs / result["seconds"],
-                (server_cpu(name, self.server_pid) - cpu) / self.opts.jobs * 1e6)
+                (server_cpu(name, self.server_pid) - cpu) / self.opts.jobs * 1e6,
+                result["cpu"] / self.opts.jobs * 1e6)
 
 
 def _load(path: Path) -> Any:

@@ -82,23 +82,20 @@ def decode_payload(raw: bytes) -> bytes:
 # Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
 # crash still spends the attempt); each row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
-WITH counted AS (
-    UPDATE "email_jobs"
-    SET "attempt" = "attempt" + 1
-    WHERE "job_id" = ANY(ARRAY(
-        SELECT "job_id"
-        FROM "email_jobs"
-        WHERE "name" = ANY(ARRAY[%(group)s])
-          AND "job_id" >= %(from_id)s
-          AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "job_id"::text, 0))
-        ORDER BY "name", "job_id"
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING "job_id", "name", "attempt" - 1 AS "attempt", "payload"
-)
-SELECT counted.*
-FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."job_id"::text, 0))
+UPDATE "email_jobs"
+SET "attempt" = "attempt" + 1
+WHERE "job_id" = ANY(ARRAY(
+    SELECT "job_id"
+    FROM "email_jobs"
+    WHERE "name" = ANY(ARRAY[%(group)s])
+      AND "job_id" >= %(from_id)s
+      AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "job_id"::text, 0))
+    ORDER BY "name", "job_id"
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING "job_id", "name", "attempt" - 1 AS "attempt", "payload",
+    pg_advisory_lock(hashtextextended(%(row_key)s || "job_id"::text, 0)) AS key_locked
 """
 
 

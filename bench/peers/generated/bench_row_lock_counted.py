@@ -83,24 +83,21 @@ def decode_payload(raw: object) -> _v.JSONValue:
 # Count the next delivery of up to `limit` rows from id `from_id` on (commit it at once, so a
 # crash still spends the attempt); each row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
-WITH counted AS (
-    UPDATE "bench_row_lock_counted"
-    SET "attempt" = "attempt" + 1
-    WHERE "id" = ANY(ARRAY(
-        SELECT "id"
-        FROM "bench_row_lock_counted"
-        WHERE "queue" = ANY(ARRAY[%(group)s])
-          AND "processed_at" IS NULL
-          AND "id" >= %(from_id)s
-          AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
-        ORDER BY "queue", "id"
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING "id", "queue", "attempt" - 1 AS "attempt", "processed_at", "payload"
-)
-SELECT counted.*
-FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::text, 0))
+UPDATE "bench_row_lock_counted"
+SET "attempt" = "attempt" + 1
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "bench_row_lock_counted"
+    WHERE "queue" = ANY(ARRAY[%(group)s])
+      AND "processed_at" IS NULL
+      AND "id" >= %(from_id)s
+      AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
+    ORDER BY "queue", "id"
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING "id", "queue", "attempt" - 1 AS "attempt", "processed_at", "payload",
+    pg_advisory_lock(hashtextextended(%(row_key)s || "id"::text, 0)) AS key_locked
 """
 
 

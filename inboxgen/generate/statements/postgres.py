@@ -309,14 +309,14 @@ class PostgresStatements(Statements):
         idc = self.c(self.q.id)
         key = "hashtextextended(%(row_key)s || {}::text, 0)"
         free = f"pg_try_advisory_xact_lock({key.format(idc)})"
-        update = (f"UPDATE {self.t()}\n"
-                  f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
-                  f"WHERE {self.picked('    FOR UPDATE SKIP LOCKED', (*self.claim_start, free))}\n"
-                  f"RETURNING {self.select_list(returning_claim=True)}")
-        body = "\n".join("    " + line for line in update.splitlines())
-        self.add("CLAIM", f"WITH counted AS (\n{body}\n)\n"
-                          f"SELECT counted.*\n"
-                          f"FROM counted, pg_advisory_lock({key.format('counted.' + idc)})",
+        # The key's session lock is taken in RETURNING, once per counted row: a CTE joined
+        # to the lock function said the same at half again the planning cost of every claim.
+        picked = self.picked("    FOR UPDATE SKIP LOCKED", (*self.claim_start, free))
+        self.add("CLAIM", f"UPDATE {self.t()}\n"
+                          f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
+                          f"WHERE {picked}\n"
+                          f"RETURNING {self.select_list(returning_claim=True)},\n"
+                          f"    pg_advisory_lock({key.format(idc)}) AS key_locked",
                  "Count the next delivery of up to `limit` rows"
                  + self.start_doc
                  + " (commit it at once, so a crash still spends the attempt); each row's key "

@@ -102,77 +102,71 @@ def decode_payload(raw: bytes) -> bytes:
 # Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
 # attempt); each row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
-WITH counted AS (
-    UPDATE "pg_given_uuid_jobs"
-    SET "attempt" = "attempt" + 1
-    WHERE "id" = ANY(ARRAY(
-        SELECT "id"
-        FROM "pg_given_uuid_jobs"
-        WHERE "queue" = %(group)s
-          AND "processed_at" IS NULL
-          AND "retry_after" <= %(now)s
-          AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
-        ORDER BY "priority", "retry_after", "id"
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt",
-              "processed_at", "headers", "payload", "c_smallserial", "c_bigserial"
-)
-SELECT counted.*
-FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::text, 0))
+UPDATE "pg_given_uuid_jobs"
+SET "attempt" = "attempt" + 1
+WHERE "id" = ANY(ARRAY(
+    SELECT "id"
+    FROM "pg_given_uuid_jobs"
+    WHERE "queue" = %(group)s
+      AND "processed_at" IS NULL
+      AND "retry_after" <= %(now)s
+      AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
+    ORDER BY "priority", "retry_after", "id"
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", "processed_at",
+          "headers", "payload", "c_smallserial", "c_bigserial",
+    pg_advisory_lock(hashtextextended(%(row_key)s || "id"::text, 0)) AS key_locked
 """
 
 # CLAIM reading the due rows priority by priority, so that rows due later at a more urgent
 # priority are not read: for a table holding many of them (SCHEDULED).
 CLAIM_BY_PRIORITY: Final[LiteralString] = """
-WITH counted AS (
-    UPDATE "pg_given_uuid_jobs"
-    SET "attempt" = "attempt" + 1
-    WHERE "id" = ANY(ARRAY(
-        WITH RECURSIVE inboxgen_priorities AS (
-            (
-                SELECT "priority"
-                FROM "pg_given_uuid_jobs"
-                WHERE "queue" = %(group)s
-                  AND "processed_at" IS NULL
-                ORDER BY "priority"
-                LIMIT 1
-            )
-            UNION ALL
-            SELECT (
-                SELECT "priority"
-                FROM "pg_given_uuid_jobs"
-                WHERE "queue" = %(group)s
-                  AND "processed_at" IS NULL
-                  AND "priority" > inboxgen_priorities."priority"
-                ORDER BY "priority"
-                LIMIT 1
-            )
-            FROM inboxgen_priorities
-            WHERE inboxgen_priorities."priority" IS NOT NULL
-        )
-        SELECT due.*
-        FROM inboxgen_priorities
-        CROSS JOIN LATERAL (
-            SELECT "id"
+UPDATE "pg_given_uuid_jobs"
+SET "attempt" = "attempt" + 1
+WHERE "id" = ANY(ARRAY(
+    WITH RECURSIVE inboxgen_priorities AS (
+        (
+            SELECT "priority"
             FROM "pg_given_uuid_jobs"
             WHERE "queue" = %(group)s
               AND "processed_at" IS NULL
-              AND "priority" = inboxgen_priorities."priority"
-              AND "retry_after" <= %(now)s
-              AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
-            ORDER BY "retry_after", "id"
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ) AS due
+            ORDER BY "priority"
+            LIMIT 1
+        )
+        UNION ALL
+        SELECT (
+            SELECT "priority"
+            FROM "pg_given_uuid_jobs"
+            WHERE "queue" = %(group)s
+              AND "processed_at" IS NULL
+              AND "priority" > inboxgen_priorities."priority"
+            ORDER BY "priority"
+            LIMIT 1
+        )
+        FROM inboxgen_priorities
+        WHERE inboxgen_priorities."priority" IS NOT NULL
+    )
+    SELECT due.*
+    FROM inboxgen_priorities
+    CROSS JOIN LATERAL (
+        SELECT "id"
+        FROM "pg_given_uuid_jobs"
+        WHERE "queue" = %(group)s
+          AND "processed_at" IS NULL
+          AND "priority" = inboxgen_priorities."priority"
+          AND "retry_after" <= %(now)s
+          AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
+        ORDER BY "retry_after", "id"
         LIMIT %(limit)s
-    ))
-    RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt",
-              "processed_at", "headers", "payload", "c_smallserial", "c_bigserial"
-)
-SELECT counted.*
-FROM counted, pg_advisory_lock(hashtextextended(%(row_key)s || counted."id"::text, 0))
+        FOR UPDATE SKIP LOCKED
+    ) AS due
+    LIMIT %(limit)s
+))
+RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", "processed_at",
+          "headers", "payload", "c_smallserial", "c_bigserial",
+    pg_advisory_lock(hashtextextended(%(row_key)s || "id"::text, 0)) AS key_locked
 """
 
 
