@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import uuid as _uuid
 from collections.abc import Awaitable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
@@ -26,6 +27,8 @@ UTC = _dt.UTC
 # The lowest id (or priority) a claim starting at `from_id` (`from_priority`) can be given:
 # None there means from the head.
 LOWEST_ID = -(2**63)
+# The lowest uuid, for a table whose id is one (PostgreSQL's uuid sorts as its number).
+LOWEST_UUID = _uuid.UUID(int=0)
 # The earliest due time a claim starting at `from_retry_after` can be given (None: the head);
 # MySQL/MariaDB's DATETIME starts at year 1000.
 EARLIEST = _dt.datetime(1000, 1, 1, tzinfo=_dt.UTC)

@@ -14,6 +14,7 @@ whenever a claim from the start comes back short.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,17 @@ def claims_from_id(d: TableDescriptor) -> bool:
     PostgreSQL and MySQL/MariaDB lease, row-lock and advisory tables with an integer id whose
     claim order columns are NOT NULL (FIFO claims take their groups' heads instead)."""
     return "from_id" in _claim_params(d) and not d.fifo
+
+
+def one_past(row_id: Any) -> Any:
+    """The id after `row_id` in claim order: an integer plus one, or the uuid whose number is
+    one more (PostgreSQL sorts uuids as their numbers)."""
+    if isinstance(row_id, uuid.UUID):
+        return uuid.UUID(int=min(row_id.int + 1, _LAST_UUID))
+    return int(row_id) + 1
+
+
+_LAST_UUID = 2**128 - 1
 
 
 class ClaimStart:
@@ -78,7 +90,7 @@ class ClaimStart:
 
     def after(self, row: Any) -> None:
         *first, last = (getattr(row, attr) for _, attr in self._order)
-        key = (*first, int(last) + 1)
+        key = (*first, one_past(last))
         self.key = key if self.key is None else max(self.key, key)
 
     def took(self, start: Start, rows: Sequence[Any], limit: int) -> bool:

@@ -7,7 +7,9 @@ claim."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -37,6 +39,8 @@ CREATE TABLE jobs (
 );
 """,
 }
+# PostgreSQL's uuid ids sort as their numbers: a claim starts after the last one too.
+UUID_DDL = DDL["postgres"].replace("id BIGSERIAL PRIMARY KEY", "id UUID PRIMARY KEY")
 COLUMNS = {"id": "id generated", "name": "group", "attempt": "attempt generated",
            "payload": "payload"}
 SPECS = {
@@ -84,19 +88,25 @@ def _drain(q: Any, worker: Worker, starts: list[Any], within: float) -> float:
     return asyncio.run(drain())
 
 
-@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+@pytest.mark.parametrize(("dialect", "ids"), [
+    ("postgres", "integer"), ("mysql", "integer"), ("postgres", "uuid")])
 @pytest.mark.parametrize(("form", "transactional"), [
     *((form, False) for form in SPECS), *((form, True) for form in TRANSACTIONAL)])
 def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
-        dialect: str, form: str, transactional: bool, queue: MakeQueue) -> None:
-    q = queue(dialect, spec=SPECS[form], ddl=DDL[dialect])
+        dialect: str, ids: str, form: str, transactional: bool, queue: MakeQueue) -> None:
+    uuids = ids == "uuid"
+    # A uuid id is the caller's, given at insert.
+    spec = (SPECS[form].replace('id = { role = "id", generated = true }', 'id = "id"')
+            if uuids else SPECS[form])
+    q = queue(dialect, spec=spec, ddl=UUID_DDL if uuids else DDL[dialect])
     assert "from_id" in claim_params(q)
     total = 400
     with q.db.transaction() as conn:
-        q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"n": i})
+        q.mod.insert_many(conn, [q.mod.NewRow(name="work", payload={"n": i},
+                                              **({"id": uuid.uuid4()} if uuids else {}))
                                  for i in range(total)])
     runs: dict[int, int] = {}
-    starts: list[int | None] = []
+    starts: list[Any] = []
     retried: list[float] = []  # when job 3 asked for a retry, and when it ran again
 
     def handler(job: Job[Any], *conn: Any) -> Outcome:
@@ -117,6 +127,7 @@ def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
     assert runs == {n: 2 if n == 3 else 1 for n in range(total)}
     # Most claims started after the last claimed row rather than at the head.
     assert sum(s is not None for s in starts) > len(starts) // 2
+    assert all(isinstance(s, uuid.UUID if uuids else int) for s in starts if s is not None)
     # The retried row ran again at a claim from the head, long before the poll would come.
     first, again = retried
     assert again - first < poll / 3, again - first
@@ -198,3 +209,23 @@ def test_claims_of_a_table_in_priority_and_due_order_start_after_the_last_and_an
     # within a second of its insert (the claims from the start pass over it until then).
     urgent = order.index(-1)
     assert order.index(100) < urgent < 0.8 * len(order), (urgent, len(order))
+
+
+def test_postgresql_sorts_uuids_as_their_numbers_so_one_past_is_the_next_id(pg_dsn: str) -> None:
+    """A claim from a start binds the last uuid plus one (one_past) and reads `id >= from_id`:
+    right only if PostgreSQL orders uuids as their 128-bit numbers, edges included."""
+    import psycopg
+
+    from inboxgen.runtime.claimstart import one_past
+
+    rng = random.Random(7)
+    ids = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(500)]
+    ids += [uuid.UUID(int=0), uuid.UUID(int=2**128 - 1), uuid.UUID(int=2**64 - 1),
+            uuid.UUID(int=2**64)]
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT id FROM unnest(%s::uuid[]) AS t(id) ORDER BY id",
+                            [ids]).fetchall()
+        assert [r[0] for r in rows] == sorted(ids, key=lambda u: u.int)
+        for u in ids[:50] + [uuid.UUID(int=2**64 - 1)]:
+            (after,) = conn.execute("SELECT %s::uuid > %s::uuid", [one_past(u), u]).fetchone()
+            assert after

@@ -267,7 +267,8 @@ class Renderer:
         if name == "queue":
             return "TABLE"  # the queue's name in the pause table
         if name == "from_id":
-            return "_v.LOWEST_ID if from_id is None else from_id"  # None: from the head
+            lowest = "LOWEST_UUID" if self.q.id.column.kind == cat.UUID else "LOWEST_ID"
+            return f"_v.{lowest} if from_id is None else from_id"  # None: from the head
         if name == "from_priority":
             return "_v.lowest_or(from_priority)"
         if name == "from_retry_after":
@@ -885,12 +886,12 @@ class Renderer:
                         Step("many", self.cur(name, self.params(claim)), "_claimed(r)",
                              after=order),), before=pick)
 
-    @staticmethod
-    def start_args(claim: Statement) -> str:
+    def start_args(self, claim: Statement) -> str:
         """claim()'s arguments for where it starts, where CLAIM takes a start: the row to
         start after, its id plus one, and its priority and due time where the claim order has
         them (None: from the head)."""
-        types = {"from_id": "int", "from_priority": "int", "from_retry_after": "datetime.datetime"}
+        types = {"from_id": self.driver_type(self.q.id.column.kind), "from_priority": "int",
+                 "from_retry_after": "datetime.datetime"}
         return "".join(f", {name}: {types[name]} | None = None" for name in START_ARGS
                        if name in claim.params)
 

@@ -229,12 +229,15 @@ class Statements:
     # Whether the dialect's lease and row-lock claims take a start (PostgreSQL, MySQL/MariaDB;
     # SQLite has no index entries a snapshot keeps alive).
     starts_claims = False
+    # The id kinds a claim start takes: the row's id plus one is the next id in claim order.
+    start_id_kinds: tuple[str, ...] = (cat.INT,)
 
     @property
     def claims_from_id(self) -> bool:
         """Whether a claim starts after a row (`from_id`, and the row's priority and due time
         where the claim order has them): a lease's, a row lock's or an advisory table's
-        CANDIDATES, of a table with an integer id, not FIFO, whose order columns are NOT NULL.
+        CANDIDATES, of a table with an integer id (PostgreSQL: or a UUID), not FIFO, whose
+        order columns are NOT NULL.
         Every row a drain finished leaves an index entry at the head of the claim order until
         vacuum (InnoDB: purge) removes it, and neither removes any a snapshot still open may
         read, so every claim starting at the head would read past them. A worker's claims
@@ -243,7 +246,7 @@ class Statements:
         included: one more urgent, or due earlier, than the last row claimed
         (inboxgen.runtime.claimstart)."""
         form = self.q.lease or (self.q.form in (ROW_LOCK, ADVISORY) and not self.q.fifo)
-        return (self.starts_claims and form and self.q.id.column.kind == cat.INT
+        return (self.starts_claims and form and self.q.id.column.kind in self.start_id_kinds
                 and not any(f.column.nullable for f in self.start_columns)
                 and self.q.limits is None)
 

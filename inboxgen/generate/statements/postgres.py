@@ -15,6 +15,9 @@ _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BI
 
 class PostgresStatements(Statements):
     starts_claims = True
+    # A uuid sorts as its 128-bit number (bytewise): the number plus one is the next uuid.
+    # (MariaDB's UUID type sorts its time-based fields first: not there.)
+    start_id_kinds = (cat.INT, cat.UUID)
     lease_pick_lock = "    FOR UPDATE SKIP LOCKED"
 
     # -- claims the primary key cannot serve ---------------------------------------------------

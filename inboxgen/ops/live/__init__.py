@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from inboxgen.descriptor import PARTITION_SLOT, names_a_partition
+from inboxgen.generate import catalog as cat
 from inboxgen.generate.catalog import load_catalog
 from inboxgen.generate.model import Queue
 from inboxgen.ops.live.base import LiveDatabase, LiveIndex
@@ -18,7 +19,7 @@ from inboxgen.ops.live.mysql import MySQLLive
 from inboxgen.ops.live.postgres import PostgresLive
 from inboxgen.ops.live.sqlite import SqliteLive
 from inboxgen.runtime.connecting import first_line
-from inboxgen.values import FROM_THE_HEAD
+from inboxgen.values import FROM_THE_HEAD, LOWEST_UUID
 
 _BY_DIALECT: dict[str, type[LiveDatabase]] = {
     "postgres": PostgresLive, "mysql": MySQLLive, "sqlite": SqliteLive}
@@ -73,8 +74,10 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
         params = d.statement_params[name]
         # A claim is planned with a group and a time, so its plan is the real one; the rest
         # only prepare, with every value NULL.
-        bound = (_sample(params, db.sample_time()) if name in _CLAIMS
-                 else _sample(params, None))
+        head = {**FROM_THE_HEAD, "from_id": LOWEST_UUID} if queue.id.column.kind == cat.UUID \
+            else FROM_THE_HEAD
+        bound = (_sample(params, head, db.sample_time()) if name in _CLAIMS
+                 else _sample(params, head, None))
         if "queue" in bound and not name.startswith("INSERT"):  # not a column named queue
             bound["queue"] = name_of_queue
         try:
@@ -160,9 +163,10 @@ def _claim_index(queue: Queue, db: LiveDatabase, where: tuple[str | None, str], 
 _TIMES = ("now", "locked_until", "new_locked_until", "retry_after", "before")
 
 
-def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
+def _sample(params: tuple[str, ...], head: dict[str, Any], time: Any) -> dict[str, Any]:
     """Values for EXPLAIN: NULL, except what a plan depends on (a NULL group or time makes the
-    planner see that no row can match, and it plans nothing)."""
+    planner see that no row can match, and it plans nothing); `head`: what claim() binds for
+    a claim from the head."""
     bound: dict[str, Any] = dict.fromkeys(params)
     for name in params:
         if name == "limit":
@@ -171,8 +175,8 @@ def _sample(params: tuple[str, ...], time: Any) -> dict[str, Any]:
             bound[name] = "a group"
         elif name == "row_key":
             bound[name] = "a table:"  # the prefix of a counted row's key
-        elif name in FROM_THE_HEAD:
-            bound[name] = FROM_THE_HEAD[name]  # what claim() passes for "from the head"
+        elif name in head:
+            bound[name] = head[name]
         elif name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             bound[name] = 1  # [flow] limits: a NULL limit would admit no row
         elif name in _TIMES:

@@ -16,6 +16,7 @@ from typing import Any, Final, LiteralString, cast
 import attrs
 import psycopg
 from inboxgen import connections as _c
+from inboxgen import values as _v
 from inboxgen.descriptor import (
     JobState,
     Operations,
@@ -99,8 +100,9 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
-# attempt); each row's key stays locked for the session until RELEASE.
+# Count the next delivery of up to `limit` rows from (`from_priority`, `from_retry_after`,
+# `from_id`) on in claim order (commit it at once, so a crash still spends the attempt); each
+# row's key stays locked for the session until RELEASE.
 CLAIM: Final[LiteralString] = """
 UPDATE "pg_given_uuid_jobs"
 SET "attempt" = "attempt" + 1
@@ -110,6 +112,8 @@ WHERE "id" = ANY(ARRAY(
     WHERE "queue" = %(group)s
       AND "processed_at" IS NULL
       AND "retry_after" <= %(now)s
+      AND ("priority", "retry_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
+           %(from_id)s)
       AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
     ORDER BY "priority", "retry_after", "id"
     LIMIT %(limit)s
@@ -172,15 +176,19 @@ RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", 
 
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
-    by_priority: bool = False,
+    from_priority: int | None = None, from_retry_after: datetime.datetime | None = None,
+    from_id: uuid.UUID | None = None, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Count the next delivery of up to `limit` rows from (`from_priority`, `from_retry_after`,
+    `from_id`) on in claim order (commit it at once, so a crash still spends the attempt); each
+    row's key stays locked for the session until RELEASE. With `by_priority`, CLAIM_BY_PRIORITY:
+    the due rows read priority by priority, for a table holding many rows due later
+    (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
-    cur = conn.execute(statement, {"group": group, "now": now, "row_key": f"inboxgen:{TABLE}:",
+    cur = conn.execute(statement, {"group": group, "now": now, "from_priority":
+        _v.lowest_or(from_priority), "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_UUID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
         "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
@@ -189,16 +197,20 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime, limit: int = 1,
-    by_priority: bool = False,
+    from_priority: int | None = None, from_retry_after: datetime.datetime | None = None,
+    from_id: uuid.UUID | None = None, by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Count the next delivery of up to `limit` rows from (`from_priority`, `from_retry_after`,
+    `from_id`) on in claim order (commit it at once, so a crash still spends the attempt); each
+    row's key stays locked for the session until RELEASE. With `by_priority`, CLAIM_BY_PRIORITY:
+    the due rows read priority by priority, for a table holding many rows due later
+    (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
-    cur = await conn.execute(statement, {"group": group, "now": now, "row_key":
-        f"inboxgen:{TABLE}:", "limit": limit})
+    cur = await conn.execute(statement, {"group": group, "now": now, "from_priority":
+        _v.lowest_or(from_priority), "from_retry_after": _v.earliest_or(from_retry_after),
+        "from_id": _v.LOWEST_UUID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
+        "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows

@@ -151,7 +151,8 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim order
+# under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "pg_uuid_jobs"
 SET "locked_until" = %(locked_until)s,
@@ -163,6 +164,8 @@ WHERE "id" = ANY(ARRAY(
       AND "processed_at" IS NULL
       AND "retry_after" <= %(now)s
       AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+      AND ("priority", "retry_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
+           %(from_id)s)
     ORDER BY "priority", "retry_after", "id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -229,15 +232,19 @@ RETURNING "id", "queue", "priority", "retry_after", "attempt" - 1 AS "attempt", 
 
 def claim(
     conn: psycopg.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
+    locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: uuid.UUID | None = None,
+    by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim
+    order under a lease ending at `locked_until`. With `by_priority`, CLAIM_BY_PRIORITY: the due
+    rows read priority by priority, for a table holding many rows due later (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
     cur = conn.execute(statement, {"locked_until": _v.naive_utc(locked_until), "group": group,
-        "now": _v.naive_utc(now), "limit": limit})
+        "now": _v.naive_utc(now), "from_priority": _v.lowest_or(from_priority), "from_retry_after":
+        _v.naive_utc(_v.earliest_or(from_retry_after)), "from_id": _v.LOWEST_UUID if from_id is
+        None else from_id, "limit": limit})
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
@@ -245,15 +252,19 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
+    locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: uuid.UUID | None = None,
+    by_priority: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`. With `by_priority`,
-    CLAIM_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows due
-    later (`scheduled()`).
+    """Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim
+    order under a lease ending at `locked_until`. With `by_priority`, CLAIM_BY_PRIORITY: the due
+    rows read priority by priority, for a table holding many rows due later (`scheduled()`).
     """
     statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
     cur = await conn.execute(statement, {"locked_until": _v.naive_utc(locked_until), "group":
-        group, "now": _v.naive_utc(now), "limit": limit})
+        group, "now": _v.naive_utc(now), "from_priority": _v.lowest_or(from_priority),
+        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)), "from_id":
+        _v.LOWEST_UUID if from_id is None else from_id, "limit": limit})
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
