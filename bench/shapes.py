@@ -60,6 +60,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -467,7 +468,8 @@ async def _bare_drain(database: str, path: Path, batch: int, group: str | None,
     module = _load(path)
     now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
     # A claim that takes a start (from_id) reads from the head here: the plainest loop.
-    claim = {"now": now, "limit": batch, "group": group, "row_key": "", "from_id": -(2**63),
+    head_id = uuid.UUID(int=0) if "_v.LOWEST_UUID" in path.read_text() else -(2**63)
+    claim = {"now": now, "limit": batch, "group": group, "row_key": "", "from_id": head_id,
              "from_priority": -(2**63), "from_retry_after": dt.datetime(1000, 1, 1, tzinfo=dt.UTC)}
     claim = {k: v for k, v in claim.items() if f"%({k})s" in module.CLAIM}
     finish = "FINISH_MANY" if hasattr(module, "FINISH_MANY") else "FINISH"
