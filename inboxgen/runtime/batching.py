@@ -71,8 +71,8 @@ class Calls:
         """Whether `op`_many writes all that `rows` carry: an ack's result (a renewal's
         progress) is written only by a batch statement that takes one per row (PostgreSQL's),
         else by FINISH (RENEW), row by row."""
-        carried = {k for k in _OWN for r in rows if r.get(k) is not None}
-        return carried <= set(self.args(f"{op}_many", dict.fromkeys(carried)))
+        carried = {k for k in _OWN if any(r.get(k) is not None for r in rows)}
+        return not carried or carried <= set(self.args(f"{op}_many", dict.fromkeys(carried)))
 
     def plan(self, op: str, rows: list[dict[str, Any]]
              ) -> tuple[list[Step], Callable[[list[Any]], list[bool] | None]]:

@@ -99,6 +99,7 @@ class Delivery:
         self._keeps_progress = "progress" in descriptor.roles
         # `after`: a row whose parents column is above 0 waits for other jobs.
         self._parents = descriptor.role_attrs.get("parents")
+        self._headers = descriptor.role_attrs.get("headers")
 
     async def deliver(self, h: Held, conn: Any | None = None) -> None:
         """Run the handler on one held row and settle it. `conn` holds the row (row lock and
@@ -111,7 +112,7 @@ class Delivery:
             if past is not None:
                 await self.settle(h, past, conn)
                 return
-            if self.waits(h):
+            if self._parents is not None and self.waits(h):
                 failed = await self.waited_for(h, conn)
                 if failed is not None:
                     await self.settle(h, failed, conn)
@@ -154,6 +155,8 @@ class Delivery:
         one statement for the whole batch (`conn`: the claim's, else a pooled connection), into
         each one's `h.after`. Under a lease a failed read is left to each delivery, which reads
         its own row's then: the rows are claimed already."""
+        if self._parents is None:
+            return
         waiting = [h for h in held if self.waits(h)]
         if len(waiting) < 2 or self.d.ops.after_states is None:
             return  # one row: waited_for() reads it, the same one statement
@@ -189,9 +192,9 @@ class Delivery:
         return Settlement(DEAD_LETTER, note=h.error)
 
     def headers(self, h: Held) -> Mapping[str, str]:
-        if "headers" not in self.d.role_attrs:
+        if self._headers is None:
             return {}
-        return decode_headers(getattr(h.row, self.d.role_attrs["headers"]))
+        return decode_headers(getattr(h.row, self._headers))
 
     async def run_handler(self, h: Held, payload: Any, conn: Any | None) -> Outcome:
         job: Job[Any] = Job(payload=payload, id=h.id, attempt=h.attempt, row=h.row,
