@@ -60,7 +60,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -343,7 +342,7 @@ class Sweep:
                     database = create(f"{shape.name}_{batch}_bare_{label}"[:60])
                     self._fill(shape, database, ddl, path, group, False)
                     bare[label] = asyncio.run(_bare_drain(database, path, batch, group,
-                                                          self.opts.jobs))
+                                                          self.opts.jobs, shape.id == "uuid"))
                 line += (f"; bare now {bare['now']:7.0f}, before {bare['before']:7.0f} "
                          f"(runtime / bare {figures['now'][0] / bare['now']:.2f}x)")
             uncounted = self.rates.get((dialect, name, "row_lock", str(batch)))
@@ -459,18 +458,19 @@ def _load(path: Path) -> Any:
 
 
 async def _bare_drain(database: str, path: Path, batch: int, group: str | None,
-                      jobs: int) -> float:
+                      jobs: int, uuid_ids: bool) -> float:
     """jobs/s of the plainest pipelined row-lock loop over the module's statements: 10
     connections, each round the last batch's acks (one FINISH_MANY), COMMIT, BEGIN and the
-    next claim in one round trip."""
+    next claim in one round trip (`uuid_ids`: the table's ids are uuids)."""
     import psycopg
+
+    from inboxgen.values import FROM_THE_HEAD, FROM_THE_HEAD_UUID
 
     module = _load(path)
     now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
     # A claim that takes a start (from_id) reads from the head here: the plainest loop.
-    head_id = uuid.UUID(int=0) if "_v.LOWEST_UUID" in path.read_text() else -(2**63)
-    claim = {"now": now, "limit": batch, "group": group, "row_key": "", "from_id": head_id,
-             "from_priority": -(2**63), "from_retry_after": dt.datetime(1000, 1, 1, tzinfo=dt.UTC)}
+    claim = {"now": now, "limit": batch, "group": group, "row_key": "",
+             **(FROM_THE_HEAD_UUID if uuid_ids else FROM_THE_HEAD)}
     claim = {k: v for k, v in claim.items() if f"%({k})s" in module.CLAIM}
     finish = "FINISH_MANY" if hasattr(module, "FINISH_MANY") else "FINISH"
 

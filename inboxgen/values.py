@@ -37,6 +37,8 @@ EARLIEST = _dt.datetime(1000, 1, 1, tzinfo=_dt.UTC)
 # What claim() binds for its start where it is given none: from the head.
 FROM_THE_HEAD: dict[str, Any] = {"from_id": LOWEST_ID, "from_priority": LOWEST_ID,
                                  "from_retry_after": EARLIEST}
+# The same for a table whose id is a uuid.
+FROM_THE_HEAD_UUID: dict[str, Any] = {**FROM_THE_HEAD, "from_id": LOWEST_UUID}
 
 
 def lowest_or(value: int | None) -> int:

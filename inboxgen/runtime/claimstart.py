@@ -47,15 +47,15 @@ def claims_from_id(d: TableDescriptor) -> bool:
     return "from_id" in _claim_params(d) and not d.fifo
 
 
+_LAST_UUID = 2**128 - 1
+
+
 def one_past(row_id: Any) -> Any:
     """The id after `row_id` in claim order: an integer plus one, or the uuid whose number is
     one more (PostgreSQL sorts uuids as their numbers)."""
     if isinstance(row_id, uuid.UUID):
         return uuid.UUID(int=min(row_id.int + 1, _LAST_UUID))
     return int(row_id) + 1
-
-
-_LAST_UUID = 2**128 - 1
 
 
 class ClaimStart:

@@ -112,7 +112,7 @@ class Delivery:
             if past is not None:
                 await self.settle(h, past, conn)
                 return
-            if self._parents is not None and self.waits(h):
+            if self.waits(h):
                 failed = await self.waited_for(h, conn)
                 if failed is not None:
                     await self.settle(h, failed, conn)

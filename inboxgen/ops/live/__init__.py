@@ -19,7 +19,7 @@ from inboxgen.ops.live.mysql import MySQLLive
 from inboxgen.ops.live.postgres import PostgresLive
 from inboxgen.ops.live.sqlite import SqliteLive
 from inboxgen.runtime.connecting import first_line
-from inboxgen.values import FROM_THE_HEAD, LOWEST_UUID
+from inboxgen.values import FROM_THE_HEAD, FROM_THE_HEAD_UUID
 
 _BY_DIALECT: dict[str, type[LiveDatabase]] = {
     "postgres": PostgresLive, "mysql": MySQLLive, "sqlite": SqliteLive}
@@ -64,6 +64,7 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
     """Every statement planned (`name_of_queue`: the queue's name, as its statements bind
     it); each claim's plan read for an index in the claim order."""
     found: list[str] = []
+    head = FROM_THE_HEAD_UUID if queue.id.column.kind == cat.UUID else FROM_THE_HEAD
     for name, sql in d.statements.items():
         if names_a_partition(sql):
             # prune --partitions' statements on one partition: its query is planned on the
@@ -74,8 +75,6 @@ def _plans(d: Any, queue: Queue, db: LiveDatabase, table: str, name_of_queue: st
         params = d.statement_params[name]
         # A claim is planned with a group and a time, so its plan is the real one; the rest
         # only prepare, with every value NULL.
-        head = {**FROM_THE_HEAD, "from_id": LOWEST_UUID} if queue.id.column.kind == cat.UUID \
-            else FROM_THE_HEAD
         bound = (_sample(params, head, db.sample_time()) if name in _CLAIMS
                  else _sample(params, head, None))
         if "queue" in bound and not name.startswith("INSERT"):  # not a column named queue
