@@ -22,7 +22,7 @@ import pytest
 from dbcases import T0, Layout, MakeQueue, Queue, at
 
 from inboxgen.runtime.backends import BACKENDS, Backend
-from inboxgen.runtime.backends.base import BEGIN, COMMIT
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, COMMIT_BEGIN
 from inboxgen.runtime.batching import Calls
 
 # (the queue's dialect, with the scheme that names the driver) -> the driver's name
@@ -158,6 +158,23 @@ def test_steps_run_together_in_order_and_commit(driver: Driver) -> None:
     ids = driver.run(body)
     assert driver.q.ids() == ids and len(ids) == 2
     assert driver.payloads() == ["one", "two"]
+
+
+def test_commit_begin_commits_the_steps_before_it_and_opens_a_transaction(
+        driver: Driver) -> None:
+    """A row-lock round's COMMIT and next BEGIN as one step: what came before it is committed,
+    what follows it is in a transaction of its own, which a rollback undoes."""
+    b = driver.backend
+
+    async def body() -> None:
+        async with b.session() as conn:
+            await b.together(conn, [BEGIN, driver.insert("kept"), COMMIT_BEGIN,
+                                    driver.insert("undone")])
+            await b.rollback(conn)
+            await b.together(conn, [BEGIN, driver.insert("after"), COMMIT])
+
+    driver.run(body)
+    assert driver.payloads() == ["kept", "after"]
 
 
 def test_steps_alone_each_commit_and_return_their_results(driver: Driver) -> None:

@@ -25,8 +25,10 @@ from inboxgen.runtime.engines import Engine
 # What a Worker's database= may be: a URL, conninfo or file path, or driver arguments.
 Database = str | Path | Mapping[str, Any] | None
 
-# What `together` runs: a generated function with its keyword arguments, or BEGIN or COMMIT.
-BEGIN, COMMIT = "BEGIN", "COMMIT"
+# What `together` runs: a generated function with its keyword arguments, or BEGIN, COMMIT or
+# COMMIT_BEGIN: a COMMIT and the BEGIN after it, one statement where the server chains
+# transactions (PostgreSQL's COMMIT AND CHAIN), both elsewhere.
+BEGIN, COMMIT, COMMIT_BEGIN = "BEGIN", "COMMIT", "COMMIT AND CHAIN"
 Step = tuple[str, dict[str, Any]] | str
 
 
@@ -194,6 +196,8 @@ class Backend:
                     await self.begin_step(conn)
                 elif step == COMMIT:
                     await self.commit_step(conn)
+                elif step == COMMIT_BEGIN:
+                    await self.commit_begin_step(conn)
                 elif not isinstance(step, str):
                     op, args = step
                     results.append(await self.call(conn, op, **args))
@@ -210,6 +214,11 @@ class Backend:
     async def commit_step(self, conn: Any) -> None:
         """COMMIT as a step of `together`."""
         await self.commit(conn)
+
+    async def commit_begin_step(self, conn: Any) -> None:
+        """COMMIT_BEGIN as a step of `together`."""
+        await self.commit_step(conn)
+        await self.begin_step(conn)
 
     def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """A connection held across transactions, with explicit BEGIN/COMMIT (`rounds_together`)."""
@@ -479,6 +488,9 @@ class ThreadedBackend(KeptConnections):
                     self._begin_now(conn)
                 elif step == COMMIT:
                     self._commit_now(conn)
+                elif step == COMMIT_BEGIN:
+                    self._commit_now(conn)
+                    self._begin_now(conn)
                 elif not isinstance(step, str):
                     op, args = step
                     results.append(getattr(self.descriptor.ops, op)(conn, **args))

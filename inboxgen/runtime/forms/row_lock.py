@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, Step, StepFailed
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, COMMIT_BEGIN, Step, StepFailed
 from inboxgen.runtime.batching import by_op, one_statement
 from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts, Pending
@@ -304,14 +304,17 @@ class PipelinedRowLock(RowLock):
             steps += self.calls.plan(op, rows)[0]  # the rows are the transaction's: no reading
         pending.clear()
         committed_after = len(steps) + 1  # steps done once the COMMIT has run
-        if commit:
-            steps.append(COMMIT)
         start = self.claim_start()
         if claim:
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
-            steps += [BEGIN, self.calls.step(*self.claim_call(now, self.settings.batch,
-                                                              start=start))]
+            # An idle round syncs at its COMMIT, so it cannot chain the next BEGIN to it.
+            steps += [COMMIT, BEGIN] if commit and idle else \
+                [COMMIT_BEGIN] if commit else [BEGIN]
+            steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
+                                                          start=start)))
+        elif commit:
+            steps.append(COMMIT)
         started = time.monotonic()
         try:
             results = await self.together(conn, pipe, steps, idle=idle)
@@ -414,11 +417,14 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
                                                           start=start)))
-        steps.append(COMMIT)
+        # The next BEGIN chained to the COMMIT where no idle sync comes between them; the late
+        # RELEASE then runs in the new transaction (it unlocks session locks, as well there).
+        chain = claim and not idle
+        steps.append(COMMIT_BEGIN if chain else COMMIT)
         committed_after = len(steps)  # steps done once the COMMIT has run
         if late is not None:
             steps.append(late)
-        if claim:
+        if claim and not chain:
             steps.append(BEGIN)
         started = time.monotonic()
         try:
