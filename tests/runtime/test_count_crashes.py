@@ -108,3 +108,74 @@ def test_counted_rows_of_a_stopped_worker_on_a_user_pool_are_free_at_once(
     asyncio.run(run())
     assert len(later) == 2
     assert {r["attempt"] for r in q.rows()} == {3}  # both deliveries counted
+
+
+def _key_free(q: Queue, row_id: Any) -> bool:
+    """Whether another session can take the key a counted claim locks for row `row_id`."""
+    key = f"inboxgen:{q.mod.TABLE}:{row_id}"
+    with q.connect(autocommit=True) as conn:
+        (free,) = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                               (key,)).fetchone()
+        if free:
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+    return bool(free)
+
+
+def _keys_held(q: Queue) -> int:
+    with q.connect(autocommit=True) as conn:
+        (n,) = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                            "AND database = (SELECT oid FROM pg_database "
+                            "WHERE datname = current_database())").fetchone()
+    return int(n)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_counted_keys_are_unlocked_for_retries_at_once_and_for_finished_rows_by_the_idle(
+        queue: MakeQueue, batch: int) -> None:
+    """A slot may unlock the keys of finished rows some rounds later (no claim reads them
+    again), a bounded number of them; a row it retries must be free to every other worker
+    once the retry commits, and a slot that ran dry holds no key."""
+    from inboxgen import retry_after
+    from inboxgen.runtime.forms.row_lock import FINISHED_KEYS_KEPT
+
+    q = queue("postgres", Layout("row_lock", group=True, count_crashes=True, dead="group"))
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(120)])
+    conn.commit()
+    ids = q.ids()
+    retried = ids[0]
+    free_after_retry: list[bool] = []
+    most_held = 0
+
+    def handler(job: Any) -> Any:
+        nonlocal most_held
+        most_held = max(most_held, _keys_held(q))
+        if job.id == retried:
+            return retry_after(3600)  # not due again while the test runs
+        if job.id == ids[10]:  # some rounds after the retry's, fewer than the keys kept
+            free_after_retry.append(_key_free(q, retried))
+        return None
+
+    async def run() -> int:
+        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="g", workers=1,
+                        batch=batch, poll_interval=0.05, listen=False)
+        await worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                rows = await asyncio.to_thread(q.rows)
+                if sum(r["processed_at"] is None for r in rows) == 1:  # the retried one
+                    break
+                await asyncio.sleep(0.05)
+            # The slot ran dry and waits: it holds no key of any row.
+            while await asyncio.to_thread(_keys_held, q) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return await asyncio.to_thread(_keys_held, q)
+        finally:
+            await worker.shutdown()
+
+    assert asyncio.run(run()) == 0
+    assert free_after_retry == [True]
+    # In work and finished, never more than the slot's batch and the finished keys it keeps.
+    assert most_held <= FINISHED_KEYS_KEPT + 2 * batch

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 # reports, and autovacuum never cleans the rows its jobs finished.
 IDLE_EVERY = 1.0
 
+# How many keys of finished rows a pipelined counted session keeps locked before it unlocks
+# them (at least a batch's): no claim reads a finished row again, so their RELEASE can wait for
+# a later round, and most rounds send none. Each key takes a slot of the server's shared lock
+# table (max_locks_per_transaction x max_connections) until then.
+FINISHED_KEYS_KEPT = 32
+
 # How long a counted claim waits for the table's claim turn (MySQL's GET_LOCK; on PostgreSQL
 # the wait is the session's lock_timeout).
 _CLAIM_TURN_WAIT = 10.0
@@ -337,6 +343,10 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     settlements run in. A batch costs one round trip and one commit, as without counting; a
     crash ends the session and frees the counted rows.
 
+    A RELEASE names the rows whose settlement leaves them claimable (a retry, a dead letter),
+    at once. Keys of finished rows (acked or dropped: deleted or marked processed) wait until
+    FINISHED_KEYS_KEPT of them, or a batch's, have gathered, or the slot runs out of rows.
+
     Where RELEASE unlocks every key of the session (MySQL's names no rows), it runs after the
     settlements and before the claim instead: the settlements have locked the settled rows in
     the open transaction, which keeps them from other claims until its COMMIT."""
@@ -347,6 +357,8 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
         self._release_first = "id" not in self.d.statement_params["RELEASE"]
+        self._keep_finished = 0 if self._release_first else \
+            max(FINISHED_KEYS_KEPT, self.settings.batch)
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
         async with self.backend.session() as conn:
@@ -364,12 +376,13 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                               held: list[Held]) -> None:
         backend, slots, batch = self.backend, self.slots, self.settings.batch
         idle = Idle()
+        finished: list[Any] = []  # ids of finished rows whose keys are still locked
         async with backend.pipeline(conn) as pipe:
             in_tx = False  # a transaction is open on the connection for the next settlements
             pending: Pending = []
             while True:
                 claim = not slots.stopping
-                rows, again = await self._send_counted(conn, pipe, pending, held,
+                rows, again = await self._send_counted(conn, pipe, pending, held, finished,
                                                        in_tx=in_tx, claim=claim,
                                                        idle=idle.due())
                 in_tx, pending = claim, []
@@ -383,28 +396,37 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                 await self.deliver_all(held, conn)
                 if len(rows) < batch:
                     # Drained: settle now rather than hold the rows' keys through the wait.
-                    await self._send_counted(conn, pipe, pending, held, in_tx=in_tx,
-                                             claim=False)
+                    await self._send_counted(conn, pipe, pending, held, finished,
+                                             in_tx=in_tx, claim=False)
                     in_tx, pending = False, []
                     held.clear()
                     if not again:
                         await slots.wait(index, self.settings.poll_interval)
 
-    async def _send_counted(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
-                            in_tx: bool, claim: bool,
+    async def _send_counted(self, conn: Any, pipe: Any, pending: Pending, held: list[Held],
+                            finished: list[Any], *, in_tx: bool, claim: bool,
                             idle: bool = False) -> tuple[list[Any], bool]:
         """Send the batch's settlements and a claim in one transaction, its COMMIT, the
         RELEASE of the settled rows' keys and (when claiming) the next BEGIN; wait for the
         server. Returns the claimed rows, and whether the claim came back short from a start
-        (RowLock.claimed_from: the slot claims again at once)."""
+        (RowLock.claimed_from: the slot claims again at once). `finished` holds the ids of
+        finished rows whose keys wait to be unlocked; this round's join them."""
         steps: list[Step] = [] if in_tx else [BEGIN]
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
+        unlock = [h.id for h in held]
+        if self._keep_finished:
+            done = {values["id"] for op, values in pending if op == "finish"}
+            finished += [i for i in unlock if i in done]
+            unlock = [i for i in unlock if i not in done]
+            if not claim or len(finished) >= self._keep_finished:
+                unlock += finished
+                finished.clear()  # once the round has run (or its failure ended the session)
         pending.clear()
         # The RELEASE of the settled rows' keys: before the claim (`early`) or after the COMMIT.
         early = late = None
-        if held:
-            release = self.calls.step("release", {"id": [h.id for h in held]})
+        if unlock:
+            release = self.calls.step("release", {"id": unlock})
             if self._release_first:
                 early = release
             else:
