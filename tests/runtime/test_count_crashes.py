@@ -110,35 +110,52 @@ def test_counted_rows_of_a_stopped_worker_on_a_user_pool_are_free_at_once(
     assert {r["attempt"] for r in q.rows()} == {3}  # both deliveries counted
 
 
+def _key_sql(q: Queue, id_sql: str) -> str:
+    """The lock key a counted claim takes for the row whose id `id_sql` gives."""
+    if q.mysql:
+        return f"SHA2(CONCAT(DATABASE(), '.', 'inboxgen:{q.mod.TABLE}:', {id_sql}), 256)"
+    return f"hashtextextended('inboxgen:{q.mod.TABLE}:' || {id_sql}::text, 0)"
+
+
 def _key_free(q: Queue, row_id: Any) -> bool:
     """Whether another session can take the key a counted claim locks for row `row_id`."""
-    key = f"inboxgen:{q.mod.TABLE}:{row_id}"
+    key = _key_sql(q, "%s")
     with q.connect(autocommit=True) as conn:
-        (free,) = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                               (key,)).fetchone()
+        if q.mysql:
+            cur = conn.cursor()
+            cur.execute(f"SELECT IS_FREE_LOCK({key})", (row_id,))
+            return bool(cur.fetchone()[0])
+        (free,) = conn.execute(f"SELECT pg_try_advisory_lock({key})", (row_id,)).fetchone()
         if free:
-            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
-    return bool(free)
+            conn.execute(f"SELECT pg_advisory_unlock({key})", (row_id,))
+        return bool(free)
 
 
 def _keys_held(q: Queue) -> int:
+    """How many of the table's rows have their key locked by some session."""
     with q.connect(autocommit=True) as conn:
+        if q.mysql:
+            cur = conn.cursor()
+            cur.execute(f"SELECT COUNT(*) FROM {q.table_sql()} "
+                        f"WHERE IS_USED_LOCK({_key_sql(q, q.id_column)}) IS NOT NULL")
+            return int(cur.fetchone()[0])
         (n,) = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                             "AND database = (SELECT oid FROM pg_database "
                             "WHERE datname = current_database())").fetchone()
-    return int(n)
+        return int(n)
 
 
 @pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
 def test_counted_keys_are_unlocked_for_retries_at_once_and_for_finished_rows_by_the_idle(
-        queue: MakeQueue, batch: int) -> None:
+        queue: MakeQueue, dialect: str, batch: int) -> None:
     """A slot may unlock the keys of finished rows some rounds later (no claim reads them
     again), a bounded number of them; a row it retries must be free to every other worker
     once the retry commits, and a slot that ran dry holds no key."""
     from inboxgen import retry_after
     from inboxgen.runtime.forms.row_lock import FINISHED_KEYS_KEPT
 
-    q = queue("postgres", Layout("row_lock", group=True, count_crashes=True, dead="group"))
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=True, dead="group"))
     conn = q.connect()
     due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
     q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(120)])

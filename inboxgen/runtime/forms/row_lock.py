@@ -343,9 +343,10 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     settlements run in. A batch costs one round trip and one commit, as without counting; a
     crash ends the session and frees the counted rows.
 
-    A RELEASE names the rows whose settlement leaves them claimable (a retry, a dead letter),
-    at once. Keys of finished rows (acked or dropped: deleted or marked processed) wait until
-    FINISHED_KEYS_KEPT of them, or a batch's, have gathered, or the slot runs out of rows.
+    The keys of rows whose settlement leaves them claimable (a retry, a dead letter) are
+    unlocked in the round that settles them. Keys of finished rows (acked or dropped: deleted
+    or marked processed), which no claim reads again, wait until FINISHED_KEYS_KEPT of them,
+    or a batch's, have gathered, or the slot runs out of rows: most rounds send no RELEASE.
 
     Where RELEASE unlocks every key of the session (MySQL's names no rows), it runs after the
     settlements and before the claim instead: the settlements have locked the settled rows in
@@ -357,8 +358,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
         self._release_first = "id" not in self.d.statement_params["RELEASE"]
-        self._keep_finished = 0 if self._release_first else \
-            max(FINISHED_KEYS_KEPT, self.settings.batch)
+        self._keep_finished = max(FINISHED_KEYS_KEPT, self.settings.batch)
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
         async with self.backend.session() as conn:
@@ -414,14 +414,13 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         steps: list[Step] = [] if in_tx else [BEGIN]
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
-        unlock = [h.id for h in held]
-        if self._keep_finished:
-            done = {values["id"] for op, values in pending if op == "finish"}
-            finished += [i for i in unlock if i in done]
-            unlock = [i for i in unlock if i not in done]
-            if not claim or len(finished) >= self._keep_finished:
-                unlock += finished
-                finished.clear()  # once the round has run (or its failure ended the session)
+        done = {values["id"] for op, values in pending if op == "finish"}
+        finished += [h.id for h in held if h.id in done]
+        unlock = [h.id for h in held if h.id not in done]
+        # A RELEASE that names no rows (MySQL's) unlocks the finished rows' keys as well.
+        if not claim or len(finished) >= self._keep_finished or unlock and self._release_first:
+            unlock += finished
+            finished.clear()  # once the round has run (or its failure ended the session)
         pending.clear()
         # The RELEASE of the settled rows' keys: before the claim (`early`) or after the COMMIT.
         early = late = None
