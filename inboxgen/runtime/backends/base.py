@@ -95,6 +95,9 @@ class Backend:
     # Whether a round of a row-lock slot (its settlements, COMMIT, BEGIN and the next claim) can
     # go to the database as one (`together` on a `session()` in `pipeline()` mode).
     rounds_together = False
+    # Whether `session()` is in autocommit, each statement a transaction of its own unless a
+    # BEGIN step opens one (PostgreSQL's; MySQL's sessions open one with their first statement).
+    autocommit_sessions = False
     # Whether a write transaction holds the whole database (SQLite's one writer per file).
     single_writer = False
     # Whether a worker can take a connection pool of the caller's (pool=).

@@ -40,6 +40,7 @@ class PostgresBackend(Backend):
     dialect = "postgres"
     driver = "psycopg"
     rounds_together = True
+    autocommit_sessions = True  # session(): autocommit, with explicit BEGIN/COMMIT steps
     takes_pool = True
     listens_by_default = can_listen = enqueues_notify = True  # LISTEN/NOTIFY
     server_clock = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inboxgen.runtime.forms.advisory import Advisory
+from inboxgen.runtime.forms.advisory import advisory
 from inboxgen.runtime.forms.base import Form, Parts, Slots
 from inboxgen.runtime.forms.lease import FifoLease, Lease
 from inboxgen.runtime.forms.row_lock import row_lock
@@ -15,4 +15,4 @@ def form_for(parts: Parts) -> Form:
     d = parts.descriptor
     if d.form == "lease":
         return FifoLease(parts) if d.fifo else Lease(parts)
-    return row_lock(parts) if d.form == "row_lock" else Advisory(parts)
+    return row_lock(parts) if d.form == "row_lock" else advisory(parts)

@@ -2,6 +2,10 @@
 key, so rows of one key never run at once. TAKE counts the attempt and commits at once; the
 settlement is a transaction of its own on the lock's session, and the key is released after
 it. A crash releases the locks with the session: the rows return at once.
+
+On PostgreSQL the round's session is in autocommit (AutocommitAdvisory): the read of
+candidates, a lock, a take, a settlement and an unlock are one statement and one round trip
+each, with no COMMIT of their own.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import WorkerConfigError
+from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
@@ -23,6 +28,16 @@ if TYPE_CHECKING:
 
 # The most candidates one round reads while the rows ahead are held by others.
 _MAX_REACH = 4096
+
+
+def advisory(parts: Parts) -> Form:
+    # In autocommit where the backend's sessions are (PostgreSQL's) and every settlement is
+    # one statement (a module built before PostgreSQL's dead letters to a table were one
+    # statement copies, then checks); a transactional handler's writes need the connection's
+    # own transaction.
+    alone = (parts.backend.autocommit_sessions and not parts.settings.transactional
+             and one_statement(parts.descriptor, "dead_letter"))
+    return AutocommitAdvisory(parts) if alone else Advisory(parts)
 
 
 class Advisory(Form):
@@ -59,7 +74,7 @@ class Advisory(Form):
         """Lock and take up to `batch` of the due rows. Rows whose key another slot or process
         holds are skipped; the round counts as drained only when fewer rows were due than it
         read."""
-        d, backend, settings = self.d, self.backend, self.settings
+        d, settings = self.d, self.settings
         batch, group = settings.batch, settings.group
         got = 0
         held = 0  # candidates passed over: their keys are held here or elsewhere
@@ -68,17 +83,16 @@ class Advisory(Form):
         limit = max(batch + settings.workers + len(self._keys_in_work), self._reach)
         start = self._start.at() if self._start is not None else None
         looked = 0  # candidates looked at, in claim order: the next round starts after them
-        async with backend.connection() as conn:
+        async with self.round_connection() as conn:
             read_at = self._settle_seq
             started = time.monotonic()
             now = self.clock.now()
             await self.priorities.choose(conn, now)
-            candidates = await self.calls(conn, "candidates", group=group, now=now, limit=limit,
-                                          by_priority=self.priorities.by_priority,
-                                          **(start or {}))
+            candidates = await self.candidates(conn, {
+                "group": group, "now": now, "limit": limit,
+                "by_priority": self.priorities.by_priority, **(start or {})})
             # The claim's round trip, for observers, is the read of the due rows.
             self.observed_claim(candidates, limit, started)
-            await backend.commit(conn)
             for row in candidates:
                 if got >= batch:
                     break
@@ -92,7 +106,7 @@ class Advisory(Form):
                     continue  # another slot of this worker holds it: no round trip to learn so
                 self._keys_in_work.add(key)  # reserved before the lock's round trip
                 try:
-                    locked = await backend.lock_key(conn, key, self)
+                    locked = await self.lock(conn, key)
                 except BaseException:
                     # A lost connection (a server restart): the reservation must not outlive
                     # the round, or this worker would pass over the key's rows for good.
@@ -103,17 +117,17 @@ class Advisory(Form):
                     held += 1
                     continue
                 try:
-                    async with self._on(conn):
-                        taken = await self.calls(conn, "take", id=row_id, group=group,
-                                                 now=self.clock.now())
+                    taken = await self.take(conn, {"id": row_id, "group": group,
+                                                   "now": self.clock.now()})
                     if taken is None:
                         continue  # finished or rescheduled since the candidates were read
                     got += 1
                     self.slots.took(1)
-                    await self.delivery.deliver(self.held(taken, key=key), conn)
+                    h = self.held(taken, key=key)
+                    await self.delivery.deliver(h, conn)
                 finally:
                     self._keys_in_work.discard(key)
-                    await backend.unlock_key(conn, key, self)
+                    await self.unlock(conn, key)
         if self._start is not None and looked:
             self._start.after(candidates[looked - 1])
         if len(candidates) < limit:
@@ -134,6 +148,30 @@ class Advisory(Form):
             # again shortly rather than wait out the poll interval.
             await asyncio.sleep(0.01)
         return False
+
+    def round_connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The connection a round reads, locks and settles on (its session holds the keys)."""
+        return self.backend.connection()
+
+    async def candidates(self, conn: Any, values: dict[str, Any]) -> list[Any]:
+        """The due rows, read without locks (CANDIDATES), in a transaction of their own."""
+        rows: list[Any] = await self.calls(conn, "candidates", **values)
+        await self.backend.commit(conn)
+        return rows
+
+    async def lock(self, conn: Any, key: str) -> bool:
+        """Take `key`'s lock for the round's session, without waiting."""
+        return await self.backend.lock_key(conn, key, self)
+
+    async def take(self, conn: Any, values: dict[str, Any]) -> Any:
+        """TAKE, committed at once: the row, its attempt counted, or None where it is no
+        longer due."""
+        async with self._on(conn):
+            return await self.calls(conn, "take", **values)
+
+    async def unlock(self, conn: Any, key: str) -> None:
+        """Give `key`'s lock up (a broken session has given it up already)."""
+        await self.backend.unlock_key(conn, key, self)
 
     @contextlib.asynccontextmanager
     async def _on(self, conn: Any) -> AsyncIterator[Any]:
@@ -176,3 +214,41 @@ class Advisory(Form):
             old = self._settled_order.popleft()
             if self._settled_at.get(old, 0) < self._settle_seq - 4096:
                 del self._settled_at[old]
+
+
+class AutocommitAdvisory(Advisory):
+    """The advisory form on a session in autocommit: the read of candidates, a lock, a take
+    and a settlement (each one statement) are a round trip each, with no COMMIT of their own.
+    A round that fails ends its session, which unlocks every key it held, rather than give it
+    back to the pool."""
+
+    @contextlib.asynccontextmanager
+    async def round_connection(self) -> AsyncIterator[Any]:
+        backend = self.backend
+        async with backend.session() as conn:
+            try:
+                yield conn
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await backend.end_session(conn)
+                raise
+
+    async def candidates(self, conn: Any, values: dict[str, Any]) -> list[Any]:
+        rows: list[Any] = await self.calls(conn, "candidates", **values)
+        return rows
+
+    async def lock(self, conn: Any, key: str) -> bool:
+        return bool(await self.calls(conn, "lock", key=key))
+
+    async def take(self, conn: Any, values: dict[str, Any]) -> Any:
+        return await self.calls(conn, "take", **values)  # one statement: atomic alone
+
+    async def unlock(self, conn: Any, key: str) -> None:
+        # A failure here fails the round, whose session then ends: the key is unlocked.
+        await self.calls(conn, "unlock", key=key)
+
+    async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
+        assert conn is not None  # the lock's session
+        await self.delivery.execute_settlement(conn, h, s)  # one statement: atomic alone
+        if s.action in (FINISH, DEAD_LETTER):  # gone for good: retried rows come back
+            self._remember_settled(h.id)
