@@ -19,6 +19,7 @@ DATETIME without fractions).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import importlib
@@ -462,6 +463,35 @@ def pg_rows(dsn: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     """Rows as another process sees them (a fresh connection)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(sql, params).fetchall()
+
+
+def pg_advisory_locks(dsn: str) -> int:
+    """How many advisory locks the sessions of the database hold (every table's)."""
+    ((n,),) = pg_rows(dsn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                           "AND database = (SELECT oid FROM pg_database "
+                           "WHERE datname = current_database())")
+    return int(n)
+
+
+async def keys_left_once_dry(worker: Any, rows: Callable[[], list[dict[str, Any]]],
+                             done: Callable[[list[dict[str, Any]]], bool],
+                             keys: Callable[[], int], timeout: float = 30) -> int:
+    """Start `worker`, serve until `done(rows())`, then until `keys()` (the keys some session
+    holds) is 0, as it is once the worker has run dry; stop it and return `keys()` then."""
+    await worker.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+
+        def waiting() -> bool:
+            return asyncio.get_running_loop().time() < deadline
+
+        while waiting() and not done(await asyncio.to_thread(rows)):
+            await asyncio.sleep(0.05)
+        while waiting() and await asyncio.to_thread(keys):
+            await asyncio.sleep(0.05)
+        return await asyncio.to_thread(keys)
+    finally:
+        await worker.shutdown()
 
 
 def sqlite_rows(path: Path, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:

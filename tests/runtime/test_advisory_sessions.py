@@ -11,21 +11,13 @@ import threading
 import time
 from typing import Any
 
-from dbcases import Layout, MakeQueue, Queue
+from dbcases import Layout, MakeQueue, keys_left_once_dry, pg_advisory_locks
 
 from inboxgen import Job, Worker, retry_after
 from inboxgen.runtime.forms.advisory import AutocommitAdvisory
 
 JOBS = 60
 ACCOUNTS = 4
-
-
-def _keys_held(q: Queue) -> int:
-    with q.connect(autocommit=True) as conn:
-        (n,) = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                            "AND database = (SELECT oid FROM pg_database "
-                            "WHERE datname = current_database())").fetchone()
-    return int(n)
 
 
 def test_an_advisory_worker_settles_every_job_one_per_key_and_keeps_no_key(
@@ -60,22 +52,12 @@ def test_an_advisory_worker_settles_every_job_one_per_key_and_keeps_no_key(
                     listen=False, poll_interval=0.05)
     assert isinstance(worker.form, AutocommitAdvisory)
 
-    async def run() -> int:
-        await worker.start()
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                rows = await asyncio.to_thread(q.rows)
-                if all(r["processed_at"] is not None for r in rows):
-                    break
-                await asyncio.sleep(0.05)
-            while await asyncio.to_thread(_keys_held, q) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            return await asyncio.to_thread(_keys_held, q)
-        finally:
-            await worker.shutdown()
+    def settled(rows: list[dict[str, Any]]) -> bool:
+        return all(r["processed_at"] is not None for r in rows)
 
-    assert asyncio.run(run()) == 0  # running dry, the worker holds no key
+    left = asyncio.run(keys_left_once_dry(worker, q.rows, settled,
+                                          lambda: pg_advisory_locks(q.target)))
+    assert left == 0  # running dry, the worker holds no key
     assert most == 1  # one job of an account at a time
     assert sorted(seen) == sorted([*q.ids(), retried])  # each once, the retried one twice
     assert worker.stats.acked == JOBS and worker.stats.retried == 1

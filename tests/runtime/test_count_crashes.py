@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from dbcases import Layout, MakeQueue, Queue
+from dbcases import Layout, MakeQueue, Queue, keys_left_once_dry, pg_advisory_locks
 
 from inboxgen import Worker
 
@@ -132,17 +132,14 @@ def _key_free(q: Queue, row_id: Any) -> bool:
 
 
 def _keys_held(q: Queue) -> int:
-    """How many of the table's rows have their key locked by some session."""
+    """How many keys some session holds: on MySQL, of the table's rows."""
+    if not q.mysql:
+        return pg_advisory_locks(q.target)
     with q.connect(autocommit=True) as conn:
-        if q.mysql:
-            cur = conn.cursor()
-            cur.execute(f"SELECT COUNT(*) FROM {q.table_sql()} "
-                        f"WHERE IS_USED_LOCK({_key_sql(q, q.id_column)}) IS NOT NULL")
-            return int(cur.fetchone()[0])
-        (n,) = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                            "AND database = (SELECT oid FROM pg_database "
-                            "WHERE datname = current_database())").fetchone()
-        return int(n)
+        cur = conn.cursor()
+        cur.execute(f"SELECT COUNT(*) FROM {q.table_sql()} "
+                    f"WHERE IS_USED_LOCK({_key_sql(q, q.id_column)}) IS NOT NULL")
+        return int(cur.fetchone()[0])
 
 
 @pytest.mark.parametrize("batch", [1, 4])
@@ -174,25 +171,14 @@ def test_counted_keys_are_unlocked_for_retries_at_once_and_for_finished_rows_by_
             free_after_retry.append(_key_free(q, retried))
         return None
 
-    async def run() -> int:
-        worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="g", workers=1,
-                        batch=batch, poll_interval=0.05, listen=False)
-        await worker.start()
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                rows = await asyncio.to_thread(q.rows)
-                if sum(r["processed_at"] is None for r in rows) == 1:  # the retried one
-                    break
-                await asyncio.sleep(0.05)
-            # The slot ran dry and waits: it holds no key of any row.
-            while await asyncio.to_thread(_keys_held, q) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            return await asyncio.to_thread(_keys_held, q)
-        finally:
-            await worker.shutdown()
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="g", workers=1,
+                    batch=batch, poll_interval=0.05, listen=False)
 
-    assert asyncio.run(run()) == 0
+    def settled(rows: list[dict[str, Any]]) -> bool:
+        return sum(r["processed_at"] is None for r in rows) == 1  # the retried one is left
+
+    # The slot ran dry and waits: it holds no key of any row.
+    assert asyncio.run(keys_left_once_dry(worker, q.rows, settled, lambda: _keys_held(q))) == 0
     assert free_after_retry == [True]
     # In work and finished, never more than the slot's batch and the finished keys it keeps.
     assert most_held <= FINISHED_KEYS_KEPT + 2 * batch
