@@ -123,8 +123,7 @@ class Advisory(Form):
                         continue  # finished or rescheduled since the candidates were read
                     got += 1
                     self.slots.took(1)
-                    h = self.held(taken, key=key)
-                    await self.delivery.deliver(h, conn)
+                    await self.delivery.deliver(self.held(taken, key=key), conn)
                 finally:
                     self._keys_in_work.discard(key)
                     await self.unlock(conn, key)

@@ -261,7 +261,11 @@ class PipelinedRowLock(RowLock):
                        idle: bool) -> list[Any]:
         """`Backend.together`. With `idle`, the steps through the COMMIT are synced first, so
         the session waits idle outside a transaction (and reports its statistics) before the
-        rest: one more round trip, once per IDLE_EVERY."""
+        rest: one more round trip, once per IDLE_EVERY. A COMMIT_BEGIN is then a COMMIT and a
+        BEGIN of their own."""
+        if idle:
+            steps = [part for step in steps
+                     for part in ((COMMIT, BEGIN) if step == COMMIT_BEGIN else (step,))]
         if not idle or COMMIT not in steps:
             return await self.backend.together(conn, steps)
         cut = steps.index(COMMIT) + 1
@@ -314,9 +318,7 @@ class PipelinedRowLock(RowLock):
         if claim:
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
-            # An idle round syncs at its COMMIT, so it cannot chain the next BEGIN to it.
-            steps += [COMMIT, BEGIN] if commit and idle else \
-                [COMMIT_BEGIN] if commit else [BEGIN]
+            steps.append(COMMIT_BEGIN if commit else BEGIN)
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
                                                           start=start)))
         elif commit:
@@ -438,15 +440,12 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
                                                           start=start)))
-        # The next BEGIN chained to the COMMIT where no idle sync comes between them; the late
-        # RELEASE then runs in the new transaction (it unlocks session locks, as well there).
-        chain = claim and not idle
-        steps.append(COMMIT_BEGIN if chain else COMMIT)
+        # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
+        # transaction (it unlocks session locks, as well there).
+        steps.append(COMMIT_BEGIN if claim else COMMIT)
         committed_after = len(steps)  # steps done once the COMMIT has run
         if late is not None:
             steps.append(late)
-        if claim and not chain:
-            steps.append(BEGIN)
         started = time.monotonic()
         try:
             results = await self.together(conn, pipe, steps, idle=idle)
