@@ -32,6 +32,7 @@ import sqlite3
 import sys
 import textwrap
 import threading
+import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -384,8 +385,9 @@ class Layout:
         if self.key_concurrency is not None:
             out.append(f"CREATE INDEX jobs_account_in_work ON jobs "
                        f"({names('account', 'locked_until')});")
-        if self.fair:
-            # The walk over the accounts: the group, the account and the claim order.
+        if self.fair or self.key_concurrency is not None:
+            # The walk over the accounts (a fair claim's, and a key-limited claim's behind a
+            # key at its limit): the group, the account and the claim order.
             walk = [*(["group"] if self.group else []), "account", "priority", "retry_after", "id"]
             out.append(f"CREATE INDEX jobs_account ON jobs ({names(*walk)});")
         if self.rate is not None:
@@ -471,6 +473,21 @@ def pg_advisory_locks(dsn: str) -> int:
                            "AND database = (SELECT oid FROM pg_database "
                            "WHERE datname = current_database())")
     return int(n)
+
+
+def pg_index_blocks_read(dsn: str, table: str) -> int:
+    """The index blocks of `table` (its SQL name) read so far, as the server counts them once
+    every session has reported its counts (a session reports as it ends, or once a second at
+    most)."""
+    seen = -1
+    for _ in range(50):
+        time.sleep(0.3)
+        ((n,),) = pg_rows(dsn, "SELECT COALESCE(SUM(idx_blks_hit + idx_blks_read), 0) FROM "
+                               f"pg_statio_user_indexes WHERE relid = '{table}'::regclass")
+        if int(n) == seen:
+            break
+        seen = int(n)
+    return seen
 
 
 async def keys_left_once_dry(worker: Any, rows: Callable[[], list[dict[str, Any]]],

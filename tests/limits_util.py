@@ -11,16 +11,16 @@ from dbcases import Queue
 UTC = dt.UTC
 
 
-def claim(q: Queue, conn: Any, limit: int, lease: float = 30.0) -> list[Any]:
+def claim(q: Queue, conn: Any, limit: int, lease: float = 30.0, **how: Any) -> list[Any]:
     """One claim of up to `limit` rows, committed, as the runtime runs it (MySQL: between the
-    claim turn and its end)."""
+    claim turn and its end); `how`: claim()'s other arguments (by_key=True)."""
     now = dt.datetime.now(UTC)
     until = now + dt.timedelta(seconds=lease)
     turned = hasattr(q.mod, "claim_turn")
     if turned:
         assert q.mod.claim_turn(conn) is True
         conn.commit()
-    rows = q.mod.claim(conn, now=now, locked_until=until, limit=limit)
+    rows = q.mod.claim(conn, now=now, locked_until=until, limit=limit, **how)
     conn.commit()
     if turned:
         q.mod.claim_turn_end(conn)

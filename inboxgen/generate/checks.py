@@ -717,8 +717,8 @@ class _Checker:
             self.check_identifier(col.name, kline, "column")
             key = col
         self.limit_indexes(table, roles["locked_until"][1].name, given)
-        if given.fair and key is not None:
-            self.walk_index(table, roles, key.name)
+        if key is not None and (given.fair or given.key_concurrency is not None):
+            self.walk_index(table, roles, key.name, given.fair)
         rate_table = (self.rate_table(given.rate_table, table,
                                       key if given.rate_per_key else None)
                       if given.rate_table is not None else None)
@@ -821,21 +821,24 @@ class _Checker:
                             f"{how}; create an index on \"{table.name}\" ({cols})")
 
     def walk_index(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]],
-                   key: str) -> None:
-        """[flow] fair: each claim walks the key's values in order and reads each one's first
-        due rows in claim order: an index on the group (where there is one), the key and the
-        claim order serves both."""
+                   key: str, fair: bool) -> None:
+        """A claim that walks the key's values (every [flow] fair claim; a key-limited one
+        where rows of keys at their limit stand ahead) reads each value's first due rows in
+        claim order: an index on the group (where there is one), the key and the claim order
+        finds each with one probe. One on the key alone (or the key and the lease, as the
+        limits' counts use) reads all of a value's rows to find its first."""
         lead = [roles[r][1].name for r in ("group",) if r in roles] + [key]
         wanted = lead + [roles[r][1].name for r in ("priority", "retry_after", "id")
                          if r in roles]
-        if any([c.lower() for c in i.columns[:len(lead)]] == [c.lower() for c in lead]
-               for i in self.catalog.indexes_of(table)):
+        if any(leads(i.columns, wanted) for i in self.catalog.indexes_of(table)):
             return
-        self.warn(self.spec.line("flow", "fair"),
-                  f"no index of table \"{table.name}\" starts with {', '.join(lead)}: each "
-                  f"claim walks the values of {key} and reads the first due rows of each by "
-                  f"reading the table; create an index on \"{table.name}\" "
-                  f"({', '.join(wanted)})")
+        when = ("each claim walks the values of {} and reads" if fair else
+                "where rows of a key at its limit stand ahead, claims walk the values of {} and "
+                "read").format(key)
+        self.warn(self.spec.line("flow", "fair" if fair else "key_concurrency"),
+                  f"no index of table \"{table.name}\" starts with {', '.join(wanted)}: "
+                  f"{when} the first due rows of each by reading all of its rows; create an "
+                  f"index on \"{table.name}\" ({', '.join(wanted)})")
 
     def unique(self, table: Table, fields: list[Field]) -> tuple[Field, ...]:
         out: list[Field] = []

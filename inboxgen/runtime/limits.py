@@ -2,7 +2,16 @@
 lease the claims before it wrote: on PostgreSQL claim() takes a transaction lock first, on SQLite
 the transaction's write lock is the turn, and on MySQL a named lock is taken before the claim's
 transaction and given up after its commit (a lock given up before the commit would let the next
-claim count without this one's leases)."""
+claim count without this one's leases).
+
+A key at its limit keeps its waiting rows due, and the claim reads past them to the first row
+it may take: behind one tenant's backlog of 100,000 rows, every claim reads them all, and claims
+take turns, so that read sets the pace of the whole queue. So a worker reads, once a second,
+how many of the first LOOK_AHEAD due rows in claim order belong to keys at their limit
+(HELD_BACK); while KEYS_WALK_FROM or more do, it claims with CLAIM_BY_KEY, which walks the key's
+values as a fair claim does (the first rows of each key it walks, one index probe a row) and
+takes turns across keys instead of reading in claim order. Within a key, the claim order holds.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.backends.base import BEGIN, COMMIT, StepFailed
+from inboxgen.runtime.choices import CountedChoice
 from inboxgen.values import KeyTurns, key_turns
 
 if TYPE_CHECKING:
@@ -27,13 +37,29 @@ def limited(d: TableDescriptor) -> bool:
         "after" in params and "CLAIM_MARK" in d.statements)
 
 
-def fair_turns(d: TableDescriptor, group: str | None) -> KeyTurns | None:
-    """Where a [flow] fair table's claims of `group` in this process stand in their walk over
-    the key (the KeyTurns the generated claim() keeps); None for other tables."""
-    params = d.statement_params.get("CLAIM", ())
+def fair_turns(d: TableDescriptor, group: str | None, name: str = "CLAIM") -> KeyTurns | None:
+    """Where the claims of `group` in this process by statement `name` (a [flow] fair table's
+    CLAIM, a key-limited table's CLAIM_BY_KEY) stand in their walk over the key (the KeyTurns
+    the generated claim() keeps); None where that statement does not walk."""
+    params = d.statement_params.get(name, ())
     if "after" not in params:
         return None
-    return key_turns(d.statements["CLAIM"], group if "group" in params else None)
+    return key_turns(d.statements[name], group if "group" in params else None)
+
+
+LOOK_AHEAD = 1000
+KEYS_WALK_FROM = 900  # where the plain claim reads ten rows or more for each it takes
+
+
+class KeyChoice(CountedChoice):
+    """One worker's choice between a key-limited table's CLAIM and CLAIM_BY_KEY."""
+
+    def __init__(self, calls: Calls, group: str | None) -> None:
+        super().__init__(calls, group, "held_back", KEYS_WALK_FROM, LOOK_AHEAD)
+
+    @property
+    def by_key(self) -> bool:
+        return self.walks
 
 
 async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:

@@ -169,11 +169,13 @@ def ddl(s: Shape, names: Names | None = None) -> str:
     # The indexes a limited claim counts the jobs in work through.
     counted = {"queue": [("_in_work", "locked_until")],
                "key": [("_in_work", "locked_until"), ("_tenant", "tenant, locked_until")]}
-    if s.limits == "fair":  # the walk over the tenants: group, tenant, claim order
-        counted["fair"] = [("_tenant", ", ".join(
-            (["grp"] if s.group != "none" else []) + ["tenant"]
-            + (["priority"] if s.has_priority else [])
-            + (["retry_after"] if s.has_retry_after else []) + ["id"]))]
+    # The walk over the tenants (a fair claim's, a key-limited claim's behind a tenant at its
+    # limit): group, tenant, claim order.
+    walk = ", ".join((["grp"] if s.group != "none" else []) + ["tenant"]
+                     + (["priority"] if s.has_priority else [])
+                     + (["retry_after"] if s.has_retry_after else []) + ["id"])
+    counted["fair"] = [("_tenant", walk)]
+    counted["key"].append(("_walk", walk))
     for suffix, column in counted.get(s.limits, []):
         index = (f'"{names.table}{suffix}"' if names.schema is not None
                  and s.dialect == "postgres" else names.sql(s.dialect, suffix))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from dbcases import (
     at,
     commit_claim,
     finish,
+    pg_index_blocks_read,
     spec_toml,
 )
 from genutil import build_module, ddl_of
@@ -271,19 +271,7 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
         ran.append(job.id)
 
     def index_blocks_read() -> int:
-        """The table's index blocks read, as the server counts them once every session has
-        reported its counts (a session reports as it ends, or once a second at most)."""
-        seen = -1
-        for _ in range(50):
-            time.sleep(0.3)
-            with psycopg.connect(q.target) as watch:
-                (n,) = watch.execute("SELECT SUM(idx_blks_hit + idx_blks_read) FROM "
-                                     "pg_statio_user_indexes WHERE relid = "
-                                     f"'{q.table_sql()}'::regclass").fetchone() or (0,)
-            if int(n) == seen:
-                break
-            seen = int(n)
-        return seen
+        return pg_index_blocks_read(q.target, q.table_sql())
 
     before = index_blocks_read()
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2,

@@ -355,6 +355,8 @@ class Renderer:
         if "SCHEDULED" in st:
             out.append(self.scalar("scheduled", "SCHEDULED", "int",
                                    self.args(st["SCHEDULED"])))
+        if "HELD_BACK" in st:
+            out.append(self.scalar("held_back", "HELD_BACK", "int", self.args(st["HELD_BACK"])))
         if "RELEASE" in st:
             release = st["RELEASE"]
             id_t = self.raw_type(self.q.id).removesuffix(" | None")
@@ -912,10 +914,11 @@ class Renderer:
                 "process's last claim stopped.")
 
     @staticmethod
-    def fair_turns(claim: Statement) -> str:
-        """The line that finds where this process's fair claims stopped walking."""
+    def fair_turns(claim: Statement, name: str = "CLAIM") -> str:
+        """The line that finds where this process's claims by statement `name` (a walk over
+        the key's values) stopped walking."""
         group = "group" if "group" in claim.params else "None"
-        return f"turns = _v.key_turns(CLAIM, {group})"
+        return f"turns = _v.key_turns({name}, {group})"
 
     # What a limited claim() makes of the rows CLAIM read (ROWS): those the limits leave room for.
     within_limits = "_v.within_limits(ROWS, CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)"
@@ -967,9 +970,20 @@ class Renderer:
             # (with a key limit, rows it passes over make it read further).
             params = [p if p != '"limit": limit' else
                       '"limit": _v.at_most(limit, CONCURRENCY, RATE)' for p in params]
+        run = self.cur("CLAIM", params)
+        if "CLAIM_BY_KEY" in st:
+            by_key = st["CLAIM_BY_KEY"]
+            args += ", by_key: bool = False"
+            doc += (" With `by_key`, CLAIM_BY_KEY: claims take turns across the values of the "
+                    "key, for a table where many due rows wait behind keys at their limit "
+                    "(`held_back()`).")
+            turn = (self.fair_turns(by_key, "CLAIM_BY_KEY"), *turn)
+            run = ("if by_key:", *indented(self.cur("CLAIM_BY_KEY", self.params(by_key))),
+                   "else:", *indented(run))
+            over = self.within_limits.replace(
+                "ROWS", "turns.walked(ROWS, limit) if by_key else ROWS") + "[:limit]"
         return Func("claim", args, "list[ClaimedRow]", doc, (
-            Step("many", self.cur("CLAIM", params), self.claimed("r"), after=then,
-                 over=over),), before=turn)
+            Step("many", run, self.claimed("r"), after=then, over=over),), before=turn)
 
     def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:
         """Where the table has a twin of claim statement `name` that reads the due rows

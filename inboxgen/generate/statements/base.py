@@ -455,6 +455,9 @@ class Statements:
             ) if x), "Under the claim turn, read up to `limit` due rows within the limits, with "
                      "what the limits count (jobs in work of the queue and of the row's key, "
                      "claims of the rate's window) beside each.")
+            if limits.key is not None and limits.key_concurrency is not None:
+                self.claim_by_key(queue_count, limits.rate_table)
+                self.held_back()
         self.add("CLAIM_MARK", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
                  + f"\nWHERE {self.ids_in(self.c(self.q.id))}",
                  "Write the lease (the ownership token) on the rows of CLAIM that claim() kept.")
@@ -470,7 +473,58 @@ class Statements:
                                      f"WHERE {self.ids_in(self.c(self.q.id))}",
                      "Record the claims CLAIM_MARK made, at the database's time, for the rate.")
 
-    def claim_fair(self, counts: list[str], held: list[str]) -> None:
+    def claim_by_key(self, queue_count: str, rates: TableRef | None) -> None:
+        """[flow] key_concurrency without fair: CLAIM_BY_KEY, the fair claim's walk over the
+        key's values with the limits' counts beside each row. CLAIM reads past every waiting
+        row of a key at its limit; where thousands wait (HELD_BACK counts them), the runtime
+        claims with this instead, which reads the first rows of each key it walks."""
+        limits = self.q.limits
+        assert limits is not None and limits.key is not None
+        q = self.d.quote
+        held, key = q("inboxgen_held"), q(limits.key)
+        walked = f"{q('inboxgen_rows')}.{q('inboxgen_k')}"
+        lu = self.role("locked_until")
+        assert lu is not None
+        live = f"{held}.{self.c(lu)} > {self.p('now')}"
+        claimed = "NULL"
+        if rates is not None:
+            claimed = self.rate_claimed(rates, walked if limits.rate_per_key else None)
+        key_count = "\n".join(("(", "    SELECT COUNT(*)", f"    FROM {self.t()} AS {held}",
+                               self.where([f"{held}.{key} = {walked}", live], "    "), ")"))
+        self.claim_fair([f"{queue_count} AS {q('inboxgen_in_work')}",
+                         f"{claimed} AS {q('inboxgen_claimed')}",
+                         f"{walked} AS {q('inboxgen_key')}",
+                         f"{key_count} AS {q('inboxgen_key_in_work')}"], self.turn_held(),
+                        "CLAIM_BY_KEY", "Under the claim turn, as CLAIM reads, but walking up to "
+                        "`limit` values of the key from the first after `after` and reading the "
+                        "first due rows of each: for a table where many due rows wait behind keys "
+                        "at their limit (HELD_BACK).")
+
+    def held_back(self) -> None:
+        """HELD_BACK: of the first `limit` due rows in claim order, those whose key is at its
+        limit: the rows a limited claim reads past before it finds one to take. The runtime
+        reads it once a second to choose between CLAIM and CLAIM_BY_KEY."""
+        limits = self.q.limits
+        assert limits is not None and limits.key is not None
+        q = self.d.quote
+        held, key, ahead = q("inboxgen_held"), q(limits.key), q("inboxgen_ahead")
+        lu = self.role("locked_until")
+        assert lu is not None
+        self.add("HELD_BACK", "\n".join(x for x in (
+            "SELECT COUNT(*)", "FROM (", f"    SELECT {key}",
+            f"    FROM {self.t()}{self.force_index()}", self.where(self.filters(), "    "),
+            f"    ORDER BY {self.order()}", f"    LIMIT {self.p('limit')}", f") AS {ahead}",
+            f"WHERE {ahead}.{key} IN (", f"    SELECT {held}.{key}",
+            f"    FROM {self.t()} AS {held}",
+            f"    WHERE {held}.{self.c(lu)} > {self.p('now')}", f"    GROUP BY {held}.{key}",
+            f"    HAVING COUNT(*) >= {self.p('key_concurrency')}", ")") if x),
+            "Of the first `limit` due rows in claim order, count those whose key is at its "
+            "limit: the rows CLAIM reads past before it finds one to take.")
+
+    def claim_fair(self, counts: list[str], held: list[str], name: str = "CLAIM",
+                   doc: str = "Under the claim turn, walk up to `limit` values of the key from "
+                              "the first after `after`, and read the first due rows of each, "
+                              "with what the limits count beside each row.") -> None:
         """[flow] fair: CLAIM walks up to `limit` values of the key, from the first after
         `after` (where the claims before it stopped), and reads the first due rows of each in
         claim order, the first of every key before the second of any; with fewer keys than
@@ -479,7 +533,7 @@ class Statements:
         in a limited claim, for claim() to apply."""
         q = self.d.quote
         rows, r, n, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_n"), q("inboxgen_k")
-        self.add("CLAIM", "\n".join(x for x in (
+        self.add(name, "\n".join(x for x in (
             self.fair_ctes(),
             f"SELECT {self.select_list()},",
             *("       " + line for line in ",\n".join(
@@ -490,9 +544,7 @@ class Statements:
             self.where(held),
             f"ORDER BY {rows}.{r}, {rows}.{n}, {rows}.{k}",
             self.fair_lock,
-        ) if x), "Under the claim turn, walk up to `limit` values of the key from the first "
-                 "after `after`, and read the first due rows of each, with what the limits "
-                 "count beside each row.")
+        ) if x), doc)
 
     # Whether a fair claim without limits is one statement that writes its leases itself, with
     # no claim turn (nothing to count); claim_fair_alone() writes it.

@@ -21,7 +21,7 @@ from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
 from inboxgen.runtime.connecting import first_line, retry_delay
 from inboxgen.runtime.forms.base import Form, Parts
-from inboxgen.runtime.limits import claim_in_turn, fair_turns, limited
+from inboxgen.runtime.limits import KeyChoice, claim_in_turn, fair_turns, limited
 from inboxgen.runtime.outcomes import FINISH, PARK, Settlement, lease_expiry
 from inboxgen.runtime.renewer import LeaseRenewer
 from inboxgen.runtime.settler import LeaseSettler
@@ -72,6 +72,10 @@ class Lease(Form):
         self._start = ClaimStart(self.d) if claims_from_id(self.d) else None
         self._limited = limited(self.d)  # [flow] limits: claims take turns
         self._fair = fair_turns(self.d, self.settings.group)  # [flow] fair: the walk's place
+        # [flow] key_concurrency: whether claims walk the keys (while rows of keys at their
+        # limit stand ahead), and the walk's place.
+        self.keys = KeyChoice(self.calls, self.settings.group)
+        self._key_walk = fair_turns(self.d, self.settings.group, "CLAIM_BY_KEY")
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
         # read before they are reported.
         self._checks: set[asyncio.Future[None]] = set()
@@ -135,7 +139,8 @@ class Lease(Form):
                     # The limits may have kept fewer rows than the claim read; a fair walk
                     # that reached the last key starts again from the first.
                     continue
-                passed = got == 0 and self._fair is not None and self._fair.passed_over
+                walk = self._key_walk if self.keys.by_key else self._fair
+                passed = got == 0 and walk is not None and walk.passed_over
                 empty_walks = empty_walks + 1 if passed else 0
                 if passed and empty_walks < FAIR_WALKS_AHEAD:
                     continue  # its walk passed keys with nothing due: the next keys may have
@@ -165,12 +170,15 @@ class Lease(Form):
         """One claim of up to `limit` rows (from `start` on, where the claim takes one) into
         the slots' queue; returns the rows claimed, in claim order."""
         now, until = self._lease_from_now()
-        count = self.priorities.count_due(now)
-        if count is not None:  # once a second, where the table has a claim by priority
-            (later,) = await self.backend.alone([self.calls.step("scheduled", count)])
-            self.priorities.counted(later)
+        # Once a second, where the table has a claim by priority or a walk over the keys.
+        counts = [(choice, values) for choice in (self.priorities, self.keys)
+                  if (values := choice.count_due(now)) is not None]
+        if counts:
+            found = await self.backend.alone([self.calls.step(c.op, v) for c, v in counts])
+            for (choice, _), n in zip(counts, found, strict=True):
+                choice.counted(n)
         op, values = self.claim_call(now, limit, until)
-        step = self.calls.step(op, {**values, **(start or {})})
+        step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
         if self._limited:
             result = await claim_in_turn(self.backend, self.calls, step)

@@ -148,6 +148,99 @@ ORDER BY "retry_after", "id"
 LIMIT :limit
 """
 
+# Under the claim turn, as CLAIM reads, but walking up to `limit` values of the key from the first
+# after `after` and reading the first due rows of each: for a table where many due rows wait
+# behind keys at their limit (HELD_BACK).
+CLAIM_BY_KEY: Final[LiteralString] = """
+WITH RECURSIVE
+"inboxgen_keys" ("inboxgen_k", "inboxgen_n") AS (
+    SELECT COALESCE((
+        SELECT "user_id"
+        FROM "lite_limited_jobs"
+        WHERE "user_id" > :after
+        ORDER BY "user_id"
+        LIMIT 1
+    ), (
+        SELECT "user_id"
+        FROM "lite_limited_jobs"
+        ORDER BY "user_id"
+        LIMIT 1
+    )), 1
+    UNION ALL
+    SELECT (
+        SELECT "user_id"
+        FROM "lite_limited_jobs"
+        WHERE "user_id" > "inboxgen_keys"."inboxgen_k"
+        ORDER BY "user_id"
+        LIMIT 1
+    ), "inboxgen_keys"."inboxgen_n" + 1
+    FROM "inboxgen_keys"
+    WHERE "inboxgen_keys"."inboxgen_k" IS NOT NULL
+      AND "inboxgen_keys"."inboxgen_n" < :limit
+),
+"inboxgen_rows" ("inboxgen_n", "inboxgen_r", "inboxgen_k", "inboxgen_retry_after",
+"inboxgen_id") AS (
+    SELECT "inboxgen_keys"."inboxgen_n", 1, "inboxgen_keys"."inboxgen_k",
+           "lite_limited_jobs"."retry_after", "lite_limited_jobs"."id"
+    FROM "inboxgen_keys"
+    LEFT JOIN "lite_limited_jobs" ON "lite_limited_jobs"."id" = (
+        SELECT "id"
+        FROM "lite_limited_jobs"
+        WHERE "user_id" = "inboxgen_keys"."inboxgen_k"
+          AND "retry_after" <= :now
+          AND ("locked_until" IS NULL OR "locked_until" <= :now)
+        ORDER BY "retry_after", "id"
+        LIMIT 1
+    )
+    WHERE "inboxgen_keys"."inboxgen_k" IS NOT NULL
+    UNION ALL
+    SELECT "inboxgen_rows"."inboxgen_n", "inboxgen_rows"."inboxgen_r" + 1,
+           "inboxgen_rows"."inboxgen_k", "lite_limited_jobs"."retry_after",
+           "lite_limited_jobs"."id"
+    FROM "inboxgen_rows"
+    JOIN "lite_limited_jobs" ON "lite_limited_jobs"."id" = (
+        SELECT "id"
+        FROM "lite_limited_jobs"
+        WHERE "user_id" = "inboxgen_rows"."inboxgen_k"
+          AND "retry_after" <= :now
+          AND ("locked_until" IS NULL OR "locked_until" <= :now)
+          AND ("retry_after", "id") > ("inboxgen_rows"."inboxgen_retry_after",
+               "inboxgen_rows"."inboxgen_id")
+        ORDER BY "retry_after", "id"
+        LIMIT 1
+    )
+    WHERE "inboxgen_rows"."inboxgen_r" * (SELECT COUNT(*) FROM "inboxgen_keys" WHERE
+        "inboxgen_keys"."inboxgen_k" IS NOT NULL) < :limit
+)
+SELECT "id", "user_id", "retry_after", "locked_until", "attempt", "payload",
+       (
+           SELECT COUNT(*)
+           FROM "lite_limited_jobs" AS "inboxgen_held"
+           WHERE "inboxgen_held"."locked_until" > :now
+       ) AS "inboxgen_in_work",
+       (
+           SELECT COUNT(*)
+           FROM "queue_claims"
+           WHERE "queue" = :queue
+             AND "claimed_at" > strftime('%Y-%m-%d %H:%M:%f', 'now',
+                 '-' || :rate_seconds || ' seconds')
+       ) AS "inboxgen_claimed",
+       "inboxgen_rows"."inboxgen_k" AS "inboxgen_key",
+       (
+           SELECT COUNT(*)
+           FROM "lite_limited_jobs" AS "inboxgen_held"
+           WHERE "inboxgen_held"."user_id" = "inboxgen_rows"."inboxgen_k"
+             AND "inboxgen_held"."locked_until" > :now
+       ) AS "inboxgen_key_in_work",
+       CASE WHEN "id" IS NULL THEN 0 ELSE "inboxgen_rows"."inboxgen_r" END AS "inboxgen_rank"
+FROM "inboxgen_rows"
+LEFT JOIN "lite_limited_jobs" ON "lite_limited_jobs"."id" = "inboxgen_rows"."inboxgen_id"
+    AND "retry_after" <= :now
+    AND ("locked_until" IS NULL OR "locked_until" <= :now)
+ORDER BY "inboxgen_rows"."inboxgen_r", "inboxgen_rows"."inboxgen_n",
+         "inboxgen_rows"."inboxgen_k"
+"""
+
 # Write the lease (the ownership token) on the rows of CLAIM that claim() kept.
 CLAIM_MARK: Final[LiteralString] = """
 UPDATE "lite_limited_jobs"
@@ -167,26 +260,68 @@ WHERE "id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
 
 def claim(
     conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, by_key: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Records each claim for the rate, and
-    forgets those of past windows.
+    forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims take turns across the
+    values of the key, for a table where many due rows wait behind keys at their limit
+    (`held_back()`).
     """
+    turns = _v.key_turns(CLAIM_BY_KEY, None)
     conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
-    cur = conn.execute(CLAIM, {
-        "now": _v.sqlite_time(now), "queue": TABLE, "rate_seconds": RATE_SECONDS,
-        "concurrency": CONCURRENCY, "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-        "limit": limit,
-    })
-    rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
+    if by_key:
+        cur = conn.execute(CLAIM_BY_KEY, {
+            "after": turns.after, "limit": limit, "now": _v.sqlite_time(now), "queue": TABLE,
+            "rate_seconds": RATE_SECONDS,
+        })
+    else:
+        cur = conn.execute(CLAIM, {
+            "now": _v.sqlite_time(now), "queue": TABLE, "rate_seconds": RATE_SECONDS,
+            "concurrency": CONCURRENCY, "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
+            "limit": limit,
+        })
+    rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(cur.fetchall(), limit)
+        if by_key else cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)[:limit]]
     if rows:
         conn.execute(CLAIM_MARK, {
             "locked_until": _v.sqlite_time(locked_until), "ids": _v.json_text([r.id for r in rows]),
         })
         conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": _v.json_text([r.id for r in rows])})
     return rows
+
+
+# Of the first `limit` due rows in claim order, count those whose key is at its limit: the rows
+# CLAIM reads past before it finds one to take.
+HELD_BACK: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM (
+    SELECT "user_id"
+    FROM "lite_limited_jobs"
+    WHERE "retry_after" <= :now
+      AND ("locked_until" IS NULL OR "locked_until" <= :now)
+    ORDER BY "retry_after", "id"
+    LIMIT :limit
+) AS "inboxgen_ahead"
+WHERE "inboxgen_ahead"."user_id" IN (
+    SELECT "inboxgen_held"."user_id"
+    FROM "lite_limited_jobs" AS "inboxgen_held"
+    WHERE "inboxgen_held"."locked_until" > :now
+    GROUP BY "inboxgen_held"."user_id"
+    HAVING COUNT(*) >= :key_concurrency
+)
+"""
+
+
+def held_back(conn: sqlite3.Connection, *, now: datetime.datetime, limit: int) -> int:
+    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
+    rows CLAIM reads past before it finds one to take.
+    """
+    cur = conn.execute(HELD_BACK, {
+        "now": _v.sqlite_time(now), "limit": limit, "key_concurrency": KEY_CONCURRENCY,
+    })
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # Extend a held lease; the held expiry is the token.
@@ -427,15 +562,17 @@ def state(
 
 
 OPS: Final = Operations(
-    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
-    renew_many=renew_many, finish_many=finish_many, insert=insert, insert_many=insert_many,
+    claim=claim, held_back=held_back, renew=renew, finish=finish, retry=retry,
+    retry_after=retry_after, renew_many=renew_many, finish_many=finish_many, insert=insert,
+    insert_many=insert_many,
 )
 
 STATEMENTS: Final = {
-    "CLAIM_FORGET": CLAIM_FORGET, "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK,
-    "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "CANCEL": CANCEL, "STATE": STATE,
+    "CLAIM_FORGET": CLAIM_FORGET, "CLAIM": CLAIM, "CLAIM_BY_KEY": CLAIM_BY_KEY,
+    "HELD_BACK": HELD_BACK, "CLAIM_MARK": CLAIM_MARK, "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
+    "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY, "STATUS": STATUS,
+    "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

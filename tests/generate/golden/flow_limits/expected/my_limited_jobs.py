@@ -149,6 +149,97 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
+# Under the claim turn, as CLAIM reads, but walking up to `limit` values of the key from the first
+# after `after` and reading the first due rows of each: for a table where many due rows wait
+# behind keys at their limit (HELD_BACK).
+CLAIM_BY_KEY: Final[LiteralString] = """
+WITH RECURSIVE
+`inboxgen_keys` (`inboxgen_k`, `inboxgen_n`) AS (
+    SELECT `inboxgen_walk`.`inboxgen_k`, `inboxgen_walk`.`inboxgen_n`
+    FROM ((
+        SELECT `account_id` AS `inboxgen_k`, 0 AS `inboxgen_n`
+        FROM `my_limited_jobs`
+        WHERE `grp` = %(group)s
+          AND `processed_at` IS NULL
+          AND (%(after)s IS NULL OR `account_id` > %(after)s)
+        GROUP BY `account_id`
+        ORDER BY `account_id`
+        LIMIT %(limit)s
+    ) UNION ALL (
+        SELECT `account_id` AS `inboxgen_k`, 1 AS `inboxgen_n`
+        FROM `my_limited_jobs`
+        WHERE `grp` = %(group)s
+          AND `processed_at` IS NULL
+          AND `account_id` <= %(after)s
+        GROUP BY `account_id`
+        ORDER BY `account_id`
+        LIMIT %(limit)s
+    )) AS `inboxgen_walk`
+    ORDER BY `inboxgen_walk`.`inboxgen_n`, `inboxgen_walk`.`inboxgen_k`
+    LIMIT %(limit)s
+),
+`inboxgen_rows` (`inboxgen_n`, `inboxgen_r`, `inboxgen_k`, `inboxgen_id`) AS (
+    SELECT `inboxgen_keys`.`inboxgen_n`, 1, `inboxgen_keys`.`inboxgen_k`, `my_limited_jobs`.`id`
+    FROM `inboxgen_keys`
+    LEFT JOIN `my_limited_jobs` ON `my_limited_jobs`.`id` = (
+        SELECT `id`
+        FROM `my_limited_jobs`
+        WHERE `account_id` = `inboxgen_keys`.`inboxgen_k`
+          AND `grp` = %(group)s
+          AND `processed_at` IS NULL
+          AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+        ORDER BY `id`
+        LIMIT 1
+    )
+    WHERE `inboxgen_keys`.`inboxgen_k` IS NOT NULL
+    UNION ALL
+    SELECT `inboxgen_rows`.`inboxgen_n`, `inboxgen_rows`.`inboxgen_r` + 1,
+           `inboxgen_rows`.`inboxgen_k`, `my_limited_jobs`.`id`
+    FROM `inboxgen_rows`
+    JOIN `my_limited_jobs` ON `my_limited_jobs`.`id` = (
+        SELECT `id`
+        FROM `my_limited_jobs`
+        WHERE `account_id` = `inboxgen_rows`.`inboxgen_k`
+          AND `grp` = %(group)s
+          AND `processed_at` IS NULL
+          AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+          AND `id` > `inboxgen_rows`.`inboxgen_id`
+        ORDER BY `id`
+        LIMIT 1
+    )
+    WHERE `inboxgen_rows`.`inboxgen_r` * (SELECT COUNT(*) FROM `inboxgen_keys` WHERE
+        `inboxgen_keys`.`inboxgen_k` IS NOT NULL) < %(limit)s
+)
+SELECT `id`, `grp`, `account_id`, `locked_until`, `processed_at`, `attempt`, `payload`,
+       NULL AS `inboxgen_in_work`,
+       (
+           SELECT COUNT(*)
+           FROM `queue_claims`
+           WHERE `queue` = %(queue)s
+             AND `queue_claims`.`claim_key` = `inboxgen_rows`.`inboxgen_k`
+             AND `claimed_at` > UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000
+                 MICROSECOND
+       ) AS `inboxgen_claimed`,
+       `inboxgen_rows`.`inboxgen_k` AS `inboxgen_key`,
+       (
+           SELECT COUNT(*)
+           FROM `my_limited_jobs` AS `inboxgen_held`
+           WHERE `inboxgen_held`.`account_id` = `inboxgen_rows`.`inboxgen_k`
+             AND `inboxgen_held`.`locked_until` > %(now)s
+       ) AS `inboxgen_key_in_work`,
+       CASE WHEN `id` IS NULL THEN 0 ELSE `inboxgen_rows`.`inboxgen_r` END AS `inboxgen_rank`
+FROM `inboxgen_rows`
+LEFT JOIN `my_limited_jobs` ON `my_limited_jobs`.`id` = `inboxgen_rows`.`inboxgen_id`
+    AND `grp` = %(group)s
+    AND `processed_at` IS NULL
+    AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+WHERE IS_USED_LOCK(CONCAT('inboxgen turn:', SHA1(CONCAT(DATABASE(), '.',
+      %(queue)s)))) = CONNECTION_ID()
+ORDER BY `inboxgen_rows`.`inboxgen_r`, `inboxgen_rows`.`inboxgen_n`,
+         `inboxgen_rows`.`inboxgen_k`
+FOR UPDATE SKIP LOCKED
+"""
+
 # Write the lease (the ownership token) on the rows of CLAIM that claim() kept.
 CLAIM_MARK: Final[LiteralString] = """
 UPDATE `my_limited_jobs`
@@ -168,20 +259,28 @@ WHERE `id` IN %(ids)s
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_key: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Call claim_turn() before the transaction
     and claim_turn_end() after its commit. Records each claim for the rate, and forgets those of
-    past windows.
+    past windows. With `by_key`, CLAIM_BY_KEY: claims take turns across the values of the key,
+    for a table where many due rows wait behind keys at their limit (`held_back()`).
     """
+    turns = _v.key_turns(CLAIM_BY_KEY, group)
     _v.mysql_execute(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
-    cur = _v.mysql_execute(conn, CLAIM, {
-        "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
-    })
-    rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
+    if by_key:
+        cur = _v.mysql_execute(conn, CLAIM_BY_KEY, {
+            "group": group, "after": turns.after, "limit": limit, "now": _v.naive_utc(now),
+            "queue": TABLE, "rate_seconds": RATE_SECONDS,
+        })
+    else:
+        cur = _v.mysql_execute(conn, CLAIM, {
+            "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+        })
+    rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(cur.fetchall(), limit)
+        if by_key else cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)[:limit]]
     if rows:
         _v.mysql_execute(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
@@ -194,20 +293,29 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_key: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Call claim_turn() before the transaction
     and claim_turn_end() after its commit. Records each claim for the rate, and forgets those of
-    past windows.
+    past windows. With `by_key`, CLAIM_BY_KEY: claims take turns across the values of the key,
+    for a table where many due rows wait behind keys at their limit (`held_back()`).
     """
+    turns = _v.key_turns(CLAIM_BY_KEY, group)
     await _v.mysql_execute_async(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
-    cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
-    })
-    rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
+    if by_key:
+        cur = await _v.mysql_execute_async(conn, CLAIM_BY_KEY, {
+            "group": group, "after": turns.after, "limit": limit, "now": _v.naive_utc(now),
+            "queue": TABLE, "rate_seconds": RATE_SECONDS,
+        })
+    else:
+        cur = await _v.mysql_execute_async(conn, CLAIM, {
+            "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+        })
+    rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(await cur.fetchall(),
+        limit) if by_key else await cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE,
+        RATE_PER_KEY)[:limit]]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
@@ -257,6 +365,57 @@ def claim_turn_end(conn: pymysql.connections.Connection[Any]) -> None:
 async def claim_turn_end_async(conn: _v.AsyncMySQLConnection) -> None:
     """Give the claim turn up, after the claim's commit."""
     await _v.mysql_execute_async(conn, CLAIM_TURN_END, {"queue": TABLE})
+
+
+# Of the first `limit` due rows in claim order, count those whose key is at its limit: the rows
+# CLAIM reads past before it finds one to take.
+HELD_BACK: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM (
+    SELECT `account_id`
+    FROM `my_limited_jobs` FORCE INDEX (`my_limited_jobs_claim`)
+    WHERE `grp` = %(group)s
+      AND `processed_at` IS NULL
+      AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+    ORDER BY `id`
+    LIMIT %(limit)s
+) AS `inboxgen_ahead`
+WHERE `inboxgen_ahead`.`account_id` IN (
+    SELECT `inboxgen_held`.`account_id`
+    FROM `my_limited_jobs` AS `inboxgen_held`
+    WHERE `inboxgen_held`.`locked_until` > %(now)s
+    GROUP BY `inboxgen_held`.`account_id`
+    HAVING COUNT(*) >= %(key_concurrency)s
+)
+"""
+
+
+def held_back(
+    conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
+    rows CLAIM reads past before it finds one to take.
+    """
+    cur = _v.mysql_execute(conn, HELD_BACK, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "key_concurrency": KEY_CONCURRENCY,
+    })
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def held_back_async(
+    conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime, limit: int,
+) -> int:
+    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
+    rows CLAIM reads past before it finds one to take.
+    """
+    cur = await _v.mysql_execute_async(conn, HELD_BACK, {
+        "group": group, "now": _v.naive_utc(now), "limit": limit,
+        "key_concurrency": KEY_CONCURRENCY,
+    })
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # Extend a held lease; the held expiry is the token.
@@ -584,20 +743,21 @@ async def state_async(
 
 
 OPS: Final = Operations(
-    claim=claim, claim_turn=claim_turn, claim_turn_end=claim_turn_end, renew=renew, finish=finish,
-    retry=retry, insert=insert, insert_many=insert_many,
+    claim=claim, claim_turn=claim_turn, claim_turn_end=claim_turn_end, held_back=held_back,
+    renew=renew, finish=finish, retry=retry, insert=insert, insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, claim_turn=claim_turn_async, claim_turn_end=claim_turn_end_async,
-    renew=renew_async, finish=finish_async, retry=retry_async, insert=insert_async,
-    insert_many=insert_many_async,
+    held_back=held_back_async, renew=renew_async, finish=finish_async, retry=retry_async,
+    insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM_TURN": CLAIM_TURN, "CLAIM_TURN_END": CLAIM_TURN_END, "CLAIM_FORGET": CLAIM_FORGET,
-    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW,
-    "FINISH": FINISH, "RETRY": RETRY, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "CLAIM": CLAIM, "CLAIM_BY_KEY": CLAIM_BY_KEY, "HELD_BACK": HELD_BACK, "CLAIM_MARK": CLAIM_MARK,
+    "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
+    "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE,
+    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

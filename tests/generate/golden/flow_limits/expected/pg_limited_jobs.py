@@ -157,6 +157,103 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
+# Under the claim turn, as CLAIM reads, but walking up to `limit` values of the key from the first
+# after `after` and reading the first due rows of each: for a table where many due rows wait
+# behind keys at their limit (HELD_BACK).
+CLAIM_BY_KEY: Final[LiteralString] = """
+WITH RECURSIVE
+"inboxgen_keys" ("inboxgen_k", "inboxgen_n") AS (
+    SELECT COALESCE((
+        SELECT "tenant"
+        FROM "pg_limited_jobs"
+        WHERE "tenant" > %(after)s
+        ORDER BY "tenant"
+        LIMIT 1
+    ), (
+        SELECT "tenant"
+        FROM "pg_limited_jobs"
+        ORDER BY "tenant"
+        LIMIT 1
+    )), 1
+    UNION ALL
+    SELECT (
+        SELECT "tenant"
+        FROM "pg_limited_jobs"
+        WHERE "tenant" > "inboxgen_keys"."inboxgen_k"
+        ORDER BY "tenant"
+        LIMIT 1
+    ), "inboxgen_keys"."inboxgen_n" + 1
+    FROM "inboxgen_keys"
+    WHERE "inboxgen_keys"."inboxgen_k" IS NOT NULL
+      AND "inboxgen_keys"."inboxgen_n" < %(limit)s
+),
+"inboxgen_rows" ("inboxgen_n", "inboxgen_r", "inboxgen_k", "inboxgen_priority",
+"inboxgen_retry_after", "inboxgen_id") AS (
+    SELECT "inboxgen_keys"."inboxgen_n", 1, "inboxgen_keys"."inboxgen_k",
+           "inboxgen_head"."priority", "inboxgen_head"."retry_after", "inboxgen_head"."id"
+    FROM "inboxgen_keys"
+    LEFT JOIN LATERAL (
+        SELECT "priority", "retry_after", "id"
+        FROM "pg_limited_jobs"
+        WHERE "tenant" = "inboxgen_keys"."inboxgen_k"
+          AND "retry_after" <= %(now)s
+          AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+        ORDER BY "priority", "retry_after", "id"
+        LIMIT 1
+    ) AS "inboxgen_head" ON TRUE
+    WHERE "inboxgen_keys"."inboxgen_k" IS NOT NULL
+    UNION ALL
+    SELECT "inboxgen_rows"."inboxgen_n", "inboxgen_rows"."inboxgen_r" + 1,
+           "inboxgen_rows"."inboxgen_k", "inboxgen_head"."priority",
+           "inboxgen_head"."retry_after", "inboxgen_head"."id"
+    FROM "inboxgen_rows"
+    JOIN LATERAL (
+        SELECT "priority", "retry_after", "id"
+        FROM "pg_limited_jobs"
+        WHERE "tenant" = "inboxgen_rows"."inboxgen_k"
+          AND "retry_after" <= %(now)s
+          AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+          AND ("priority", "retry_after", "id") > ("inboxgen_rows"."inboxgen_priority",
+               "inboxgen_rows"."inboxgen_retry_after", "inboxgen_rows"."inboxgen_id")
+        ORDER BY "priority", "retry_after", "id"
+        LIMIT 1
+    ) AS "inboxgen_head" ON TRUE
+    WHERE "inboxgen_rows"."inboxgen_r" * (SELECT COUNT(*) FROM "inboxgen_keys" WHERE
+        "inboxgen_keys"."inboxgen_k" IS NOT NULL) < %(limit)s
+)
+SELECT "id", "tenant", "priority", "retry_after", "locked_until", "attempt", "payload",
+       (
+           SELECT COUNT(*)
+           FROM "pg_limited_jobs" AS "inboxgen_held"
+           WHERE "inboxgen_held"."locked_until" > %(now)s
+       ) AS "inboxgen_in_work",
+       (
+           SELECT COUNT(*)
+           FROM "queue_claims"
+           WHERE "queue" = %(queue)s
+             AND "claimed_at" > clock_timestamp() - make_interval(secs => %(rate_seconds)s)
+       ) AS "inboxgen_claimed",
+       "inboxgen_rows"."inboxgen_k" AS "inboxgen_key",
+       (
+           SELECT COUNT(*)
+           FROM "pg_limited_jobs" AS "inboxgen_held"
+           WHERE "inboxgen_held"."tenant" = "inboxgen_rows"."inboxgen_k"
+             AND "inboxgen_held"."locked_until" > %(now)s
+       ) AS "inboxgen_key_in_work",
+       CASE WHEN "id" IS NULL THEN 0 ELSE "inboxgen_rows"."inboxgen_r" END AS "inboxgen_rank"
+FROM "inboxgen_rows"
+LEFT JOIN (
+    SELECT "id", "tenant", "priority", "retry_after", "locked_until", "attempt", "payload"
+    FROM "pg_limited_jobs"
+    WHERE "id" = ANY (ARRAY(SELECT "inboxgen_rows"."inboxgen_id" FROM "inboxgen_rows"))
+      AND "retry_after" <= %(now)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+    FOR UPDATE SKIP LOCKED
+) AS "inboxgen_job" ON "inboxgen_job"."id" = "inboxgen_rows"."inboxgen_id"
+ORDER BY "inboxgen_rows"."inboxgen_r", "inboxgen_rows"."inboxgen_n",
+         "inboxgen_rows"."inboxgen_k"
+"""
+
 # Write the lease (the ownership token) on the rows of CLAIM that claim() kept.
 CLAIM_MARK: Final[LiteralString] = """
 UPDATE "pg_limited_jobs"
@@ -176,20 +273,29 @@ WHERE "id" = ANY(%(ids)s::BIGINT[])
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, by_key: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Takes the claim turn first, held until
-    then. Records each claim for the rate, and forgets those of past windows.
+    then. Records each claim for the rate, and forgets those of past windows. With `by_key`,
+    CLAIM_BY_KEY: claims take turns across the values of the key, for a table where many due
+    rows wait behind keys at their limit (`held_back()`).
     """
+    turns = _v.key_turns(CLAIM_BY_KEY, None)
     conn.execute(CLAIM_TURN, {"queue": TABLE})
     conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
-    cur = conn.execute(CLAIM, {
-        "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
-    })
-    rows = [_claimed(r, locked_until) for r in _v.within_limits(cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
+    if by_key:
+        cur = conn.execute(CLAIM_BY_KEY, {
+            "after": turns.after, "limit": limit, "now": now, "queue": TABLE,
+            "rate_seconds": RATE_SECONDS,
+        })
+    else:
+        cur = conn.execute(CLAIM, {
+            "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+        })
+    rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(cur.fetchall(), limit)
+        if by_key else cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)[:limit]]
     if rows:
         conn.execute(CLAIM_MARK, {"locked_until": locked_until, "ids": [r.id for r in rows]})
         conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": [r.id for r in rows]})
@@ -198,24 +304,80 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, by_key: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
     `locked_until`; run it in a transaction and commit. Takes the claim turn first, held until
-    then. Records each claim for the rate, and forgets those of past windows.
+    then. Records each claim for the rate, and forgets those of past windows. With `by_key`,
+    CLAIM_BY_KEY: claims take turns across the values of the key, for a table where many due
+    rows wait behind keys at their limit (`held_back()`).
     """
+    turns = _v.key_turns(CLAIM_BY_KEY, None)
     await conn.execute(CLAIM_TURN, {"queue": TABLE})
     await conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
-    cur = await conn.execute(CLAIM, {
-        "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-        "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
-    })
-    rows = [_claimed(r, locked_until) for r in _v.within_limits(await cur.fetchall(), CONCURRENCY,
-        KEY_CONCURRENCY, RATE, RATE_PER_KEY)]
+    if by_key:
+        cur = await conn.execute(CLAIM_BY_KEY, {
+            "after": turns.after, "limit": limit, "now": now, "queue": TABLE,
+            "rate_seconds": RATE_SECONDS,
+        })
+    else:
+        cur = await conn.execute(CLAIM, {
+            "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+        })
+    rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(await cur.fetchall(),
+        limit) if by_key else await cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE,
+        RATE_PER_KEY)[:limit]]
     if rows:
         await conn.execute(CLAIM_MARK, {"locked_until": locked_until, "ids": [r.id for r in rows]})
         await conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": [r.id for r in rows]})
     return rows
+
+
+# Of the first `limit` due rows in claim order, count those whose key is at its limit: the rows
+# CLAIM reads past before it finds one to take.
+HELD_BACK: Final[LiteralString] = """
+SELECT COUNT(*)
+FROM (
+    SELECT "tenant"
+    FROM "pg_limited_jobs"
+    WHERE "retry_after" <= %(now)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+    ORDER BY "priority", "retry_after", "id"
+    LIMIT %(limit)s
+) AS "inboxgen_ahead"
+WHERE "inboxgen_ahead"."tenant" IN (
+    SELECT "inboxgen_held"."tenant"
+    FROM "pg_limited_jobs" AS "inboxgen_held"
+    WHERE "inboxgen_held"."locked_until" > %(now)s
+    GROUP BY "inboxgen_held"."tenant"
+    HAVING COUNT(*) >= %(key_concurrency)s
+)
+"""
+
+
+def held_back(conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int) -> int:
+    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
+    rows CLAIM reads past before it finds one to take.
+    """
+    cur = conn.execute(HELD_BACK, {
+        "now": now, "limit": limit, "key_concurrency": KEY_CONCURRENCY,
+    })
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def held_back_async(
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int,
+) -> int:
+    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
+    rows CLAIM reads past before it finds one to take.
+    """
+    cur = await conn.execute(HELD_BACK, {
+        "now": now, "limit": limit, "key_concurrency": KEY_CONCURRENCY,
+    })
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # Extend a held lease; the held expiry is the token.
@@ -880,26 +1042,27 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
-    dead_letter=dead_letter, renew_many=renew_many, finish_many=finish_many, insert=insert,
-    insert_many=insert_many, notify=notify,
+    claim=claim, held_back=held_back, renew=renew, finish=finish, retry=retry,
+    retry_after=retry_after, dead_letter=dead_letter, renew_many=renew_many,
+    finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
-    retry_after=retry_after_async, dead_letter=dead_letter_async, renew_many=renew_many_async,
-    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
-    notify=notify_async,
+    claim=claim_async, held_back=held_back_async, renew=renew_async, finish=finish_async,
+    retry=retry_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
+    renew_many=renew_many_async, finish_many=finish_many_async, insert=insert_async,
+    insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM_TURN": CLAIM_TURN, "CLAIM_FORGET": CLAIM_FORGET, "CLAIM": CLAIM,
-    "CLAIM_MARK": CLAIM_MARK, "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW,
-    "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
-    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT,
-    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD,
-    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
-    "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "CANCEL": CANCEL,
-    "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM_BY_KEY": CLAIM_BY_KEY, "HELD_BACK": HELD_BACK, "CLAIM_MARK": CLAIM_MARK,
+    "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
+    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER,
+    "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
+    "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
+    "TABLE_HEALTH": TABLE_HEALTH, "REQUEUE_MOVE": REQUEUE_MOVE,
+    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
+    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

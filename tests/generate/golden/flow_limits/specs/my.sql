@@ -8,7 +8,8 @@ CREATE TABLE my_limited_jobs (
     payload JSON NOT NULL,
     KEY my_limited_jobs_claim (grp, processed_at, id),
     KEY my_limited_jobs_in_work (locked_until),
-    KEY my_limited_jobs_account (account_id, locked_until)
+    KEY my_limited_jobs_account (account_id, locked_until),
+    KEY my_limited_jobs_walk (grp, account_id, id)
 );
 CREATE TABLE queue_claims (
     queue VARCHAR(128) NOT NULL,

@@ -11,6 +11,7 @@ CREATE TABLE pg_limited_jobs (
 CREATE INDEX pg_limited_jobs_claim ON pg_limited_jobs (priority, retry_after, id);
 CREATE INDEX pg_limited_jobs_in_work ON pg_limited_jobs (locked_until);
 CREATE INDEX pg_limited_jobs_tenant ON pg_limited_jobs (tenant, locked_until);
+CREATE INDEX pg_limited_jobs_walk ON pg_limited_jobs (tenant, priority, retry_after, id);
 CREATE TABLE pg_limited_dead (
     id BIGINT PRIMARY KEY,
     tenant TEXT NOT NULL,
