@@ -24,7 +24,8 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
 - `lease_key_skewed`: `lease_key_limits` where one tenant's backlog stands first in claim order:
   the first half of the jobs (by id) belong to one tenant, at its limit of 2 while the others
   drain behind it, so each claim passes over its waiting rows; "before" as for
-  `lease_key_limits`.
+  `lease_key_limits`. Its drain ends when the other tenants' jobs are done (the big tenant's
+  rest then runs two at a time, as its limit says), and its rate counts the jobs done by then.
 - `lease_fair_skewed`: `lease_fair` on the same skewed tenants (no key limit): claims take turns
   across the tenants instead of passing over one's backlog.
 - `row_lock_after`, `lease_after`: the row lock (not counting) and the lease on the shape with
@@ -111,7 +112,7 @@ def child(args: dict[str, Any]) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
-    async def drain() -> float:
+    async def drain() -> tuple[float, int]:
         handler = _returns if "result" in module.DESCRIPTOR.roles else _noop
         worker = Worker(module.DESCRIPTOR, handler, database=args["database"], workers=10,
                         batch=args["batch"], poll_interval=0.05, listen=False,
@@ -124,14 +125,17 @@ def child(args: dict[str, Any]) -> None:
         try:
             while await unfinished.ask():
                 await asyncio.sleep(0.01)
+            seconds = time.perf_counter() - started
+            remaining = await unfinished.ask(args["remaining"])
         finally:
             await worker.shutdown()
             await unfinished.close()
-        return time.perf_counter() - started
+        return seconds, remaining
 
-    seconds = asyncio.run(drain())
+    seconds, remaining = asyncio.run(drain())
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime}))
+    print(json.dumps({"seconds": seconds, "remaining": remaining,
+                      "cpu": usage.ru_utime + usage.ru_stime}))
 
 
 class _Unfinished:
@@ -152,16 +156,18 @@ class _Unfinished:
         return cls(dialect, await asyncio.to_thread(
             pymysql.connect, autocommit=True, **_mysql_args(database)), sql)
 
-    async def ask(self) -> bool:
+    async def ask(self, sql: str = "") -> int:
+        """The first value `sql` (by default, whether rows are left) selects."""
+        sql = sql or self.sql
         if self.dialect == "postgres":
-            row = await (await self.conn.execute(self.sql)).fetchone()
+            row = await (await self.conn.execute(sql)).fetchone()
         else:
-            row = await asyncio.to_thread(self._mysql_ask)
-        return bool(row and row[0])
+            row = await asyncio.to_thread(self._mysql_ask, sql)
+        return int(row[0]) if row and row[0] else 0
 
-    def _mysql_ask(self) -> Any:
+    def _mysql_ask(self, sql: str) -> Any:
         with self.conn.cursor() as cur:
-            cur.execute(self.sql)
+            cur.execute(sql)
             return cur.fetchone()
 
     async def close(self) -> None:
@@ -329,7 +335,8 @@ class Sweep:
                 database = create(f"v{v}_{batch}_{label}_{table.name}"[:60])
                 self._fill(table, database, made, path, group,
                            variant in (SKEWED, FAIR_SKEWED) and table.limits != "none")
-                figures[label] = self._drain(table, database, path, batch, group, release)
+                figures[label] = self._drain(table, database, path, batch, group, release,
+                                             variant == SKEWED)
             self.rates[(dialect, name, variant, str(batch))] = figures["now"][0]
             line = (f"{name:18} {variant:17} batch {batch:2}: now {figures['now'][0]:7.0f}, "
                     f"before {figures['before'][0]:7.0f} jobs/s "
@@ -421,18 +428,27 @@ class Sweep:
                 conn.close()
 
     def _drain(self, shape: Any, database: str, path: Path, batch: int, group: str | None,
-               release: Path | None) -> tuple[float, float, float]:
+               release: Path | None, skewed: bool = False) -> tuple[float, float, float]:
         """jobs/s of one drain in a process of its own, and the server's and the worker
-        process's CPU per job (us)."""
+        process's CPU per job (us). `skewed`: the drain of a table behind one tenant's backlog,
+        which ends when the other tenants' jobs are done (the jobs done by then count)."""
         from drain import server_cpu
 
-        left = (f"SELECT EXISTS (SELECT 1 FROM {shape.name}"
-                + (" WHERE processed_at IS NULL" if shape.finished == "kept" else "") + ")")
+        unfinished = ["processed_at IS NULL"] if shape.finished == "kept" else []
+        # Behind one tenant's backlog at its limit, the drain lasts until the other tenants'
+        # jobs are done: the big tenant's rest would then run two at a time, as its limit says.
+        others = ["tenant <> 'big'"] if shape.limits == "key" and skewed else []
+
+        def where(conds: list[str]) -> str:
+            return f" WHERE {' AND '.join(conds)}" if conds else ""
+
+        left = f"SELECT EXISTS (SELECT 1 FROM {shape.name}{where(unfinished + others)})"
+        remaining = f"SELECT COUNT(*) FROM {shape.name}{where(unfinished)}"
         env = dict(os.environ)
         if release is not None:
             env["PYTHONPATH"] = str(release)
         args = {"module": str(path), "database": database, "batch": batch, "group": group,
-                "dialect": shape.dialect, "left": left}
+                "dialect": shape.dialect, "left": left, "remaining": remaining}
         name = "postgres" if shape.dialect == "postgres" else "mariadbd"
         cpu = server_cpu(name, self.server_pid)
         done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
@@ -441,9 +457,9 @@ class Sweep:
         if done.returncode != 0:
             raise RuntimeError(f"{shape.name} batch {batch}: {done.stderr.strip()[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
-        return (self.opts.jobs / result["seconds"],
-                (server_cpu(name, self.server_pid) - cpu) / self.opts.jobs * 1e6,
-                result["cpu"] / self.opts.jobs * 1e6)
+        done = self.opts.jobs - result["remaining"]
+        return (done / result["seconds"], (server_cpu(name, self.server_pid) - cpu) / done * 1e6,
+                result["cpu"] / done * 1e6)
 
 
 def _load(path: Path) -> Any:

@@ -7,10 +7,12 @@ claim count without this one's leases).
 A key at its limit keeps its waiting rows due, and the claim reads past them to the first row
 it may take: behind one tenant's backlog of 100,000 rows, every claim reads them all, and claims
 take turns, so that read sets the pace of the whole queue. So a worker reads, once a second,
-how many of the first LOOK_AHEAD due rows in claim order belong to keys at their limit
-(HELD_BACK); while KEYS_WALK_FROM or more do, it claims with CLAIM_BY_KEY, which walks the key's
-values as a fair claim does (the first rows of each key it walks, one index probe a row) and
-takes turns across keys instead of reading in claim order. Within a key, the claim order holds.
+how many of the first LOOK_AHEAD due rows in claim order stand past the first key_concurrency
+rows of their key (HELD_BACK: rows that wait behind their own key's, counted from the rows
+alone, so that the count does not flip as a key's jobs come and go); while KEYS_WALK_FROM or
+more do, it claims with CLAIM_BY_KEY, which walks the key's values as a fair claim does (the
+first rows of each key it walks, one index probe a row) and takes turns across keys instead of
+reading in claim order. Within a key, the claim order holds.
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ def main() -> None:
     from inboxgen import Backoff, Worker, drop
     from inboxgen.contrib.prometheus import Prometheus
 
+    if config["walk_keys"]:
+        from inboxgen.runtime import limits
+
+        limits.KEYS_WALK_FROM = 0  # every count says walk: this process claims by key
     module = import_path(config["module"], config["name"])
     logs = Path(config["logs"])
     deliveries = os.open(logs / "deliveries.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)

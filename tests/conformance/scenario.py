@@ -51,6 +51,7 @@ class Scenario:
         self.project, self.database, self.logs = project, database, logs
         self.problems: list[str] = []
         self.ids: dict[str, Any] = {}  # job key -> its id
+        self.started = 0  # worker processes started
         self.kinds: dict[str, str] = {}  # job key -> what its handler does
         self.waiting: list[str] = []  # `after`: the jobs enqueued after job A
         self.d = module.DESCRIPTOR
@@ -238,8 +239,12 @@ class Scenario:
                   "group": shapes.GROUP if self.s.group != "none" else None,
                   "handler": self.s.handler, "batch": int(self.s.batch),
                   "logs": str(self.logs),
-                  "ledger_sql": f"INSERT INTO {self.s.name}_ledger (job_key) VALUES ({self.p})"}
-        path = self.logs / "config.json"
+                  "ledger_sql": f"INSERT INTO {self.s.name}_ledger (job_key) VALUES ({self.p})",
+                  # Every other process of a key-limited shape claims by walking the keys
+                  # (CLAIM_BY_KEY), which a worker chooses behind a key's backlog alone.
+                  "walk_keys": self.started % 2 == 1}
+        self.started += 1
+        path = self.logs / f"config-{self.started}.json"
         path.write_text(json.dumps(config))
         stderr = open(self.logs / "stderr.log", "ab")  # noqa: SIM115 (the child keeps it)
         return subprocess.Popen([sys.executable, str(CHILD), str(path)], stderr=stderr,

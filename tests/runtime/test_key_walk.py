@@ -34,20 +34,22 @@ def held_back(q: Queue, conn: Any, limit: int) -> int:
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_held_back_counts_the_rows_ahead_whose_key_is_at_its_limit(
+def test_held_back_counts_the_rows_ahead_past_their_keys_limit(
         queue: MakeQueue, dialect: str) -> None:
-    """Of the first `limit` due rows in claim order, HELD_BACK counts those of accounts at
-    their limit: none while every account has room, then the full account's waiting rows
-    ahead, up to `limit`; rows behind the first `limit` are not read."""
+    """Of the first `limit` due rows in claim order, HELD_BACK counts those past the first
+    `key_concurrency` rows of their account (the rows a claim reads past while that account is
+    at its limit), whether or not the account's jobs are in work at that instant; rows in work
+    and rows behind the first `limit` are not counted."""
     q = queue(dialect, Layout(form="lease", processed=False, key_concurrency=1))
-    ids = add(q, ["a"] * 5 + ["b", "c", "a"])
+    add(q, ["a"] * 5 + ["b", "c", "a"])
     conn = q.connect()
     try:
-        assert held_back(q, conn, 10) == 0  # nothing in work
-        assert [r.id for r in claim(q, conn, 1)] == [ids[0]]  # a is at its limit now
-        assert held_back(q, conn, 10) == 5  # a's four waiting rows ahead, and its last
-        assert held_back(q, conn, 3) == 3  # the first three due rows are all a's
-        assert held_back(q, conn, 6) == 4  # a, a, a, a, b, c
+        assert held_back(q, conn, 10) == 5  # a's rows after its first
+        assert held_back(q, conn, 3) == 2  # a, a, a
+        assert held_back(q, conn, 1) == 0
+        claim(q, conn, 1)  # a's first is in work, a at its limit
+        assert held_back(q, conn, 10) == 4  # a's four due rows past its next
+        assert held_back(q, conn, 6) == 3  # a, a, a, a, b, c
     finally:
         conn.close()
 
@@ -84,7 +86,7 @@ def test_a_worker_behind_one_keys_backlog_runs_the_other_keys_jobs(
     """One account's BACKLOG jobs stand first in claim order, its limit of one taken by a job
     that runs until the test ends; the forty jobs of other accounts enqueued after them all
     run, none of the big account's beside its one, and the worker claims by key to get there
-    (its count read all LOOK_AHEAD rows ahead as held back)."""
+    (its count found the LOOK_AHEAD rows ahead all the big account's)."""
     q = queue(dialect, Layout(form="lease", processed=False, key_concurrency=1))
     conn = q.connect()
     due = dt.datetime.now(UTC) - dt.timedelta(seconds=60)

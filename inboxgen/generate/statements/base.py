@@ -501,25 +501,28 @@ class Statements:
                         "at their limit (HELD_BACK).")
 
     def held_back(self) -> None:
-        """HELD_BACK: of the first `limit` due rows in claim order, those whose key is at its
-        limit: the rows a limited claim reads past before it finds one to take. The runtime
-        reads it once a second to choose between CLAIM and CLAIM_BY_KEY."""
+        """HELD_BACK: of the first `limit` due rows in claim order, those past the first
+        `key_concurrency` rows of their key: rows that wait behind their own key's, which a
+        limited claim reads past while that key is at its limit (as it is, most of the time,
+        under load). Counted from the rows alone, not from the jobs in work at that instant, so
+        the count does not flip as a key's jobs come and go. The runtime reads it once a second
+        to choose between CLAIM and CLAIM_BY_KEY."""
         limits = self.q.limits
         assert limits is not None and limits.key is not None
         q = self.d.quote
-        held, key, ahead = q("inboxgen_held"), q(limits.key), q("inboxgen_ahead")
-        lu = self.role("locked_until")
-        assert lu is not None
+        key, ahead, per_key, n = q(limits.key), q("inboxgen_ahead"), q("inboxgen_per_key"), \
+            q("inboxgen_n")
+        kc = self.p("key_concurrency")
         self.add("HELD_BACK", "\n".join(x for x in (
-            "SELECT COUNT(*)", "FROM (", f"    SELECT {key}",
-            f"    FROM {self.t()}{self.force_index()}", self.where(self.filters(), "    "),
-            f"    ORDER BY {self.order()}", f"    LIMIT {self.p('limit')}", f") AS {ahead}",
-            f"WHERE {ahead}.{key} IN (", f"    SELECT {held}.{key}",
-            f"    FROM {self.t()} AS {held}",
-            f"    WHERE {held}.{self.c(lu)} > {self.p('now')}", f"    GROUP BY {held}.{key}",
-            f"    HAVING COUNT(*) >= {self.p('key_concurrency')}", ")") if x),
-            "Of the first `limit` due rows in claim order, count those whose key is at its "
-            "limit: the rows CLAIM reads past before it finds one to take.")
+            f"SELECT SUM(CASE WHEN {per_key}.{n} > {kc} THEN {per_key}.{n} - {kc} ELSE 0 END)",
+            "FROM (", f"    SELECT {ahead}.{key}, COUNT(*) AS {n}", "    FROM (",
+            f"        SELECT {key}", f"        FROM {self.t()}{self.force_index()}",
+            self.where(self.filters(), "        "), f"        ORDER BY {self.order()}",
+            f"        LIMIT {self.p('limit')}", f"    ) AS {ahead}", f"    GROUP BY {ahead}.{key}",
+            f") AS {per_key}") if x),
+            "Of the first `limit` due rows in claim order, count those past the first "
+            "`key_concurrency` of their key: the rows CLAIM reads past while their key is at "
+            "its limit.")
 
     def claim_fair(self, counts: list[str], held: list[str], name: str = "CLAIM",
                    doc: str = "Under the claim turn, walk up to `limit` values of the key from "

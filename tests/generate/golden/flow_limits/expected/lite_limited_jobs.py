@@ -291,34 +291,32 @@ def claim(
     return rows
 
 
-# Of the first `limit` due rows in claim order, count those whose key is at its limit: the rows
-# CLAIM reads past before it finds one to take.
+# Of the first `limit` due rows in claim order, count those past the first `key_concurrency` of
+# their key: the rows CLAIM reads past while their key is at its limit.
 HELD_BACK: Final[LiteralString] = """
-SELECT COUNT(*)
+SELECT SUM(CASE WHEN "inboxgen_per_key"."inboxgen_n" > :key_concurrency THEN "inboxgen_per_key"
+    ."inboxgen_n" - :key_concurrency ELSE 0 END)
 FROM (
-    SELECT "user_id"
-    FROM "lite_limited_jobs"
-    WHERE "retry_after" <= :now
-      AND ("locked_until" IS NULL OR "locked_until" <= :now)
-    ORDER BY "retry_after", "id"
-    LIMIT :limit
-) AS "inboxgen_ahead"
-WHERE "inboxgen_ahead"."user_id" IN (
-    SELECT "inboxgen_held"."user_id"
-    FROM "lite_limited_jobs" AS "inboxgen_held"
-    WHERE "inboxgen_held"."locked_until" > :now
-    GROUP BY "inboxgen_held"."user_id"
-    HAVING COUNT(*) >= :key_concurrency
-)
+    SELECT "inboxgen_ahead"."user_id", COUNT(*) AS "inboxgen_n"
+    FROM (
+        SELECT "user_id"
+        FROM "lite_limited_jobs"
+        WHERE "retry_after" <= :now
+          AND ("locked_until" IS NULL OR "locked_until" <= :now)
+        ORDER BY "retry_after", "id"
+        LIMIT :limit
+    ) AS "inboxgen_ahead"
+    GROUP BY "inboxgen_ahead"."user_id"
+) AS "inboxgen_per_key"
 """
 
 
 def held_back(conn: sqlite3.Connection, *, now: datetime.datetime, limit: int) -> int:
-    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
-    rows CLAIM reads past before it finds one to take.
+    """Of the first `limit` due rows in claim order, count those past the first `key_concurrency`
+    of their key: the rows CLAIM reads past while their key is at its limit.
     """
     cur = conn.execute(HELD_BACK, {
-        "now": _v.sqlite_time(now), "limit": limit, "key_concurrency": KEY_CONCURRENCY,
+        "key_concurrency": KEY_CONCURRENCY, "now": _v.sqlite_time(now), "limit": limit,
     })
     row = cur.fetchone()
     return 0 if row is None or row[0] is None else int(row[0])

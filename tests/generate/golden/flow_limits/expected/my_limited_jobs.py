@@ -367,38 +367,36 @@ async def claim_turn_end_async(conn: _v.AsyncMySQLConnection) -> None:
     await _v.mysql_execute_async(conn, CLAIM_TURN_END, {"queue": TABLE})
 
 
-# Of the first `limit` due rows in claim order, count those whose key is at its limit: the rows
-# CLAIM reads past before it finds one to take.
+# Of the first `limit` due rows in claim order, count those past the first `key_concurrency` of
+# their key: the rows CLAIM reads past while their key is at its limit.
 HELD_BACK: Final[LiteralString] = """
-SELECT COUNT(*)
+SELECT SUM(CASE WHEN `inboxgen_per_key`.`inboxgen_n` > %(key_concurrency)s THEN
+    `inboxgen_per_key`.`inboxgen_n` - %(key_concurrency)s ELSE 0 END)
 FROM (
-    SELECT `account_id`
-    FROM `my_limited_jobs` FORCE INDEX (`my_limited_jobs_claim`)
-    WHERE `grp` = %(group)s
-      AND `processed_at` IS NULL
-      AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
-    ORDER BY `id`
-    LIMIT %(limit)s
-) AS `inboxgen_ahead`
-WHERE `inboxgen_ahead`.`account_id` IN (
-    SELECT `inboxgen_held`.`account_id`
-    FROM `my_limited_jobs` AS `inboxgen_held`
-    WHERE `inboxgen_held`.`locked_until` > %(now)s
-    GROUP BY `inboxgen_held`.`account_id`
-    HAVING COUNT(*) >= %(key_concurrency)s
-)
+    SELECT `inboxgen_ahead`.`account_id`, COUNT(*) AS `inboxgen_n`
+    FROM (
+        SELECT `account_id`
+        FROM `my_limited_jobs` FORCE INDEX (`my_limited_jobs_claim`)
+        WHERE `grp` = %(group)s
+          AND `processed_at` IS NULL
+          AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+        ORDER BY `id`
+        LIMIT %(limit)s
+    ) AS `inboxgen_ahead`
+    GROUP BY `inboxgen_ahead`.`account_id`
+) AS `inboxgen_per_key`
 """
 
 
 def held_back(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime, limit: int,
 ) -> int:
-    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
-    rows CLAIM reads past before it finds one to take.
+    """Of the first `limit` due rows in claim order, count those past the first `key_concurrency`
+    of their key: the rows CLAIM reads past while their key is at its limit.
     """
     cur = _v.mysql_execute(conn, HELD_BACK, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
-        "key_concurrency": KEY_CONCURRENCY,
+        "key_concurrency": KEY_CONCURRENCY, "group": group, "now": _v.naive_utc(now),
+        "limit": limit,
     })
     row = cur.fetchone()
     return 0 if row is None or row[0] is None else int(row[0])
@@ -407,12 +405,12 @@ def held_back(
 async def held_back_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime, limit: int,
 ) -> int:
-    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
-    rows CLAIM reads past before it finds one to take.
+    """Of the first `limit` due rows in claim order, count those past the first `key_concurrency`
+    of their key: the rows CLAIM reads past while their key is at its limit.
     """
     cur = await _v.mysql_execute_async(conn, HELD_BACK, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
-        "key_concurrency": KEY_CONCURRENCY,
+        "key_concurrency": KEY_CONCURRENCY, "group": group, "now": _v.naive_utc(now),
+        "limit": limit,
     })
     row = await cur.fetchone()
     return 0 if row is None or row[0] is None else int(row[0])

@@ -334,34 +334,32 @@ async def claim_async(
     return rows
 
 
-# Of the first `limit` due rows in claim order, count those whose key is at its limit: the rows
-# CLAIM reads past before it finds one to take.
+# Of the first `limit` due rows in claim order, count those past the first `key_concurrency` of
+# their key: the rows CLAIM reads past while their key is at its limit.
 HELD_BACK: Final[LiteralString] = """
-SELECT COUNT(*)
+SELECT SUM(CASE WHEN "inboxgen_per_key"."inboxgen_n" > %(key_concurrency)s THEN
+    "inboxgen_per_key"."inboxgen_n" - %(key_concurrency)s ELSE 0 END)
 FROM (
-    SELECT "tenant"
-    FROM "pg_limited_jobs"
-    WHERE "retry_after" <= %(now)s
-      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
-    ORDER BY "priority", "retry_after", "id"
-    LIMIT %(limit)s
-) AS "inboxgen_ahead"
-WHERE "inboxgen_ahead"."tenant" IN (
-    SELECT "inboxgen_held"."tenant"
-    FROM "pg_limited_jobs" AS "inboxgen_held"
-    WHERE "inboxgen_held"."locked_until" > %(now)s
-    GROUP BY "inboxgen_held"."tenant"
-    HAVING COUNT(*) >= %(key_concurrency)s
-)
+    SELECT "inboxgen_ahead"."tenant", COUNT(*) AS "inboxgen_n"
+    FROM (
+        SELECT "tenant"
+        FROM "pg_limited_jobs"
+        WHERE "retry_after" <= %(now)s
+          AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+        ORDER BY "priority", "retry_after", "id"
+        LIMIT %(limit)s
+    ) AS "inboxgen_ahead"
+    GROUP BY "inboxgen_ahead"."tenant"
+) AS "inboxgen_per_key"
 """
 
 
 def held_back(conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int) -> int:
-    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
-    rows CLAIM reads past before it finds one to take.
+    """Of the first `limit` due rows in claim order, count those past the first `key_concurrency`
+    of their key: the rows CLAIM reads past while their key is at its limit.
     """
     cur = conn.execute(HELD_BACK, {
-        "now": now, "limit": limit, "key_concurrency": KEY_CONCURRENCY,
+        "key_concurrency": KEY_CONCURRENCY, "now": now, "limit": limit,
     })
     row = cur.fetchone()
     return 0 if row is None or row[0] is None else int(row[0])
@@ -370,11 +368,11 @@ def held_back(conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: i
 async def held_back_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int,
 ) -> int:
-    """Of the first `limit` due rows in claim order, count those whose key is at its limit: the
-    rows CLAIM reads past before it finds one to take.
+    """Of the first `limit` due rows in claim order, count those past the first `key_concurrency`
+    of their key: the rows CLAIM reads past while their key is at its limit.
     """
     cur = await conn.execute(HELD_BACK, {
-        "now": now, "limit": limit, "key_concurrency": KEY_CONCURRENCY,
+        "key_concurrency": KEY_CONCURRENCY, "now": now, "limit": limit,
     })
     row = await cur.fetchone()
     return 0 if row is None or row[0] is None else int(row[0])
