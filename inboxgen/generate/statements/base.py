@@ -402,15 +402,9 @@ class Statements:
             self.claim_fair_alone()
             return
         self.claim_turn()
-        lu = self.role("locked_until")
-        assert lu is not None
         held = self.d.quote("inboxgen_held")
-        live = f"{held}.{self.c(lu)} > {self.p('now')}"
-
-        def in_work(*conds: str) -> str:
-            return "\n".join(("(", "    SELECT COUNT(*)", f"    FROM {self.t()} AS {held}",
-                              self.where([*conds, live], "    "), ")"))
-
+        live = self.live_lease()
+        in_work = self.in_work
         also: list[str] = []
         queue_count = claimed = key_count = key_col = "NULL"
         if limits.concurrency is not None:
@@ -473,6 +467,19 @@ class Statements:
                                      f"WHERE {self.ids_in(self.c(self.q.id))}",
                      "Record the claims CLAIM_MARK made, at the database's time, for the rate.")
 
+    def live_lease(self) -> str:
+        """The condition a row in work (`inboxgen_held`, the table again) meets: its lease has
+        not ended."""
+        lu = self.role("locked_until")
+        assert lu is not None
+        return f"{self.d.quote('inboxgen_held')}.{self.c(lu)} > {self.p('now')}"
+
+    def in_work(self, *conds: str) -> str:
+        """The jobs in work meeting `conds` (on `inboxgen_held`), counted."""
+        return "\n".join(("(", "    SELECT COUNT(*)",
+                          f"    FROM {self.t()} AS {self.d.quote('inboxgen_held')}",
+                          self.where([*conds, self.live_lease()], "    "), ")"))
+
     def claim_by_key(self, queue_count: str, rates: TableRef | None) -> None:
         """[flow] key_concurrency without fair: CLAIM_BY_KEY, the fair claim's walk over the
         key's values with the limits' counts beside each row. CLAIM reads past every waiting
@@ -483,14 +490,10 @@ class Statements:
         q = self.d.quote
         held, key = q("inboxgen_held"), q(limits.key)
         walked = f"{q('inboxgen_rows')}.{q('inboxgen_k')}"
-        lu = self.role("locked_until")
-        assert lu is not None
-        live = f"{held}.{self.c(lu)} > {self.p('now')}"
         claimed = "NULL"
         if rates is not None:
             claimed = self.rate_claimed(rates, walked if limits.rate_per_key else None)
-        key_count = "\n".join(("(", "    SELECT COUNT(*)", f"    FROM {self.t()} AS {held}",
-                               self.where([f"{held}.{key} = {walked}", live], "    "), ")"))
+        key_count = self.in_work(f"{held}.{key} = {walked}")
         self.claim_fair([f"{queue_count} AS {q('inboxgen_in_work')}",
                          f"{claimed} AS {q('inboxgen_claimed')}",
                          f"{walked} AS {q('inboxgen_key')}",
