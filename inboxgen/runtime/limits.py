@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, StepFailed
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, GENERIC_PLANS, StepFailed
 from inboxgen.runtime.choices import CountedChoice
 from inboxgen.values import KeyTurns, key_turns
 
@@ -64,9 +64,11 @@ class KeyChoice(CountedChoice):
         return self.walks
 
 
-async def claim_in_turn(backend: Backend, calls: Calls, claim: Step) -> Any:
-    """Run `claim` in a transaction of its own under the claim turn; returns its result."""
-    steps = [BEGIN, claim, COMMIT]
+async def claim_in_turn(backend: Backend, calls: Calls, claim: Step, *, walks: bool) -> Any:
+    """Run `claim` in a transaction of its own, under the claim turn where the table has one;
+    returns its result. A claim that `walks` the key's values runs its generic plan: planned
+    anew at each call, its planning costs more than its walk (PostgreSQL)."""
+    steps = [BEGIN, GENERIC_PLANS, claim, COMMIT] if walks else [BEGIN, claim, COMMIT]
     turned = calls.has("claim_turn")  # MySQL: the turn outlives the transaction
     if turned:
         # Should the wait give up, CLAIM reads nothing (it checks the turn is held).

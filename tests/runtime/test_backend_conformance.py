@@ -22,7 +22,7 @@ import pytest
 from dbcases import T0, Layout, MakeQueue, Queue, at
 
 from inboxgen.runtime.backends import BACKENDS, Backend
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, COMMIT_BEGIN
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, COMMIT_BEGIN, GENERIC_PLANS
 from inboxgen.runtime.batching import Calls
 
 # (the queue's dialect, with the scheme that names the driver) -> the driver's name
@@ -175,6 +175,29 @@ def test_commit_begin_commits_the_steps_before_it_and_opens_a_transaction(
 
     driver.run(body)
     assert driver.payloads() == ["kept", "after"]
+
+
+def test_generic_plans_hold_for_the_rest_of_the_transaction_only(driver: Driver) -> None:
+    """GENERIC_PLANS before a walking claim: on PostgreSQL the transaction's prepared
+    statements run their generic plans, and the session is back to its own setting once the
+    transaction ends; elsewhere the step does nothing, and the steps around it run as ever."""
+    b, postgres = driver.backend, driver.q.dialect == "postgres"
+
+    async def body() -> list[Any]:
+        modes = []
+        async with b.session() as conn:
+            await b.together(conn, [BEGIN, driver.insert("one"), GENERIC_PLANS])
+            if postgres:
+                modes.append((await b.query(conn, "SHOW plan_cache_mode"))[0])
+            await b.together(conn, [driver.insert("two"), COMMIT])
+            if postgres:
+                modes.append((await b.query(conn, "SHOW plan_cache_mode"))[0])
+                await b.rollback(conn)
+        return modes
+
+    modes = driver.run(body)
+    assert driver.payloads() == ["one", "two"]
+    assert modes == (["force_generic_plan", "auto"] if postgres else [])
 
 
 def test_steps_alone_each_commit_and_return_their_results(driver: Driver) -> None:

@@ -27,8 +27,11 @@ Database = str | Path | Mapping[str, Any] | None
 
 # What `together` runs: a generated function with its keyword arguments, or BEGIN, COMMIT or
 # COMMIT_BEGIN: a COMMIT and the BEGIN after it, one statement where the server chains
-# transactions (PostgreSQL's COMMIT AND CHAIN), both elsewhere.
+# transactions (PostgreSQL's COMMIT AND CHAIN), both elsewhere; or GENERIC_PLANS: for the rest
+# of the transaction, prepared statements run their generic plan (PostgreSQL 12 and later;
+# nothing elsewhere).
 BEGIN, COMMIT, COMMIT_BEGIN = "BEGIN", "COMMIT", "COMMIT AND CHAIN"
+GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 Step = tuple[str, dict[str, Any]] | str
 
 
@@ -201,6 +204,8 @@ class Backend:
                     await self.commit_step(conn)
                 elif step == COMMIT_BEGIN:
                     await self.commit_begin_step(conn)
+                elif step == GENERIC_PLANS:
+                    await self.generic_plans_step(conn)
                 elif not isinstance(step, str):
                     op, args = step
                     results.append(await self.call(conn, op, **args))
@@ -222,6 +227,9 @@ class Backend:
         """COMMIT_BEGIN as a step of `together`."""
         await self.commit_step(conn)
         await self.begin_step(conn)
+
+    async def generic_plans_step(self, conn: Any) -> None:
+        """GENERIC_PLANS as a step of `together`: nothing but on PostgreSQL."""
 
     def session(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """A connection held across transactions, with explicit BEGIN/COMMIT (`rounds_together`)."""
@@ -494,6 +502,8 @@ class ThreadedBackend(KeptConnections):
                 elif step == COMMIT_BEGIN:
                     self._commit_now(conn)
                     self._begin_now(conn)
+                elif step == GENERIC_PLANS:
+                    pass  # PostgreSQL's alone
                 elif not isinstance(step, str):
                     op, args = step
                     results.append(getattr(self.descriptor.ops, op)(conn, **args))

@@ -14,6 +14,7 @@ import msgspec
 
 from inboxgen.descriptor import Operations, TableDescriptor
 from inboxgen.runtime.backends.base import (
+    GENERIC_PLANS,
     Backend,
     Database,
     NoDatabase,
@@ -216,6 +217,14 @@ class PostgresBackend(Backend):
             await super().commit_begin_step(conn)
         else:
             await self.execute(conn, "COMMIT AND CHAIN")  # one statement of the round, not two
+
+    async def generic_plans_step(self, conn: Any) -> None:
+        # A claim that walks (a key's values, the priorities) is planned anew at every call:
+        # its LIMITs are parameters, which make a generic plan look dearer to the planner than
+        # it runs. Planning then costs more than the walk (0.66 against 0.45 ms, fair claim of
+        # one row). Its generic plan keeps the walk's shape, and the claim takes the same rows.
+        if conn.info.server_version >= 120000:  # plan_cache_mode is PostgreSQL 12's
+            await self.execute(conn, GENERIC_PLANS)
 
     async def alone(self, steps: list[Step]) -> list[Any]:
         # Autocommit: each statement is its own transaction, one round trip.

@@ -180,8 +180,9 @@ class Lease(Form):
         op, values = self.claim_call(now, limit, until)
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
-        if self._limited:
-            result = await claim_in_turn(self.backend, self.calls, step)
+        walks = self._fair is not None or self.keys.by_key
+        if self._limited or walks:  # (a fair claim without limits takes no turn)
+            result = await claim_in_turn(self.backend, self.calls, step, walks=walks)
         else:
             # One statement standing alone: on PostgreSQL an autocommit statement, on a
             # threaded driver a transaction of its own in one call.
