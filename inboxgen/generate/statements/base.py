@@ -402,45 +402,36 @@ class Statements:
             self.claim_fair_alone()
             return
         self.claim_turn()
-        held = self.d.quote("inboxgen_held")
-        live = self.live_lease()
-        in_work = self.in_work
-        also: list[str] = []
-        queue_count = claimed = key_count = key_col = "NULL"
-        if limits.concurrency is not None:
-            queue_count = in_work()
-            also.append(f"{queue_count} < {self.p('concurrency')}")
+        key_col = "NULL"
         if limits.key is not None:
             key_col = (f"{self.d.quote('inboxgen_rows')}.{self.d.quote('inboxgen_k')}"
                        if limits.fair else f"{self.t()}.{self.d.quote(limits.key)}")
+        queue_count, claimed, _ = counts = self.limit_counts(key_col)
+        also: list[str] = []
+        if limits.concurrency is not None:
+            also.append(f"{queue_count} < {self.p('concurrency')}")
         if limits.rate_table is not None:
-            claimed = self.rate_claimed(limits.rate_table, key_col if limits.rate_per_key
-                                        else None)
             also.append(f"{claimed} < {self.p('rate')}")
         if limits.key is not None and limits.key_concurrency is not None:
-            key = self.d.quote(limits.key)
-            key_count = in_work(f"{held}.{key} = {key_col}")
+            held, key = self.d.quote("inboxgen_held"), self.d.quote(limits.key)
             # The keys at their limit, found once from the live leases, not counted per row:
             # a row-by-row count reads a key's jobs in work again for each of its rows the
             # claim passes over, and a key at its limit may have thousands waiting.
             also.append("\n".join((f"{key_col} NOT IN (", f"    SELECT {held}.{key}",
                                    f"    FROM {self.t()} AS {held}",
-                                   f"    WHERE {live}", f"    GROUP BY {held}.{key}",
+                                   f"    WHERE {self.live_lease()}", f"    GROUP BY {held}.{key}",
                                    f"    HAVING COUNT(*) >= {self.p('key_concurrency')}",
                                    ")")))
         also += self.turn_held()
-        counts = [f"{queue_count} AS {self.d.quote('inboxgen_in_work')}",
-                  f"{claimed} AS {self.d.quote('inboxgen_claimed')}",
-                  f"{key_col} AS {self.d.quote('inboxgen_key')}",
-                  f"{key_count} AS {self.d.quote('inboxgen_key_in_work')}"]
         if limits.rate_table is not None:
             self.rate_forget(limits.rate_table)
         if limits.fair:
-            self.claim_fair(counts, self.turn_held())
+            self.claim_fair(self.count_columns(key_col, counts), self.turn_held())
         else:
             self.add("CLAIM", "\n".join(x for x in (
             f"SELECT {self.select_list()},",
-            *("       " + line for line in ",\n".join(counts).splitlines()),
+            *("       " + line for line in ",\n".join(
+                self.count_columns(key_col, counts)).splitlines()),
                 f"FROM {self.t()}{self.force_index()}",
                 self.where([*self.filters(), *also]),
                 f"ORDER BY {self.order()}",
@@ -450,7 +441,7 @@ class Statements:
                      "what the limits count (jobs in work of the queue and of the row's key, "
                      "claims of the rate's window) beside each.")
             if limits.key is not None and limits.key_concurrency is not None:
-                self.claim_by_key(queue_count, limits.rate_table)
+                self.claim_by_key()
                 self.held_back()
         self.add("CLAIM_MARK", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
                  + f"\nWHERE {self.ids_in(self.c(self.q.id))}",
@@ -480,24 +471,40 @@ class Statements:
                           f"    FROM {self.t()} AS {self.d.quote('inboxgen_held')}",
                           self.where([*conds, self.live_lease()], "    "), ")"))
 
-    def claim_by_key(self, queue_count: str, rates: TableRef | None) -> None:
+    def limit_counts(self, key_col: str) -> tuple[str, str, str]:
+        """What a limited claim counts beside a row whose key is `key_col`: the queue's jobs
+        in work, the claims of the rate's window (of the row's key, with rate_per_key) and the
+        key's jobs in work; "NULL" for a limit the spec does not set."""
+        limits = self.q.limits
+        assert limits is not None
+        queue_count = claimed = key_count = "NULL"
+        if limits.concurrency is not None:
+            queue_count = self.in_work()
+        if limits.rate_table is not None:
+            claimed = self.rate_claimed(limits.rate_table,
+                                        key_col if limits.rate_per_key else None)
+        if limits.key is not None and limits.key_concurrency is not None:
+            key_count = self.in_work(
+                f"{self.d.quote('inboxgen_held')}.{self.d.quote(limits.key)} = {key_col}")
+        return queue_count, claimed, key_count
+
+    def count_columns(self, key_col: str, counts: tuple[str, str, str]) -> list[str]:
+        """The four columns a limited claim puts last, for claim() to apply the limits: the
+        `counts` (limit_counts) and the row's key between them."""
+        queue_count, claimed, key_count = counts
+        q = self.d.quote
+        return [f"{queue_count} AS {q('inboxgen_in_work')}",
+                f"{claimed} AS {q('inboxgen_claimed')}", f"{key_col} AS {q('inboxgen_key')}",
+                f"{key_count} AS {q('inboxgen_key_in_work')}"]
+
+    def claim_by_key(self) -> None:
         """[flow] key_concurrency without fair: CLAIM_BY_KEY, the fair claim's walk over the
         key's values with the limits' counts beside each row. CLAIM reads past every waiting
         row of a key at its limit; where thousands wait (HELD_BACK counts them), the runtime
         claims with this instead, which reads the first rows of each key it walks."""
-        limits = self.q.limits
-        assert limits is not None and limits.key is not None
         q = self.d.quote
-        held, key = q("inboxgen_held"), q(limits.key)
         walked = f"{q('inboxgen_rows')}.{q('inboxgen_k')}"
-        claimed = "NULL"
-        if rates is not None:
-            claimed = self.rate_claimed(rates, walked if limits.rate_per_key else None)
-        key_count = self.in_work(f"{held}.{key} = {walked}")
-        self.claim_fair([f"{queue_count} AS {q('inboxgen_in_work')}",
-                         f"{claimed} AS {q('inboxgen_claimed')}",
-                         f"{walked} AS {q('inboxgen_key')}",
-                         f"{key_count} AS {q('inboxgen_key_in_work')}"], self.turn_held(),
+        self.claim_fair(self.count_columns(walked, self.limit_counts(walked)), self.turn_held(),
                         "CLAIM_BY_KEY", "Under the claim turn, as CLAIM reads, but walking up to "
                         "`limit` values of the key from the first after `after` and reading the "
                         "first due rows of each: for a table where many due rows wait behind keys "
