@@ -75,6 +75,7 @@ from drain import own_cpu, server_cpu  # noqa: E402
 from genutil import import_path, make_project  # noqa: E402
 
 from inboxgen import Worker  # noqa: E402
+from inboxgen.runtime.backends.base import GENERIC_PLANS  # noqa: E402
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id  # noqa: E402
 
 TABLE = "bench_backlog"
@@ -286,12 +287,23 @@ class Session:
         """call() of a claim function (the one a worker would choose), its seconds left in
         claim_s."""
         at = self.start.at() if self.start is not None and name == "claim" else None
+        # The claim by priority runs its generic plan, as a worker runs it: the setting goes
+        # with the claim (pipeline mode), in the round's transaction or one of its own.
+        generic = self.by_priority and self.dialect == "postgres"
+        own = generic and self.conn.info.transaction_status.name == "IDLE"
         started = time.perf_counter()
         try:
-            rows = call(module, name, self.conn, by_priority=self.by_priority, **(at or {}),
-                        **values)
+            with self.conn.pipeline() if generic else contextlib.nullcontext():
+                if own:
+                    self.conn.execute("BEGIN")
+                if generic:
+                    self.conn.execute(GENERIC_PLANS)
+                rows = call(module, name, self.conn, by_priority=self.by_priority,
+                            **(at or {}), **values)
         finally:
             self.claim_s = time.perf_counter() - started
+        if own:
+            self.conn.execute("COMMIT")
         if self.start is not None and name == "claim":
             self.start.took(at, rows, values["limit"])
         return rows

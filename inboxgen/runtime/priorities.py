@@ -10,6 +10,12 @@ stops counting at WALK_FROM) once a second (choices.py), and claims by priority 
 are WALK_FROM or more. Below that, reading past them costs the plain claim less than the twin's
 planning does (about 8,000 index entries on PostgreSQL 15; docs/performance.md).
 
+While it claims by priority, a worker runs the twin's generic plan (Backend's GENERIC_PLANS,
+for the rest of the claim's transaction), so it is planned once rather than at every call:
+the lease's claim and the advisory form's read in a transaction of their own, the row lock's
+in its pipelined round. A row lock whose handlers write in the job's transaction
+(transactional=True) keeps the plans per call: the setting would hold for their statements.
+
 Both claims take the same rows: the choice changes what a claim costs, never what it claims.
 """
 

@@ -250,13 +250,24 @@ def test_postgres_scheduled_counts_the_rows_due_later_up_to_its_limit(
 
 @pytest.mark.parametrize("layout", BY_PRIORITY_LAYOUTS)
 def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
-        queue: MakeQueue, layout: Layout) -> None:
+        queue: MakeQueue, layout: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker on a table holding more rows due later than WALK_FROM claims by priority: all
     its claims and counts read fewer index blocks than one plain claim reads past them (as
-    the server counts the blocks), and it runs the due rows."""
+    the server counts the blocks), and it runs the due rows. Each claim by priority runs its
+    generic plan: GENERIC_PLANS goes before it, in its transaction."""
     from inboxgen import Worker
+    from inboxgen.runtime.backends.base import GENERIC_PLANS, Backend
     from inboxgen.runtime.priorities import WALK_FROM
     from inboxgen.testing import FakeClock
+
+    sent: list[list[Any]] = []  # the steps of every `together` the worker's forms send
+    together = Backend.together
+
+    async def recorded(self: Backend, conn: Any, steps: list[Any]) -> list[Any]:
+        sent.append(list(steps))
+        return await together(self, conn, steps)
+
+    monkeypatch.setattr(Backend, "together", recorded)
 
     q = queue("postgres", layout)
     conn = q.connect()
@@ -291,6 +302,14 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
     assert sorted(ran) == sorted(due)
     read = index_blocks_read() - before  # the worker's sessions reported theirs as they closed
     assert read < one_plain_claim, f"{read} index blocks read to claim 3 rows"
+    claims = 0
+    for steps in sent:
+        for n, step in enumerate(steps):
+            if isinstance(step, tuple) and step[0] in ("claim", "candidates"):
+                assert step[1].get("by_priority"), steps  # the worker chose the walk
+                assert GENERIC_PLANS in steps[:n], steps
+                claims += 1
+    assert claims > 0, sent
 
 
 KEPT = 20_000

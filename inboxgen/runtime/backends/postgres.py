@@ -219,10 +219,11 @@ class PostgresBackend(Backend):
             await self.execute(conn, "COMMIT AND CHAIN")  # one statement of the round, not two
 
     async def generic_plans_step(self, conn: Any) -> None:
-        # A claim that walks a key's values (fair, or by key) is planned anew at every call:
-        # its LIMITs are parameters, which make a generic plan look dearer to the planner than
-        # it runs. Planning then costs more than the walk (0.66 against 0.45 ms, fair claim of
-        # one row). Its generic plan keeps the walk's shape, and the claim takes the same rows.
+        # A claim that walks (a key's values, fair or by key; or the priorities) is planned
+        # anew at every call: its LIMITs are parameters, which make a generic plan look dearer
+        # to the planner than it runs. Planning then costs more than the walk (0.66 against
+        # 0.45 ms, fair claim of one row). Its generic plan keeps the walk's shape, and the
+        # claim takes the same rows.
         if conn.info.server_version >= 120000:  # plan_cache_mode is PostgreSQL 12's
             await self.execute(conn, GENERIC_PLANS)
 

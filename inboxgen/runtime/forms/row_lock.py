@@ -14,7 +14,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, COMMIT_BEGIN, Step, StepFailed
+from inboxgen.runtime.backends.base import (
+    BEGIN,
+    COMMIT,
+    COMMIT_BEGIN,
+    GENERIC_PLANS,
+    Step,
+    StepFailed,
+)
 from inboxgen.runtime.batching import by_op, one_statement
 from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts, Pending
@@ -319,6 +326,10 @@ class PipelinedRowLock(RowLock):
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps.append(COMMIT_BEGIN if commit else BEGIN)
+            if self.priorities.by_priority:
+                # Its generic plan, for the rest of the transaction: the claim and the next
+                # round's settlements (no handler's statement runs on this connection).
+                steps.append(GENERIC_PLANS)
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
                                                           start=start)))
         elif commit:
@@ -438,6 +449,8 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         if claim:
             now = self.clock.now()
             await self.priorities.choose(conn, now)  # once a second: one round trip more
+            if self.priorities.by_priority:
+                steps.append(GENERIC_PLANS)  # for the claim (its transaction ends after it)
             steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
                                                           start=start)))
         # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
