@@ -75,7 +75,7 @@ from drain import own_cpu, server_cpu  # noqa: E402
 from genutil import import_path, make_project  # noqa: E402
 
 from inboxgen import Worker  # noqa: E402
-from inboxgen.runtime.backends.base import GENERIC_PLANS  # noqa: E402
+from inboxgen.runtime.backends.postgres import GENERIC_PLANS_SQL  # noqa: E402
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id  # noqa: E402
 
 TABLE = "bench_backlog"
@@ -297,7 +297,7 @@ class Session:
                 if own:
                     self.conn.execute("BEGIN")
                 if generic:
-                    self.conn.execute(GENERIC_PLANS)
+                    self.conn.execute(GENERIC_PLANS_SQL)
                 rows = call(module, name, self.conn, by_priority=self.by_priority,
                             **(at or {}), **values)
         finally:

@@ -28,10 +28,10 @@ Database = str | Path | Mapping[str, Any] | None
 # What `together` runs: a generated function with its keyword arguments, or BEGIN, COMMIT or
 # COMMIT_BEGIN: a COMMIT and the BEGIN after it, one statement where the server chains
 # transactions (PostgreSQL's COMMIT AND CHAIN), both elsewhere; or GENERIC_PLANS: for the rest
-# of the transaction, prepared statements run their generic plan (PostgreSQL 12 and later;
-# nothing elsewhere).
+# of the transaction, prepared statements run their generic plan (PostgreSQL 12 and later:
+# postgres.GENERIC_PLANS_SQL; nothing elsewhere).
 BEGIN, COMMIT, COMMIT_BEGIN = "BEGIN", "COMMIT", "COMMIT AND CHAIN"
-GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+GENERIC_PLANS = "GENERIC PLANS"
 Step = tuple[str, dict[str, Any]] | str
 
 
