@@ -287,19 +287,19 @@ class Session:
         """call() of a claim function (the one a worker would choose), its seconds left in
         claim_s."""
         at = self.start.at() if self.start is not None and name == "claim" else None
-        # The claim by priority runs its generic plan, as a worker runs it: the setting goes
-        # with the claim (pipeline mode), in the round's transaction or one of its own.
-        generic = self.by_priority and self.dialect == "postgres"
+        # A claim by priority runs its generic plan, as a worker runs it (not the advisory
+        # form's read): the setting first, in the round's transaction or one of its own, which
+        # the worker sends with the claim and here goes before the timed statement.
+        generic = self.by_priority and self.dialect == "postgres" and name == "claim"
         own = generic and self.conn.info.transaction_status.name == "IDLE"
+        if own:
+            self.conn.execute("BEGIN")
+        if generic:
+            self.conn.execute(GENERIC_PLANS_SQL)
         started = time.perf_counter()
         try:
-            with self.conn.pipeline() if generic else contextlib.nullcontext():
-                if own:
-                    self.conn.execute("BEGIN")
-                if generic:
-                    self.conn.execute(GENERIC_PLANS_SQL)
-                rows = call(module, name, self.conn, by_priority=self.by_priority,
-                            **(at or {}), **values)
+            rows = call(module, name, self.conn, by_priority=self.by_priority, **(at or {}),
+                        **values)
         finally:
             self.claim_s = time.perf_counter() - started
         if own:

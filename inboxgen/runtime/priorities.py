@@ -12,9 +12,11 @@ planning does (about 8,000 index entries on PostgreSQL 15; docs/performance.md).
 
 While it claims by priority, a worker runs the twin's generic plan (Backend's GENERIC_PLANS,
 for the rest of the claim's transaction), so it is planned once rather than at every call:
-the lease's claim and the advisory form's read in a transaction of their own, the row lock's
-in its pipelined round. A row lock whose handlers write in the job's transaction
-(transactional=True) keeps the plans per call: the setting would hold for their statements.
+the row lock's claim in its pipelined round, the lease's in a transaction of its own (whose
+COMMIT is a round trip more than the statement alone, less than the planning). Per-call plans
+remain for the advisory form's read, a statement alone in autocommit that a transaction would
+make two round trips, and for a row lock whose handlers write in the job's transaction
+(transactional=True), where the setting would hold for their statements.
 
 Both claims take the same rows: the choice changes what a claim costs, never what it claims.
 """

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import WorkerConfigError
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, GENERIC_PLANS, StepFailed
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
@@ -234,17 +233,7 @@ class AutocommitAdvisory(Advisory):
                 raise
 
     async def candidates(self, conn: Any, values: dict[str, Any]) -> list[Any]:
-        if not values.get("by_priority"):
-            rows: list[Any] = await self.calls(conn, "candidates", **values)
-            return rows
-        # The read by priority runs its generic plan (GENERIC_PLANS), which lasts a
-        # transaction: BEGIN, the setting, the read and COMMIT, one round trip.
-        steps = [BEGIN, GENERIC_PLANS, self.calls.step("candidates", values), COMMIT]
-        async with self.backend.pipeline(conn):
-            try:
-                (rows,) = await self.backend.together(conn, steps)
-            except StepFailed as err:
-                raise err.cause from None
+        rows: list[Any] = await self.calls(conn, "candidates", **values)
         return rows
 
     async def lock(self, conn: Any, key: str) -> bool:
