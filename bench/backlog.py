@@ -287,14 +287,12 @@ class Session:
         """call() of a claim function (the one a worker would choose), its seconds left in
         claim_s."""
         at = self.start.at() if self.start is not None and name == "claim" else None
-        # A claim by priority runs its generic plan, as a worker runs it (not the advisory
-        # form's read): the setting first, in the round's transaction or one of its own, which
-        # the worker sends with the claim and here goes before the timed statement.
-        generic = self.by_priority and self.dialect == "postgres" and name == "claim"
-        own = generic and self.conn.info.transaction_status.name == "IDLE"
-        if own:
-            self.conn.execute("BEGIN")
-        if generic:
+        # A row lock's claim by priority runs its generic plan, as a worker runs it: the
+        # setting in the round's transaction, which the worker sends with the claim and here
+        # goes before the timed statement. (The lease's claim and the advisory read stand
+        # alone in autocommit, planned per call.)
+        if self.by_priority and self.dialect == "postgres" and name == "claim" \
+                and self.conn.info.transaction_status.name != "IDLE":
             self.conn.execute(GENERIC_PLANS_SQL)
         started = time.perf_counter()
         try:
@@ -302,8 +300,6 @@ class Session:
                         **values)
         finally:
             self.claim_s = time.perf_counter() - started
-        if own:
-            self.conn.execute("COMMIT")
         if self.start is not None and name == "claim":
             self.start.took(at, rows, values["limit"])
         return rows

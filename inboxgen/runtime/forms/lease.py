@@ -180,9 +180,10 @@ class Lease(Form):
         op, values = self.claim_call(now, limit, until)
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
-        # A claim that walks (the key's values, or the priorities) runs its generic plan, in
-        # a transaction of its own; a fair claim without limits takes no turn.
-        walks = self._fair is not None or self.keys.by_key or self.priorities.by_priority
+        # A walk over the key's values runs its generic plan, in a transaction of its own (a
+        # fair claim without limits takes no turn). The claim by priority does not: its
+        # planning costs the lease less than that transaction's round trips would.
+        walks = self._fair is not None or self.keys.by_key
         if self._limited or walks:
             result = await claim_in_turn(self.backend, self.calls, step, walks=walks)
         else:
