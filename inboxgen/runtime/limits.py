@@ -66,9 +66,8 @@ class KeyChoice(CountedChoice):
 
 async def claim_in_turn(backend: Backend, calls: Calls, claim: Step, *, walks: bool) -> Any:
     """Run `claim` in a transaction of its own, under the claim turn where the table has one;
-    returns its result. A claim that `walks` (the key's values, or the priorities) runs its
-    generic plan: planned anew at each call, its planning costs more than its walk
-    (PostgreSQL)."""
+    returns its result. A claim that `walks` the key's values runs its generic plan: planned
+    anew at each call, its planning costs more than its walk (PostgreSQL)."""
     steps = [BEGIN, GENERIC_PLANS, claim, COMMIT] if walks else [BEGIN, claim, COMMIT]
     turned = calls.has("claim_turn")  # MySQL: the turn outlives the transaction
     if turned:

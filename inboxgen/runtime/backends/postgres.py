@@ -41,6 +41,7 @@ log = logging.getLogger("inboxgen.worker")
 GENERIC_PLANS_SQL = ("SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
                      "set_config('jit', 'off', true)")
 
+
 class PostgresBackend(Backend):
     """psycopg async connections from a pool that always keeps one connection spare."""
 
