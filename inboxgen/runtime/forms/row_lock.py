@@ -310,6 +310,15 @@ class PipelinedRowLock(RowLock):
                     if not again:
                         await slots.wait(index, self.settings.poll_interval)
 
+    async def claim_steps(self, conn: Any, start: Start) -> list[Step]:
+        """A round's claim, as steps of `together`. The claim by priority goes after
+        GENERIC_PLANS: its generic plan, for the rest of the claim's transaction, where no
+        handler's statement runs (runtime/priorities.py)."""
+        now = self.clock.now()
+        await self.priorities.choose(conn, now)  # once a second: one round trip more
+        claim = self.calls.step(*self.claim_call(now, self.settings.batch, start=start))
+        return [GENERIC_PLANS, claim] if self.priorities.by_priority else [claim]
+
     async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
                           commit: bool, claim: bool,
                           idle: bool = False) -> tuple[list[Any], bool]:
@@ -323,15 +332,8 @@ class PipelinedRowLock(RowLock):
         committed_after = len(steps) + 1  # steps done once the COMMIT has run
         start = self.claim_start()
         if claim:
-            now = self.clock.now()
-            await self.priorities.choose(conn, now)  # once a second: one round trip more
             steps.append(COMMIT_BEGIN if commit else BEGIN)
-            if self.priorities.by_priority:
-                # Its generic plan, for the rest of the transaction: the claim and the next
-                # round's settlements (no handler's statement runs on this connection).
-                steps.append(GENERIC_PLANS)
-            steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
-                                                          start=start)))
+            steps += await self.claim_steps(conn, start)
         elif commit:
             steps.append(COMMIT)
         started = time.monotonic()
@@ -447,12 +449,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             steps.append(early)
         start = self.claim_start()
         if claim:
-            now = self.clock.now()
-            await self.priorities.choose(conn, now)  # once a second: one round trip more
-            if self.priorities.by_priority:
-                steps.append(GENERIC_PLANS)  # for the claim (its transaction ends after it)
-            steps.append(self.calls.step(*self.claim_call(now, self.settings.batch,
-                                                          start=start)))
+            steps += await self.claim_steps(conn, start)
         # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
         # transaction (it unlocks session locks, as well there).
         steps.append(COMMIT_BEGIN if claim else COMMIT)
