@@ -184,6 +184,11 @@ BY_PRIORITY_LAYOUTS = [
     pytest.param(Layout(form="row_lock", count_crashes=True), id="row_lock-count_crashes"),
     pytest.param(Layout(form="lease"), id="lease"),
     pytest.param(Layout(form="advisory"), id="advisory"),
+    # The production shapes: a group, finished rows deleted, dead letters to a table or a group.
+    pytest.param(Layout(form="row_lock", group=True, processed=False, dead="table"),
+                 id="row_lock-group-dead_table"),
+    pytest.param(Layout(form="row_lock", count_crashes=True, group=True, dead="group"),
+                 id="row_lock-count_crashes-group-dead_group"),
 ]
 
 
@@ -287,7 +292,8 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
 
     before = index_blocks_read()
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2,
-                    batch=2, poll_interval=3600, listen=False, clock=FakeClock(T0))
+                    batch=2, poll_interval=3600, listen=False, clock=FakeClock(T0),
+                    group="g" if layout.group else None)
 
     async def run_the_due_rows() -> None:
         await worker.start()
