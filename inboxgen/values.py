@@ -96,6 +96,40 @@ class KeyTurns:
         self.passed_over = self.after is not None and any(row[-1] == 0 for row in rows)
         return [tuple(row[:-1]) for row in rows if row[-1] > 0]
 
+    # A weighted walk (weights_table) keeps where the last claim left a key's turn unfinished:
+    # the next starts again at key `resume`, of whose turn `spent` rows were taken.
+    resume: Any = None
+    spent = 0
+
+    def weighted_walk(self, rows: Sequence[Sequence[Any]], limit: int) -> list[tuple[Any, ...]]:
+        """The rows of a weighted fair CLAIM without its last two columns (the row's rank in
+        its key, 0 for a key walked without a due row; the key's weight), the key just before
+        them. They come in turns (a key of weight w has w rows in each), and the claim takes
+        the first `limit`. Where the last one taken leaves its key's turn unfinished, the next
+        claim walks from that key again, with what is left of its turn; where it ends a turn,
+        from the key after it; where every key walked had its turn and more, as walked()."""
+        walk: dict[Any, None] = {}  # the keys walked, in order (each first comes in its turn)
+        last = None
+        taken = 0
+        for row in rows:
+            walk.setdefault(row[-4])
+            if row[-2] > 0 and taken < limit:
+                taken += 1
+                last = row
+        keys = list(walk)
+        after, resume, spent = (keys[-1] if len(keys) >= limit else None), None, 0
+        if last is not None:
+            key, rank, weight = last[-4], int(last[-2]), int(last[-1])
+            done = rank + (self.spent if key == self.resume else 0)
+            if done < weight:  # more of its turn to take
+                at = keys.index(key)
+                after, resume, spent = keys[at - 1] if at else self.after, key, done
+            elif done == weight:  # its turn is over
+                after = key
+        self.passed_over = after is not None and any(row[-2] == 0 for row in rows)
+        self.after, self.resume, self.spent = after, resume, spent
+        return [tuple(row[:-2]) for row in rows if row[-2] > 0]
+
 
 _KEY_TURNS: dict[tuple[str, Any], KeyTurns] = {}
 

@@ -294,6 +294,7 @@ class Layout:
     rate: tuple[int, float] | None = None
     rate_per_key: bool = False  # the rate per account (jobs_claims gains claim_key)
     fair: bool = False  # [flow] fair: claims take turns across accounts
+    weights: bool = False  # with fair: weights_table = "jobs_weights" (an account's turns)
     error: str | None = None  # the type of a nullable column bound to role error ("TEXT")
     result: str | None = None  # the type of a nullable column bound to role result ("JSON")
     result_type: str | None = None  # the result's class ("module:Class"), where it has one
@@ -390,6 +391,10 @@ class Layout:
             # key at its limit): the group, the account and the claim order.
             walk = [*(["group"] if self.group else []), "account", "priority", "retry_after", "id"]
             out.append(f"CREATE INDEX jobs_account ON jobs ({names(*walk)});")
+        if self.weights:
+            text = TYPES["text"][dialect]
+            out.append(f"CREATE TABLE jobs_weights (queue {text} NOT NULL, fair_key {text} "
+                       f"NOT NULL, weight INTEGER NOT NULL, PRIMARY KEY (queue, fair_key));")
         if self.rate is not None:
             text, time = TYPES["text"][dialect], TYPES["time"][dialect]
             key = f", claim_key {text} NOT NULL" if self.rate_per_key else ""
@@ -440,6 +445,8 @@ class Layout:
             flow.update(key="account", rate_per_key=True)
         if self.fair:
             flow.update(key="account", fair=True)
+        if self.weights:
+            flow["weights_table"] = "jobs_weights"
         return flow
 
 

@@ -724,9 +724,13 @@ class _Checker:
                       if given.rate_table is not None else None)
         if given.rate_table is not None and rate_table is None:
             return None
+        weights = (self.weights_table(given.weights_table, table, key)
+                   if given.weights_table is not None and key is not None else None)
+        if given.weights_table is not None and weights is None:
+            return None
         return Limits(given.concurrency, key.name if key is not None else None,
                       given.key_concurrency, given.rate, given.rate_seconds, rate_table,
-                      given.rate_per_key, given.fair)
+                      given.rate_per_key, given.fair, weights)
 
     def side_table(self, name: str, line: int, what: str, needs: str, queue: Table
                    ) -> Table | None:
@@ -794,6 +798,41 @@ class _Checker:
                             f"claim counts the window's claims by reading the whole table; "
                             f"create an index on \"{found.name}\" "
                             f"({', '.join(['queue', *written[2:], 'claimed_at'])})")
+        return TableRef(found.schema, found.name)
+
+    def weights_table(self, name: str, table: Table, key: Column) -> TableRef | None:
+        """[flow] weights_table: each key's weight in a fair claim (`queue`, the queue's name;
+        `fair_key`, a value of the key; `weight`, its turns in a round), read as the claim
+        walks each key."""
+        line = self.spec.line("flow", "weights_table")
+        wanted_sql = (f"columns queue (text, NOT NULL), fair_key ({key.type_sql}, NOT NULL, as "
+                      f"key \"{key.name}\") and weight (an integer, NOT NULL)")
+        found = self.side_table(name, line, "weights", wanted_sql, table)
+        if found is None:
+            return None
+        ok = True
+        for column, kinds in (("queue", {cat.TEXT}), ("fair_key", {key.kind}),
+                              ("weight", {cat.INT})):
+            col = found.column(column, self.d)
+            if col is None:
+                self.err(line, f"weights table \"{found.name}\" lacks column \"{column}\": it "
+                               f"needs {wanted_sql}")
+            elif col.kind not in kinds or col.db_only:
+                self.err(line, f"weights table \"{found.name}\" has column \"{col.name}\" as "
+                               f"{col.type_sql} ({col.path}:{col.line}); it needs {wanted_sql}")
+            elif col.nullable:
+                self.err(line, f"weights table \"{found.name}\" has column \"{col.name}\" "
+                               f"nullable ({col.path}:{col.line}); it must be NOT NULL")
+            else:
+                continue
+            ok = False
+        if not ok:
+            return None
+        if not any(leads([c.lower() for c in i.columns], ["queue", "fair_key"])
+                   for i in self.catalog.indexes_of(found)):
+            self.warn(line, f"no index of weights table \"{found.name}\" starts with queue, "
+                            f"fair_key: every claim reads the whole table for each key it "
+                            f"walks; make (queue, fair_key) its primary key")
         return TableRef(found.schema, found.name)
 
     def limit_indexes(self, table: Table, lease: str, given: FlowLimits) -> None:

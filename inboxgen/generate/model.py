@@ -133,6 +133,9 @@ class Limits:
     rate_table: TableRef | None = None
     rate_per_key: bool = False  # the rate counts each key's claims apart (column claim_key)
     fair: bool = False  # claims take turns across the key's values (round robin)
+    # With `fair`, the table of weights (columns queue, fair_key, weight): a key of weight w
+    # takes w turns in each round; 1 where it has no row.
+    weights_table: TableRef | None = None
 
 
 @attrs.frozen

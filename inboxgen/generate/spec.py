@@ -48,7 +48,7 @@ _COLUMN_KEYS = {"role", "generated", "codec", "type"}
 _DEAD_LETTER_KEYS = {"group", "table"}
 _RUNTIME_KEYS = {"workers", "batch", "lease", "poll_interval", "max_attempts"}
 _FLOW_KEYS = {"pauses", "concurrency", "key", "key_concurrency", "rate", "rate_seconds",
-              "rate_table", "rate_per_key", "fair"}
+              "rate_table", "rate_per_key", "fair", "weights_table"}
 
 
 @attrs.frozen
@@ -86,6 +86,8 @@ class FlowLimits:
     rate_table: str | None = None
     rate_per_key: bool = False  # the rate counts each key's claims apart
     fair: bool = False  # claims take turns across the key's values (round robin)
+    # With `fair`: the table giving each key's turns in a round (its weight; 1 where absent).
+    weights_table: str | None = None
 
 
 @attrs.frozen
@@ -491,6 +493,7 @@ class _Reader:
             if needs in flow and "key" not in flow and flow[needs] is not False:
                 self.err(("flow", needs), f"'flow.{needs}' needs 'flow.key': the column whose "
                                           f"values are the keys")
+        weights = self.weights(flow, fair)
         rate, seconds, table = self.rate(flow)
         if per_key and "rate" not in flow:
             self.err(("flow", "rate_per_key"), "'flow.rate_per_key' needs 'flow.rate', "
@@ -501,7 +504,20 @@ class _Reader:
         return FlowLimits(counts["concurrency"], key_used,
                           counts["key_concurrency"] if key else None, rate, seconds, table,
                           per_key and rate is not None and key is not None,
-                          fair and key is not None)
+                          fair and key is not None, weights if fair and key else None)
+
+    def weights(self, flow: dict[str, Any], fair: bool) -> str | None:
+        """weights_table: the table of each key's weight, for a fair claim."""
+        table: str | None = self.typed(flow, ("flow", "weights_table"), str, "a table name")
+        if table == "":
+            self.err(("flow", "weights_table"), "'flow.weights_table' must name a table")
+            return None
+        if table is not None and not fair:
+            self.err(("flow", "weights_table"), "'flow.weights_table' needs 'flow.fair = true': "
+                                                "the weights give each key its turns in a fair "
+                                                "claim's rounds")
+            return None
+        return table
 
     def rate(self, flow: dict[str, Any]) -> tuple[int | None, float | None, str | None]:
         """rate, rate_seconds and rate_table: all three, or none."""

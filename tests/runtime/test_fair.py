@@ -163,3 +163,95 @@ def test_keys_with_nothing_due_cost_a_few_claims_a_poll(queue: MakeQueue, dialec
     idle_claims = asyncio.run(main())
     assert ran == [due]
     assert idle_claims <= FAIR_WALKS_AHEAD * 14, idle_claims  # forty a poll without the bound
+
+
+# -- weights ([flow] weights_table) ---------------------------------------------------------------
+
+WEIGHTED = Layout(form="lease", processed=False, fair=True, weights=True)
+
+
+def weigh(q: Any, **weights: int) -> None:
+    """Give accounts their weights in jobs_weights (for this queue, "jobs")."""
+    for account, weight in weights.items():
+        q.db.exec(f"INSERT INTO jobs_weights (queue, fair_key, weight) "
+                  f"VALUES ('jobs', '{account}', {weight})")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_weighted_account_takes_its_turns_one_claim_at_a_time(queue: MakeQueue,
+                                                                 dialect: str) -> None:
+    """Claims of one row: account a (weight 3) takes three in a row, then b (weight 0, which
+    counts as 1) one, then c (weight 2, given after the first round) ... and the walk starts
+    over from a. Where a has fewer rows due than its turn, the next claim finds that out and
+    comes back empty: the one after it goes on to b."""
+    q = queue(dialect, WEIGHTED)
+    weigh(q, a=3, b=0)
+    ids = add(q, ["a"] * 7 + ["b"] * 3 + ["c"] * 5)
+    a, b, c = ids[:7], ids[7:10], ids[10:]
+    conn = q.connect()
+    try:
+        taken = [r.id for _ in range(5) for r in claim(q, conn, 1)]
+        assert taken == [a[0], a[1], a[2], b[0], c[0]]
+        weigh(q, c=2)  # read at each claim: c's next turn has two rows
+        taken = [[r.id for r in claim(q, conn, 1)] for _ in range(9)]
+        assert taken == [[a[3]], [a[4]], [a[5]], [b[1]], [c[1]], [c[2]], [a[6]], [], [b[2]]]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_batch_takes_each_accounts_weight_in_rows(queue: MakeQueue, dialect: str) -> None:
+    """A claim of six over a (weight 3), b (none: 1) and c (weight 2) takes three of a, one of
+    b and two of c, in the walk's order; the next takes the next of each alike. A claim that
+    stops inside a's turn leaves the rest of it to the next, before b's."""
+    q = queue(dialect, WEIGHTED)
+    weigh(q, a=3, c=2)
+    ids = add(q, ["a"] * 9 + ["b"] * 3 + ["c"] * 6)
+    a, b, c = ids[:9], ids[9:12], ids[12:]
+    conn = q.connect()
+    try:
+        assert [r.id for r in claim(q, conn, 6)] == [a[0], a[1], a[2], b[0], c[0], c[1]]
+        assert [r.id for r in claim(q, conn, 6)] == [a[3], a[4], a[5], b[1], c[2], c[3]]
+        assert [r.id for r in claim(q, conn, 2)] == [a[6], a[7]]
+        assert [r.id for r in claim(q, conn, 2)] == [a[8], b[2]]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_worker_runs_accounts_in_proportion_to_their_weights(queue: MakeQueue,
+                                                               dialect: str) -> None:
+    """Accounts a (weight 3) and b (weight 1) with 200 ready jobs each: of the first 40 jobs
+    a Worker of four slots starts, about three in four are a's."""
+    q = queue(dialect, WEIGHTED)
+    weigh(q, a=3)
+    due = dt.datetime.now(UTC) - dt.timedelta(seconds=60)
+    conn = q.connect()
+    try:
+        q.mod.insert_many(conn, [q.new(retry_after=due, account=x) for x in "ab" * 200])
+        conn.commit()
+    finally:
+        conn.close()
+    of = {i: x for i, x in zip(q.ids(), "ab" * 200, strict=True)}
+    started: list[str] = []
+
+    def handler(job: Job) -> None:
+        started.append(of[job.id])
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=4, batch=4,
+                    listen=False, poll_interval=0.1)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while len(started) < 40:
+                assert loop.time() < deadline
+                await asyncio.sleep(0.01)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    share = started[:40].count("a")
+    assert 27 <= share <= 33, started[:40]

@@ -47,6 +47,8 @@ OPERATION_NAMES = frozenset(f.name for f in attrs.fields(Operations))
 
 # claim()'s arguments for where it starts (Renderer.start_args).
 START_ARGS = ("from_priority", "from_retry_after", "from_id")
+# A fair claim's parameters for where its walk starts, kept by its KeyTurns (param_value).
+WALK_ARGS = ("after", "resume", "spent")
 # Keyword arguments of generated functions, in the order a reader expects them.
 _ARG_ORDER = ["id", "group", "key", "wait", "fifo_key", "now", "locked_until", "attempt",
               "new_locked_until", "retry_after", "error", "result", "progress", "limit",
@@ -283,8 +285,8 @@ class Renderer:
             assert f is not None
             jsonb = f.column.kind == cat.JSON and self.binds_jsonb
             return f"_v.{'jsonb_or_none' if jsonb else 'json_text_or_none'}({name})"
-        if name == "after":
-            return "turns.after"  # [flow] fair: where this process's last walk stopped
+        if name in ("after", "resume", "spent"):
+            return f"turns.{name}"  # [flow] fair: where this process's last walk stopped
         if name == "cancelled":
             return '"cancelled"'  # the error a cancelled job's dead letter keeps
         return name
@@ -879,8 +881,8 @@ class Renderer:
         extra = "limit: int = 1" + self.start_args(claim)
         name, walk, doc, pick = self.by_priority("CLAIM")
         if "after" in claim.params:  # [flow] fair alone: the walk orders the rows
-            return Func("claim", self.args(claim, skip=("limit", "after"), extra=extra),
-                        "list[ClaimedRow]", claim.doc + " " + self.fair_doc, (
+            return Func("claim", self.args(claim, skip=("limit", *WALK_ARGS), extra=extra),
+                        "list[ClaimedRow]", claim.doc + " " + self.fair_says(), (
                             Step("many", self.cur(name, self.params(claim)), self.claimed("r"),
                                  over=self.fair_over()),), before=(self.fair_turns(claim),))
         return Func("claim", self.args(claim, skip=("limit", *START_ARGS), extra=extra + walk),
@@ -913,6 +915,14 @@ class Renderer:
     fair_doc = ("Claims take turns across the values of the key: each walks on from where this "
                 "process's last claim stopped.")
 
+    def fair_says(self) -> str:
+        """What a fair claim()'s docstring says of its turns."""
+        limits = self.q.limits
+        if limits is None or limits.weights_table is None:
+            return self.fair_doc
+        return (self.fair_doc + " A key's turns in each round are its weight in "
+                + limits.weights_table.name + ".")
+
     @staticmethod
     def fair_turns(claim: Statement, name: str = "CLAIM") -> str:
         """The line that finds where this process's claims by statement `name` (a walk over
@@ -926,7 +936,8 @@ class Renderer:
     def fair_over(self) -> str:
         """What a fair claim() makes of ROWS: its walk's rows, within the limits, `limit` at
         most."""
-        return f"{self.within_limits.replace('ROWS', 'turns.walked(ROWS, limit)')}[:limit]"
+        walked = "weighted_walk" if "resume" in self.st["CLAIM"].params else "walked"
+        return f"{self.within_limits.replace('ROWS', f'turns.{walked}(ROWS, limit)')}[:limit]"
 
     def claim_then_mark(self) -> Func:
         """claim() on a CLAIM that reads and locks the rows, then CLAIM_MARK that writes their
@@ -939,7 +950,7 @@ class Renderer:
         if "CLAIM_RECORD" in st:
             marks += self.run("", "CLAIM_RECORD", self.params(st["CLAIM_RECORD"]))
         then = ("if rows:", *("    " + line for line in marks))
-        args = self.args(claim, skip=("limit", "after", *START_ARGS),
+        args = self.args(claim, skip=("limit", *WALK_ARGS, *START_ARGS),
                          extra="locked_until: datetime.datetime, limit: int = 1"
                          + self.start_args(claim))
         doc = ("Claim up to `limit` rows" + self.start_says(claim)
@@ -962,7 +973,7 @@ class Renderer:
             if self.q.limits.fair:
                 turn = (self.fair_turns(claim), *turn)
                 over = self.fair_over()
-                doc += " " + self.fair_doc
+                doc += " " + self.fair_says()
         params = self.params(claim)
         limits = self.q.limits
         if limits is not None and limits.key is None and (limits.concurrency or limits.rate):

@@ -535,9 +535,7 @@ class Statements:
             "its limit.")
 
     def claim_fair(self, counts: list[str], held: list[str], name: str = "CLAIM",
-                   doc: str = "Under the claim turn, walk up to `limit` values of the key from "
-                              "the first after `after`, and read the first due rows of each, "
-                              "with what the limits count beside each row.") -> None:
+                   doc: str = "") -> None:
         """[flow] fair: CLAIM walks up to `limit` values of the key, from the first after
         `after` (where the claims before it stopped), and reads the first due rows of each in
         claim order, the first of every key before the second of any; with fewer keys than
@@ -545,19 +543,72 @@ class Statements:
         so claim() learns where the walk stopped. The limits' counts stand beside each row, as
         in a limited claim, for claim() to apply."""
         q = self.d.quote
-        rows, r, n, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_n"), q("inboxgen_k")
+        rows, r = q("inboxgen_rows"), q("inboxgen_r")
+        doc = doc or ("Under the claim turn, walk up to `limit` values of the key from the first "
+                      "after `after`, and read the first due rows of each"
+                      + (", " + self.weighted_doc() if self.weighted else "")
+                      + ", with what the limits count beside each row.")
         self.add(name, "\n".join(x for x in (
             self.fair_ctes(),
             f"SELECT {self.select_list()},",
             *("       " + line for line in ",\n".join(
                 [*counts, f"CASE WHEN {self.c(self.q.id)} IS NULL THEN 0 ELSE {rows}.{r} END "
-                          f"AS {q('inboxgen_rank')}"]).splitlines()),
+                          f"AS {q('inboxgen_rank')}", *self.weight_columns()]).splitlines()),
             f"FROM {rows}",
             self.fair_rows_join(q("inboxgen_id")),
             self.where(held),
-            f"ORDER BY {rows}.{r}, {rows}.{n}, {rows}.{k}",
+            f"ORDER BY {self.fair_order()}",
             self.fair_lock,
         ) if x), doc)
+
+    # Integer division, and the greater of its arguments (SQLite's: MAX with two of them).
+    int_div = "/"
+    greatest = "GREATEST"
+
+    @property
+    def weighted(self) -> bool:
+        """[flow] weights_table: a fair claim gives each key its weight's turns in a round."""
+        return self.q.limits is not None and self.q.limits.weights_table is not None
+
+    def fair_order(self) -> str:
+        """The order of a fair claim's rows: the first of every key before the second of any;
+        weighted, by turn (a key of weight w has w rows in each, counted from the place
+        `inboxgen_p` the claims before left it at), then the walk's order."""
+        q = self.d.quote
+        rows, r, n, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_n"), q("inboxgen_k")
+        if not self.weighted:
+            return f"{rows}.{r}, {rows}.{n}, {rows}.{k}"
+        p, w = q("inboxgen_p"), q("inboxgen_w")
+        return f"{rows}.{p} {self.int_div} {rows}.{w}, {rows}.{n}, {rows}.{k}, {rows}.{p}"
+
+    def weighted_doc(self) -> str:
+        """How a fair claim's docstring says it orders the rows it walks."""
+        limits = self.q.limits
+        if limits is None or limits.weights_table is None:
+            return "the first of every key before the second of any"
+        return (f"in turns, a key taking as many rows in each as its weight in "
+                f"{limits.weights_table.name} (1 where it has none)")
+
+    def weight_columns(self) -> list[str]:
+        """What a weighted fair claim puts after the rank, for claim() to find where the turns
+        stopped: the key's weight."""
+        if not self.weighted:
+            return []
+        q = self.d.quote
+        return [f"{q('inboxgen_rows')}.{q('inboxgen_w')} AS {q('inboxgen_weight')}"]
+
+    def key_weight(self, of: str) -> list[str]:
+        """The weight of key `of` (a column of the walk) and the place its first row takes in
+        its turns: after the rows the claims before took (`spent`, of the key `resume` whose
+        turn they left unfinished), as two columns of the walk's first rows."""
+        limits, q = self.q.limits, self.d.quote
+        assert limits is not None and limits.weights_table is not None
+        return ["(",
+                f"        SELECT {self.greatest}(COALESCE(MAX({q('weight')}), 1), 1)",
+                f"        FROM {self.t(limits.weights_table)}",
+                self.where([f"{q('queue')} = {self.p('queue')}",
+                            f"{q('fair_key')} = {of}"], "        "),
+                f"    ), CASE WHEN {of} = {self.p('resume')} THEN {self.p('spent')} ELSE 0 END,"]
 
     # Whether a fair claim without limits is one statement that writes its leases itself, with
     # no claim turn (nothing to count); claim_fair_alone() writes it.
@@ -592,19 +643,34 @@ class Statements:
         head, cols = self.fair_head("LEFT", first_due(keys, after=False), order)
         more, _ = self.fair_head("", first_due(rows, after=True), order)
         walked = f"(SELECT COUNT(*) FROM {keys} WHERE {keys}.{k} IS NOT NULL)"
+        first = [f"    SELECT {keys}.{n}, 1, {keys}.{k}, {cols}"]
+        again = [f"    SELECT {rows}.{n}, {rows}.{r} + 1, {rows}.{k}, {cols}"]
+        bound = [f"    WHERE {rows}.{r} * {walked} < {self.p('limit')}"]
+        if self.weighted:
+            # Each row carries its key's weight and its place in the key's turns; a key takes
+            # rows while the turn of the next leaves the batch unfilled.
+            w, p = q("inboxgen_w"), q("inboxgen_p")
+            carried = [w, p, *carried]
+            first = [f"    SELECT {keys}.{n}, 1, {keys}.{k}, "
+                     + "\n".join(self.key_weight(f"{keys}.{k}")), f"           {cols}"]
+            again = [f"    SELECT {rows}.{n}, {rows}.{r} + 1, {rows}.{k}, {rows}.{w}, "
+                     f"{rows}.{p} + 1,", f"           {cols}"]
+            bound = [f"    WHERE {rows}.{r} < {self.p('limit')}",
+                     f"      AND ({rows}.{p} + 1) {self.int_div} {rows}.{w} * (",
+                     f"          {walked[1:-1]}", f"      ) < {self.p('limit')}"]
         return "\n".join((
             "WITH RECURSIVE",
             self.fair_walk(key) + ",",
             f"{rows} ({n}, {r}, {k}, {', '.join(carried)}) AS (",
-            f"    SELECT {keys}.{n}, 1, {keys}.{k}, {cols}",
+            *first,
             f"    FROM {keys}",
             head,
             f"    WHERE {keys}.{k} IS NOT NULL",
             "    UNION ALL",
-            f"    SELECT {rows}.{n}, {rows}.{r} + 1, {rows}.{k}, {cols}",
+            *again,
             f"    FROM {rows}",
             more,
-            f"    WHERE {rows}.{r} * {walked} < {self.p('limit')}",
+            *bound,
             ")"))
 
     def fair_head(self, outer: str, conds: list[str], order: list[Field]) -> tuple[str, str]:

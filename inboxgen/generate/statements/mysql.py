@@ -101,6 +101,8 @@ class MySQLStatements(Statements):
         self.add("CLAIM_TURN_END", f"SELECT RELEASE_LOCK({self._TURN})",
                  "Give the claim turn up, after the claim's commit.")
 
+    int_div = "DIV"  # `/` gives a decimal
+
     def fair_walk(self, key: str) -> str:
         """MySQL's subqueries cannot seek past a value they take from the walk (a dependent
         subquery reads the index from its start), so the walk is one read that groups the

@@ -342,17 +342,18 @@ class PostgresStatements(Statements):
         locked), leased and returned by one statement, with a row of NULLs for each key walked
         without one; it needs no claim turn, as it counts nothing."""
         q = self.d.quote
-        rows, r, n, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_n"), q("inboxgen_k")
+        rows, r, k = q("inboxgen_rows"), q("inboxgen_r"), q("inboxgen_k")
         idc, row_id = self.c(self.q.id), q("inboxgen_id")
         picked, claimed, pid = q("inboxgen_picked"), q("inboxgen_leased"), q("inboxgen_picked_id")
-        order = f"{rows}.{r}, {rows}.{n}, {rows}.{k}"
+        order = self.fair_order()
         first = "\n".join((
             f"{idc} = ANY (ARRAY(", f"    SELECT {rows}.{row_id}", f"    FROM {rows}",
             f"    WHERE {rows}.{row_id} IS NOT NULL", f"    ORDER BY {order}",
             f"    LIMIT {self.p('limit')}", "))"))
         counts = ["NULL AS " + q(c) for c in ("inboxgen_in_work", "inboxgen_claimed")] + [
             f"{rows}.{k} AS {q('inboxgen_key')}", f"NULL AS {q('inboxgen_key_in_work')}",
-            f"CASE WHEN {idc} IS NULL THEN 0 ELSE {rows}.{r} END AS {q('inboxgen_rank')}"]
+            f"CASE WHEN {idc} IS NULL THEN 0 ELSE {rows}.{r} END AS {q('inboxgen_rank')}",
+            *self.weight_columns()]
         self.add("CLAIM", "\n".join((
             self.fair_ctes() + ",",
             f"{picked} AS (",
@@ -375,8 +376,8 @@ class PostgresStatements(Statements):
             f"WHERE {rows}.{r} = 1 OR {claimed}.{idc} IS NOT NULL",
             f"ORDER BY {order}",
         )), "Walk up to `limit` values of the key from the first after `after`, and claim the "
-            "first due rows of each under a lease ending at `locked_until`: the first of every "
-            "key before the second of any, `limit` at most; each key walked without a due row "
+            "first due rows of each under a lease ending at `locked_until`: "
+            + self.weighted_doc() + ", `limit` at most; each key walked without a due row "
             "gives a row of NULLs.")
 
     def fair_head(self, outer: str, conds: list[str], order: list[Field]) -> tuple[str, str]:

@@ -33,6 +33,7 @@ class SqliteStatements(Statements):
         return f"strftime('%Y-%m-%d %H:%M:%f', {time}, '+' || {seconds} || ' seconds')"
 
     least = "MIN"  # with two arguments or more, the lesser
+    greatest = "MAX"  # with two arguments or more, the greater
 
     def ids_in(self, column: str) -> str:
         return f"{column} IN (SELECT picked.value FROM json_each({self.p('ids')}) AS picked)"
