@@ -34,8 +34,8 @@ class TableStatus:
     # or None where the table has no pause table.
     paused: list[str | None] | None = None
     # [flow] limits, where the spec sets any: concurrency, key, key_concurrency, rate,
-    # rate_seconds, rate_per_key and fair as the module holds them (None: not set), and
-    # in_work, the jobs in work now.
+    # rate_seconds, rate_per_key, fair and weights_table as the module holds them (None: not
+    # set), and in_work, the jobs in work now.
     limits: dict[str, Any] | None = None
     # Where the table keeps errors (role error) and has dead letters: the newest one's id and
     # the first line of its last failure ({"id": "17", "error": "ConnectionError: ..."}).
@@ -75,6 +75,7 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
                   "key_concurrency": module.KEY_CONCURRENCY, "rate": module.RATE,
                   "rate_seconds": module.RATE_SECONDS, "rate_per_key": module.RATE_PER_KEY,
                   "fair": getattr(module, "FAIR", False),
+                  "weights_table": getattr(module, "WEIGHTS_TABLE", None),
                   "in_work": sum(g["in_work"] or 0 for g in groups)}
     return TableStatus(
         d.qualified_name, label, groups, dead, locks, None if oldest is None else round(oldest, 3),
@@ -159,7 +160,9 @@ def limits_words(limits: dict[str, Any]) -> str:
         parts.append(f"at most {limits['rate']} claims{each} in any "
                      f"{limits['rate_seconds']:g} s")
     if limits.get("fair"):
-        parts.append(f"claims take turns across {limits['key']}")
+        weighted = limits.get("weights_table")
+        parts.append(f"claims take turns across {limits['key']}"
+                     + (f", weighted by {weighted}" if weighted else ""))
     return "limits: " + ", ".join(parts)
 
 

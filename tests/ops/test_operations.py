@@ -151,7 +151,7 @@ def test_status_says_what_the_limits_allow_and_how_many_are_in_work(
     (table,) = json.loads(result.stdout)
     assert table["limits"] == {"concurrency": 5, "key": "account", "key_concurrency": 2,
                                "rate": 100, "rate_seconds": 1.5, "rate_per_key": False,
-                               "fair": False, "in_work": 2}
+                               "fair": False, "weights_table": None, "in_work": 2}
     text = run(root, "status", "--database-url", url)
     assert ("jobs: limits: at most 5 in work at once (2 now), at most 2 per account, at most "
             "100 claims in any 1.5 s") in text.stdout, text.stdout
@@ -167,6 +167,19 @@ def test_status_says_a_fair_table_takes_turns_across_its_key(
     assert table["limits"]["fair"] is True and table["limits"]["key"] == "account"
     text = run(root, "status", "--database-url", url)
     assert "jobs: limits: claims take turns across account" in text.stdout, text.stdout
+    assert "weighted" not in text.stdout
+
+
+def test_status_names_a_fair_tables_weights(project: Callable[..., Project]) -> None:
+    root, _, url = project("sqlite", Layout(form="lease", processed=False, fair=True,
+                                            weights=True))
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    assert table["limits"]["weights_table"] == "jobs_weights"
+    text = run(root, "status", "--database-url", url)
+    assert ("jobs: limits: claims take turns across account, weighted by jobs_weights"
+            in text.stdout), text.stdout
 
 
 def test_status_shows_dead_rows_hot_updates_and_autovacuum_on_postgres(

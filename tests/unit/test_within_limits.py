@@ -59,3 +59,50 @@ def test_a_fair_walk_short_of_limit_keys_starts_again_from_the_first() -> None:
     assert turns.walked([walked(7, "y", 1), walked(8, "y", 2)], 4) == [row(7, "y"), row(8, "y")]
     assert turns.after is None and not turns.passed_over
     assert turns.walked([], 4) == [] and turns.after is None
+
+
+def weighed(id_: int | None, key: str, rank: int, weight: int) -> tuple[object, ...]:
+    """A weighted fair CLAIM's row: a walked row and its key's weight."""
+    return (*walked(id_, key, rank), weight)
+
+
+def test_a_weighted_claim_that_stops_inside_a_turn_resumes_it() -> None:
+    """a (weight 3) had two of its three rows when the batch filled: the next claim walks from
+    a again (after what this one walked after), a's first row counted as its third."""
+    turns = KeyTurns()
+    turns.after = "z"
+    rows = [weighed(1, "a", 1, 3), weighed(2, "a", 2, 3), weighed(3, "a", 3, 3),
+            weighed(9, "b", 1, 1)]
+    assert turns.weighted_walk(rows, 2) == [row(1, "a"), row(2, "a"), row(3, "a"), row(9, "b")]
+    assert (turns.after, turns.resume, turns.spent) == ("z", "a", 2)
+    # The next claim: a's third row ends its turn, then b's.
+    rows = [weighed(3, "a", 1, 3), weighed(9, "b", 1, 1), weighed(4, "a", 2, 3)]
+    turns.weighted_walk(rows, 2)
+    assert (turns.after, turns.resume, turns.spent) == ("b", None, 0)
+
+
+def test_a_weighted_turn_unfinished_further_on_resumes_after_the_key_before_it() -> None:
+    turns = KeyTurns()
+    rows = [weighed(1, "a", 1, 1), weighed(5, "b", 1, 4), weighed(6, "b", 2, 4)]
+    turns.weighted_walk(rows, 2)
+    assert (turns.after, turns.resume, turns.spent) == ("a", "b", 1)
+
+
+def test_a_weighted_claim_past_every_walked_keys_turn_goes_on_as_an_unweighted_one() -> None:
+    """Rows beyond the first turn of every key walked (a batch larger than the turns): the
+    walk goes on after its last key, or from the first where it was short of `limit` keys."""
+    turns = KeyTurns()
+    rows = [weighed(1, "a", 1, 2), weighed(2, "a", 2, 2), weighed(5, "b", 1, 1),
+            weighed(3, "a", 3, 2)]
+    turns.weighted_walk(rows, 4)
+    assert (turns.after, turns.resume) == (None, None)
+    turns.weighted_walk(rows, 2)  # two keys walked, a claim of two: a's turn is over
+    assert (turns.after, turns.resume) == ("a", None)
+
+
+def test_a_weighted_walk_with_nothing_due_moves_on_as_an_unweighted_one() -> None:
+    turns = KeyTurns()
+    turns.resume, turns.spent = "a", 1
+    assert turns.weighted_walk([weighed(None, "a", 0, 3), weighed(None, "b", 0, 1)], 2) == []
+    assert (turns.after, turns.resume, turns.spent) == ("b", None, 0)
+    assert turns.passed_over

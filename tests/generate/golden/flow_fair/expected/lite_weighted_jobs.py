@@ -35,6 +35,7 @@ RATE: Final[int | None] = None
 RATE_SECONDS: Final[float | None] = None
 RATE_PER_KEY: Final = False  # the rate counts each key's claims apart
 FAIR: Final = True  # claims take turns across the values of KEY_COLUMN
+WEIGHTS_TABLE: Final = "user_weights"  # each key's turns in a round
 
 
 @attrs.frozen
