@@ -34,7 +34,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "attempt": ("integer", "smallint"),
     "payload": ("bytes", "json", "typed"),
     "pauses": ("none", "table"),
-    "limits": ("none", "queue", "key", "rate", "rate_key", "fair"),
+    "limits": ("none", "queue", "key", "rate", "rate_key", "fair", "weighted"),
     "error": ("none", "text"),
     "result": ("none", "json", "typed"),
     "progress": ("none", "json"),
@@ -86,7 +86,8 @@ class Shape:
     pauses: str  # "table": [flow] pauses; the scenario pauses the queue (or group) first
     # [flow] "queue": concurrency = 3; "key": key_concurrency = 2 on a tenant column whose
     # default every job takes; "rate": 50 claims in any second; "rate_key": 50 a second for
-    # each tenant (every job's the same); "fair": claims take turns across tenants
+    # each tenant (every job's the same); "fair": claims take turns across tenants; "weighted":
+    # the same, weighted by a weights table (the tenant every job has: weight 2)
     limits: str
     error: str  # "text": a nullable text column bound to role error (the last failure)
     # "json": a nullable JSON column bound to role result (what a handler returned); "typed":
@@ -143,7 +144,7 @@ _SHORT: dict[str, dict[str, str]] = {
     "payload": {"bytes": "b", "json": "j", "typed": "ty"},
     "pauses": {"none": "pn", "table": "pt"},
     "limits": {"none": "ln", "queue": "lq", "key": "lk", "rate": "lr", "rate_key": "lrk",
-               "fair": "lf"},
+               "fair": "lf", "weighted": "lw"},
     # The later axes name only their other values, run together (Shape.name).
     "error": {"none": "", "text": "et"},
     "result": {"none": "", "json": "rj", "typed": "rt"},

@@ -110,7 +110,7 @@ def columns(s: Shape, *, dead: bool) -> list[str]:
     if s.progress == "json":
         cols.append(f"progress {t['json']} NULL")
     cols.append(f"payload {t['bytes'] if s.payload == 'bytes' else t['json']} NOT NULL")
-    if s.limits in ("key", "rate_key", "fair"):
+    if s.limits in ("key", "rate_key", "fair", "weighted"):
         cols.append(f"tenant {t['group']} NOT NULL DEFAULT 't0'")
     if s.after != "none":
         cols.append(f"parents {t['integer']} NOT NULL DEFAULT 0")
@@ -174,7 +174,7 @@ def ddl(s: Shape, names: Names | None = None) -> str:
     walk = ", ".join((["grp"] if s.group != "none" else []) + ["tenant"]
                      + (["priority"] if s.has_priority else [])
                      + (["retry_after"] if s.has_retry_after else []) + ["id"])
-    counted["fair"] = [("_tenant", walk)]
+    counted["fair"] = counted["weighted"] = [("_tenant", walk)]
     counted["key"].append(("_walk", walk))
     for suffix, column in counted.get(s.limits, []):
         index = (f'"{names.table}{suffix}"' if names.schema is not None
@@ -191,6 +191,13 @@ def ddl(s: Shape, names: Names | None = None) -> str:
                  and s.dialect == "postgres" else names.sql(s.dialect, "_window"))
         out.append(f"CREATE INDEX {index} ON {names.sql(s.dialect, '_claims')} "
                    f"(queue, {'claim_key, ' if per_key else ''}claimed_at);")
+    if s.limits == "weighted":
+        key = _TYPES[s.dialect]["group"]
+        weights = names.sql(s.dialect, "_weights")
+        out += [f"CREATE TABLE {weights} (queue {key} NOT NULL, fair_key {key} NOT NULL, "
+                f"weight INTEGER NOT NULL, PRIMARY KEY (queue, fair_key));",
+                f"INSERT INTO {weights} (queue, fair_key, weight) "
+                f"VALUES ('{names.spec('')}', 't0', 2);"]
     if s.dead == "table":
         out.append(f"CREATE TABLE {names.sql(s.dialect, '_dead')} (\n    "
                    + ",\n    ".join(columns(s, dead=True)) + "\n);")
@@ -264,6 +271,8 @@ def spec(s: Shape, names: Names | None = None) -> str:
              "rate_key": ['key = "tenant"', "rate = 50", "rate_seconds = 1",
                           f'rate_table = "{names.spec("_claims")}"', "rate_per_key = true"],
              "fair": ['key = "tenant"', "fair = true"],
+             "weighted": ['key = "tenant"', "fair = true",
+                          f'weights_table = "{names.spec("_weights")}"'],
              }.get(s.limits, [])
     if flow:
         lines += ["", "[flow]", *flow]

@@ -44,10 +44,10 @@ def test_one_probe_per_reason_and_dialect() -> None:
 
 def test_the_longest_names_fit_the_servers() -> None:
     """Every shape's longest table or index name (its name and the longest suffix it takes:
-    `_in_work` where it has limits, else `_pauses`, `_claims`, `_ledger`) within PostgreSQL's 63
-    bytes, for the longest code of every axis."""
+    `_in_work` or `_weights` where it has limits, else `_pauses`, `_claims`, `_ledger`) within
+    PostgreSQL's 63 bytes, for the longest code of every axis."""
     for limits in AXES["limits"]:
         longest = Shape(**{axis: max(values, key=lambda v: len(_SHORT[axis][v]))
                            for axis, values in AXES.items()} | {"limits": limits})
-        suffix = "_in_work" if limits in ("queue", "key") else "_ledger"
+        suffix = "_in_work" if limits in ("queue", "key", "weighted") else "_ledger"
         assert len(longest.name + suffix) <= 63, longest.name
