@@ -28,6 +28,8 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
   rest then runs two at a time, as its limit says), and its rate counts the jobs done by then.
 - `lease_fair_skewed`: `lease_fair` on the same skewed tenants (no key limit): claims take turns
   across the tenants instead of passing over one's backlog.
+- `lease_weighted`: `lease_fair` with a weights table (`[flow] weights_table`) giving every
+  tenth tenant weight 4, its "before" this checkout's `lease_fair`: what weights cost.
 - `row_lock_after`, `lease_after`: the row lock (not counting) and the lease on the shape with
   `after` (a parents column and an after table), every tenth job (by id) waiting for the one
   before it (`--waits-every`; 0: none, the claim's condition alone); "before" this
@@ -72,7 +74,9 @@ KEY_LIMITS = "lease_key_limits"  # nor this
 FAIR = "lease_fair"  # nor this
 SKEWED = "lease_key_skewed"  # nor these
 FAIR_SKEWED = "lease_fair_skewed"
-TENANTS = (KEY_LIMITS, FAIR, SKEWED, FAIR_SKEWED)  # the variants whose tables hold KEYS tenants
+WEIGHTED = "lease_weighted"  # "before": FAIR
+TENANTS = (KEY_LIMITS, FAIR, SKEWED, FAIR_SKEWED, WEIGHTED)  # tables holding KEYS tenants
+WEIGHTY = 10  # of a WEIGHTED variant's tenants, every tenth has weight 4
 KEPT = ("row_lock_kept", "lease_kept")  # error and result columns; "before": the same without
 WAITING = ("row_lock_after", "lease_after")  # `after`; "before": the same without
 WAITS_EVERY = 10  # of a WAITING variant's jobs, every tenth waits for the one before it
@@ -278,7 +282,7 @@ class Sweep:
                           pauses="table" if variant == PAUSES else "none",
                           after="root" if variant in WAITING else "none",
                           limits={KEY_LIMITS: "key", SKEWED: "key", FAIR: "fair",
-                                  FAIR_SKEWED: "fair"}.get(variant, "none"))
+                                  FAIR_SKEWED: "fair", WEIGHTED: "weighted"}.get(variant, "none"))
 
     def _build(self, shape: Any, release: Path | None) -> Path:
         """Build the shape's project with this checkout (`release` None) or a release; the
@@ -315,7 +319,8 @@ class Sweep:
             return  # the waiting jobs are written by integer id; `after` needs dead letters
         if variant in (PAUSES, *TENANTS, *KEPT, *WAITING):  # "before": this checkout, the
             other = self._shape(dialect, name, "row_lock"  # shape without
-                                if variant in (PAUSES, KEPT[0], WAITING[0]) else "lease")
+                                if variant in (PAUSES, KEPT[0], WAITING[0]) else
+                                FAIR if variant == WEIGHTED else "lease")
             release_before = None
             before_path = self._build(other, None)
         else:
@@ -388,9 +393,13 @@ class Sweep:
                 for chunk in range(0, len(rows), 5000):
                     module.insert_many(conn, rows[chunk:chunk + 5000])
                 conn.commit()
-                if shape.limits in ("key", "fair"):
+                if shape.limits in ("key", "fair", "weighted"):
                     conn.execute(f"UPDATE {shape.name} SET tenant = "
                                  f"(abs(hashtext(id::text)) % {KEYS})::text")
+                if shape.limits == "weighted":
+                    conn.execute(f"INSERT INTO {shape.name}_weights (queue, fair_key, weight) "
+                                 f"SELECT '{shape.name}', n::text, 4 "
+                                 f"FROM generate_series(0, {KEYS - 1}, {WEIGHTY}) AS n")
                 if skewed:
                     conn.execute(f"UPDATE {shape.name} SET tenant = 'big' WHERE id IN "
                                  f"(SELECT id FROM {shape.name} ORDER BY id "
@@ -410,10 +419,15 @@ class Sweep:
                         cur.execute(statement)
                 for chunk in range(0, len(rows), 5000):
                     module.insert_many(conn, rows[chunk:chunk + 5000])
-                if shape.limits in ("key", "fair"):
+                if shape.limits in ("key", "fair", "weighted"):
                     with conn.cursor() as cur:
                         cur.execute(f"UPDATE {shape.name} SET tenant = "
                                     f"CAST(CRC32(id) % {KEYS} AS CHAR)")
+                if shape.limits == "weighted":
+                    with conn.cursor() as cur:
+                        cur.executemany(f"INSERT INTO {shape.name}_weights (queue, fair_key, "
+                                        f"weight) VALUES (%s, %s, 4)",
+                                        [(shape.name, str(n)) for n in range(0, KEYS, WEIGHTY)])
                 if skewed:
                     with conn.cursor() as cur:
                         cur.execute(f"UPDATE {shape.name} SET tenant = 'big' ORDER BY id "
