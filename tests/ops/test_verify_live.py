@@ -68,10 +68,11 @@ def test_a_database_as_the_migrations_build_it_verifies(project: Callable[[str],
     Layout(form="lease", group=True, pauses=True, concurrency=3, key_concurrency=2),
     Layout(form="lease", processed=False, concurrency=3, rate=(10, 1.0)),
     Layout(form="lease", group=True, pauses=True, fair=True),
+    Layout(form="lease", processed=False, fair=True, weights=True),
     Layout(form="row_lock", group=True, dead="group", after=True),
     Layout(form="lease", processed=False, dead="table", after=True),
 ], ids=["row_lock-pauses", "lease-pauses-limits", "lease-limit-rate", "lease-fair",
-        "row_lock-after", "lease-after"])
+        "lease-weighted", "row_lock-after", "lease-after"])
 def test_the_flow_tables_and_counts_of_a_claim_verify(
         project: Callable[..., tuple[Path, str]], dialect: str, layout: Layout) -> None:
     """A claim that reads a pause table of a few rows (scanned, not indexed), counts the jobs
