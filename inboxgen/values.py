@@ -105,9 +105,10 @@ class KeyTurns:
         """The rows of a weighted fair CLAIM without its last two columns (the row's rank in
         its key, 0 for a key walked without a due row; the key's weight), the key just before
         them. They come in turns (a key of weight w has w rows in each), and the claim takes
-        the first `limit`. Where the last one taken leaves its key's turn unfinished, the next
-        claim walks from that key again, with what is left of its turn; where it ends a turn,
-        from the key after it; where every key walked had its turn and more, as walked()."""
+        the first `limit`. Where the last one taken leaves its key's turn unfinished (and the
+        claim took `limit`), the next claim walks from that key again, with what is left of its
+        turn; where it ends a turn, from the key after it; where every key walked had its turn
+        and more, as walked()."""
         walk: dict[Any, None] = {}  # the keys walked, in order (each first comes in its turn)
         last = None
         taken = 0
@@ -121,10 +122,12 @@ class KeyTurns:
         if last is not None:
             key, rank, weight = last[-4], int(last[-2]), int(last[-1])
             done = rank + (self.spent if key == self.resume else 0)
-            if done < weight:  # more of its turn to take
+            # A claim that took fewer rows than `limit` took every row its walk offered in
+            # the key's turn: the turn is over, however many of it the key had due.
+            if done < weight and taken == limit:  # more of its turn to take
                 at = keys.index(key)
                 after, resume, spent = keys[at - 1] if at else self.after, key, done
-            elif done == weight:  # its turn is over
+            elif done <= weight:  # its turn is over: the next claim walks on after it
                 after = key
         self.passed_over = after is not None and any(row[-2] == 0 for row in rows)
         self.after, self.resume, self.spent = after, resume, spent

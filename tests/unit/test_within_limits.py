@@ -106,3 +106,10 @@ def test_a_weighted_walk_with_nothing_due_moves_on_as_an_unweighted_one() -> Non
     assert turns.weighted_walk([weighed(None, "a", 0, 3), weighed(None, "b", 0, 1)], 2) == []
     assert (turns.after, turns.resume, turns.spent) == ("b", None, 0)
     assert turns.passed_over
+
+
+def test_a_weighted_claim_short_of_its_limit_ends_the_turn_it_stopped_in() -> None:
+    """a (weight 3) had one row due, and the claim of two took it alone: a's turn is over."""
+    turns = KeyTurns()
+    turns.weighted_walk([weighed(1, "a", 1, 3)], 2)
+    assert (turns.after, turns.resume, turns.spent) == ("a", None, 0)
