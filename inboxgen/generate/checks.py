@@ -779,17 +779,7 @@ class _Checker:
         wanted = [("queue", {cat.TEXT}), ("claimed_at", kinds)]
         if key is not None:
             wanted.append(("claim_key", {key.kind}))
-        for column, ok in wanted:
-            col = found.column(column, self.d)
-            if col is None:
-                self.err(line, f"rate table \"{found.name}\" lacks column \"{column}\": it "
-                               f"needs {wanted_sql}")
-            elif col.kind not in ok or col.db_only:
-                self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" as "
-                               f"{col.type_sql} ({col.path}:{col.line}); it needs {wanted_sql}")
-            elif col.nullable:
-                self.err(line, f"rate table \"{found.name}\" has column \"{col.name}\" "
-                               f"nullable ({col.path}:{col.line}); it must be NOT NULL")
+        self.side_columns(found, "rate", wanted, wanted_sql, line)
         written = [name for name, _ in wanted]
         self.writes_alone(found, "rate", written, "a claim", line)
         if not any(i.columns and i.columns[0].lower() == "queue"
@@ -799,6 +789,27 @@ class _Checker:
                             f"create an index on \"{found.name}\" "
                             f"({', '.join(['queue', *written[2:], 'claimed_at'])})")
         return TableRef(found.schema, found.name)
+
+    def side_columns(self, found: Table, what: str, wanted: list[tuple[str, set[str]]],
+                     wanted_sql: str, line: int) -> bool:
+        """Whether side table `found` (a rate or weights table) has each column of `wanted`
+        (a name and the kinds it may be), NOT NULL; reports each one that is not so."""
+        ok = True
+        for column, kinds in wanted:
+            col = found.column(column, self.d)
+            if col is None:
+                self.err(line, f"{what} table \"{found.name}\" lacks column \"{column}\": it "
+                               f"needs {wanted_sql}")
+            elif col.kind not in kinds or col.db_only:
+                self.err(line, f"{what} table \"{found.name}\" has column \"{col.name}\" as "
+                               f"{col.type_sql} ({col.path}:{col.line}); it needs {wanted_sql}")
+            elif col.nullable:
+                self.err(line, f"{what} table \"{found.name}\" has column \"{col.name}\" "
+                               f"nullable ({col.path}:{col.line}); it must be NOT NULL")
+            else:
+                continue
+            ok = False
+        return ok
 
     def weights_table(self, name: str, table: Table, key: Column) -> TableRef | None:
         """[flow] weights_table: each key's weight in a fair claim (`queue`, the queue's name;
@@ -810,23 +821,8 @@ class _Checker:
         found = self.side_table(name, line, "weights", wanted_sql, table)
         if found is None:
             return None
-        ok = True
-        for column, kinds in (("queue", {cat.TEXT}), ("fair_key", {key.kind}),
-                              ("weight", {cat.INT})):
-            col = found.column(column, self.d)
-            if col is None:
-                self.err(line, f"weights table \"{found.name}\" lacks column \"{column}\": it "
-                               f"needs {wanted_sql}")
-            elif col.kind not in kinds or col.db_only:
-                self.err(line, f"weights table \"{found.name}\" has column \"{col.name}\" as "
-                               f"{col.type_sql} ({col.path}:{col.line}); it needs {wanted_sql}")
-            elif col.nullable:
-                self.err(line, f"weights table \"{found.name}\" has column \"{col.name}\" "
-                               f"nullable ({col.path}:{col.line}); it must be NOT NULL")
-            else:
-                continue
-            ok = False
-        if not ok:
+        wanted = [("queue", {cat.TEXT}), ("fair_key", {key.kind}), ("weight", {cat.INT})]
+        if not self.side_columns(found, "weights", wanted, wanted_sql, line):
             return None
         if not any(leads([c.lower() for c in i.columns], ["queue", "fair_key"])
                    for i in self.catalog.indexes_of(found)):
