@@ -48,15 +48,47 @@ def main() -> None:
     # a whole second, so that renewal comes up to a lease after the claim.
     # (Not a transactional handler on SQLite: its transaction holds the file's write lock, so
     # no renewal can write until it ends, and a longer job outlasts the other rows' leases.)
+    # The job waits until a renewal has written its progress (read on a connection of its
+    # own), not a fixed time: a renewal that a loaded machine holds up past the first expiry
+    # would otherwise let another worker claim the job while it still runs.
     reports = "progress" in module.DESCRIPTOR.roles and not (
         handler_kind == "transactional" and config["dialect"] == "sqlite")
-    outlast = shapes.LEASE_SECONDS * 1.3
+    outlast = shapes.LEASE_SECONDS * 4  # at the most: a renewal that never comes is a finding
 
     def reported(job: Any) -> bool:
         if reports and shapes.job_of(job.payload)[1] == shapes.ACK:
             job.progress(0.5, shapes.job_of(job.payload)[0])
             return True
         return False
+
+    def connect() -> Any:
+        if config["dialect"] == "postgres":
+            import psycopg
+
+            return psycopg.connect(config["database"])
+        if config["dialect"] == "mysql":
+            from dbcases import mysql_connect
+
+            return mysql_connect(config["database"])
+        import sqlite3
+
+        return sqlite3.connect(config["database"], timeout=30)
+
+    def progress_written(job: Any) -> bool:
+        import datetime as dt
+
+        conn = connect()
+        try:
+            st = module.state(conn, id=job.id, now=dt.datetime.now(dt.UTC))
+            return st is not None and st.progress is not None
+        finally:
+            conn.close()
+
+    def outlast_renewal(job: Any) -> None:
+        """Until a renewal has written the job's progress (`outlast` at the most)."""
+        deadline = time.monotonic() + outlast
+        while not progress_written(job) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def note(fd: int, line: str) -> None:
         os.write(fd, line.encode() + b"\n")
@@ -81,7 +113,7 @@ def main() -> None:
 
     def plain(job: Any) -> Any:
         if reported(job):
-            time.sleep(outlast)
+            outlast_renewal(job)
         return effect(job)
 
     def effect(job: Any) -> Any:
@@ -93,12 +125,12 @@ def main() -> None:
 
     async def run_async(job: Any) -> Any:
         if reported(job):
-            await asyncio.sleep(outlast)
+            await asyncio.to_thread(outlast_renewal, job)
         return effect(job)
 
     def transactional_sync(job: Any) -> Any:
         if reported(job):
-            time.sleep(outlast)
+            outlast_renewal(job)
         what, value = act(job)
         if what == "outcome":
             return value
@@ -111,7 +143,7 @@ def main() -> None:
 
     async def transactional_async(job: Any) -> Any:
         if reported(job):
-            await asyncio.sleep(outlast)
+            await asyncio.to_thread(outlast_renewal, job)
         what, value = act(job)
         if what == "outcome":
             return value

@@ -438,7 +438,7 @@ class Scenario:
             if self.s.result != "none" and st is not None:
                 self.check_result(key, st.result)
             if self.s.progress == "json" and st is not None:
-                # The acked job reported {0.5, its key} and outlasted half its lease.
+                # The acked job reported {0.5, its key} and waited for a renewal to write it.
                 # (Not under a transactional handler on SQLite: see child.py.)
                 reports = not (self.s.handler == "transactional" and self.s.dialect == "sqlite")
                 want = ({"fraction": 0.5, "note": key}
