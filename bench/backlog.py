@@ -184,6 +184,7 @@ class Queue:
     create_table: str
     index: str | None  # the claim index statement, or None where the build asked for none
     settings: tuple[str, ...] = ()  # the table settings the build asks for (ALTER TABLE ...)
+    partitioned: bool = False  # --partitioned (PostgreSQL)
 
 
 PARTITION_IDS, PARTITIONS = 1_000_000, 10  # --partitioned: ids per partition, and how many
@@ -257,7 +258,7 @@ def build(dialect: str, form: str, kind: str, folder: Path, partitioned: bool = 
                          + "; ".join(problems))
     ((path, _),) = write(generated)
     return Queue(dialect, form, kind, import_path(path, f"_bench_{name}"), create, index,
-                 tuple(settings))
+                 tuple(settings), partitioned)
 
 
 # -- sessions: one connection of the latency loop, begin and commit as the runtime sends them ---
@@ -289,8 +290,9 @@ class Session:
         at = self.start.at() if self.start is not None and name == "claim" else None
         # A row lock's claim by priority runs its generic plan, as a worker runs it: the
         # setting in the round's transaction, which the worker sends with the claim and here
-        # goes before the timed statement. (The lease's claim and the advisory read stand
-        # alone in autocommit, planned per call.)
+        # goes before the timed statement; so does a lease's on a partitioned table. (The
+        # lease's claim on one table and the advisory read stand alone in autocommit, planned
+        # per call.)
         if self.by_priority and self.dialect == "postgres" and name == "claim" \
                 and self.conn.info.transaction_status.name != "IDLE":
             self.conn.execute(GENERIC_PLANS_SQL)
@@ -387,7 +389,10 @@ def one_round(q: Queue, s: Session) -> bool:
         return bool(rows)
     if q.form == "lease":
         at = now()
-        together = s.dialect != "postgres"  # on PostgreSQL the claim is one autocommit statement
+        # On PostgreSQL the claim is one autocommit statement; by priority on a partitioned
+        # table, a transaction running its generic plan (Session.timed sets it), as a worker
+        # runs it.
+        together = s.dialect != "postgres" or (q.partitioned and s.by_priority)
         if together:
             s.begin()
         rows = claim(m, "claim", group=WORK, now=at,

@@ -217,6 +217,7 @@ class Worker:
         async with self.backend.connection() as conn:
             offers = await self.backend.check_server(conn, self._where)
             self.one_session = offers.one_session
+            self.form.offered(offers)
             if offers.engine is not None:
                 self.listen = offers.engine.check(self.descriptor.form, self.backend.label,
                                                   self._where, self.listen, self.name,

@@ -48,6 +48,9 @@ class ServerOffers:
     one_session: bool = True
     # The engine the server's answers show, and the forms it cannot hold (None: SQLite).
     engine: Engine | None = None
+    # The queue table is partitioned (PostgreSQL): planning a claim against every partition
+    # costs more than a round trip.
+    partitioned: bool = False
 
 
 @attrs.frozen

@@ -101,7 +101,19 @@ class PostgresBackend(Backend):
             cur = await conn.execute("SELECT pg_backend_pid()")
             pids.add((await cur.fetchone())[0])
             await conn.commit()
-        return ServerOffers(one_session=len(pids) == 1, engine=await self._engine(conn))
+        return ServerOffers(one_session=len(pids) == 1, engine=await self._engine(conn),
+                            partitioned=await self._partitioned(conn))
+
+    async def _partitioned(self, conn: Any) -> bool:
+        """Whether the queue table (as the search path finds it) is partitioned."""
+        from psycopg import sql
+
+        d = self.descriptor
+        name = sql.Identifier(*filter(None, (d.schema, d.table))).as_string(conn)
+        row = await self.query(conn, "SELECT relkind = 'p' FROM pg_class "
+                                     "WHERE oid = to_regclass(%(name)s)", {"name": name})
+        await conn.commit()
+        return bool(row and row[0])
 
     async def _engine(self, conn: Any) -> Engine:
         """The engine behind the protocol: PostgreSQL (a primary or not), or one that answers

@@ -28,7 +28,7 @@ from inboxgen.runtime.priorities import PriorityChoice
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
-    from inboxgen.runtime.backends.base import Backend
+    from inboxgen.runtime.backends.base import Backend, ServerOffers
     from inboxgen.runtime.batching import Calls
     from inboxgen.runtime.clock import Clock
     from inboxgen.runtime.handlers import HandlerRunner
@@ -139,6 +139,9 @@ class Form:
 
     def claim_resources(self) -> None:
         """Before the worker's connections open: what the form holds outside the database."""
+
+    def offered(self, offers: ServerOffers) -> None:
+        """What the server offers (Backend.check_server), before the first claim."""
 
     def release_resources(self) -> None:
         """After the worker's connections closed (or its start failed)."""

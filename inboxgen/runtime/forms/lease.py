@@ -28,6 +28,7 @@ from inboxgen.runtime.settler import LeaseSettler
 from inboxgen.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
+    from inboxgen.runtime.backends.base import ServerOffers
     from inboxgen.runtime.jobs import Held
 
 log = logging.getLogger("inboxgen.worker")
@@ -79,6 +80,11 @@ class Lease(Form):
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
         # read before they are reported.
         self._checks: set[asyncio.Future[None]] = set()
+        # A partitioned table's claim by priority runs its generic plan (offered()).
+        self._plan_once_by_priority = False
+
+    def offered(self, offers: ServerOffers) -> None:
+        self._plan_once_by_priority = offers.partitioned
 
     @property
     def connections(self) -> int:
@@ -181,9 +187,11 @@ class Lease(Form):
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
         # A walk over the key's values runs its generic plan, in a transaction of its own (a
-        # fair claim without limits takes no turn). The claim by priority does not: its
-        # planning costs the lease less than that transaction's round trips would.
-        walks = self._fair is not None or self.keys.by_key
+        # fair claim without limits takes no turn). The claim by priority does so only on a
+        # partitioned table, where planning against every partition costs more than that
+        # transaction's round trip (runtime/priorities.py).
+        walks = self._fair is not None or self.keys.by_key or (
+            self._plan_once_by_priority and self.priorities.by_priority)
         if self._limited or walks:
             result = await claim_in_turn(self.backend, self.calls, step, walks=walks)
         else:
