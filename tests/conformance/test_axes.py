@@ -51,3 +51,15 @@ def test_the_longest_names_fit_the_servers() -> None:
                            for axis, values in AXES.items()} | {"limits": limits})
         suffix = "_in_work" if limits in ("queue", "key", "weighted") else "_ledger"
         assert len(longest.name + suffix) <= 63, longest.name
+
+
+def test_the_docs_give_each_levels_shape_count() -> None:
+    """docs/conformance.md's table of levels says how many shapes `pairs` and `triples` run."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
+    said = {m.group(1): int(m.group(2))
+            for m in re.finditer(r"^\| `(pairs|triples)`[^\n]*\| (\d+) \|$", page, re.M)}
+    assert said == {"pairs": len(covering_array("pairs")),
+                    "triples": len(covering_array("triples"))}
