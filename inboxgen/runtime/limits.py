@@ -64,11 +64,13 @@ class KeyChoice(CountedChoice):
         return self.walks
 
 
-async def claim_in_turn(backend: Backend, calls: Calls, claim: Step, *, walks: bool) -> Any:
+async def claim_in_turn(backend: Backend, calls: Calls, claim: Step, *,
+                        generic_plan: bool) -> Any:
     """Run `claim` in a transaction of its own, under the claim turn where the table has one;
-    returns its result. A claim that `walks` the key's values runs its generic plan: planned
-    anew at each call, its planning costs more than its walk (PostgreSQL)."""
-    steps = [BEGIN, GENERIC_PLANS, claim, COMMIT] if walks else [BEGIN, claim, COMMIT]
+    returns its result. With `generic_plan` it runs its generic plan (a walk over the key's
+    values, or a partitioned table's claim by priority): planned anew at each call, its
+    planning costs more than the claim (PostgreSQL)."""
+    steps = [BEGIN, GENERIC_PLANS, claim, COMMIT] if generic_plan else [BEGIN, claim, COMMIT]
     turned = calls.has("claim_turn")  # MySQL: the turn outlives the transaction
     if turned:
         # Should the wait give up, CLAIM reads nothing (it checks the turn is held).

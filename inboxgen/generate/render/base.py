@@ -936,7 +936,8 @@ class Renderer:
     def fair_over(self) -> str:
         """What a fair claim() makes of ROWS: its walk's rows, within the limits, `limit` at
         most."""
-        walked = "weighted_walk" if "resume" in self.st["CLAIM"].params else "walked"
+        weighted = self.q.limits is not None and self.q.limits.weights_table is not None
+        walked = "weighted_walk" if weighted else "walked"
         return f"{self.within_limits.replace('ROWS', f'turns.{walked}(ROWS, limit)')}[:limit]"
 
     def claim_then_mark(self) -> Func:

@@ -583,11 +583,11 @@ class Statements:
 
     def weighted_doc(self) -> str:
         """How a fair claim's docstring says it orders the rows it walks."""
-        limits = self.q.limits
-        if limits is None or limits.weights_table is None:
+        if not self.weighted:
             return "the first of every key before the second of any"
+        assert self.q.limits is not None and self.q.limits.weights_table is not None
         return (f"in turns, a key taking as many rows in each as its weight in "
-                f"{limits.weights_table.name} (1 where it has none)")
+                f"{self.q.limits.weights_table.name} (1 where it has none)")
 
     def weight_columns(self) -> list[str]:
         """What a weighted fair claim puts after the rank, for claim() to find where the turns

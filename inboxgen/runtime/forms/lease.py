@@ -190,10 +190,11 @@ class Lease(Form):
         # fair claim without limits takes no turn). The claim by priority does so only on a
         # partitioned table, where planning against every partition costs more than that
         # transaction's round trip (runtime/priorities.py).
-        walks = self._fair is not None or self.keys.by_key or (
+        generic_plan = self._fair is not None or self.keys.by_key or (
             self._plan_once_by_priority and self.priorities.by_priority)
-        if self._limited or walks:
-            result = await claim_in_turn(self.backend, self.calls, step, walks=walks)
+        if self._limited or generic_plan:
+            result = await claim_in_turn(self.backend, self.calls, step,
+                                         generic_plan=generic_plan)
         else:
             # One statement standing alone: on PostgreSQL an autocommit statement, on a
             # threaded driver a transaction of its own in one call.
