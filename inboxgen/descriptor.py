@@ -38,6 +38,18 @@ class RuntimeDefaults:
 
 
 @attrs.frozen(kw_only=True)
+class Seats:
+    """[flow] limits of a row-lock or advisory table, held by seats: a job in work holds one
+    session lock of the queue's `concurrency` seats and one of its key's `key_concurrency`
+    seats (the key: the claimed row's attribute `key`), which a crash gives up with its session.
+    None: no such limit."""
+
+    concurrency: int | None = None
+    key: str | None = None
+    key_concurrency: int | None = None
+
+
+@attrs.frozen(kw_only=True)
 class QueueStatus:
     """One group of a queue table as `status()` counts it at a given time."""
 
@@ -241,6 +253,8 @@ class TableDescriptor:
     # The class a handler's result must fit where the spec types the result column (`type`);
     # None: any JSON.
     result_type: Any = None
+    # [flow] limits of a row-lock or advisory table (a lease table's claim counts its leases).
+    seats: Seats | None = None
     # Derived from the above when the module is imported, so the module says each thing once.
     role_attrs: Mapping[str, str] = attrs.field(init=False)  # role -> claimed row attribute
     statement_params: Mapping[str, tuple[str, ...]] = attrs.field(init=False)

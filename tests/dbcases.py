@@ -287,7 +287,7 @@ class Layout:
     count_crashes: bool = False  # row lock: the claim counts the attempt in its own transaction
     headers: bool = False
     pauses: bool = False  # [flow] pauses = "jobs_pauses"
-    # [flow] limits (lease): at most this many jobs in work, and of one `account`.
+    # [flow] limits: at most this many jobs in work, and of one `account`.
     concurrency: int | None = None
     key_concurrency: int | None = None
     # [flow] rate: at most rate[0] claims in any rate[1] seconds, recorded in jobs_claims.
@@ -381,12 +381,13 @@ class Layout:
                        f"NULL, on_failure {TYPES['text'][dialect]} NOT NULL, "
                        f"PRIMARY KEY (job_id, after_id));")
         # The indexes a limited claim counts the jobs in work through.
-        if self.concurrency is not None or self.key_concurrency is not None:
+        leased = self.form == "lease"  # elsewhere the limits are seats: no index counts them
+        if leased and (self.concurrency is not None or self.key_concurrency is not None):
             out.append(f"CREATE INDEX jobs_in_work ON jobs ({names('locked_until')});")
-        if self.key_concurrency is not None:
+        if leased and self.key_concurrency is not None:
             out.append(f"CREATE INDEX jobs_account_in_work ON jobs "
                        f"({names('account', 'locked_until')});")
-        if self.fair or self.key_concurrency is not None:
+        if self.fair or (leased and self.key_concurrency is not None):
             # The walk over the accounts (a fair claim's, and a key-limited claim's behind a
             # key at its limit): the group, the account and the claim order.
             walk = [*(["group"] if self.group else []), "account", "priority", "retry_after", "id"]

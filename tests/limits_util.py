@@ -4,11 +4,18 @@ of limits and fair shares."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from dbcases import Queue
 
 UTC = dt.UTC
+WORKER_SCRIPT = Path(__file__).resolve().parent / "process_worker.py"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def claim(q: Queue, conn: Any, limit: int, lease: float = 30.0, **how: Any) -> list[Any]:
@@ -37,3 +44,50 @@ def add(q: Queue, accounts: list[str]) -> list[int]:
         return ids
     finally:
         conn.close()
+
+
+# -- worker processes and their handlers' stamps -------------------------------------------
+
+
+def intervals(logs: list[Path]) -> dict[str, tuple[float, float]]:
+    """Each job's handler run, (start, done), on the machine's monotonic clock."""
+    start: dict[str, float] = {}
+    done: dict[str, float] = {}
+    for log in logs:
+        for line in log.read_text().splitlines():
+            kind, *rest = line.split()
+            if kind == "start":
+                assert rest[0] not in start, f"job {rest[0]} started twice"
+                start[rest[0]] = float(rest[2])
+            elif kind == "done":
+                done[rest[0]] = float(rest[1])
+    return {job: (t, done.get(job, float("inf"))) for job, t in start.items()}
+
+
+def most_at_once(runs: list[tuple[float, float]]) -> int:
+    """The most runs in progress at any instant (a run ending as another starts is not two)."""
+    events = sorted([(a, 1) for a, _ in runs] + [(b, -1) for _, b in runs],
+                    key=lambda e: (e[0], e[1]))
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def start_workers(q: Queue, logs: list[Path], mode: str,
+                  *extra: str) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return [subprocess.Popen(
+        [sys.executable, str(WORKER_SCRIPT), q.mod.__file__, q.database, mode, "--log", str(log),
+         "--stamps", *extra],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for log in logs]
+
+
+def settle(check: Any, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

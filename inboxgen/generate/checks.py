@@ -668,9 +668,11 @@ class _Checker:
 
     def limits(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]], form: str
                ) -> Limits | None:
-        """[flow] concurrency, key_concurrency and rate: a claim counts the jobs in work by
-        their leases, so the table needs the lease form (and not FIFO, which already runs one
-        job of a group at a time); the key is a NOT NULL column compared with `=`."""
+        """[flow] concurrency, key_concurrency, rate and fair. A lease table's claim counts the
+        jobs in work by their leases; a row-lock or advisory table holds them by seats (session
+        locks), which keep `concurrency`, and on the advisory form `key_concurrency` too. Not on
+        FIFO tables, which already run one job of a group at a time. The key is a NOT NULL
+        column compared with `=`."""
         given = self.spec.limits
         if given is None:
             return None
@@ -679,17 +681,24 @@ class _Checker:
         first = ("concurrency" if given.concurrency is not None else
                  "key" if counted else "fair" if given.fair else "rate")
         line = self.spec.line("flow", first)
-        if form != LEASE and counted:
-            self.err(line, f"[flow] {first} needs the lease form (a locked_until role): a claim "
-                           f"counts the jobs in work by their leases, and under the "
-                           f"{form.replace('_', ' ')} form jobs in work leave no mark in the "
-                           f"table")
+        form_name = form.replace("_", " ")
+        if form != LEASE and given.rate is not None:
+            self.err(self.spec.line("flow", "rate"),
+                     f"[flow] rate needs the lease form (a locked_until role): a rate is kept "
+                     f"by claims that take turns and record each claim, and the {form_name} "
+                     f"form claims without turns")
             return None
-        if form != LEASE:
-            self.err(line, f"[flow] fair needs the lease form (a locked_until role): a fair "
-                           f"claim walks the keys under the claim turn and holds what it takes "
-                           f"by a lease, where the {form.replace('_', ' ')} form holds it in an "
-                           f"open transaction or session")
+        if form == ROW_LOCK and given.key_concurrency is not None:
+            self.err(self.spec.line("flow", "key_concurrency"),
+                     "[flow] key_concurrency needs the lease or advisory form: a row lock "
+                     "claims its rows in one statement, which cannot pass over a key whose "
+                     "seats are all held (concurrency, per queue, works with a row lock)")
+            return None
+        if form != LEASE and given.fair:
+            self.err(self.spec.line("flow", "fair"),
+                     f"[flow] fair needs the lease form (a locked_until role): a fair claim "
+                     f"walks the keys under the claim turn and holds what it takes by a lease, "
+                     f"where the {form_name} form holds it in an open transaction or session")
             return None
         if self.spec.fifo:
             self.err(line, f"[flow] {first} is not built for FIFO tables (each group already "
@@ -716,6 +725,9 @@ class _Checker:
                 return None
             self.check_identifier(col.name, kline, "column")
             key = col
+        if form != LEASE:  # seats: session locks, read through no index
+            return Limits(given.concurrency, key.name if key is not None else None,
+                          given.key_concurrency)
         self.limit_indexes(table, roles["locked_until"][1].name, given)
         if key is not None and (given.fair or given.key_concurrency is not None):
             self.walk_index(table, roles, key.name, given.fair)

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +15,7 @@ from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue, Queue
-from limits_util import add, claim
+from limits_util import add, claim, intervals, most_at_once, settle, start_workers
 
 from inboxgen import Job, Worker
 
@@ -161,50 +158,6 @@ def test_a_rate_window_passes_by_the_database_clock(queue: MakeQueue, dialect: s
 # -- four processes of ten slots ------------------------------------------------------------------
 
 PROCESSES, SLOTS = 4, 10
-
-
-def intervals(logs: list[Path]) -> dict[str, tuple[float, float]]:
-    """Each job's handler run, (start, done), on the machine's monotonic clock."""
-    start: dict[str, float] = {}
-    done: dict[str, float] = {}
-    for log in logs:
-        for line in log.read_text().splitlines():
-            kind, *rest = line.split()
-            if kind == "start":
-                assert rest[0] not in start, f"job {rest[0]} started twice"
-                start[rest[0]] = float(rest[2])
-            elif kind == "done":
-                done[rest[0]] = float(rest[1])
-    return {job: (t, done.get(job, float("inf"))) for job, t in start.items()}
-
-
-def most_at_once(runs: list[tuple[float, float]]) -> int:
-    """The most runs in progress at any instant (a run ending as another starts is not two)."""
-    events = sorted([(a, 1) for a, _ in runs] + [(b, -1) for _, b in runs],
-                    key=lambda e: (e[0], e[1]))
-    now = peak = 0
-    for _, step in events:
-        now += step
-        peak = max(peak, now)
-    return peak
-
-
-def start_workers(q: Queue, logs: list[Path], mode: str,
-                  *extra: str) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return [subprocess.Popen(
-        [sys.executable, str(WORKER_SCRIPT), q.mod.__file__, q.database, mode, "--log", str(log),
-         "--stamps", *extra],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        for log in logs]
-
-
-def settle(check: Any, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql+pymysql", "sqlite"])

@@ -1114,8 +1114,20 @@ class Renderer:
             "lease_form": q.form == LEASE or q.count_crashes,
             "count_crashes": q.count_crashes,
             "error_chars": error_chars(q.role("error")),
+            "seats": self.seats(),
         }
         return ctx
+
+    def seats(self) -> str | None:
+        """The descriptor's `seats` of a row-lock or advisory table with limits (a lease
+        table's claim counts its leases)."""
+        limits = self.q.limits
+        if limits is None or self.q.form == LEASE:
+            return None
+        key = next((f.attr for f in self.q.fields
+                    if limits.key is not None and f.name == limits.key), None)
+        return (f"Seats(concurrency=CONCURRENCY, key={py_str(key) if key else 'None'}, "
+                f"key_concurrency=KEY_CONCURRENCY)")
 
     def sections(self, funcs: list[Func]) -> list[tuple[list[str], Func | None]]:
         """The module's statements, each followed by the function that runs it: (the names of

@@ -262,9 +262,10 @@ def with_imports(body: str, q: Queue) -> str:
     health = "    TableHealth,\n" if "TableHealth" in uses else ""
     replaced = "    Replaced,\n" if "Replaced(" in uses else ""
     after = "    AfterState,\n" if "AfterState" in uses else ""
+    seats = "    Seats,\n" if "Seats(" in uses else ""
     third_from.append(f"from inboxgen.descriptor import (\n{after}    JobState,\n    Operations,\n"
                       f"    QueueStatus,\n{replaced}"
-                      f"    RuntimeDefaults,\n    TableDescriptor,\n{health})")
+                      f"    RuntimeDefaults,\n{seats}    TableDescriptor,\n{health})")
     if "Jsonb(" in uses:
         third_from.append("from psycopg.types.json import Jsonb")
     # isort's order: plain imports first, then from-imports, each sorted by module.

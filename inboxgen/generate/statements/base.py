@@ -340,6 +340,8 @@ class Statements:
             self.claim_lease()
         elif form == ADVISORY:
             self.claim_advisory()
+        if form == ROW_LOCK and self.q.limits is not None:
+            self.advisory_locks("a seat")  # [flow] limits: each job in work holds a seat
 
     def notifications(self) -> None:
         """Statements that wake listening workers, where the database has notifications."""
@@ -779,11 +781,11 @@ class Statements:
             self.add("TAKE", f"SELECT {self.select_list()}\nFROM {self.t()}\n"
                              + self.where(take_where),
                      "Under its key's lock, confirm the row is still due.")
-        self.advisory_locks()
+        self.advisory_locks("a job's key")
 
-    def advisory_locks(self) -> None:
-        """LOCK and UNLOCK of a job's key, where the database has session locks (SQLite's are
-        kept by the runtime, in the process)."""
+    def advisory_locks(self, what: str) -> None:
+        """LOCK and UNLOCK of `what` (a job's key, a seat of a limit), where the database has
+        session locks (SQLite's are kept by the runtime, in the process)."""
 
     def group_filters(self) -> list[str]:
         """The unfinished rows of the worker's group (a FIFO group's members)."""

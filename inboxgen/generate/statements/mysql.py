@@ -75,14 +75,19 @@ class MySQLStatements(Statements):
                                        f"SET {self.c(attempt)} = {self.c(attempt)} + 1\n"
                                        f"WHERE {self.c(self.q.id)} = {self.p('id')}",
                          "Count the attempt of a taken row.")
-            # Lock names: prefixed with the database, hashed where they pass MySQL's 64.
-            name = ("FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name")
-            self.add("LOCK", "SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), "
-                             f"name), 0)\n{name}",
-                     "Take the session-level lock on a job's key, without waiting.")
-            self.add("UNLOCK", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256),"
-                               f" name))\n{name}",
-                     "Release the session-level lock on a job's key.")
+            self.advisory_locks("a job's key")
+        if form == ROW_LOCK and self.q.limits is not None:
+            self.advisory_locks("a seat")  # [flow] limits: each job in work holds a seat
+
+    def advisory_locks(self, what: str) -> None:
+        # Lock names: prefixed with the database, hashed where they pass MySQL's 64.
+        name = ("FROM (SELECT CONCAT(DATABASE(), '.', %(key)s) AS name) AS lock_name")
+        self.add("LOCK", "SELECT GET_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256), "
+                         f"name), 0)\n{name}",
+                 f"Take the session-level lock on {what}, without waiting.")
+        self.add("UNLOCK", "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(name) > 64, SHA2(name, 256),"
+                           f" name))\n{name}",
+                 f"Release the session-level lock on {what}.")
 
     db_now = "UTC_TIMESTAMP(6)"
     window_start = "UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000 MICROSECOND"

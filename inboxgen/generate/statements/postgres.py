@@ -409,11 +409,11 @@ class PostgresStatements(Statements):
                  "Wait for the claim turn of a limited queue, held to the end of the "
                  "transaction.")
 
-    def advisory_locks(self) -> None:
+    def advisory_locks(self, what: str) -> None:
         self.add("LOCK", "SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0))",
-                 "Take the session-level lock on a job's key, without waiting.")
+                 f"Take the session-level lock on {what}, without waiting.")
         self.add("UNLOCK", "SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0))",
-                 "Release the session-level lock on a job's key.")
+                 f"Release the session-level lock on {what}.")
 
     def fifo_guard(self) -> None:
         self.add("FIFO_GUARD",

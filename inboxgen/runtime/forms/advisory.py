@@ -22,6 +22,7 @@ from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
+from inboxgen.runtime.seats import SeatHolder
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
@@ -57,6 +58,9 @@ class Advisory(Form):
         # Where the slots' next read of candidates starts (runtime/claimstart): after the last
         # row a round looked at, not at the head, which rows finished lately crowd.
         self._start = ClaimStart(self.d) if claims_from_id(self.d) else None
+        # [flow] limits: the seats this worker's jobs hold (runtime/seats.py).
+        self._seats = (SeatHolder(self.d.seats, self.d.qualified_name)
+                       if self.d.seats is not None else None)
 
     def claim_resources(self) -> None:
         # The form is the owner of its locks: one worker's, and never another's.
@@ -83,6 +87,7 @@ class Advisory(Form):
         limit = max(batch + settings.workers + len(self._keys_in_work), self._reach)
         start = self._start.at() if self._start is not None else None
         looked = 0  # candidates looked at, in claim order: the next round starts after them
+        full = False  # every seat of the queue was held
         async with self.round_connection() as conn:
             read_at = self._settle_seq
             started = time.monotonic()
@@ -104,31 +109,44 @@ class Advisory(Form):
                 if key in self._keys_in_work:
                     held += 1
                     continue  # another slot of this worker holds it: no round trip to learn so
-                self._keys_in_work.add(key)  # reserved before the lock's round trip
-                try:
-                    locked = await self.lock(conn, key)
-                except BaseException:
-                    # A lost connection (a server restart): the reservation must not outlive
-                    # the round, or this worker would pass over the key's rows for good.
-                    self._keys_in_work.discard(key)
-                    raise
-                if not locked:
-                    self._keys_in_work.discard(key)
+                seats = await self.take_seats(conn, row)
+                if seats is None:
+                    if self._seats is not None and self._seats.queue_full:
+                        full = True
+                        break
                     held += 1
                     continue
+                self._keys_in_work.add(key)  # reserved before the lock's round trip
                 try:
-                    taken = await self.take(conn, {"id": row_id, "group": group,
-                                                   "now": self.clock.now()})
-                    if taken is None:
-                        continue  # finished or rescheduled since the candidates were read
-                    got += 1
-                    self.slots.took(1)
-                    await self.delivery.deliver(self.held(taken, key=key), conn)
+                    try:
+                        locked = await self.lock(conn, key)
+                    except BaseException:
+                        # A lost connection (a server restart): the reservation must not
+                        # outlive the round, or this worker would pass over the key's rows for
+                        # good.
+                        self._keys_in_work.discard(key)
+                        raise
+                    if not locked:
+                        self._keys_in_work.discard(key)
+                        held += 1
+                        continue
+                    try:
+                        taken = await self.take(conn, {"id": row_id, "group": group,
+                                                       "now": self.clock.now()})
+                        if taken is None:
+                            continue  # finished or rescheduled since the candidates were read
+                        got += 1
+                        self.slots.took(1)
+                        await self.delivery.deliver(self.held(taken, key=key), conn)
+                    finally:
+                        self._keys_in_work.discard(key)
+                        await self.unlock(conn, key)
                 finally:
-                    self._keys_in_work.discard(key)
-                    await self.unlock(conn, key)
+                    await self.give_seats(conn, seats)
         if self._start is not None and looked:
             self._start.after(candidates[looked - 1])
+        if full:
+            return True  # every seat of the queue is held: wait as on a drained queue
         if len(candidates) < limit:
             self._reach = 0
             if start is not None and self._start is not None:
@@ -147,6 +165,29 @@ class Advisory(Form):
             # again shortly rather than wait out the poll interval.
             await asyncio.sleep(0.01)
         return False
+
+    async def take_seats(self, conn: Any, row: Any) -> list[str] | None:
+        """[flow] limits: the seats `row` needs, or None where its key's or the queue's are
+        all held (runtime/seats.py)."""
+        seats = self._seats
+        if seats is None:
+            return []
+        key = seats.key_of(row)
+        if key is not None and seats.key_full_here(key):
+            return None  # this worker's slots hold them all: no round trip to learn so
+        return await seats.take_for(conn, row, self.lock, self.unlock)
+
+    async def give_seats(self, conn: Any, names: list[str]) -> None:
+        """Give seats up after the row they held settled (or was not taken); where that fails,
+        end the session, which gives them up too."""
+        if not names or self._seats is None:
+            return
+        try:
+            await self._seats.give(conn, names, self.unlock)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.backend.end_session(conn)
+            raise
 
     def round_connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """The connection a round reads, locks and settles on (its session holds the keys)."""

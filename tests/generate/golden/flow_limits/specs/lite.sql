@@ -14,3 +14,9 @@ CREATE TABLE queue_claims (
     claimed_at TEXT NOT NULL
 );
 CREATE INDEX queue_claims_window ON queue_claims (queue, claimed_at);
+CREATE TABLE lite_seated_jobs (
+    id INTEGER PRIMARY KEY,
+    image_path TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload TEXT NOT NULL
+);

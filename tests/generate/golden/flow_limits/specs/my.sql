@@ -17,3 +17,9 @@ CREATE TABLE queue_claims (
     claim_key BIGINT NOT NULL,
     KEY queue_claims_window (queue, claim_key, claimed_at)
 );
+CREATE TABLE my_seated_jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    account_id BIGINT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSON NOT NULL
+);

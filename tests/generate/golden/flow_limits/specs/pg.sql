@@ -26,3 +26,11 @@ CREATE TABLE queue_claims (
     claimed_at TIMESTAMPTZ NOT NULL
 );
 CREATE INDEX queue_claims_window ON queue_claims (queue, claimed_at);
+CREATE TABLE pg_seated_jobs (
+    id BIGSERIAL PRIMARY KEY,
+    priority INTEGER NOT NULL DEFAULT 0,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSONB NOT NULL
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+        autovacuum_vacuum_insert_scale_factor = 0);
+CREATE INDEX pg_seated_jobs_claim ON pg_seated_jobs (priority, id);

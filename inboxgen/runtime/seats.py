@@ -1,0 +1,127 @@
+"""[flow] limits of a row-lock or advisory table, held by seats.
+
+A lease table's claim counts the jobs in work by their leases. A row lock or an advisory lock
+leaves no mark in the table, so there a job in work holds a seat: one session lock among the
+queue's `concurrency` (names `inboxgen seat:QUEUE#0` ..), and one among its key's
+`key_concurrency` (`inboxgen seat:QUEUE:KEY#0` ..), taken without waiting before the job is
+claimed and given up after it settles. A lock that is held elsewhere is a seat in use, so no
+more than N jobs hold seats at once, across every worker of every process; a crash ends the
+session, which gives its seats up at once. On SQLite the locks are the process's (the advisory
+form serves a database file from one process).
+
+A worker remembers the seats its own slots hold, and tries only the others: a slot never spends
+a round trip on a seat of its own worker's.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from inboxgen.descriptor import Seats
+
+Lock = Callable[[Any, str], Awaitable[bool]]  # take a session lock, without waiting
+Unlock = Callable[[Any, str], Awaitable[None]]
+
+
+class SeatHolder:
+    """One worker's seats of a limited table."""
+
+    def __init__(self, seats: Seats, queue: str) -> None:
+        self.seats = seats
+        self._queue = queue
+        self._held: set[str] = set()  # seats this worker's slots hold (or are taking)
+        # Where this worker starts trying the queue's seats: workers that start apart spend
+        # fewer round trips on each other's.
+        self._first = random.randrange(seats.concurrency or 1)
+        # Whether the last try found every seat of the queue held: the slots then wait for the
+        # poll interval, as on a drained queue.
+        self.queue_full = False
+
+    def key_of(self, row: Any) -> str | None:
+        """The key value of claimed row `row` whose seats it needs, or None."""
+        if self.seats.key is None or self.seats.key_concurrency is None:
+            return None
+        return str(getattr(row, self.seats.key))
+
+    def queue_seats(self) -> list[str]:
+        n = self.seats.concurrency or 0
+        return [f"inboxgen seat:{self._queue}#{(self._first + i) % n}" for i in range(n)]
+
+    def key_seats(self, key: str) -> list[str]:
+        return [f"inboxgen seat:{self._queue}:{key}#{i}"
+                for i in range(self.seats.key_concurrency or 0)]
+
+    def key_full_here(self, key: str) -> bool:
+        """Whether this worker's own slots hold every seat of `key` (no round trip tells
+        more)."""
+        return all(name in self._held for name in self.key_seats(key))
+
+    async def take_one(self, conn: Any, names: list[str], lock: Lock) -> str | None:
+        """The first of `names` this worker does not hold that `lock` takes, or None."""
+        for name in names:
+            if name in self._held:
+                continue
+            self._held.add(name)  # reserved before the round trip
+            try:
+                taken = await lock(conn, name)
+            except BaseException:
+                self._held.discard(name)
+                raise
+            if taken:
+                return name
+            self._held.discard(name)
+        return None
+
+    async def take_queue(self, conn: Any, most: int, lock: Lock) -> list[str]:
+        """Up to `most` of the queue's seats (every one of them where the queue has no
+        limit: `most` names that need no lock)."""
+        if self.seats.concurrency is None:
+            return [""] * most
+        taken: list[str] = []
+        names = self.queue_seats()
+        while len(taken) < most:
+            name = await self.take_one(conn, names, lock)
+            if name is None:
+                break
+            taken.append(name)
+        self.queue_full = not taken
+        return taken
+
+    async def take_for(self, conn: Any, row: Any, lock: Lock, unlock: Unlock
+                       ) -> list[str] | None:
+        """The seats row `row` needs (its key's, then the queue's), or None where one is
+        held: the row waits, and `queue_full` says whether the queue's were."""
+        self.queue_full = False
+        key = self.key_of(row)
+        taken: list[str] = []
+        if key is not None:
+            name = await self.take_one(conn, self.key_seats(key), lock)
+            if name is None:
+                return None
+            taken.append(name)
+        if self.seats.concurrency is not None:
+            name = await self.take_one(conn, self.queue_seats(), lock)
+            if name is None:
+                self.queue_full = True
+                await self.give(conn, taken, unlock)
+                return None
+            taken.append(name)
+        return taken
+
+    async def give(self, conn: Any, names: list[str], unlock: Unlock) -> None:
+        """Give `names` up on `conn`'s session. Where that fails, the caller ends the session,
+        which gives them up too: they are forgotten here either way."""
+        try:
+            for name in names:
+                if name:
+                    await unlock(conn, name)
+        finally:
+            self.forget(names)
+
+    def forget(self, names: list[str]) -> None:
+        """`names` are given up (or their session ended)."""
+        for name in names:
+            self._held.discard(name)

@@ -1,0 +1,99 @@
+"""Limits on row-lock and advisory tables ([flow] concurrency, and key and key_concurrency on the
+advisory form), held by seats: session locks that a job in work holds. Worker processes of ten
+slots never pass them; a holder that dies gives its seat up with its session, at once; a seat
+taken outside the queue's workers holds a job back like one of theirs."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from dbcases import Layout, MakeQueue
+from limits_util import add, intervals, most_at_once, settle, start_workers
+
+# (form, dialect): SQLite has no row lock, and serves an advisory table from one process.
+SHAPES = [("row_lock", "postgres"), ("row_lock", "mysql+pymysql"),
+          ("advisory", "postgres"), ("advisory", "mysql+pymysql"), ("advisory", "sqlite")]
+
+
+def layout(form: str, *, concurrency: int | None, key_concurrency: int | None = None,
+           count_crashes: bool = False) -> Layout:
+    # Every advisory job its own key: the limits, not the key, hold jobs of an account back.
+    return Layout(form=form, processed=False, key="job-{id}", concurrency=concurrency,
+                  key_concurrency=key_concurrency, count_crashes=count_crashes)
+
+
+@pytest.mark.parametrize(("form", "dialect"), SHAPES)
+def test_worker_processes_never_pass_the_seats(queue: MakeQueue, tmp_path: Path, form: str,
+                                               dialect: str) -> None:
+    """Forty slots (ten on SQLite) over five accounts, a queue limit of six (and two per
+    account on the advisory form): at no instant are more than six jobs in work, or more than
+    two of one account, and each limit is reached. Every job runs exactly once."""
+    keyed = form == "advisory"
+    q = queue(dialect, layout(form, concurrency=6, key_concurrency=2 if keyed else None))
+    accounts = [f"acct-{n % 5}" for n in range(150)]
+    ids = add(q, accounts)
+    account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
+    logs = [tmp_path / f"w{n}.log" for n in range(1 if dialect == "sqlite" else 4)]
+    children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds", "0.03",
+                             "--no-listen", "--poll-interval", "0.02")
+    try:
+        settle(lambda: all(log.exists() for log in logs)
+               and sum(1 for log in logs for line in log.read_text().splitlines()
+                       if line.startswith("done ")) >= len(ids))
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err.decode()[-2000:]
+    runs = intervals(logs)
+    assert sorted(runs) == sorted(account_of)
+    assert most_at_once(list(runs.values())) == 6
+    per_account: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for job, run in runs.items():
+        per_account[account_of[job]].append(run)
+    if keyed:
+        assert max(most_at_once(r) for r in per_account.values()) == 2
+    assert q.ids() == []
+
+
+@pytest.mark.parametrize(("form", "dialect", "count_crashes"), [
+    ("row_lock", "postgres", False), ("row_lock", "postgres", True),
+    ("row_lock", "mysql+pymysql", True), ("advisory", "postgres", False),
+    ("advisory", "mysql+pymysql", False)])
+def test_a_killed_holder_gives_its_seat_up_at_once(queue: MakeQueue, tmp_path: Path, form: str,
+                                                   dialect: str, count_crashes: bool) -> None:
+    """A queue limited to one job in work: its holder is SIGKILLed mid-job; its session ends,
+    so another process starts a job within a few polls, and runs every one, one at a time."""
+    q = queue(dialect, layout(form, concurrency=1, count_crashes=count_crashes))
+    ids = add(q, ["a", "b", "c"])
+    (holder_log, other_log) = (tmp_path / "holder.log", tmp_path / "other.log")
+    (holder,) = start_workers(q, [holder_log], "crash", "--no-listen")
+    try:
+        settle(lambda: holder_log.exists() and "start " in holder_log.read_text())
+        (other,) = start_workers(q, [other_log], "run", "--no-listen", "--poll-interval",
+                                 "0.05", "--workers", "4")
+        try:
+            settle(lambda: other_log.exists() and "ready " in other_log.read_text())
+            time.sleep(1.0)  # the holder holds the seat: nothing starts
+            assert "start " not in other_log.read_text()
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=30)
+            killed = time.monotonic()
+            settle(lambda: other_log.read_text().count("done ") >= len(ids))
+        finally:
+            other.send_signal(signal.SIGTERM)
+            _, err = other.communicate(timeout=60)
+            assert other.returncode == 0, err.decode()[-2000:]
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    runs = intervals([other_log])
+    assert len(runs) == len(ids)  # the killed job too: its row returned with the session
+    assert min(start for start, _ in runs.values()) <= killed + 2.0
+    assert most_at_once(list(runs.values())) == 1
