@@ -39,6 +39,12 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
   column and, on shapes that keep finished rows, a `result` column, every handler returning a
   small JSON object for its ack to write; "before" this checkout's same form on the shape
   without them: what keeping results (and a column more in every claim) costs.
+- `row_lock_seats`: the row lock counting every claim with `[flow] concurrency = 100`, held by
+  seats (session locks), its "before" this checkout's `row_lock_counted`: what the seats cost
+  where the limit holds no job back.
+- `advisory_seats`: the advisory form (each job its own key) with `key_concurrency = 2` over
+  the 1,000 tenants and `concurrency = 100`, its "before" this checkout's advisory form
+  without limits (`advisory`; FIFO shapes are left out, the advisory form has none).
 
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
@@ -82,6 +88,12 @@ WAITING = ("row_lock_after", "lease_after")  # `after`; "before": the same witho
 WAITS_EVERY = 10  # of a WAITING variant's jobs, every tenth waits for the one before it
 RETURNED = {"sent": True, "id": "m-0001"}  # what a kept variant's handlers return
 KEYS = 1000  # the tenants of its table
+# Limits held by seats (session locks): a row lock counting crashes with `concurrency`, and an
+# advisory table with `concurrency` and `key_concurrency = 2` over KEYS tenants; "before": the
+# same without limits. The queue's limit is SEAT_LIMIT, more than the slots: it holds no job
+# back, so the figure is what the seats cost.
+SEATS = ("row_lock_seats", "advisory_seats")
+SEAT_LIMIT = 100
 
 
 def _waiting(shape: Any, every: int) -> list[str]:
@@ -270,8 +282,8 @@ class Sweep:
     def _shape(self, dialect: str, name: str, variant: str) -> Any:
         from conformance.axes import production
 
-        form = "lease" if variant in ("lease", "lease_kept", "lease_after", *TENANTS) \
-            else "row_lock"
+        form = ("lease" if variant in ("lease", "lease_kept", "lease_after", *TENANTS) else
+                "advisory" if variant in ("advisory", "advisory_seats") else "row_lock")
         count = "false" if variant in ("row_lock", PAUSES, "row_lock_kept", "row_lock_after") \
             else "default"
         kept = variant in KEPT
@@ -282,7 +294,9 @@ class Sweep:
                           pauses="table" if variant == PAUSES else "none",
                           after="root" if variant in WAITING else "none",
                           limits={KEY_LIMITS: "key", SKEWED: "key", FAIR: "fair",
-                                  FAIR_SKEWED: "fair", WEIGHTED: "weighted"}.get(variant, "none"))
+                                  FAIR_SKEWED: "fair", WEIGHTED: "weighted",
+                                  "row_lock_seats": "queue",
+                                  "advisory_seats": "key"}.get(variant, "none"))
 
     def _build(self, shape: Any, release: Path | None) -> Path:
         """Build the shape's project with this checkout (`release` None) or a release; the
@@ -294,6 +308,9 @@ class Sweep:
         migration = where / "migrations" / f"{shape.name}.sql"
         migration.write_text(shapes.ddl(shape))
         spec = shapes.spec(shape).replace(f"lease = {shapes.LEASE_SECONDS}", "lease = 30")
+        if shape.form != "lease":  # seats: a queue limit that holds no job back
+            spec = spec.replace("concurrency = 3", f"concurrency = {SEAT_LIMIT}").replace(
+                "key_concurrency = 2", f"key_concurrency = 2\nconcurrency = {SEAT_LIMIT}")
         (where / f"{shape.name}.toml").write_text(spec)
         env = dict(os.environ)
         build = [sys.executable, "-m", "inboxgen", "build", "."]
@@ -317,10 +334,14 @@ class Sweep:
             return  # the shape does not count (a FIFO table's claim is its group's head)
         if variant in WAITING and (shape.id != "integer" or shape.dead == "none"):
             return  # the waiting jobs are written by integer id; `after` needs dead letters
-        if variant in (PAUSES, *TENANTS, *KEPT, *WAITING):  # "before": this checkout, the
-            other = self._shape(dialect, name, "row_lock"  # shape without
+        if shape.form == "advisory" and shape.group == "fifo":
+            return  # the advisory form has no FIFO groups
+        if variant in (PAUSES, *TENANTS, *KEPT, *WAITING, *SEATS):  # "before": this
+            other = self._shape(dialect, name, "row_lock"  # checkout, the shape without
                                 if variant in (PAUSES, KEPT[0], WAITING[0]) else
-                                FAIR if variant == WEIGHTED else "lease")
+                                FAIR if variant == WEIGHTED else
+                                "row_lock_counted" if variant == SEATS[0] else
+                                "advisory" if variant == SEATS[1] else "lease")
             release_before = None
             before_path = self._build(other, None)
         else:

@@ -76,7 +76,9 @@ def read(module: ModuleType, conn: Any, label: str, now: _dt.datetime) -> TableS
                   "rate_seconds": module.RATE_SECONDS, "rate_per_key": module.RATE_PER_KEY,
                   "fair": getattr(module, "FAIR", False),
                   "weights_table": getattr(module, "WEIGHTS_TABLE", None),
-                  "in_work": sum(g["in_work"] or 0 for g in groups)}
+                  # None where the database cannot tell (a row lock's, an advisory lock's)
+                  "in_work": (None if all(g["in_work"] is None for g in groups) else
+                              sum(g["in_work"] or 0 for g in groups))}
     return TableStatus(
         d.qualified_name, label, groups, dead, locks, None if oldest is None else round(oldest, 3),
         dead_tuples=None if health is None else health.dead_tuples,
@@ -151,8 +153,8 @@ def limits_words(limits: dict[str, Any]) -> str:
     now), 2 per tenant, 100 claims in any 1 s`."""
     parts = []
     if limits["concurrency"] is not None:
-        parts.append(f"at most {limits['concurrency']} in work at once "
-                     f"({limits['in_work']} now)")
+        now = f" ({limits['in_work']} now)" if limits["in_work"] is not None else ""
+        parts.append(f"at most {limits['concurrency']} in work at once{now}")
     if limits["key_concurrency"] is not None:
         parts.append(f"at most {limits['key_concurrency']} per {limits['key']}")
     if limits["rate"] is not None:

@@ -184,8 +184,14 @@ def refusal(s: Shape) -> str | None:
         return f"count_crashes = {s.count_crashes}"
     if s.count_crashes == "true" and s.group == "fifo":
         return "count_crashes = true"
-    if s.limits != "none" and s.form != "lease":
-        return "needs the lease form"
+    # Elsewhere than a lease, limits are seats (session locks): the queue's on the row lock,
+    # the queue's and a key's on the advisory form.
+    if s.limits in ("rate", "rate_key") and s.form != "lease":
+        return "rate needs the lease form"
+    if s.limits == "key" and s.form == "row_lock":
+        return "key_concurrency needs the lease or advisory form"
+    if s.limits in ("fair", "weighted") and s.form != "lease":
+        return "fair needs the lease form"
     if s.limits != "none" and s.group == "fifo":
         return "not built for FIFO"
     if s.result != "none" and s.finished == "deleted":

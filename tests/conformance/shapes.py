@@ -166,16 +166,20 @@ def ddl(s: Shape, names: Names | None = None) -> str:
         if names.schema is not None and s.dialect == "postgres":
             index = f'"{names.table}_key"'
         out.append(f"CREATE UNIQUE INDEX {index} ON {table} (job_key);")
-    # The indexes a limited claim counts the jobs in work through.
-    counted = {"queue": [("_in_work", "locked_until")],
-               "key": [("_in_work", "locked_until"), ("_tenant", "tenant, locked_until")]}
+    # The indexes a limited lease claim counts the jobs in work through (elsewhere its limits
+    # are seats, session locks that no index counts).
+    leased = s.form == "lease"
+    counted = {"queue": [("_in_work", "locked_until")] if leased else [],
+               "key": ([("_in_work", "locked_until"), ("_tenant", "tenant, locked_until")]
+                       if leased else [])}
     # The walk over the tenants (a fair claim's, a key-limited claim's behind a tenant at its
     # limit): group, tenant, claim order.
     walk = ", ".join((["grp"] if s.group != "none" else []) + ["tenant"]
                      + (["priority"] if s.has_priority else [])
                      + (["retry_after"] if s.has_retry_after else []) + ["id"])
     counted["fair"] = counted["weighted"] = [("_tenant", walk)]
-    counted["key"].append(("_walk", walk))
+    if leased:
+        counted["key"].append(("_walk", walk))
     for suffix, column in counted.get(s.limits, []):
         index = (f'"{names.table}{suffix}"' if names.schema is not None
                  and s.dialect == "postgres" else names.sql(s.dialect, suffix))

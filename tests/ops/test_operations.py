@@ -157,6 +157,28 @@ def test_status_says_what_the_limits_allow_and_how_many_are_in_work(
             "100 claims in any 1.5 s") in text.stdout, text.stdout
 
 
+@pytest.mark.parametrize(("form", "dialect"), [("row_lock", "postgres"), ("row_lock", "mysql"),
+                                             ("advisory", "sqlite")])
+def test_status_says_what_a_seated_tables_limits_allow(
+        project: Callable[..., Project], form: str, dialect: str) -> None:
+    """A row-lock or advisory table's limits are seats: status names them, and where the
+    database cannot tell how many jobs are in work, gives no count rather than a wrong one."""
+    root, q, url = project(dialect, Layout(form=form, processed=False, concurrency=5,
+                                           key="job-{id}",
+                                           key_concurrency=2 if form == "advisory" else None))
+    result = run(root, "status", "--database-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    (table,) = json.loads(result.stdout)
+    assert table["limits"] == {"concurrency": 5, "key": "account" if form == "advisory" else None,
+                               "key_concurrency": 2 if form == "advisory" else None,
+                               "rate": None, "rate_seconds": None, "rate_per_key": False,
+                               "fair": False, "weights_table": None, "in_work": None}
+    text = run(root, "status", "--database-url", url)
+    words = "jobs: limits: at most 5 in work at once" + (
+        ", at most 2 per account" if form == "advisory" else "")
+    assert words + "\n" in text.stdout, text.stdout
+
+
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_status_says_a_fair_table_takes_turns_across_its_key(
         project: Callable[..., Project], dialect: str) -> None:

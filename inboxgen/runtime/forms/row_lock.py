@@ -75,6 +75,8 @@ class RowLock(Form):
         # [flow] concurrency: the seats this worker's jobs hold (runtime/seats.py).
         self._seats = (SeatHolder(self.d.seats, self.d.qualified_name)
                        if self.d.seats is not None else None)
+        if self._seats is not None:
+            self.needs_one_session = True  # a seat is a session lock
 
     async def take_seats(self, conn: Any) -> list[str]:
         """The seats of this round's claim (up to a batch; `batch` names that need no lock where
