@@ -36,9 +36,6 @@ class SeatHolder:
         # Where this worker starts trying the queue's seats: workers that start apart spend
         # fewer round trips on each other's.
         self._first = random.randrange(seats.concurrency or 1)
-        # Whether the last try found every seat of the queue held: the slots then wait for the
-        # poll interval, as on a drained queue.
-        self.queue_full = False
 
     def key_of(self, row: Any) -> str | None:
         """The key value of claimed row `row` whose seats it needs, or None."""
@@ -76,40 +73,29 @@ class SeatHolder:
         return None
 
     async def take_queue(self, conn: Any, most: int, lock: Lock) -> list[str]:
-        """Up to `most` of the queue's seats (every one of them where the queue has no
-        limit: `most` names that need no lock)."""
-        if self.seats.concurrency is None:
-            return [""] * most
+        """Up to `most` of the queue's seats. A slot that holds none tries every seat until
+        one is free; one that got some stops at the first seat held elsewhere, rather than
+        spend a round trip on each of the others."""
         taken: list[str] = []
-        names = self.queue_seats()
-        while len(taken) < most:
-            name = await self.take_one(conn, names, lock)
-            if name is None:
+        for name in self.queue_seats():
+            if len(taken) >= most:
                 break
-            taken.append(name)
-        self.queue_full = not taken
+            got = await self.take_one(conn, [name], lock)
+            if got is not None:
+                taken.append(got)
+            elif taken and name not in self._held:
+                break
         return taken
 
-    async def take_for(self, conn: Any, row: Any, lock: Lock, unlock: Unlock
-                       ) -> list[str] | None:
-        """The seats row `row` needs (its key's, then the queue's), or None where one is
-        held: the row waits, and `queue_full` says whether the queue's were."""
-        self.queue_full = False
-        key = self.key_of(row)
-        taken: list[str] = []
-        if key is not None:
-            name = await self.take_one(conn, self.key_seats(key), lock)
-            if name is None:
-                return None
-            taken.append(name)
-        if self.seats.concurrency is not None:
-            name = await self.take_one(conn, self.queue_seats(), lock)
-            if name is None:
-                self.queue_full = True
-                await self.give(conn, taken, unlock)
-                return None
-            taken.append(name)
-        return taken
+    async def take_queue_seat(self, conn: Any, lock: Lock) -> str | None:
+        """One of the queue's seats, or None where every one is held."""
+        return await self.take_one(conn, self.queue_seats(), lock)
+
+    async def take_key_seat(self, conn: Any, key: str, lock: Lock) -> str | None:
+        """One of `key`'s seats, or None where every one is held."""
+        if self.key_full_here(key):
+            return None  # this worker's slots hold them all: no round trip to learn so
+        return await self.take_one(conn, self.key_seats(key), lock)
 
     async def give(self, conn: Any, names: list[str], unlock: Unlock) -> None:
         """Give `names` up on `conn`'s session. Where that fails, the caller ends the session,

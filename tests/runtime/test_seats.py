@@ -38,7 +38,9 @@ def test_worker_processes_never_pass_the_seats(queue: MakeQueue, tmp_path: Path,
     ids = add(q, accounts)
     account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
     logs = [tmp_path / f"w{n}.log" for n in range(1 if dialect == "sqlite" else 4)]
-    children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds", "0.03",
+    # Jobs of 0.1 s: long beside a seat's round trips, so the slots' jobs overlap up to the
+    # limits.
+    children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds", "0.1",
                              "--no-listen", "--poll-interval", "0.02")
     try:
         settle(lambda: all(log.exists() for log in logs)

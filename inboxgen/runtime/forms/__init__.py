@@ -1,4 +1,4 @@
-"""The claim forms, one module each: row lock, lease, advisory."""
+"""The claim forms, one module each: row lock (and its seated variant), lease, advisory."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from inboxgen.runtime.forms.advisory import advisory
 from inboxgen.runtime.forms.base import Form, Parts, Slots
 from inboxgen.runtime.forms.lease import FifoLease, Lease
 from inboxgen.runtime.forms.row_lock import row_lock
+from inboxgen.runtime.forms.seated_row_lock import seated_row_lock
 
 __all__ = ["Form", "Parts", "Slots", "form_for"]
 
@@ -15,4 +16,7 @@ def form_for(parts: Parts) -> Form:
     d = parts.descriptor
     if d.form == "lease":
         return FifoLease(parts) if d.fifo else Lease(parts)
-    return row_lock(parts) if d.form == "row_lock" else advisory(parts)
+    if d.form == "row_lock":
+        # [flow] concurrency: seats, session locks each job in work holds
+        return seated_row_lock(parts) if d.seats is not None else row_lock(parts)
+    return advisory(parts)

@@ -88,6 +88,7 @@ class Advisory(Form):
         start = self._start.at() if self._start is not None else None
         looked = 0  # candidates looked at, in claim order: the next round starts after them
         full = False  # every seat of the queue was held
+        queue_seat: str | None = None  # [flow] concurrency: the round's seat of the queue
         async with self.round_connection() as conn:
             read_at = self._settle_seq
             started = time.monotonic()
@@ -98,51 +99,60 @@ class Advisory(Form):
                 "by_priority": self.priorities.by_priority, **(start or {})})
             # The claim's round trip, for observers, is the read of the due rows.
             self.observed_claim(candidates, limit, started)
-            for row in candidates:
-                if got >= batch:
-                    break
-                looked += 1
-                row_id = getattr(row, d.role_attrs["id"])
-                if self._settled_at.get(row_id, -1) >= read_at:
-                    continue  # a slot of this worker settled it since the candidates were read
-                key = d.advisory_key(row) if d.advisory_key else ""
-                if key in self._keys_in_work:
-                    held += 1
-                    continue  # another slot of this worker holds it: no round trip to learn so
-                seats = await self.take_seats(conn, row)
-                if seats is None:
-                    if self._seats is not None and self._seats.queue_full:
-                        full = True
+            try:
+                for row in candidates:
+                    if got >= batch:
                         break
-                    held += 1
-                    continue
-                self._keys_in_work.add(key)  # reserved before the lock's round trip
-                try:
-                    try:
-                        locked = await self.lock(conn, key)
-                    except BaseException:
-                        # A lost connection (a server restart): the reservation must not
-                        # outlive the round, or this worker would pass over the key's rows for
-                        # good.
-                        self._keys_in_work.discard(key)
-                        raise
-                    if not locked:
-                        self._keys_in_work.discard(key)
+                    looked += 1
+                    row_id = getattr(row, d.role_attrs["id"])
+                    if self._settled_at.get(row_id, -1) >= read_at:
+                        continue  # a slot of this worker settled it since the candidates were read
+                    key = d.advisory_key(row) if d.advisory_key else ""
+                    if key in self._keys_in_work:
                         held += 1
-                        continue
+                        continue  # another slot of this worker holds it: no round trip to learn so
+                    key_seat = await self.take_key_seat(conn, row)
+                    if key_seat is None:
+                        held += 1
+                        continue  # the row's key has every seat in work
+                    if self._seats is not None and self._seats.seats.concurrency is not None \
+                            and queue_seat is None:
+                        # One seat of the queue serves the round's rows, which run one at a time.
+                        queue_seat = await self._seats.take_queue_seat(conn, self.lock)
+                        if queue_seat is None:
+                            await self.give_seats(conn, [key_seat])
+                            full = True
+                            break
+                    self._keys_in_work.add(key)  # reserved before the lock's round trip
                     try:
-                        taken = await self.take(conn, {"id": row_id, "group": group,
-                                                       "now": self.clock.now()})
-                        if taken is None:
-                            continue  # finished or rescheduled since the candidates were read
-                        got += 1
-                        self.slots.took(1)
-                        await self.delivery.deliver(self.held(taken, key=key), conn)
+                        try:
+                            locked = await self.lock(conn, key)
+                        except BaseException:
+                            # A lost connection (a server restart): the reservation must not
+                            # outlive the round, or this worker would pass over the key's rows for
+                            # good.
+                            self._keys_in_work.discard(key)
+                            raise
+                        if not locked:
+                            self._keys_in_work.discard(key)
+                            held += 1
+                            continue
+                        try:
+                            taken = await self.take(conn, {"id": row_id, "group": group,
+                                                           "now": self.clock.now()})
+                            if taken is None:
+                                continue  # finished or rescheduled since the candidates were read
+                            got += 1
+                            self.slots.took(1)
+                            await self.delivery.deliver(self.held(taken, key=key), conn)
+                        finally:
+                            self._keys_in_work.discard(key)
+                            await self.unlock(conn, key)
                     finally:
-                        self._keys_in_work.discard(key)
-                        await self.unlock(conn, key)
-                finally:
-                    await self.give_seats(conn, seats)
+                        await self.give_seats(conn, [key_seat])
+            finally:
+                if queue_seat is not None:
+                    await self.give_seats(conn, [queue_seat])
         if self._start is not None and looked:
             self._start.after(candidates[looked - 1])
         if full:
@@ -166,21 +176,19 @@ class Advisory(Form):
             await asyncio.sleep(0.01)
         return False
 
-    async def take_seats(self, conn: Any, row: Any) -> list[str] | None:
-        """[flow] limits: the seats `row` needs, or None where its key's or the queue's are
-        all held (runtime/seats.py)."""
+    async def take_key_seat(self, conn: Any, row: Any) -> str | None:
+        """[flow] key_concurrency: a seat of `row`'s key, or None where every one is held
+        ("" where the table has no such limit: a name that needs no lock)."""
         seats = self._seats
-        if seats is None:
-            return []
-        key = seats.key_of(row)
-        if key is not None and seats.key_full_here(key):
-            return None  # this worker's slots hold them all: no round trip to learn so
-        return await seats.take_for(conn, row, self.lock, self.unlock)
+        key = seats.key_of(row) if seats is not None else None
+        if seats is None or key is None:
+            return ""
+        return await seats.take_key_seat(conn, key, self.lock)
 
     async def give_seats(self, conn: Any, names: list[str]) -> None:
         """Give seats up after the row they held settled (or was not taken); where that fails,
         end the session, which gives them up too."""
-        if not names or self._seats is None:
+        if not any(names) or self._seats is None:
             return
         try:
             await self._seats.give(conn, names, self.unlock)

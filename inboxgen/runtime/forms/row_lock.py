@@ -26,7 +26,6 @@ from inboxgen.runtime.batching import by_op, one_statement
 from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts, Pending
 from inboxgen.runtime.outcomes import FINISH, REQUEUE, REQUEUE_AT, Settlement
-from inboxgen.runtime.seats import SeatHolder
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
@@ -55,9 +54,6 @@ def row_lock(parts: Parts) -> Form:
     together = (parts.backend.rounds_together and not parts.settings.transactional
                 and (parts.backend.steps_fail_in_place
                      or one_statement(parts.descriptor, "dead_letter")))
-    # [flow] limits: each round takes its seats first, and gives them up after its settlements
-    # committed, which a pipelined round sends with the next claim.
-    together = together and parts.descriptor.seats is None
     if parts.descriptor.count_crashes:
         if parts.descriptor.ops.release is None:
             return TurnCountedRowLock(parts)  # modules built before counted rows had keys
@@ -72,46 +68,6 @@ class RowLock(Form):
         super().__init__(parts)
         # Where the slots' next claim starts, for a CLAIM that takes one (runtime/claimstart).
         self._start = ClaimStart(self.d) if claims_from_id(self.d) else None
-        # [flow] concurrency: the seats this worker's jobs hold (runtime/seats.py).
-        self._seats = (SeatHolder(self.d.seats, self.d.qualified_name)
-                       if self.d.seats is not None else None)
-        if self._seats is not None:
-            self.needs_one_session = True  # a seat is a session lock
-
-    async def take_seats(self, conn: Any) -> list[str]:
-        """The seats of this round's claim (up to a batch; `batch` names that need no lock where
-        the table has no limit), taken outside a transaction."""
-        batch = self.settings.batch
-        if self._seats is None:
-            return [""] * batch
-        return await self._seats.take_queue(conn, batch, self._lock_seat)
-
-    async def give_seats(self, conn: Any, names: list[str]) -> None:
-        """Give seats up outside a transaction; where that fails, end the session, which gives
-        them up too (a pooled connection must not keep them)."""
-        if self._seats is None or not names:
-            return
-        try:
-            await self._seats.give(conn, names, self._unlock_seat)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self.backend.end_session(conn)
-            raise
-
-    async def drop_seats(self, conn: Any, names: list[str]) -> None:
-        """A round that failed: end the session, which gives its seats up."""
-        if self._seats is None or not names:
-            return
-        self._seats.forget(names)
-        with contextlib.suppress(Exception):
-            await self.backend.end_session(conn)
-
-    async def _lock_seat(self, conn: Any, name: str) -> bool:
-        return await self.backend.lock_key(conn, name, self)
-
-    async def _unlock_seat(self, conn: Any, name: str) -> None:
-        await self.calls(conn, "unlock", key=name)
-        await self.backend.commit(conn)
 
     def claim_start(self) -> Start:
         """Where the next claim starts (None: the head)."""
@@ -131,8 +87,6 @@ class RowLock(Form):
             self._start.returned()
 
     async def round(self) -> bool:
-        if self._seats is not None:
-            return await self._seated_round()
         batch = self.settings.batch
         held: list[Held] = []
         # A cancelled or broken round rolls back: its rows return at once, attempts unchanged
@@ -150,47 +104,6 @@ class RowLock(Form):
             self.report_lost(held, err)
             raise
         return len(rows) < self.full_claim and not again
-
-    async def _seated_round(self) -> bool:
-        """A round of a limited table: its seats first, then a claim of as many rows as it
-        holds seats, worked in the claim's transaction; the seats are given up after it
-        ends."""
-        backend = self.backend
-        async with backend.connection() as conn:
-            seats = await self.take_seats(conn)
-            if not seats:
-                return True  # every seat of the queue is held: wait as on a drained queue
-            held: list[Held] = []
-            try:
-                try:
-                    await backend.begin(conn)
-                    start = self.claim_start()
-                    rows = await self.claim(conn, self.clock.now(), len(seats), start=start)
-                    again = self.claimed_from(start, rows, len(seats))
-                    # Session locks: given up inside the transaction, and not taken back by its
-                    # rollback.
-                    spare, seats = seats[len(rows):], seats[:len(rows)]
-                    assert self._seats is not None
-                    await self._seats.give(conn, spare, self._unlock_in_transaction)
-                    pending: Pending = []
-                    held = [self.held(r, deferred=self._defer(pending)) for r in rows]
-                    await self.deliver_all(held, conn)
-                    await self.settle_deferred(conn, pending)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await backend.rollback(conn)
-                    raise
-                await backend.commit(conn)
-            except BaseException as err:
-                if isinstance(err, Exception):
-                    self.report_lost(held, err)
-                await self.drop_seats(conn, seats)
-                raise
-            await self.give_seats(conn, seats)
-        return len(rows) < len(seats) + len(spare) and not again
-
-    async def _unlock_in_transaction(self, conn: Any, name: str) -> None:
-        await self.calls(conn, "unlock", key=name)
 
     def report_lost(self, held: list[Held], err: BaseException) -> None:
         self.back_to_head()  # the round's rows return
@@ -240,12 +153,8 @@ class CountedRowLock(RowLock):
                   "at once, the attempt spent")
 
     async def round(self) -> bool:
-        backend = self.backend
+        backend, batch = self.backend, self.settings.batch
         async with backend.connection() as conn:
-            seats = await self.take_seats(conn)  # [flow] concurrency
-            if not seats:
-                return True  # every seat of the queue is held: wait as on a drained queue
-            batch = len(seats)
             await backend.begin(conn)
             try:
                 start = self.claim_start()
@@ -254,14 +163,9 @@ class CountedRowLock(RowLock):
                 await backend.commit(conn)
             except BaseException:
                 # The claim may have locked keys before it failed: ending the session unlocks
-                # them, and the seats (and rolls back).
-                await self.drop_seats(conn, seats)
-                raise
-            spare, seats = seats[len(counted):], seats[:len(counted)]
-            try:
-                await self.give_seats(conn, spare)
-            except BaseException:
-                await self.drop_seats(conn, seats)  # give_seats ended the session
+                # them (and rolls back).
+                with contextlib.suppress(Exception):
+                    await backend.end_session(conn)
                 raise
             pending: Pending = []
             held = [self.held(row, deferred=self._defer(pending)) for row in counted]
@@ -277,12 +181,7 @@ class CountedRowLock(RowLock):
                     await backend.rollback(conn)
                 raise
             finally:
-                try:
-                    await self._release(conn, held)
-                except BaseException:
-                    await self.drop_seats(conn, seats)  # _release ended the session
-                    raise
-            await self.give_seats(conn, seats)
+                await self._release(conn, held)
         return len(counted) < batch and not again
 
     async def _release(self, conn: Any, held: list[Held]) -> None:

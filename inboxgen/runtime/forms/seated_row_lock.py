@@ -1,0 +1,146 @@
+"""Row lock with [flow] concurrency: each job in work holds a seat (runtime/seats.py), a session
+lock of the queue's, which a crash gives up with its session at once.
+
+A slot keeps one session for its rounds and takes up to a batch of seats on it, outside a
+transaction, before it claims; it claims as many rows as it holds seats. It keeps its seats
+across its rounds while they come back full, and gives them up when a claim comes back short,
+at least every SEAT_TURN seconds (so a busy worker leaves other processes their turn at the
+seats), and when it stops: taking and giving up seats costs a round trip each, which a busy
+slot then spends about once a second rather than at every job. A seat a slot holds between two
+of its rounds holds no job, so the queue never has more than `concurrency` jobs in work; it may
+have fewer for that moment.
+
+Rounds are not pipelined with the next claim as the plain row lock's are: the seats must
+outlive the round's COMMIT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from inboxgen.runtime.forms.base import Form, Parts, Pending
+from inboxgen.runtime.forms.row_lock import CountedRowLock, RowLock
+from inboxgen.runtime.seats import SeatHolder
+
+if TYPE_CHECKING:
+    from inboxgen.runtime.jobs import Held
+
+# The longest a slot keeps its seats across its rounds before it gives them up.
+SEAT_TURN = 1.0
+
+
+def seated_row_lock(parts: Parts) -> Form:
+    d = parts.descriptor
+    return SeatedCountedRowLock(parts) if d.count_crashes else SeatedRowLock(parts)
+
+
+class SeatedRowLock(RowLock):
+    needs_one_session = True  # a seat is a session lock
+
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        assert self.d.seats is not None
+        self.seats = SeatHolder(self.d.seats, self.d.qualified_name)
+
+    async def serve(self, index: int, worked: Callable[[], None]) -> None:
+        """Rounds on one session until the worker stops, each with as many seats as the slot
+        holds (up to a batch)."""
+        backend, slots, batch = self.backend, self.slots, self.settings.batch
+        async with backend.connection() as conn:  # a transaction at a time, not autocommit
+            seats: list[str] = []
+            since = 0.0  # when the slot took the seats it holds
+            try:
+                while not slots.stopping:
+                    if len(seats) < batch:
+                        more = await self.seats.take_queue(conn, batch - len(seats),
+                                                           self._lock_seat)
+                        if more and not seats:
+                            since = time.monotonic()
+                        seats += more
+                    if not seats:  # every seat of the queue is held: wait as when drained
+                        worked()
+                        await slots.wait(index, self.settings.poll_interval)
+                        continue
+                    full, again = await self.seated_round(conn, len(seats))
+                    worked()
+                    if not full or time.monotonic() - since >= SEAT_TURN:
+                        given, seats = seats, []
+                        await self.seats.give(conn, given, self._unlock_seat)
+                    if full or again:
+                        slots.wake_waiting_slot()  # a full claim: more rows are likely due
+                    else:
+                        await slots.wait(index, self.settings.poll_interval)
+            except BaseException:
+                # Ending the session gives its seats up (and rolls back, and unlocks a counted
+                # round's keys).
+                self.seats.forget(seats)
+                with contextlib.suppress(Exception):
+                    await backend.end_session(conn)
+                raise
+            await self.seats.give(conn, seats, self._unlock_seat)
+
+    async def _lock_seat(self, conn: Any, name: str) -> bool:
+        return await self.backend.lock_key(conn, name, self)
+
+    async def _unlock_seat(self, conn: Any, name: str) -> None:
+        await self.calls(conn, "unlock", key=name)
+        await self.backend.commit(conn)
+
+    async def seated_round(self, conn: Any, limit: int) -> tuple[bool, bool]:
+        """Claim up to `limit` rows and work them in the claim's transaction. Returns whether
+        the claim came back full, and whether the slot claims again at once anyway
+        (RowLock.claimed_from)."""
+        backend = self.backend
+        held: list[Held] = []
+        try:
+            await backend.begin(conn)
+            try:
+                start = self.claim_start()
+                rows = await self.claim(conn, self.clock.now(), limit, start=start)
+                again = self.claimed_from(start, rows, limit)
+                pending: Pending = []
+                held = [self.held(r, deferred=self._defer(pending)) for r in rows]
+                await self.deliver_all(held, conn)
+                await self.settle_deferred(conn, pending)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await backend.rollback(conn)
+                raise
+            await backend.commit(conn)
+        except Exception as err:
+            self.report_lost(held, err)
+            raise
+        return len(rows) >= limit, again
+
+
+class SeatedCountedRowLock(SeatedRowLock, CountedRowLock):
+    """count_crashes with seats: the claim counts the attempt and commits at once, its rows'
+    keys locked for the session (CountedRowLock); they are worked and settled in a transaction
+    of their own, and RELEASE unlocks their keys."""
+
+    async def seated_round(self, conn: Any, limit: int) -> tuple[bool, bool]:
+        backend = self.backend
+        await backend.begin(conn)
+        start = self.claim_start()
+        counted = await self.claim(conn, self.clock.now(), limit, start=start)
+        again = self.claimed_from(start, counted, limit)
+        await backend.commit(conn)
+        pending: Pending = []
+        held = [self.held(row, deferred=self._defer(pending)) for row in counted]
+        try:
+            await backend.begin(conn)
+            await self.deliver_all(held, conn)
+            await self.settle_deferred(conn, pending)
+            await backend.commit(conn)
+        except BaseException as err:
+            if isinstance(err, Exception):
+                self.report_lost(held, err)
+            with contextlib.suppress(Exception):
+                await backend.rollback(conn)
+            raise
+        finally:
+            await self._release(conn, held)
+        return len(counted) >= limit, again
