@@ -39,6 +39,8 @@ def seated_row_lock(parts: Parts) -> Form:
 
 class SeatedRowLock(RowLock):
     needs_one_session = True  # a seat is a session lock
+    # Whether the seats a slot holds outlive its round (a counted round's RELEASE may end them).
+    seats_outlive_round = True
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
@@ -66,6 +68,9 @@ class SeatedRowLock(RowLock):
                         continue
                     full, again = await self.seated_round(conn, len(seats))
                     worked()
+                    if not self.seats_outlive_round:
+                        self.seats.forget(seats)
+                        seats = []
                     if not full or time.monotonic() - since >= SEAT_TURN:
                         given, seats = seats, []
                         await self.seats.give(conn, given, self._unlock_seat)
@@ -120,6 +125,13 @@ class SeatedCountedRowLock(SeatedRowLock, CountedRowLock):
     """count_crashes with seats: the claim counts the attempt and commits at once, its rows'
     keys locked for the session (CountedRowLock); they are worked and settled in a transaction
     of their own, and RELEASE unlocks their keys."""
+
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        # A RELEASE that names no rows unlocks every lock of the session (MySQL's
+        # RELEASE_ALL_LOCKS()), the slot's seats with its rows' keys: it takes them again for
+        # its next round.
+        self.seats_outlive_round = "id" in self.d.statement_params.get("RELEASE", ())
 
     async def seated_round(self, conn: Any, limit: int) -> tuple[bool, bool]:
         backend = self.backend
