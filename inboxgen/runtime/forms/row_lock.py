@@ -48,17 +48,21 @@ _CLAIM_TURN_WAIT = 10.0
 
 
 def row_lock(parts: Parts) -> Form:
-    # A batch's settlements travel with the next claim where the driver sends steps together
-    # and no settlement needs a result read between its statements (a module built before
-    # PostgreSQL's dead letters to a table were one statement copies, then checks).
-    together = (parts.backend.rounds_together and not parts.settings.transactional
-                and (parts.backend.steps_fail_in_place
-                     or one_statement(parts.descriptor, "dead_letter")))
+    together = pipelined(parts)
     if parts.descriptor.count_crashes:
         if parts.descriptor.ops.release is None:
             return TurnCountedRowLock(parts)  # modules built before counted rows had keys
         return PipelinedCountedRowLock(parts) if together else CountedRowLock(parts)
     return PipelinedRowLock(parts) if together else RowLock(parts)
+
+
+def pipelined(parts: Parts) -> bool:
+    """Whether a batch's settlements travel with the next claim: where the driver sends steps
+    together and no settlement needs a result read between its statements (a module built
+    before PostgreSQL's dead letters to a table were one statement copies, then checks)."""
+    return (parts.backend.rounds_together and not parts.settings.transactional
+            and (parts.backend.steps_fail_in_place
+                 or one_statement(parts.descriptor, "dead_letter")))
 
 
 class RowLock(Form):
@@ -284,43 +288,81 @@ class PipelinedRowLock(RowLock):
             raise StepFailed(cut + err.done, err.cause) from err.cause
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
-        backend, slots, full = self.backend, self.slots, self.full_claim
-        idle = Idle()
+        backend, idle = self.backend, Idle()
         async with backend.session() as conn, backend.pipeline(conn) as pipe:
-            in_tx = False  # a claim's transaction is open on the connection
-            pending: Pending = []
-            while True:
-                claim = not slots.stopping
-                rows, again = await self._send_round(conn, pipe, pending, held, commit=in_tx,
-                                                     claim=claim, idle=idle.due())
-                in_tx, pending = claim, []
-                held.clear()  # committed
-                worked()
-                if not claim:
-                    return
-                if len(rows) == full:
-                    slots.wake_waiting_slot()  # a full claim: more rows are likely due
-                held.extend(self.held(r, deferred=pending) for r in rows)
-                await self.deliver_all(held, conn)
-                if len(rows) < full:
-                    # Drained: commit now rather than hold the rows through the wait.
-                    await self._send_round(conn, pipe, pending, held, commit=True, claim=False)
-                    in_tx, pending = False, []
-                    held.clear()
-                    if not again:
-                        await slots.wait(index, self.settings.poll_interval)
+            seats = self.slot_seats()
+            try:
+                await self._plain_rounds(conn, pipe, index, worked, held, seats, idle)
+            except BaseException:
+                await self.drop_seats(conn, seats)
+                raise
 
-    async def claim_steps(self, conn: Any, start: Start) -> list[Step]:
+    async def _plain_rounds(self, conn: Any, pipe: Any, index: int, worked: Callable[[], None],
+                            held: list[Held], seats: Any, idle: Idle) -> None:
+        slots = self.slots
+        in_tx = False  # a claim's transaction is open on the connection
+        pending: Pending = []
+        while True:
+            limit = 0 if slots.stopping else await self.claim_limit(conn, seats)
+            claim = limit > 0
+            rows, again = await self._send_round(conn, pipe, pending, held, commit=in_tx,
+                                                 claim=claim, limit=limit, idle=idle.due())
+            in_tx, pending = claim, []
+            held.clear()  # committed
+            worked()
+            if not claim:
+                await self.give_seats(conn, seats)
+                if slots.stopping:
+                    return
+                await slots.wait(index, self.settings.poll_interval)  # every seat is held
+                continue
+            full = self.full_claim if seats is None else limit
+            if len(rows) == full:
+                slots.wake_waiting_slot()  # a full claim: more rows are likely due
+            held.extend(self.held(r, deferred=pending) for r in rows)
+            await self.deliver_all(held, conn)
+            if len(rows) < full or self.seats_turn_over(seats):
+                # Drained: commit now rather than hold the rows through the wait (or give
+                # the seats up once they have committed).
+                await self._send_round(conn, pipe, pending, held, commit=True, claim=False)
+                in_tx, pending = False, []
+                held.clear()
+                await self.give_seats(conn, seats)
+                if len(rows) < full and not again:
+                    await slots.wait(index, self.settings.poll_interval)
+
+    # [flow] concurrency (forms/seated_row_lock.py): the seats one slot holds. A table without
+    # limits has none, and claims a batch.
+
+    def slot_seats(self) -> Any:
+        """A slot's seats, held across its rounds (None: the table has no limits)."""
+        return None
+
+    async def claim_limit(self, conn: Any, seats: Any) -> int:
+        """How many rows the slot's next claim takes (0: none, every seat is held)."""
+        return self.settings.batch
+
+    def seats_turn_over(self, seats: Any) -> bool:
+        """Whether the slot gives its seats up after this round."""
+        return False
+
+    async def give_seats(self, conn: Any, seats: Any) -> None:
+        """Give the slot's seats up (its rounds have committed)."""
+
+    async def drop_seats(self, conn: Any, seats: Any) -> None:
+        """A round failed: end the session where the slot holds seats, which gives them up."""
+
+    async def claim_steps(self, conn: Any, start: Start, limit: int) -> list[Step]:
         """A round's claim, as steps of `together`. The claim by priority goes after
         GENERIC_PLANS: its generic plan, for the rest of the claim's transaction, where no
         handler's statement runs (runtime/priorities.py)."""
         now = self.clock.now()
         await self.priorities.choose(conn, now)  # once a second: one round trip more
-        claim = self.calls.step(*self.claim_call(now, self.settings.batch, start=start))
+        claim = self.calls.step(*self.claim_call(now, limit, start=start))
         return [GENERIC_PLANS, claim] if self.priorities.by_priority else [claim]
 
     async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
-                          commit: bool, claim: bool,
+                          commit: bool, claim: bool, limit: int = 0,
                           idle: bool = False) -> tuple[list[Any], bool]:
         """Send the batch's settlements, COMMIT, BEGIN and a claim together, and wait for the
         server. Returns the claimed rows, and whether the claim came back short from a start
@@ -333,7 +375,7 @@ class PipelinedRowLock(RowLock):
         start = self.claim_start()
         if claim:
             steps.append(COMMIT_BEGIN if commit else BEGIN)
-            steps += await self.claim_steps(conn, start)
+            steps += await self.claim_steps(conn, start, limit)
         elif commit:
             steps.append(COMMIT)
         started = time.monotonic()
@@ -347,8 +389,8 @@ class PipelinedRowLock(RowLock):
             await self.backend.sync(pipe)
             return [], False
         rows = self.claimed(results[-1])
-        self.observed_claim(rows, self.settings.batch, started)
-        return rows, self.claimed_from(start, rows, self.settings.batch)
+        self.observed_claim(rows, limit, started)
+        return rows, self.claimed_from(start, rows, limit)
 
 
 class PipelinedCountedRowLock(PipelinedRowLock):
@@ -377,9 +419,11 @@ class PipelinedCountedRowLock(PipelinedRowLock):
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
         async with self.backend.session() as conn:
+            seats = self.slot_seats()
             try:
-                await self._counted_rounds(conn, index, worked, held)
+                await self._counted_rounds(conn, index, worked, held, seats)
             except BaseException:
+                await self.drop_seats(conn, seats)
                 # Keys of counted rows may still be locked on this session (a round that
                 # failed after its claim, a cancelled one): end it, which unlocks them, rather
                 # than give the connection back to the pool with them.
@@ -388,38 +432,45 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                 raise
 
     async def _counted_rounds(self, conn: Any, index: int, worked: Callable[[], None],
-                              held: list[Held]) -> None:
-        backend, slots, batch = self.backend, self.slots, self.settings.batch
+                              held: list[Held], seats: Any) -> None:
+        backend, slots = self.backend, self.slots
         idle = Idle()
         finished: list[Any] = []  # ids of finished rows whose keys are still locked
         async with backend.pipeline(conn) as pipe:
             in_tx = False  # a transaction is open on the connection for the next settlements
             pending: Pending = []
             while True:
-                claim = not slots.stopping
+                limit = 0 if slots.stopping else await self.claim_limit(conn, seats)
+                claim = limit > 0
                 rows, again = await self._send_counted(conn, pipe, pending, held, finished,
-                                                       in_tx=in_tx, claim=claim,
+                                                       in_tx=in_tx, claim=claim, limit=limit,
                                                        idle=idle.due())
                 in_tx, pending = claim, []
                 held.clear()  # committed, and their keys unlocked
                 worked()
                 if not claim:
-                    return
-                if len(rows) == batch:
+                    await self.give_seats(conn, seats)
+                    if slots.stopping:
+                        return
+                    await slots.wait(index, self.settings.poll_interval)  # every seat is held
+                    continue
+                if len(rows) == limit:
                     slots.wake_waiting_slot()  # a full claim: more rows are likely due
                 held.extend(self.held(r, deferred=pending) for r in rows)
                 await self.deliver_all(held, conn)
-                if len(rows) < batch:
-                    # Drained: settle now rather than hold the rows' keys through the wait.
+                if len(rows) < limit or self.seats_turn_over(seats):
+                    # Drained: settle now rather than hold the rows' keys through the wait (or
+                    # give the seats up once the settlements have committed).
                     await self._send_counted(conn, pipe, pending, held, finished,
                                              in_tx=in_tx, claim=False)
                     in_tx, pending = False, []
                     held.clear()
-                    if not again:
+                    await self.give_seats(conn, seats)
+                    if len(rows) < limit and not again:
                         await slots.wait(index, self.settings.poll_interval)
 
     async def _send_counted(self, conn: Any, pipe: Any, pending: Pending, held: list[Held],
-                            finished: list[Any], *, in_tx: bool, claim: bool,
+                            finished: list[Any], *, in_tx: bool, claim: bool, limit: int = 0,
                             idle: bool = False) -> tuple[list[Any], bool]:
         """Send the batch's settlements and a claim in one transaction, its COMMIT, the
         RELEASE of the settled rows' keys and (when claiming) the next BEGIN; wait for the
@@ -449,7 +500,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             steps.append(early)
         start = self.claim_start()
         if claim:
-            steps += await self.claim_steps(conn, start)
+            steps += await self.claim_steps(conn, start, limit)
         # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
         # transaction (it unlocks session locks, as well there).
         steps.append(COMMIT_BEGIN if claim else COMMIT)
@@ -468,8 +519,8 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             return [], False
         # The claim is the last call before the COMMIT; a RELEASE after it comes last.
         rows = self.claimed(results[-1] if late is None else results[-2])
-        self.observed_claim(rows, self.settings.batch, started)
-        return rows, self.claimed_from(start, rows, self.settings.batch)
+        self.observed_claim(rows, limit, started)
+        return rows, self.claimed_from(start, rows, limit)
 
 
 class Idle:

@@ -10,8 +10,10 @@ slot then spends about once a second rather than at every job. A seat a slot hol
 of its rounds holds no job, so the queue never has more than `concurrency` jobs in work; it may
 have fewer for that moment.
 
-Rounds are not pipelined with the next claim as the plain row lock's are: the seats must
-outlive the round's COMMIT.
+Where the plain row lock sends a batch's settlements with the next claim (pipelined), so does
+the seated one: a slot's seats are session locks, taken and given up outside the round's steps,
+and a round that gives them up commits first. (Not a counted row lock whose RELEASE unlocks
+every lock of the session, MySQL's: its seats end with each round, and it takes them again.)
 """
 
 from __future__ import annotations
@@ -21,8 +23,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from inboxgen.runtime.forms.base import Form, Parts, Pending
-from inboxgen.runtime.forms.row_lock import CountedRowLock, RowLock
+from inboxgen.runtime.forms.row_lock import (
+    CountedRowLock,
+    PipelinedCountedRowLock,
+    PipelinedRowLock,
+    RowLock,
+    pipelined,
+)
 from inboxgen.runtime.seats import SeatHolder
 
 if TYPE_CHECKING:
@@ -34,7 +44,76 @@ SEAT_TURN = 1.0
 
 def seated_row_lock(parts: Parts) -> Form:
     d = parts.descriptor
-    return SeatedCountedRowLock(parts) if d.count_crashes else SeatedRowLock(parts)
+    together = pipelined(parts)
+    if d.count_crashes:
+        # A RELEASE that names no rows unlocks every lock of the session (MySQL's).
+        keeps_seats = "id" in d.statement_params.get("RELEASE", ())
+        return (SeatedPipelinedCountedRowLock(parts) if together and keeps_seats else
+                SeatedCountedRowLock(parts))
+    return SeatedPipelinedRowLock(parts) if together else SeatedRowLock(parts)
+
+
+@attrs.define
+class SlotSeats:
+    """The seats one slot of a pipelined seated row lock holds across its rounds."""
+
+    names: list[str] = attrs.Factory(list)
+    since: float = 0.0  # when the slot took them
+
+
+class PipelinedSeats(PipelinedRowLock):
+    """The pipelined rounds' seats (PipelinedRowLock's hooks): before a claim the slot tops its
+    seats up to a batch, in the claim's session, and claims as many rows as it holds; after
+    SEAT_TURN, or a claim that came back short, its round commits and it gives them up."""
+    needs_one_session = True  # a seat is a session lock
+
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        assert self.d.seats is not None
+        self.seats = SeatHolder(self.d.seats, self.d.qualified_name)
+
+    def slot_seats(self) -> SlotSeats:
+        return SlotSeats()
+
+    async def claim_limit(self, conn: Any, seats: SlotSeats) -> int:
+        batch = self.settings.batch
+        if len(seats.names) < batch:
+            # A session lock taken inside the open transaction outlives its COMMIT.
+            more = await self.seats.take_queue(conn, batch - len(seats.names),
+                                               self._lock_in_session)
+            if more and not seats.names:
+                seats.since = time.monotonic()
+            seats.names += more
+        return len(seats.names)
+
+    def seats_turn_over(self, seats: SlotSeats) -> bool:
+        return time.monotonic() - seats.since >= SEAT_TURN
+
+    async def give_seats(self, conn: Any, seats: SlotSeats) -> None:
+        given, seats.names = seats.names, []
+        await self.seats.give(conn, given, self._unlock_in_session)
+
+    async def drop_seats(self, conn: Any, seats: SlotSeats) -> None:
+        if not seats.names:
+            return
+        self.seats.forget(seats.names)
+        seats.names = []
+        with contextlib.suppress(Exception):
+            await self.backend.end_session(conn)
+
+    async def _lock_in_session(self, conn: Any, name: str) -> bool:
+        return bool(await self.calls(conn, "lock", key=name))
+
+    async def _unlock_in_session(self, conn: Any, name: str) -> None:
+        await self.calls(conn, "unlock", key=name)
+
+
+class SeatedPipelinedRowLock(PipelinedSeats):
+    pass
+
+
+class SeatedPipelinedCountedRowLock(PipelinedSeats, PipelinedCountedRowLock):
+    pass
 
 
 class SeatedRowLock(RowLock):
