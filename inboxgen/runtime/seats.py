@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 Lock = Callable[[Any, str], Awaitable[bool]]  # take a session lock, without waiting
 Unlock = Callable[[Any, str], Awaitable[None]]
+LockAll = Callable[[Any, list[str]], Awaitable[list[bool]]]  # Lock of several, which it took
 
 
 class SeatHolder:
@@ -96,6 +97,28 @@ class SeatHolder:
         if self.key_full_here(key):
             return None  # this worker's slots hold them all: no round trip to learn so
         return await self.take_one(conn, self.key_seats(key), lock)
+
+    async def take_queue_together(self, conn: Any, most: int, lock_all: LockAll
+                                  ) -> list[str]:
+        """Up to `most` of the queue's seats, tried `most` at a time in one call of `lock_all`
+        (one round trip where the driver sends statements together); a slot that got some
+        stops there."""
+        taken: list[str] = []
+        free_here = [name for name in self.queue_seats() if name not in self._held]
+        while free_here and not taken:
+            tried, free_here = free_here[:most], free_here[most:]
+            self._held.update(tried)  # reserved before the round trip
+            try:
+                took = await lock_all(conn, tried)
+            except BaseException:
+                self.forget(tried)  # the caller ends the session, which gives up any taken
+                raise
+            for name, ok in zip(tried, took, strict=True):
+                if ok:
+                    taken.append(name)
+                else:
+                    self._held.discard(name)
+        return taken
 
     async def give(self, conn: Any, names: list[str], unlock: Unlock) -> None:
         """Give `names` up on `conn`'s session. Where that fails, the caller ends the session,

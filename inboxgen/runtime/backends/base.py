@@ -304,6 +304,16 @@ class Backend:
             await self.call(conn, "unlock", key=key)
             await self.commit(conn)
 
+    async def lock_keys(self, conn: Any, keys: list[str]) -> list[bool]:
+        """LOCK of each of `keys` on `conn`'s session, without waiting and without a COMMIT of
+        its own (session locks outlive the transaction they are taken in): which it took."""
+        return [bool(await self.call(conn, "lock", key=key)) for key in keys]
+
+    async def unlock_keys(self, conn: Any, keys: list[str]) -> None:
+        """UNLOCK of each of `keys` on `conn`'s session."""
+        for key in keys:
+            await self.call(conn, "unlock", key=key)
+
     async def end_session(self, conn: Any) -> None:
         """Close `conn` so that its server session ends, and the session locks held there
         with it (the pool opens another in its place)."""

@@ -221,6 +221,23 @@ class PostgresBackend(Backend):
     async def end_session(self, conn: Any) -> None:
         await conn.close()
 
+    async def lock_keys(self, conn: Any, keys: list[str]) -> list[bool]:
+        # Pipeline mode: the statements go together, and their results come in one round trip.
+        sql = self.descriptor.statements["LOCK"]
+        with self.busy_call:
+            async with conn.pipeline():
+                cursors = [await conn.execute(sql, {"key": key}) for key in keys]
+                rows = [await cur.fetchone() for cur in cursors]
+        return [row is not None and bool(row[0]) for row in rows]
+
+    async def unlock_keys(self, conn: Any, keys: list[str]) -> None:
+        sql = self.descriptor.statements["UNLOCK"]
+        with self.busy_call:
+            async with conn.pipeline():
+                cursors = [await conn.execute(sql, {"key": key}) for key in keys]
+                for cur in cursors:
+                    await cur.fetchone()
+
     # In pipeline mode (an autocommit session) BEGIN and COMMIT are statements queued with the
     # calls, and a fetch sends them all: an error surfaces at the fetch, not where it arose.
     steps_fail_in_place = False

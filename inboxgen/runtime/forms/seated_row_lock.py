@@ -79,8 +79,8 @@ class PipelinedSeats(PipelinedRowLock):
         batch = self.settings.batch
         if len(seats.names) < batch:
             # A session lock taken inside the open transaction outlives its COMMIT.
-            more = await self.seats.take_queue(conn, batch - len(seats.names),
-                                               self._lock_in_session)
+            more = await self.seats.take_queue_together(conn, batch - len(seats.names),
+                                                        self.backend.lock_keys)
             if more and not seats.names:
                 seats.since = time.monotonic()
             seats.names += more
@@ -91,7 +91,15 @@ class PipelinedSeats(PipelinedRowLock):
 
     async def give_seats(self, conn: Any, seats: SlotSeats) -> None:
         given, seats.names = seats.names, []
-        await self.seats.give(conn, given, self._unlock_in_session)
+        try:
+            if given:
+                await self.backend.unlock_keys(conn, given)  # together: one round trip
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.backend.end_session(conn)  # which gives them up
+            raise
+        finally:
+            self.seats.forget(given)
 
     async def drop_seats(self, conn: Any, seats: SlotSeats) -> None:
         if not seats.names:
@@ -101,11 +109,6 @@ class PipelinedSeats(PipelinedRowLock):
         with contextlib.suppress(Exception):
             await self.backend.end_session(conn)
 
-    async def _lock_in_session(self, conn: Any, name: str) -> bool:
-        return bool(await self.calls(conn, "lock", key=name))
-
-    async def _unlock_in_session(self, conn: Any, name: str) -> None:
-        await self.calls(conn, "unlock", key=name)
 
 
 class SeatedPipelinedRowLock(PipelinedSeats):
