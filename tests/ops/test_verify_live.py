@@ -71,8 +71,11 @@ def test_a_database_as_the_migrations_build_it_verifies(project: Callable[[str],
     Layout(form="lease", processed=False, fair=True, weights=True),
     Layout(form="row_lock", group=True, dead="group", after=True),
     Layout(form="lease", processed=False, dead="table", after=True),
+    Layout(form="row_lock", processed=False, concurrency=3, count_crashes=True),
+    Layout(form="advisory", processed=False, key="job-{id}", concurrency=3,
+           key_concurrency=2),
 ], ids=["row_lock-pauses", "lease-pauses-limits", "lease-limit-rate", "lease-fair",
-        "lease-weighted", "row_lock-after", "lease-after"])
+        "lease-weighted", "row_lock-after", "lease-after", "row_lock-seats", "advisory-seats"])
 def test_the_flow_tables_and_counts_of_a_claim_verify(
         project: Callable[..., tuple[Path, str]], dialect: str, layout: Layout) -> None:
     """A claim that reads a pause table of a few rows (scanned, not indexed), counts the jobs
@@ -81,7 +84,7 @@ def test_the_flow_tables_and_counts_of_a_claim_verify(
     finds nothing (it once named the pause table's scan as the claim's)."""
     if dialect == "sqlite" and layout.form == "row_lock":
         layout = Layout(form="lease", group=True, pauses=layout.pauses, dead=layout.dead,
-                        after=layout.after)
+                        after=layout.after, concurrency=layout.concurrency)
     root, url = project(dialect, layout)
     result = run(root, "verify", "--database-url", url)
     assert result.returncode == 0, result.stdout + result.stderr
