@@ -67,6 +67,38 @@ def test_worker_processes_never_pass_the_seats(queue: MakeQueue, tmp_path: Path,
     assert q.ids() == []
 
 
+@pytest.mark.parametrize("dialect", ["postgres", "mysql+pymysql", "sqlite"])
+def test_a_key_limit_holds_across_processes(queue: MakeQueue, tmp_path: Path,
+                                            dialect: str) -> None:
+    """An advisory table limited to two jobs of an account, three accounts, forty slots (ten
+    on SQLite): the key's seats are the only limit, so six run at once, never three of one
+    account."""
+    q = queue(dialect, layout("advisory", concurrency=None, key_concurrency=2))
+    accounts = [f"acct-{n % 3}" for n in range(90)]
+    ids = add(q, accounts)
+    account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
+    logs = [tmp_path / f"w{n}.log" for n in range(1 if dialect == "sqlite" else 4)]
+    children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds", "0.1",
+                             "--no-listen", "--poll-interval", "0.02")
+    try:
+        settle(lambda: all(log.exists() for log in logs)
+               and sum(1 for log in logs for line in log.read_text().splitlines()
+                       if line.startswith("done ")) >= len(ids))
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err.decode()[-2000:]
+    runs = intervals(logs)
+    assert sorted(runs) == sorted(account_of)
+    per_account: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for job, run in runs.items():
+        per_account[account_of[job]].append(run)
+    assert [most_at_once(r) for _, r in sorted(per_account.items())] == [2, 2, 2]
+    assert most_at_once(list(runs.values())) == 6
+
+
 @pytest.mark.parametrize(("form", "dialect", "count_crashes"), [
     ("row_lock", "postgres", False), ("row_lock", "postgres", True),
     ("row_lock", "mysql+pymysql", True), ("advisory", "postgres", False),

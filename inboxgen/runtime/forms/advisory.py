@@ -111,45 +111,36 @@ class Advisory(Form):
                     if key in self._keys_in_work:
                         held += 1
                         continue  # another slot of this worker holds it: no round trip to learn so
-                    key_seat = await self.take_key_seat(conn, row)
-                    if key_seat is None:
-                        held += 1
-                        continue  # the row's key has every seat in work
                     if self._seats is not None and self._seats.seats.concurrency is not None \
                             and queue_seat is None:
                         # One seat of the queue serves the round's rows, which run one at a time.
                         queue_seat = await self._seats.take_queue_seat(conn, self.lock)
                         if queue_seat is None:
-                            await self.give_seats(conn, [key_seat])
                             full = True
                             break
                     self._keys_in_work.add(key)  # reserved before the lock's round trip
                     try:
-                        try:
-                            locked = await self.lock(conn, key)
-                        except BaseException:
-                            # A lost connection (a server restart): the reservation must not
-                            # outlive the round, or this worker would pass over the key's rows for
-                            # good.
-                            self._keys_in_work.discard(key)
-                            raise
-                        if not locked:
-                            self._keys_in_work.discard(key)
-                            held += 1
-                            continue
-                        try:
-                            taken = await self.take(conn, {"id": row_id, "group": group,
-                                                           "now": self.clock.now()})
-                            if taken is None:
-                                continue  # finished or rescheduled since the candidates were read
-                            got += 1
-                            self.slots.took(1)
-                            await self.delivery.deliver(self.held(taken, key=key), conn)
-                        finally:
-                            self._keys_in_work.discard(key)
-                            await self.unlock(conn, key)
+                        locked, key_seat = await self.lock_row(conn, row, key)
+                    except BaseException:
+                        # A lost connection (a server restart): the reservation must not outlive
+                        # the round, or this worker would pass over the key's rows for good.
+                        self._keys_in_work.discard(key)
+                        raise
+                    if not locked:
+                        self._keys_in_work.discard(key)
+                        held += 1
+                        continue  # its lock, or every seat of its limit key, is held
+                    try:
+                        taken = await self.take(conn, {"id": row_id, "group": group,
+                                                       "now": self.clock.now()})
+                        if taken is None:
+                            continue  # finished or rescheduled since the candidates were read
+                        got += 1
+                        self.slots.took(1)
+                        await self.delivery.deliver(self.held(taken, key=key), conn)
                     finally:
-                        await self.give_seats(conn, [key_seat])
+                        self._keys_in_work.discard(key)
+                        await self.unlock_row(conn, key, key_seat)
             finally:
                 if queue_seat is not None:
                     await self.give_seats(conn, [queue_seat])
@@ -175,6 +166,31 @@ class Advisory(Form):
             # again shortly rather than wait out the poll interval.
             await asyncio.sleep(0.01)
         return False
+
+    async def lock_row(self, conn: Any, row: Any, key: str) -> tuple[bool, str]:
+        """Take a seat of the row's limit key ([flow] key_concurrency: "" where the table has
+        none) and the lock of its advisory key, or neither. Returns whether it took them, and
+        the seat."""
+        seat = await self.take_key_seat(conn, row)
+        if seat is None:
+            return False, ""
+        try:
+            locked = await self.lock(conn, key)
+        except BaseException:
+            if self._seats is not None:
+                self._seats.forget([seat])  # the round fails, and its session ends
+            raise
+        if not locked:
+            await self.give_seats(conn, [seat])
+            return False, ""
+        return True, seat
+
+    async def unlock_row(self, conn: Any, key: str, seat: str) -> None:
+        """Give up the lock of the row's key, then its seat (lock_row)."""
+        try:
+            await self.unlock(conn, key)
+        finally:
+            await self.give_seats(conn, [seat])
 
     async def take_key_seat(self, conn: Any, row: Any) -> str | None:
         """[flow] key_concurrency: a seat of `row`'s key, or None where every one is held
@@ -294,6 +310,45 @@ class AutocommitAdvisory(Advisory):
     async def unlock(self, conn: Any, key: str) -> None:
         # A failure here fails the round, whose session then ends: the key is unlocked.
         await self.calls(conn, "unlock", key=key)
+
+    async def lock_row(self, conn: Any, row: Any, key: str) -> tuple[bool, str]:
+        # The row's lock and a seat of its limit key go together (Backend.lock_keys: one round
+        # trip in pipeline mode); the key's other seats are tried after, one at a time.
+        seats = self._seats
+        limit_key = seats.key_of(row) if seats is not None else None
+        if seats is None or limit_key is None:
+            return bool(await self.lock(conn, key)), ""
+        names = seats.key_seats(limit_key)
+        seat = seats.reserve(names)
+        if seat is None:
+            return False, ""  # this worker's slots hold every one
+        try:
+            seat_taken, locked = await self.backend.lock_keys(conn, [seat, key])
+        except BaseException:
+            seats.forget([seat])  # the round fails, and its session ends
+            raise
+        if not seat_taken:
+            seats.forget([seat])
+            if locked:
+                other = await seats.take_one(conn, [n for n in names if n != seat], self.lock)
+                if other is not None:
+                    return True, other
+                await self.unlock(conn, key)
+            return False, ""
+        if not locked:
+            await self.give_seats(conn, [seat])
+            return False, ""
+        return True, seat
+
+    async def unlock_row(self, conn: Any, key: str, seat: str) -> None:
+        if not seat:
+            await self.unlock(conn, key)
+            return
+        try:
+            await self.backend.unlock_keys(conn, [key, seat])  # one round trip, pipelined
+        finally:
+            if self._seats is not None:
+                self._seats.forget([seat])  # else the round fails, and its session ends
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         assert conn is not None  # the lock's session
