@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -91,3 +92,29 @@ def settle(check: Any, timeout: float = 90.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def runs_per_account(q: Queue, logs: list[Path], accounts: list[str], job_seconds: float
+                     ) -> tuple[list[tuple[float, float]], dict[str, list[tuple[float, float]]]]:
+    """Enqueue a job of each of `accounts`, drain them with a worker process of ten slots per
+    log, and return every job's handler run and the runs of each account."""
+    ids = add(q, accounts)
+    account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
+    children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds",
+                             str(job_seconds), "--no-listen", "--poll-interval", "0.02")
+    try:
+        settle(lambda: all(log.exists() for log in logs)
+               and sum(1 for log in logs for line in log.read_text().splitlines()
+                       if line.startswith("done ")) >= len(ids))
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err.decode()[-2000:]
+    runs = intervals(logs)
+    assert sorted(runs) == sorted(account_of)
+    per_account: dict[str, list[tuple[float, float]]] = {}
+    for job, run in runs.items():
+        per_account.setdefault(account_of[job], []).append(run)
+    return list(runs.values()), per_account

@@ -57,15 +57,6 @@ class SeatHolder:
         more)."""
         return all(name in self._held for name in self.key_seats(key))
 
-    def reserve(self, names: list[str]) -> str | None:
-        """The first of `names` this worker does not hold, reserved for a try of its own (the
-        caller forgets it where the try fails), or None."""
-        for name in names:
-            if name not in self._held:
-                self._held.add(name)
-                return name
-        return None
-
     async def take_one(self, conn: Any, names: list[str], lock: Lock) -> str | None:
         """The first of `names` this worker does not hold that `lock` takes, or None."""
         for name in names:

@@ -9,13 +9,20 @@ import asyncio
 import datetime as dt
 import signal
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue, Queue
-from limits_util import add, claim, intervals, most_at_once, settle, start_workers
+from limits_util import (
+    add,
+    claim,
+    intervals,
+    most_at_once,
+    runs_per_account,
+    settle,
+    start_workers,
+)
 
 from inboxgen import Job, Worker
 
@@ -167,28 +174,9 @@ def test_four_processes_of_ten_slots_never_pass_the_limits(
     are more than six jobs in work, or more than two of one account, and both limits are
     reached (they hold jobs back, not the whole queue). Every job runs exactly once."""
     q = queue(dialect, Layout(form="lease", processed=False, concurrency=6, key_concurrency=2))
-    accounts = [f"acct-{n % 5}" for n in range(150)]
-    ids = add(q, accounts)
-    account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
-    logs = [tmp_path / f"w{n}.log" for n in range(PROCESSES)]
-    children = start_workers(q, logs, "run", "--workers", str(SLOTS), "--job-seconds", "0.03",
-                             "--no-listen", "--poll-interval", "0.02")
-    try:
-        settle(lambda: all(log.exists() for log in logs)
-               and sum(1 for log in logs for line in log.read_text().splitlines()
-                       if line.startswith("done ")) >= len(ids))
-    finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            _, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err.decode()[-2000:]
-    runs = intervals(logs)
-    assert sorted(runs) == sorted(account_of)
-    assert most_at_once(list(runs.values())) == 6
-    per_account: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for job, run in runs.items():
-        per_account[account_of[job]].append(run)
+    runs, per_account = runs_per_account(q, [tmp_path / f"w{n}.log" for n in range(PROCESSES)],
+                                         [f"acct-{n % 5}" for n in range(150)], 0.03)
+    assert most_at_once(runs) == 6
     assert max(most_at_once(r) for r in per_account.values()) == 2
     assert q.ids() == []
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from dbcases import Layout, MakeQueue
-from limits_util import add, intervals, most_at_once, settle, start_workers
+from limits_util import add, intervals, most_at_once, runs_per_account, settle, start_workers
 
 # (form, dialect, count_crashes): SQLite has no row lock, and serves an advisory table from one
 # process. (MySQL's counted row lock unlocks every session lock of a round at once.)
@@ -38,30 +37,11 @@ def test_worker_processes_never_pass_the_seats(queue: MakeQueue, tmp_path: Path,
     keyed = form == "advisory"
     q = queue(dialect, layout(form, concurrency=6, key_concurrency=2 if keyed else None,
                               count_crashes=count_crashes))
-    accounts = [f"acct-{n % 5}" for n in range(150)]
-    ids = add(q, accounts)
-    account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
     logs = [tmp_path / f"w{n}.log" for n in range(1 if dialect == "sqlite" else 4)]
     # Jobs of 0.1 s: long beside a seat's round trips, so the slots' jobs overlap up to the
     # limits.
-    children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds", "0.1",
-                             "--no-listen", "--poll-interval", "0.02")
-    try:
-        settle(lambda: all(log.exists() for log in logs)
-               and sum(1 for log in logs for line in log.read_text().splitlines()
-                       if line.startswith("done ")) >= len(ids))
-    finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            _, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err.decode()[-2000:]
-    runs = intervals(logs)
-    assert sorted(runs) == sorted(account_of)
-    assert most_at_once(list(runs.values())) == 6
-    per_account: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for job, run in runs.items():
-        per_account[account_of[job]].append(run)
+    runs, per_account = runs_per_account(q, logs, [f"acct-{n % 5}" for n in range(150)], 0.1)
+    assert most_at_once(runs) == 6
     if keyed:
         assert max(most_at_once(r) for r in per_account.values()) == 2
     assert q.ids() == []
@@ -74,29 +54,10 @@ def test_a_key_limit_holds_across_processes(queue: MakeQueue, tmp_path: Path,
     on SQLite): the key's seats are the only limit, so six run at once, never three of one
     account."""
     q = queue(dialect, layout("advisory", concurrency=None, key_concurrency=2))
-    accounts = [f"acct-{n % 3}" for n in range(90)]
-    ids = add(q, accounts)
-    account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
     logs = [tmp_path / f"w{n}.log" for n in range(1 if dialect == "sqlite" else 4)]
-    children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds", "0.1",
-                             "--no-listen", "--poll-interval", "0.02")
-    try:
-        settle(lambda: all(log.exists() for log in logs)
-               and sum(1 for log in logs for line in log.read_text().splitlines()
-                       if line.startswith("done ")) >= len(ids))
-    finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            _, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err.decode()[-2000:]
-    runs = intervals(logs)
-    assert sorted(runs) == sorted(account_of)
-    per_account: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for job, run in runs.items():
-        per_account[account_of[job]].append(run)
+    runs, per_account = runs_per_account(q, logs, [f"acct-{n % 3}" for n in range(90)], 0.1)
     assert [most_at_once(r) for _, r in sorted(per_account.items())] == [2, 2, 2]
-    assert most_at_once(list(runs.values())) == 6
+    assert most_at_once(runs) == 6
 
 
 @pytest.mark.parametrize(("form", "dialect", "count_crashes"), [

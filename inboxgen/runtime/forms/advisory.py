@@ -311,45 +311,6 @@ class AutocommitAdvisory(Advisory):
         # A failure here fails the round, whose session then ends: the key is unlocked.
         await self.calls(conn, "unlock", key=key)
 
-    async def lock_row(self, conn: Any, row: Any, key: str) -> tuple[bool, str]:
-        # The row's lock and a seat of its limit key go together (Backend.lock_keys: one round
-        # trip in pipeline mode); the key's other seats are tried after, one at a time.
-        seats = self._seats
-        limit_key = seats.key_of(row) if seats is not None else None
-        if seats is None or limit_key is None:
-            return bool(await self.lock(conn, key)), ""
-        names = seats.key_seats(limit_key)
-        seat = seats.reserve(names)
-        if seat is None:
-            return False, ""  # this worker's slots hold every one
-        try:
-            seat_taken, locked = await self.backend.lock_keys(conn, [seat, key])
-        except BaseException:
-            seats.forget([seat])  # the round fails, and its session ends
-            raise
-        if not seat_taken:
-            seats.forget([seat])
-            if locked:
-                other = await seats.take_one(conn, [n for n in names if n != seat], self.lock)
-                if other is not None:
-                    return True, other
-                await self.unlock(conn, key)
-            return False, ""
-        if not locked:
-            await self.give_seats(conn, [seat])
-            return False, ""
-        return True, seat
-
-    async def unlock_row(self, conn: Any, key: str, seat: str) -> None:
-        if not seat:
-            await self.unlock(conn, key)
-            return
-        try:
-            await self.backend.unlock_keys(conn, [key, seat])  # one round trip, pipelined
-        finally:
-            if self._seats is not None:
-                self._seats.forget([seat])  # else the round fails, and its session ends
-
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
         assert conn is not None  # the lock's session
         await self.delivery.execute_settlement(conn, h, s)  # one statement: atomic alone
