@@ -88,8 +88,7 @@ class Advisory(Form):
         start = self._start.at() if self._start is not None else None
         looked = 0  # candidates looked at, in claim order: the next round starts after them
         full = False  # every seat of the queue was held
-        queue_seat: str | None = None  # [flow] concurrency: the round's seat of the queue
-        async with self.round_connection() as conn:
+        async with self.round_connection() as conn, self.round_seat(conn) as queue_seat:
             read_at = self._settle_seq
             started = time.monotonic()
             now = self.clock.now()
@@ -99,51 +98,48 @@ class Advisory(Form):
                 "by_priority": self.priorities.by_priority, **(start or {})})
             # The claim's round trip, for observers, is the read of the due rows.
             self.observed_claim(candidates, limit, started)
-            try:
-                for row in candidates:
-                    if got >= batch:
+            for row in candidates:
+                if got >= batch:
+                    break
+                looked += 1
+                row_id = getattr(row, d.role_attrs["id"])
+                if self._settled_at.get(row_id, -1) >= read_at:
+                    continue  # a slot of this worker settled it since the candidates were read
+                key = d.advisory_key(row) if d.advisory_key else ""
+                if key in self._keys_in_work:
+                    held += 1
+                    continue  # another slot of this worker holds it: no round trip to learn so
+                if self._seats is not None and self._seats.seats.concurrency is not None \
+                        and not queue_seat:
+                    # One seat of the queue serves the round's rows, which run one at a time.
+                    seat = await self._seats.take_queue_seat(conn, self.lock)
+                    if seat is None:
+                        full = True
                         break
-                    looked += 1
-                    row_id = getattr(row, d.role_attrs["id"])
-                    if self._settled_at.get(row_id, -1) >= read_at:
-                        continue  # a slot of this worker settled it since the candidates were read
-                    key = d.advisory_key(row) if d.advisory_key else ""
-                    if key in self._keys_in_work:
-                        held += 1
-                        continue  # another slot of this worker holds it: no round trip to learn so
-                    if self._seats is not None and self._seats.seats.concurrency is not None \
-                            and queue_seat is None:
-                        # One seat of the queue serves the round's rows, which run one at a time.
-                        queue_seat = await self._seats.take_queue_seat(conn, self.lock)
-                        if queue_seat is None:
-                            full = True
-                            break
-                    self._keys_in_work.add(key)  # reserved before the lock's round trip
-                    try:
-                        locked, key_seat = await self.lock_row(conn, row, key)
-                    except BaseException:
-                        # A lost connection (a server restart): the reservation must not outlive
-                        # the round, or this worker would pass over the key's rows for good.
-                        self._keys_in_work.discard(key)
-                        raise
-                    if not locked:
-                        self._keys_in_work.discard(key)
-                        held += 1
-                        continue  # its lock, or every seat of its limit key, is held
-                    try:
-                        taken = await self.take(conn, {"id": row_id, "group": group,
-                                                       "now": self.clock.now()})
-                        if taken is None:
-                            continue  # finished or rescheduled since the candidates were read
-                        got += 1
-                        self.slots.took(1)
-                        await self.delivery.deliver(self.held(taken, key=key), conn)
-                    finally:
-                        self._keys_in_work.discard(key)
-                        await self.unlock_row(conn, key, key_seat)
-            finally:
-                if queue_seat is not None:
-                    await self.give_seats(conn, [queue_seat])
+                    queue_seat.append(seat)
+                self._keys_in_work.add(key)  # reserved before the lock's round trip
+                try:
+                    locked, key_seat = await self.lock_row(conn, row, key)
+                except BaseException:
+                    # A lost connection (a server restart): the reservation must not outlive
+                    # the round, or this worker would pass over the key's rows for good.
+                    self._keys_in_work.discard(key)
+                    raise
+                if not locked:
+                    self._keys_in_work.discard(key)
+                    held += 1
+                    continue  # its lock, or every seat of its limit key, is held
+                try:
+                    taken = await self.take(conn, {"id": row_id, "group": group,
+                                                   "now": self.clock.now()})
+                    if taken is None:
+                        continue  # finished or rescheduled since the candidates were read
+                    got += 1
+                    self.slots.took(1)
+                    await self.delivery.deliver(self.held(taken, key=key), conn)
+                finally:
+                    self._keys_in_work.discard(key)
+                    await self.unlock_row(conn, key, key_seat)
         if self._start is not None and looked:
             self._start.after(candidates[looked - 1])
         if full:
@@ -166,6 +162,16 @@ class Advisory(Form):
             # again shortly rather than wait out the poll interval.
             await asyncio.sleep(0.01)
         return False
+
+    @contextlib.asynccontextmanager
+    async def round_seat(self, conn: Any) -> AsyncIterator[list[str]]:
+        """[flow] concurrency: the round's seat of the queue (none yet: the round takes it at
+        its first row), given up as the round ends."""
+        taken: list[str] = []
+        try:
+            yield taken
+        finally:
+            await self.give_seats(conn, taken)
 
     async def lock_row(self, conn: Any, row: Any, key: str) -> tuple[bool, str]:
         """Take a seat of the row's limit key ([flow] key_concurrency: "" where the table has
