@@ -1,6 +1,6 @@
 """Behind a transaction pooler (PgBouncer, pool_mode = transaction) session features break: the
-advisory form and the counted row lock (each holds its jobs with session locks) are refused, and
-a lease worker polls instead of listening."""
+advisory form, the counted row lock and a limited one (each holds its jobs with session locks)
+are refused, and a lease worker polls instead of listening."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from dbcases import Layout, queue_parts
 from servers import PostgresServer
 
 from generated_examples import chat, ledger, mailer
@@ -88,6 +89,26 @@ def _busy_pool(dsn: str) -> list[psycopg.Connection]:
     for c in conns:
         c.commit()
     return conns
+
+
+def test_a_limited_row_lock_is_refused_behind_a_transaction_pooler(
+        pg_dsn: str, bouncer: str, tmp_path: Path) -> None:
+    """A row lock with [flow] concurrency, not counting crashes: its jobs hold seats, session
+    locks, which a transaction pooler cannot keep."""
+    module, ddl = queue_parts(tmp_path, "postgres", Layout(form="row_lock", processed=False,
+                                                           concurrency=3))
+    assert module.DESCRIPTOR.seats is not None and not module.DESCRIPTOR.count_crashes
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(ddl)
+    others = _busy_pool(bouncer)
+    try:
+        worker = Worker(module.DESCRIPTOR, lambda job: ack(), database=bouncer)
+        with pytest.raises(WorkerConfigError, match="behind a transaction pooler .* advisory "
+                                                    "locks do not hold"):
+            asyncio.run(worker.start())
+    finally:
+        for c in others:
+            c.close()
 
 
 @pytest.mark.parametrize("example", ["ledger", "mailer"])
