@@ -16,6 +16,7 @@ a round trip on a seat of its own worker's.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 Lock = Callable[[Any, str], Awaitable[bool]]  # take a session lock, without waiting
 Unlock = Callable[[Any, str], Awaitable[None]]
 LockAll = Callable[[Any, list[str]], Awaitable[list[bool]]]  # Lock of several, which it took
+UnlockAll = Callable[[Any, list[str]], Awaitable[None]]
+
+# The longest a row-lock slot keeps its seats across its rounds before it gives them up.
+SEAT_TURN = 1.0
 
 
 class SeatHolder:
@@ -73,21 +78,6 @@ class SeatHolder:
             self._held.discard(name)
         return None
 
-    async def take_queue(self, conn: Any, most: int, lock: Lock) -> list[str]:
-        """Up to `most` of the queue's seats. A slot that holds none tries every seat until
-        one is free; one that got some stops at the first seat held elsewhere, rather than
-        spend a round trip on each of the others."""
-        taken: list[str] = []
-        for name in self.queue_seats():
-            if len(taken) >= most:
-                break
-            got = await self.take_one(conn, [name], lock)
-            if got is not None:
-                taken.append(got)
-            elif taken and name not in self._held:
-                break
-        return taken
-
     async def take_queue_seat(self, conn: Any, lock: Lock) -> str | None:
         """One of the queue's seats, or None where every one is held."""
         return await self.take_one(conn, self.queue_seats(), lock)
@@ -98,8 +88,7 @@ class SeatHolder:
             return None  # this worker's slots hold them all: no round trip to learn so
         return await self.take_one(conn, self.key_seats(key), lock)
 
-    async def take_queue_together(self, conn: Any, most: int, lock_all: LockAll
-                                  ) -> list[str]:
+    async def take_queue(self, conn: Any, most: int, lock_all: LockAll) -> list[str]:
         """Up to `most` of the queue's seats, tried `most` at a time in one call of `lock_all`
         (one round trip where the driver sends statements together); a slot that got some
         stops there."""
@@ -134,3 +123,44 @@ class SeatHolder:
         """`names` are given up (or their session ended)."""
         for name in names:
             self._held.discard(name)
+
+
+class SlotSeats:
+    """The seats one slot of a row lock holds across its rounds: topped up to a batch before a
+    claim, given up when a claim comes back short, after SEAT_TURN (so a busy worker leaves
+    other processes their turn at the seats), and when the slot stops. `lock_all` and
+    `unlock_all` take and give up several seats on the slot's session at once."""
+
+    def __init__(self, holder: SeatHolder, lock_all: LockAll, unlock_all: UnlockAll) -> None:
+        self._holder = holder
+        self._lock_all, self._unlock_all = lock_all, unlock_all
+        self.names: list[str] = []
+        self._since = 0.0  # when the slot took the seats it holds
+
+    async def top_up(self, conn: Any, batch: int) -> int:
+        """Take seats up to `batch`; returns how many the slot holds (0: every one is held)."""
+        if len(self.names) < batch:
+            more = await self._holder.take_queue(conn, batch - len(self.names), self._lock_all)
+            if more and not self.names:
+                self._since = time.monotonic()
+            self.names += more
+        return len(self.names)
+
+    def turn_over(self) -> bool:
+        return time.monotonic() - self._since >= SEAT_TURN
+
+    async def give(self, conn: Any) -> None:
+        """Give the seats up; where that fails, the caller ends the session, which gives them
+        up too."""
+        given, self.names = self.names, []
+        try:
+            if given:
+                await self._unlock_all(conn, given)
+        finally:
+            self._holder.forget(given)
+
+    def lost(self) -> bool:
+        """The session ends (or its seats did): forget them. Returns whether it held any."""
+        given, self.names = self.names, []
+        self._holder.forget(given)
+        return bool(given)

@@ -28,6 +28,7 @@ from inboxgen.runtime.forms.base import Form, Parts, Pending
 from inboxgen.runtime.outcomes import FINISH, REQUEUE, REQUEUE_AT, Settlement
 
 if TYPE_CHECKING:
+    from inboxgen.descriptor import TableDescriptor
     from inboxgen.runtime.jobs import Held
 
 # How often a pipelined session goes idle outside a transaction between two rounds. PostgreSQL
@@ -63,6 +64,12 @@ def pipelined(parts: Parts) -> bool:
     return (parts.backend.rounds_together and not parts.settings.transactional
             and (parts.backend.steps_fail_in_place
                  or one_statement(parts.descriptor, "dead_letter")))
+
+
+def release_unlocks_session(d: TableDescriptor) -> bool:
+    """Whether RELEASE names no rows and unlocks every lock of the session (MySQL's
+    RELEASE_ALL_LOCKS()), where PostgreSQL's unlocks the keys of the rows it names."""
+    return "id" not in d.statement_params.get("RELEASE", ())
 
 
 class RowLock(Form):
@@ -414,7 +421,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
-        self._release_first = "id" not in self.d.statement_params["RELEASE"]
+        self._release_first = release_unlocks_session(self.d)
         self._keep_finished = max(FINISHED_KEYS_KEPT, self.settings.batch)
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:

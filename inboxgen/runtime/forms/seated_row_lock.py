@@ -19,11 +19,8 @@ every lock of the session, MySQL's: its seats end with each round, and it takes 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-import attrs
 
 from inboxgen.runtime.forms.base import Form, Parts, Pending
 from inboxgen.runtime.forms.row_lock import (
@@ -32,33 +29,21 @@ from inboxgen.runtime.forms.row_lock import (
     PipelinedRowLock,
     RowLock,
     pipelined,
+    release_unlocks_session,
 )
-from inboxgen.runtime.seats import SeatHolder
+from inboxgen.runtime.seats import SeatHolder, SlotSeats
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
 
-# The longest a slot keeps its seats across its rounds before it gives them up.
-SEAT_TURN = 1.0
-
-
 def seated_row_lock(parts: Parts) -> Form:
-    d = parts.descriptor
-    together = pipelined(parts)
-    if d.count_crashes:
-        # A RELEASE that names no rows unlocks every lock of the session (MySQL's).
-        keeps_seats = "id" in d.statement_params.get("RELEASE", ())
-        return (SeatedPipelinedCountedRowLock(parts) if together and keeps_seats else
+    if parts.descriptor.count_crashes:
+        # A RELEASE that unlocks every lock of the session would end the seats of a pipelined
+        # slot between its rounds.
+        return (SeatedPipelinedCountedRowLock(parts) if pipelined(parts)
+                and not release_unlocks_session(parts.descriptor) else
                 SeatedCountedRowLock(parts))
-    return SeatedPipelinedRowLock(parts) if together else SeatedRowLock(parts)
-
-
-@attrs.define
-class SlotSeats:
-    """The seats one slot of a pipelined seated row lock holds across its rounds."""
-
-    names: list[str] = attrs.Factory(list)
-    since: float = 0.0  # when the slot took them
+    return SeatedPipelinedRowLock(parts) if pipelined(parts) else SeatedRowLock(parts)
 
 
 class PipelinedSeats(PipelinedRowLock):
@@ -73,42 +58,28 @@ class PipelinedSeats(PipelinedRowLock):
         self.seats = SeatHolder(self.d.seats, self.d.qualified_name)
 
     def slot_seats(self) -> SlotSeats:
-        return SlotSeats()
+        # A session lock taken inside the open transaction outlives its COMMIT: no COMMIT of
+        # its own (Backend.lock_keys: one round trip on PostgreSQL).
+        return SlotSeats(self.seats, self.backend.lock_keys, self.backend.unlock_keys)
 
     async def claim_limit(self, conn: Any, seats: SlotSeats) -> int:
-        batch = self.settings.batch
-        if len(seats.names) < batch:
-            # A session lock taken inside the open transaction outlives its COMMIT.
-            more = await self.seats.take_queue_together(conn, batch - len(seats.names),
-                                                        self.backend.lock_keys)
-            if more and not seats.names:
-                seats.since = time.monotonic()
-            seats.names += more
-        return len(seats.names)
+        return await seats.top_up(conn, self.settings.batch)
 
     def seats_turn_over(self, seats: SlotSeats) -> bool:
-        return time.monotonic() - seats.since >= SEAT_TURN
+        return seats.turn_over()
 
     async def give_seats(self, conn: Any, seats: SlotSeats) -> None:
-        given, seats.names = seats.names, []
         try:
-            if given:
-                await self.backend.unlock_keys(conn, given)  # together: one round trip
+            await seats.give(conn)
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.backend.end_session(conn)  # which gives them up
             raise
-        finally:
-            self.seats.forget(given)
 
     async def drop_seats(self, conn: Any, seats: SlotSeats) -> None:
-        if not seats.names:
-            return
-        self.seats.forget(seats.names)
-        seats.names = []
-        with contextlib.suppress(Exception):
-            await self.backend.end_session(conn)
-
+        if seats.lost():
+            with contextlib.suppress(Exception):
+                await self.backend.end_session(conn)
 
 
 class SeatedPipelinedRowLock(PipelinedSeats):
@@ -120,9 +91,9 @@ class SeatedPipelinedCountedRowLock(PipelinedSeats, PipelinedCountedRowLock):
 
 
 class SeatedRowLock(RowLock):
+    """A slot's rounds on one connection of its own, a transaction at a time (transactional
+    handlers; MySQL's counted row lock): seats outside the round's transactions."""
     needs_one_session = True  # a seat is a session lock
-    # Whether the seats a slot holds outlive its round (a counted round's RELEASE may end them).
-    seats_outlive_round = True
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
@@ -132,48 +103,45 @@ class SeatedRowLock(RowLock):
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Rounds on one session until the worker stops, each with as many seats as the slot
         holds (up to a batch)."""
-        backend, slots, batch = self.backend, self.slots, self.settings.batch
+        backend, slots = self.backend, self.slots
         async with backend.connection() as conn:  # a transaction at a time, not autocommit
-            seats: list[str] = []
-            since = 0.0  # when the slot took the seats it holds
+            seats = SlotSeats(self.seats, self._lock_seats, self._unlock_seats)
             try:
                 while not slots.stopping:
-                    if len(seats) < batch:
-                        more = await self.seats.take_queue(conn, batch - len(seats),
-                                                           self._lock_seat)
-                        if more and not seats:
-                            since = time.monotonic()
-                        seats += more
-                    if not seats:  # every seat of the queue is held: wait as when drained
+                    limit = await seats.top_up(conn, self.settings.batch)
+                    if not limit:  # every seat of the queue is held: wait as when drained
                         worked()
                         await slots.wait(index, self.settings.poll_interval)
                         continue
-                    full, again = await self.seated_round(conn, len(seats))
+                    full, again = await self.seated_round(conn, limit)
                     worked()
-                    if not self.seats_outlive_round:
-                        self.seats.forget(seats)
-                        seats = []
-                    if not full or time.monotonic() - since >= SEAT_TURN:
-                        given, seats = seats, []
-                        await self.seats.give(conn, given, self._unlock_seat)
+                    if self.seats_end_with_round:
+                        seats.lost()
+                    elif not full or seats.turn_over():
+                        await seats.give(conn)
                     if full or again:
                         slots.wake_waiting_slot()  # a full claim: more rows are likely due
                     else:
                         await slots.wait(index, self.settings.poll_interval)
+                await seats.give(conn)
             except BaseException:
                 # Ending the session gives its seats up (and rolls back, and unlocks a counted
                 # round's keys).
-                self.seats.forget(seats)
+                seats.lost()
                 with contextlib.suppress(Exception):
                     await backend.end_session(conn)
                 raise
-            await self.seats.give(conn, seats, self._unlock_seat)
 
-    async def _lock_seat(self, conn: Any, name: str) -> bool:
-        return await self.backend.lock_key(conn, name, self)
+    # Whether a round's end gives the slot's seats up (a counted round's RELEASE may).
+    seats_end_with_round = False
 
-    async def _unlock_seat(self, conn: Any, name: str) -> None:
-        await self.calls(conn, "unlock", key=name)
+    async def _lock_seats(self, conn: Any, names: list[str]) -> list[bool]:
+        took = await self.backend.lock_keys(conn, names)
+        await self.backend.commit(conn)
+        return took
+
+    async def _unlock_seats(self, conn: Any, names: list[str]) -> None:
+        await self.backend.unlock_keys(conn, names)
         await self.backend.commit(conn)
 
     async def seated_round(self, conn: Any, limit: int) -> tuple[bool, bool]:
@@ -213,7 +181,7 @@ class SeatedCountedRowLock(SeatedRowLock, CountedRowLock):
         # A RELEASE that names no rows unlocks every lock of the session (MySQL's
         # RELEASE_ALL_LOCKS()), the slot's seats with its rows' keys: it takes them again for
         # its next round.
-        self.seats_outlive_round = "id" in self.d.statement_params.get("RELEASE", ())
+        self.seats_end_with_round = release_unlocks_session(self.d)
 
     async def seated_round(self, conn: Any, limit: int) -> tuple[bool, bool]:
         backend = self.backend
