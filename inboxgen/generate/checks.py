@@ -728,7 +728,7 @@ class _Checker:
         if form != LEASE:  # seats: session locks, read through no index
             return Limits(given.concurrency, key.name if key is not None else None,
                           given.key_concurrency)
-        self.limit_indexes(table, roles["locked_until"][1].name, given)
+        in_work_index = self.limit_indexes(table, roles["locked_until"][1].name, given)
         if key is not None and (given.fair or given.key_concurrency is not None):
             self.walk_index(table, roles, key.name, given.fair)
         rate_table = (self.rate_table(given.rate_table, table,
@@ -742,7 +742,7 @@ class _Checker:
             return None
         return Limits(given.concurrency, key.name if key is not None else None,
                       given.key_concurrency, given.rate, given.rate_seconds, rate_table,
-                      given.rate_per_key, given.fair, weights)
+                      given.rate_per_key, given.fair, weights, in_work_index)
 
     def side_table(self, name: str, line: int, what: str, needs: str, queue: Table
                    ) -> Table | None:
@@ -843,12 +843,12 @@ class _Checker:
                             f"walks; make (queue, fair_key) its primary key")
         return TableRef(found.schema, found.name)
 
-    def limit_indexes(self, table: Table, lease: str, given: FlowLimits) -> None:
+    def limit_indexes(self, table: Table, lease: str, given: FlowLimits) -> str | None:
         """Each claim counts the jobs in work through the live leases, through the indexes
         counted_through names: one that starts with the lease column (the queue's count, and
         the keys at their limit), one that starts with the key and the lease column (a key's
         count: one on the key alone reads all of a key's rows, for each of its rows the claim
-        returns)."""
+        returns). Returns the name of the first, where the table has one."""
         indexes = self.catalog.indexes_of(table)
         lease_alone = ("the jobs in work" if given.key_concurrency is None else
                        "the keys at their limit" if given.concurrency is None else
@@ -866,6 +866,8 @@ class _Checker:
         for line, cols, how in sorted(missing):
             self.warn(line, f"no index of table \"{table.name}\" starts with {cols}: every claim "
                             f"{how}; create an index on \"{table.name}\" ({cols})")
+        return next((i.name for i in indexes
+                     if i.name and leads(i.columns, [lease]) and not i.partial), None)
 
     def walk_index(self, table: Table, roles: dict[str, tuple[RoleBinding, Column]],
                    key: str, fair: bool) -> None:

@@ -136,6 +136,9 @@ class Limits:
     # With `fair`, the table of weights (columns queue, fair_key, weight): a key of weight w
     # takes w turns in each round; 1 where it has no row.
     weights_table: TableRef | None = None
+    # The index whose first column is the lease column, where one has a name: MySQL's counts
+    # of the queue's jobs in work name it (statements/mysql.py).
+    in_work_index: str | None = None
 
 
 @attrs.frozen

@@ -145,7 +145,7 @@ def test_postgres_worker_behind_one_keys_backlog_reads_fewer_blocks_than_one_pla
     conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")  # its reads would count
     conn.commit()
     cur = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.CLAIM, {
-        "now": now, "limit": 1, "key_concurrency": 1})
+        "now": now, "limit": 1, "key_concurrency": 1, **values.FROM_THE_HEAD})
     ((plan,),) = cur.fetchall()
     conn.rollback()
     conn.close()

@@ -960,8 +960,9 @@ class Renderer:
         turn: tuple[str, ...] = ()
         if self.q.limits is not None:
             over = self.within_limits
-            doc = ("Claim up to `limit` rows, as many as the limits leave room for, under a "
-                   "lease ending at `locked_until`; run it in a transaction and commit.")
+            doc = ("Claim up to `limit` rows" + self.start_says(claim) + ", as many as the "
+                   "limits leave room for, under a lease ending at `locked_until`; run it in a "
+                   "transaction and commit.")
             if "CLAIM_TURN_END" in st:
                 doc += (" Call claim_turn() before the transaction and claim_turn_end() after "
                         "its commit.")

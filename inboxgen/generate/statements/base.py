@@ -248,7 +248,7 @@ class Statements:
         form = self.q.lease or (self.q.form in (ROW_LOCK, ADVISORY) and not self.q.fifo)
         return (self.starts_claims and form and self.q.id.column.kind in self.start_id_kinds
                 and not any(f.column.nullable for f in self.start_columns)
-                and self.q.limits is None)
+                and (self.q.limits is None or not self.q.limits.fair))
 
     @property
     def start_columns(self) -> list[Field]:
@@ -420,11 +420,12 @@ class Statements:
             # a row-by-row count reads a key's jobs in work again for each of its rows the
             # claim passes over, and a key at its limit may have thousands waiting.
             also.append("\n".join((f"{key_col} NOT IN (", f"    SELECT {held}.{key}",
-                                   f"    FROM {self.t()} AS {held}",
+                                   f"    FROM {self.held_rows(by_lease=True)}",
                                    f"    WHERE {self.live_lease()}", f"    GROUP BY {held}.{key}",
                                    f"    HAVING COUNT(*) >= {self.p('key_concurrency')}",
                                    ")")))
         also += self.turn_held()
+        also += self.claim_start
         if limits.rate_table is not None:
             self.rate_forget(limits.rate_table)
         if limits.fair:
@@ -439,9 +440,9 @@ class Statements:
                 f"ORDER BY {self.order()}",
                 f"LIMIT {self.p('limit')}",
                 self.limited_lock,
-            ) if x), "Under the claim turn, read up to `limit` due rows within the limits, with "
-                     "what the limits count (jobs in work of the queue and of the row's key, "
-                     "claims of the rate's window) beside each.")
+            ) if x), f"Under the claim turn, read up to `limit` due rows{self.start_doc} within "
+                     "the limits, with what the limits count (jobs in work of the queue and of "
+                     "the row's key, claims of the rate's window) beside each.")
             if limits.key is not None and limits.key_concurrency is not None:
                 self.claim_by_key()
                 self.held_back()
@@ -467,10 +468,15 @@ class Statements:
         assert lu is not None
         return f"{self.d.quote('inboxgen_held')}.{self.c(lu)} > {self.p('now')}"
 
+    def held_rows(self, by_lease: bool) -> str:
+        """The table again as `inboxgen_held`, the rows the limits count (`by_lease`: read
+        through the index on the lease column, where no other condition narrows them)."""
+        return f"{self.t()} AS {self.d.quote('inboxgen_held')}"
+
     def in_work(self, *conds: str) -> str:
         """The jobs in work meeting `conds` (on `inboxgen_held`), counted."""
         return "\n".join(("(", "    SELECT COUNT(*)",
-                          f"    FROM {self.t()} AS {self.d.quote('inboxgen_held')}",
+                          f"    FROM {self.held_rows(by_lease=not conds)}",
                           self.where([*conds, self.live_lease()], "    "), ")"))
 
     def limit_counts(self, key_col: str) -> tuple[str, str, str]:

@@ -161,7 +161,7 @@ class Lease(Form):
         """Claim up to `limit` rows into the slots' queue; returns how many came. Where the
         claim takes a start (ClaimStart), a claim from there that comes back short claims the
         rest from the head at once: rows behind the start are due too."""
-        if self._start is None:
+        if self._start is None or self.keys.by_key:  # (a walk over the keys takes no start)
             return len(await self._claim_once(limit, None))
         start = self._start.at()
         got = await self._claim_once(limit, start)

@@ -104,8 +104,9 @@ WHERE `queue` = %(queue)s
   AND `claimed_at` <= UTC_TIMESTAMP(6) - INTERVAL %(rate_seconds)s * 1000000 MICROSECOND
 """
 
-# Under the claim turn, read up to `limit` due rows within the limits, with what the limits count
-# (jobs in work of the queue and of the row's key, claims of the rate's window) beside each.
+# Under the claim turn, read up to `limit` due rows from id `from_id` on within the limits, with
+# what the limits count (jobs in work of the queue and of the row's key, claims of the rate's
+# window) beside each.
 CLAIM: Final[LiteralString] = """
 SELECT `id`, `grp`, `account_id`, `locked_until`, `processed_at`, `attempt`, `payload`,
        NULL AS `inboxgen_in_work`,
@@ -137,13 +138,14 @@ WHERE `grp` = %(group)s
 ) < %(rate)s
   AND `my_limited_jobs`.`account_id` NOT IN (
     SELECT `inboxgen_held`.`account_id`
-    FROM `my_limited_jobs` AS `inboxgen_held`
+    FROM `my_limited_jobs` AS `inboxgen_held` FORCE INDEX (`my_limited_jobs_in_work`)
     WHERE `inboxgen_held`.`locked_until` > %(now)s
     GROUP BY `inboxgen_held`.`account_id`
     HAVING COUNT(*) >= %(key_concurrency)s
 )
   AND IS_USED_LOCK(CONCAT('inboxgen turn:', SHA1(CONCAT(DATABASE(), '.',
       %(queue)s)))) = CONNECTION_ID()
+  AND `id` >= %(from_id)s
 ORDER BY `id`
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -259,13 +261,15 @@ WHERE `id` IN %(ids)s
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1, by_key: bool = False,
+    locked_until: datetime.datetime, limit: int = 1, from_id: int | None = None,
+    by_key: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
-    `locked_until`; run it in a transaction and commit. Call claim_turn() before the transaction
-    and claim_turn_end() after its commit. Records each claim for the rate, and forgets those of
-    past windows. With `by_key`, CLAIM_BY_KEY: claims take turns across the values of the key,
-    for a table where many due rows wait behind keys at their limit (`held_back()`).
+    """Claim up to `limit` rows from id `from_id` on (None: from the head), as many as the limits
+    leave room for, under a lease ending at `locked_until`; run it in a transaction and commit.
+    Call claim_turn() before the transaction and claim_turn_end() after its commit. Records each
+    claim for the rate, and forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims
+    take turns across the values of the key, for a table where many due rows wait behind keys at
+    their limit (`held_back()`).
     """
     turns = _v.key_turns(CLAIM_BY_KEY, group)
     _v.mysql_execute(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
@@ -277,7 +281,8 @@ def claim(
     else:
         cur = _v.mysql_execute(conn, CLAIM, {
             "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
-            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
+            "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
         })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(cur.fetchall(), limit)
         if by_key else cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)[:limit]]
@@ -293,13 +298,15 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1, by_key: bool = False,
+    locked_until: datetime.datetime, limit: int = 1, from_id: int | None = None,
+    by_key: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
-    `locked_until`; run it in a transaction and commit. Call claim_turn() before the transaction
-    and claim_turn_end() after its commit. Records each claim for the rate, and forgets those of
-    past windows. With `by_key`, CLAIM_BY_KEY: claims take turns across the values of the key,
-    for a table where many due rows wait behind keys at their limit (`held_back()`).
+    """Claim up to `limit` rows from id `from_id` on (None: from the head), as many as the limits
+    leave room for, under a lease ending at `locked_until`; run it in a transaction and commit.
+    Call claim_turn() before the transaction and claim_turn_end() after its commit. Records each
+    claim for the rate, and forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims
+    take turns across the values of the key, for a table where many due rows wait behind keys at
+    their limit (`held_back()`).
     """
     turns = _v.key_turns(CLAIM_BY_KEY, group)
     await _v.mysql_execute_async(conn, CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
@@ -311,7 +318,8 @@ async def claim_async(
     else:
         cur = await _v.mysql_execute_async(conn, CLAIM, {
             "queue": TABLE, "rate_seconds": RATE_SECONDS, "now": _v.naive_utc(now), "group": group,
-            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
+            "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
         })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(await cur.fetchall(),
         limit) if by_key else await cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE,

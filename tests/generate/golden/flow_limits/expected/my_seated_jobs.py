@@ -89,24 +89,33 @@ def advisory_key(row: ClaimedRow) -> str:
     return "job-" + str(row.id)
 
 
-# Rows due for a claim, in claim order; each is then locked by its key.
+# Rows due for a claim from id `from_id` on; each is then locked by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT `id`, `account_id`, `attempt`, `payload`
 FROM `my_seated_jobs`
+WHERE `id` >= %(from_id)s
 ORDER BY `id`
 LIMIT %(limit)s
 """
 
 
-def candidates(conn: pymysql.connections.Connection[Any], *, limit: int = 1) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = _v.mysql_execute(conn, CANDIDATES, {"limit": limit})
+def candidates(
+    conn: pymysql.connections.Connection[Any], *, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Rows due for a claim from id `from_id` on; each is then locked by its key."""
+    cur = _v.mysql_execute(conn, CANDIDATES, {
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 
-async def candidates_async(conn: _v.AsyncMySQLConnection, *, limit: int = 1) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = await _v.mysql_execute_async(conn, CANDIDATES, {"limit": limit})
+async def candidates_async(
+    conn: _v.AsyncMySQLConnection, *, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Rows due for a claim from id `from_id` on; each is then locked by its key."""
+    cur = await _v.mysql_execute_async(conn, CANDIDATES, {
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in await cur.fetchall()]
 
 

@@ -109,8 +109,9 @@ WHERE "queue" = %(queue)s
   AND "claimed_at" <= clock_timestamp() - make_interval(secs => %(rate_seconds)s)
 """
 
-# Under the claim turn, read up to `limit` due rows within the limits, with what the limits count
-# (jobs in work of the queue and of the row's key, claims of the rate's window) beside each.
+# Under the claim turn, read up to `limit` due rows from (`from_priority`, `from_retry_after`,
+# `from_id`) on in claim order within the limits, with what the limits count (jobs in work of the
+# queue and of the row's key, claims of the rate's window) beside each.
 CLAIM: Final[LiteralString] = """
 SELECT "id", "tenant", "priority", "retry_after", "locked_until", "attempt", "payload",
        (
@@ -152,6 +153,8 @@ WHERE "retry_after" <= %(now)s
     GROUP BY "inboxgen_held"."tenant"
     HAVING COUNT(*) >= %(key_concurrency)s
 )
+  AND ("priority", "retry_after", "id") >= (%(from_priority)s, %(from_retry_after)s,
+       %(from_id)s)
 ORDER BY "priority", "retry_after", "id"
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -273,13 +276,17 @@ WHERE "id" = ANY(%(ids)s::BIGINT[])
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1, by_key: bool = False,
+    limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
+    by_key: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
-    `locked_until`; run it in a transaction and commit. Takes the claim turn first, held until
-    then. Records each claim for the rate, and forgets those of past windows. With `by_key`,
-    CLAIM_BY_KEY: claims take turns across the values of the key, for a table where many due
-    rows wait behind keys at their limit (`held_back()`).
+    """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
+    and its priority `from_priority` and its due time `from_retry_after`; None: from the head),
+    as many as the limits leave room for, under a lease ending at `locked_until`; run it in a
+    transaction and commit. Takes the claim turn first, held until then. Records each claim for
+    the rate, and forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims take turns
+    across the values of the key, for a table where many due rows wait behind keys at their
+    limit (`held_back()`).
     """
     turns = _v.key_turns(CLAIM_BY_KEY, None)
     conn.execute(CLAIM_TURN, {"queue": TABLE})
@@ -292,7 +299,10 @@ def claim(
     else:
         cur = conn.execute(CLAIM, {
             "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
+            "from_priority": _v.lowest_or(from_priority),
+            "from_retry_after": _v.earliest_or(from_retry_after),
+            "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
         })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(cur.fetchall(), limit)
         if by_key else cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)[:limit]]
@@ -304,13 +314,17 @@ def claim(
 
 async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1, by_key: bool = False,
+    limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
+    by_key: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
-    `locked_until`; run it in a transaction and commit. Takes the claim turn first, held until
-    then. Records each claim for the rate, and forgets those of past windows. With `by_key`,
-    CLAIM_BY_KEY: claims take turns across the values of the key, for a table where many due
-    rows wait behind keys at their limit (`held_back()`).
+    """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
+    and its priority `from_priority` and its due time `from_retry_after`; None: from the head),
+    as many as the limits leave room for, under a lease ending at `locked_until`; run it in a
+    transaction and commit. Takes the claim turn first, held until then. Records each claim for
+    the rate, and forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims take turns
+    across the values of the key, for a table where many due rows wait behind keys at their
+    limit (`held_back()`).
     """
     turns = _v.key_turns(CLAIM_BY_KEY, None)
     await conn.execute(CLAIM_TURN, {"queue": TABLE})
@@ -323,7 +337,10 @@ async def claim_async(
     else:
         cur = await conn.execute(CLAIM, {
             "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-            "rate": RATE, "key_concurrency": KEY_CONCURRENCY, "limit": limit,
+            "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
+            "from_priority": _v.lowest_or(from_priority),
+            "from_retry_after": _v.earliest_or(from_retry_after),
+            "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
         })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(await cur.fetchall(),
         limit) if by_key else await cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE,

@@ -88,15 +88,17 @@ def decode_payload(raw: object) -> _v.JSONValue:
     return cast("_v.JSONValue", raw)
 
 
-# Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends the
-# attempt); each row's key stays locked for the session until RELEASE.
+# Count the next delivery of up to `limit` rows from (`from_priority`, `from_id`) on in claim
+# order (commit it at once, so a crash still spends the attempt); each row's key stays locked for
+# the session until RELEASE.
 CLAIM: Final[LiteralString] = """
 UPDATE "pg_seated_jobs"
 SET "attempt" = "attempt" + 1
 WHERE "id" = ANY(ARRAY(
     SELECT "id"
     FROM "pg_seated_jobs"
-    WHERE pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
+    WHERE ("priority", "id") >= (%(from_priority)s, %(from_id)s)
+      AND pg_try_advisory_xact_lock(hashtextextended(%(row_key)s || "id"::text, 0))
     ORDER BY "priority", "id"
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -106,21 +108,37 @@ RETURNING "id", "priority", "attempt" - 1 AS "attempt", "payload",
 """
 
 
-def claim(conn: psycopg.Connection[Any], *, limit: int = 1) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+def claim(
+    conn: psycopg.Connection[Any], *, limit: int = 1, from_priority: int | None = None,
+    from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Count the next delivery of up to `limit` rows from (`from_priority`, `from_id`) on in claim
+    order (commit it at once, so a crash still spends the attempt); each row's key stays locked
+    for the session until RELEASE.
     """
-    cur = conn.execute(CLAIM, {"row_key": f"inboxgen:{TABLE}:", "limit": limit})
+    cur = conn.execute(CLAIM, {
+        "from_priority": _v.lowest_or(from_priority),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
+        "limit": limit,
+    })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
 
 
-async def claim_async(conn: psycopg.AsyncConnection[Any], *, limit: int = 1) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (commit it at once, so a crash still spends
-    the attempt); each row's key stays locked for the session until RELEASE.
+async def claim_async(
+    conn: psycopg.AsyncConnection[Any], *, limit: int = 1, from_priority: int | None = None,
+    from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Count the next delivery of up to `limit` rows from (`from_priority`, `from_id`) on in claim
+    order (commit it at once, so a crash still spends the attempt); each row's key stays locked
+    for the session until RELEASE.
     """
-    cur = await conn.execute(CLAIM, {"row_key": f"inboxgen:{TABLE}:", "limit": limit})
+    cur = await conn.execute(CLAIM, {
+        "from_priority": _v.lowest_or(from_priority),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
+        "limit": limit,
+    })
     rows = [_claimed(r) for r in await cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
     return rows
