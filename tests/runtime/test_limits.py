@@ -72,6 +72,46 @@ def test_a_key_at_its_limit_leaves_the_others_free(queue: MakeQueue, dialect: st
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_row_passed_over_at_its_keys_limit_runs_once_its_key_has_room(queue: MakeQueue,
+                                                                      dialect: str) -> None:
+    """Account a's second job stands behind its first, which runs for a second under a limit of
+    one, and ahead of 400 other accounts' jobs, which keep every claim full. The worker's claims
+    pass over it while a's first job runs (on PostgreSQL and MariaDB they go on from the last
+    row claimed), and start it within a few seconds of that job's end, long before the backlog
+    behind it is done: a claim that passed over a row goes back to it."""
+    q = queue(dialect, Layout(form="lease", processed=False, key_concurrency=1))
+    first, second = add(q, ["a", "a"])
+    others = add(q, [f"t{n}" for n in range(400)])
+    started: dict[int, float] = {}
+    ended: dict[int, float] = {}
+
+    async def handler(job: Job[Any]) -> None:
+        started[job.id] = time.monotonic()
+        await asyncio.sleep(1.0 if job.id == first else 0.02)
+        ended[job.id] = time.monotonic()
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2, batch=1,
+                    poll_interval=0.05, listen=False)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            deadline = time.monotonic() + 120
+            while q.ids():
+                assert time.monotonic() < deadline, len(q.ids())
+                await asyncio.sleep(0.05)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert worker.stats.acked == len(others) + 2
+    assert started[second] >= ended[first]  # never two of a at once
+    assert started[second] - ended[first] < 3.0
+    # The backlog went on well after a's second job started.
+    assert sum(started[i] > started[second] for i in others) >= 100
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_full_queue_claims_again_as_its_own_jobs_settle(queue: MakeQueue,
                                                           dialect: str) -> None:
     """A worker of ten slots on a queue limited to two in work, polling once a minute: each
