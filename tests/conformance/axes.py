@@ -43,8 +43,9 @@ AXES: dict[str, tuple[str, ...]] = {
     "storage": ("plain", "partitioned"),
 }
 # The triples CI covers besides every pair: where a settlement's statements meet the handler's
-# connection (a dead letter to a table under a pipelined row lock looped here).
-TRIPLES = (("form", "dead", "handler"),)
+# connection (a dead letter to a table under a pipelined row lock looped here), and where each
+# dialect runs each form's dead letters (the row lock's to a table looped on PostgreSQL alone).
+TRIPLES = (("form", "dead", "handler"), ("dialect", "form", "dead"))
 
 # The shapes users run in production: each a name and the axis values in which it differs from
 # the first (a priority and a due time, dead letters to a table, finished rows deleted: the
