@@ -3,6 +3,7 @@ session settings, the server's checks, and which errors mean what."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import re
 import socket
@@ -196,6 +197,16 @@ class MySQLServer(Backend):
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         pass  # autocommit is off: the first statement opens the transaction, no round trip
+
+    # GET_LOCK and RELEASE_LOCK read no table, and a session lock outlives any transaction: a
+    # key's lock and unlock are one statement each, with no COMMIT or ROLLBACK around them.
+
+    async def lock_key(self, conn: Any, key: str, owner: object) -> bool:
+        return bool(await self.call(conn, "lock", key=key))
+
+    async def unlock_key(self, conn: Any, key: str, owner: object) -> None:
+        with contextlib.suppress(Exception):  # a broken session has released it already
+            await self.call(conn, "unlock", key=key)
 
 
 # Cannot connect, server gone away, lost during a query, lost at a read, server shutting down,
