@@ -313,17 +313,6 @@ class AutocommitAdvisory(Advisory):
     async def take(self, conn: Any, values: dict[str, Any]) -> Any:
         return await self.calls(conn, "take", **values)  # one statement: atomic alone
 
-    async def unlock_row(self, conn: Any, key: str, seat: str) -> None:
-        if not seat or self._seats is None:
-            await self.unlock(conn, key)
-            return
-        # The row's lock and its key's seat, given up in one round trip (pipeline mode). A
-        # failure fails the round, whose session then ends: both are given up.
-        try:
-            await self.backend.unlock_keys(conn, [key, seat])
-        finally:
-            self._seats.forget([seat])
-
     async def unlock(self, conn: Any, key: str) -> None:
         # A failure here fails the round, whose session then ends: the key is unlocked.
         await self.calls(conn, "unlock", key=key)
