@@ -3,12 +3,14 @@ of limits and fair shares."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,24 @@ def add(q: Queue, accounts: list[str]) -> list[int]:
         return ids
     finally:
         conn.close()
+
+
+def run_until(worker: Any, done: Callable[[], bool], timeout: float,
+              say: Callable[[], object] = lambda: "") -> None:
+    """Start `worker` (in this process), wait until `done()`, failing with `say()` after
+    `timeout` seconds, and shut it down."""
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            deadline = time.monotonic() + timeout
+            while not done():
+                assert time.monotonic() < deadline, say()
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
 
 
 # -- worker processes and their handlers' stamps -------------------------------------------

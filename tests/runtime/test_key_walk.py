@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue, Queue, pg_index_blocks_read
-from limits_util import add, claim
+from limits_util import add, claim, run_until
 
 from inboxgen import Job, Worker, values
 from inboxgen.runtime.limits import KEYS_WALK_FROM, LOOK_AHEAD
@@ -159,18 +159,7 @@ def test_postgres_worker_behind_one_keys_backlog_reads_fewer_blocks_than_one_pla
     before = pg_index_blocks_read(q.target, q.table_sql())
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2, batch=1,
                     poll_interval=3600, listen=False)
-
-    async def main() -> None:
-        await worker.start()
-        try:
-            deadline = time.monotonic() + 60
-            while len(ran) < len(others):
-                assert time.monotonic() < deadline, f"{len(ran)} ran"
-                await asyncio.sleep(0.05)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    run_until(worker, lambda: len(ran) >= len(others), 60, lambda: f"{len(ran)} ran")
     assert sorted(ran) == others  # big's rows wait for its seat
     read = pg_index_blocks_read(q.target, q.table_sql()) - before
     assert read < 3 * one_plain_claim, \

@@ -19,6 +19,7 @@ from limits_util import (
     claim,
     intervals,
     most_at_once,
+    run_until,
     runs_per_account,
     settle,
     start_workers,
@@ -92,18 +93,7 @@ def test_a_row_passed_over_at_its_keys_limit_runs_once_its_key_has_room(queue: M
 
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2, batch=1,
                     poll_interval=0.05, listen=False)
-
-    async def main() -> None:
-        await worker.start()
-        try:
-            deadline = time.monotonic() + 120
-            while q.ids():
-                assert time.monotonic() < deadline, len(q.ids())
-                await asyncio.sleep(0.05)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    run_until(worker, lambda: not q.ids(), 120, lambda: len(q.ids()))
     assert worker.stats.acked == len(others) + 2
     assert started[second] >= ended[first]  # never two of a at once
     assert started[second] - ended[first] < 3.0
@@ -131,18 +121,7 @@ def test_a_full_queue_claims_again_as_its_own_jobs_settle(queue: MakeQueue,
 
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=10,
                     poll_interval=60.0, listen=False)
-
-    async def main() -> None:
-        await worker.start()
-        try:
-            deadline = asyncio.get_running_loop().time() + 30
-            while q.ids():
-                assert asyncio.get_running_loop().time() < deadline, q.ids()
-                await asyncio.sleep(0.02)
-        finally:
-            await worker.shutdown()
-
-    asyncio.run(main())
+    run_until(worker, lambda: not q.ids(), 30, q.ids)
     assert worker.stats.acked == len(ids)
     assert most == 2
 

@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -91,6 +92,19 @@ def _busy_pool(dsn: str) -> list[psycopg.Connection]:
     return conns
 
 
+def _refused_at_start(descriptor: Any, bouncer: str, **settings: Any) -> None:
+    """A worker of a form that holds session locks, started behind the pooler while other
+    clients keep its pool busy, is refused: advisory locks do not hold there."""
+    others = _busy_pool(bouncer)
+    try:
+        worker = Worker(descriptor, lambda job: ack(), database=bouncer, **settings)
+        with pytest.raises(WorkerConfigError, match="behind a transaction pooler .* advisory "
+                                                    "locks do not hold"):
+            asyncio.run(worker.start())
+    finally:
+        for c in others:
+            c.close()
+
 def test_a_limited_row_lock_is_refused_behind_a_transaction_pooler(
         pg_dsn: str, bouncer: str, tmp_path: Path) -> None:
     """A row lock with [flow] concurrency, not counting crashes: its jobs hold seats, session
@@ -100,15 +114,7 @@ def test_a_limited_row_lock_is_refused_behind_a_transaction_pooler(
     assert module.DESCRIPTOR.seats is not None and not module.DESCRIPTOR.count_crashes
     with psycopg.connect(pg_dsn) as conn:
         conn.execute(ddl)
-    others = _busy_pool(bouncer)
-    try:
-        worker = Worker(module.DESCRIPTOR, lambda job: ack(), database=bouncer)
-        with pytest.raises(WorkerConfigError, match="behind a transaction pooler .* advisory "
-                                                    "locks do not hold"):
-            asyncio.run(worker.start())
-    finally:
-        for c in others:
-            c.close()
+    _refused_at_start(module.DESCRIPTOR, bouncer)
 
 
 @pytest.mark.parametrize("example", ["ledger", "mailer"])
@@ -119,16 +125,8 @@ def test_forms_holding_session_locks_are_refused_behind_a_transaction_pooler(
     _migrate(pg_dsn, example)
     module = {"ledger": ledger, "mailer": mailer}[example]
     assert module.DESCRIPTOR.form == ("advisory" if example == "ledger" else "row_lock")
-    others = _busy_pool(bouncer)
-    try:
-        group = {"group": "emails"} if example == "mailer" else {}
-        worker = Worker(module.DESCRIPTOR, lambda job: ack(), database=bouncer, **group)
-        with pytest.raises(WorkerConfigError, match="behind a transaction pooler .* advisory "
-                                                    "locks do not hold"):
-            asyncio.run(worker.start())
-    finally:
-        for c in others:
-            c.close()
+    _refused_at_start(module.DESCRIPTOR, bouncer,
+                      **({"group": "emails"} if example == "mailer" else {}))
 
 
 def test_a_lease_worker_polls_instead_of_listening_behind_a_transaction_pooler(

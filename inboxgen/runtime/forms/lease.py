@@ -166,7 +166,10 @@ class Lease(Form):
         start = self._start.at()
         got = await self._claim_once(limit, start)
         self._start.took(start, got, limit)
-        if start is not None and len(got) < limit:  # took() went back to the head
+        # Short from a start, took() went back to the head. A limited claim that kept rows is
+        # claimed again at once by the claimer's loop (the limits may have cut it short): a
+        # claim from the head here would be a second one.
+        if start is not None and len(got) < limit and not (self._limited and got):
             more = await self._claim_once(limit - len(got), None)
             self._start.took(None, more, limit - len(got))
             return len(got) + len(more)
