@@ -4,7 +4,7 @@ each figure beside its ratios. Not a test: figures depend on the machine.
 
     python bench/shapes.py [--jobs N] [--dialects postgres,mysql] [--shapes a,b]
                            [--variants row_lock,row_lock_counted,lease] [--batches 1,16]
-                           [--previous REV]
+                           [--previous REV] [--same-shape]
 
 The shapes are the conformance matrix's production shapes (tests/conformance/axes.py,
 PRODUCTION), each written as the matrix writes it (tests/conformance/shapes.py) with the claim
@@ -49,7 +49,8 @@ index and, on PostgreSQL, the storage settings the build asks for. The variants:
 Each drain runs twice, in a process of its own: with this checkout's generator and runtime
 ("now") and with those of release `--previous` ("before", the commit's `inboxgen` package
 extracted with `git archive`), the two drains of one configuration one after the other on the
-same server, each batch size taking them in the other order. On PostgreSQL a third figure,
+same server, each batch size taking them in the other order (a variant of the list above
+compares so only with `--same-shape`). On PostgreSQL a third figure,
 "bare", drains the row lock's table with the plainest loop over the generated statements (10
 connections in pipeline mode, a round's acks as one FINISH_MANY, its COMMIT, BEGIN and the next
 claim in one round trip), with each release's statements. Printed per line: jobs/s now, before,
@@ -215,6 +216,10 @@ def main() -> None:
     parser.add_argument("--waits-every", type=int, default=WAITS_EVERY,
                         help="of a *_after variant's jobs, every Nth waits for the one before "
                              "it (0: none waits)")
+    parser.add_argument("--same-shape", action="store_true",
+                        help="a variant's \"before\" is release --previous on the same shape "
+                             "(by default a variant with limits, pauses, results or `after` "
+                             "compares with this checkout on the shape without them)")
     parser.add_argument("--child", default="")
     opts = parser.parse_args()
     if opts.child:
@@ -336,8 +341,10 @@ class Sweep:
             return  # the waiting jobs are written by integer id; `after` needs dead letters
         if shape.form == "advisory" and shape.group == "fifo":
             return  # the advisory form has no FIFO groups
-        if variant in (PAUSES, *TENANTS, *KEPT, *WAITING, *SEATS):  # "before": this
-            other = self._shape(dialect, name, "row_lock"  # checkout, the shape without
+        # "before": this checkout on the shape without the variant's feature, unless
+        # --same-shape asks for release --previous on the same shape.
+        if variant in (PAUSES, *TENANTS, *KEPT, *WAITING, *SEATS) and not self.opts.same_shape:
+            other = self._shape(dialect, name, "row_lock"
                                 if variant in (PAUSES, KEPT[0], WAITING[0]) else
                                 FAIR if variant == WEIGHTED else
                                 "row_lock_counted" if variant == SEATS[0] else
