@@ -79,9 +79,10 @@ def decode_payload(raw: bytes) -> bytes:
 
 
 # Select up to `limit` due rows from id `from_id` on whose keys no other session holds, and lock
-# them until CLAIM_COUNT, in the same transaction.
+# each row's key for the session until RELEASE (the last column is 1 where it did).
 CLAIM: Final[LiteralString] = """
-SELECT `job_id`, `name`, `attempt`, `payload`
+SELECT `job_id`, `name`, `attempt`, `payload`, GET_LOCK(SHA2(CONCAT(DATABASE(), '.',
+       %(row_key)s, `job_id`), 256), 0)
 FROM `email_jobs` FORCE INDEX (`email_jobs_claim`)
 WHERE `name` = %(group)s
   AND `job_id` >= %(from_id)s
@@ -92,13 +93,12 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
-# Count the next delivery of the claimed rows (committed at once, so a crash still spends the
-# attempt) and lock their keys for the session until RELEASE.
+# Count the next delivery of the claimed rows: committed at once, so a crash still spends the
+# attempt.
 CLAIM_COUNT: Final[LiteralString] = """
 UPDATE `email_jobs`
 SET `attempt` = `attempt` + 1
 WHERE `job_id` IN %(ids)s
-  AND GET_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `job_id`), 256), 0)
 """
 
 
@@ -106,36 +106,32 @@ def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, limit: int = 1,
     from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt) and lock their keys for the session until RELEASE.
+    """Claim up to `limit` rows, each with its key locked for the session until RELEASE, and count
+    their next delivery (each statement may commit at once: a crash still spends the attempt).
     """
     cur = _v.mysql_execute(conn, CLAIM, {
-        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
-        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "row_key": f"inboxgen:{TABLE}:", "group": group,
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
-    rows = [_claimed(r) for r in cur.fetchall()]
+    rows = [_claimed(r) for r in cur.fetchall() if r[-1] == 1]
     if rows:
-        _v.mysql_execute(conn, CLAIM_COUNT, {
-            "ids": tuple(r.job_id for r in rows), "row_key": f"inboxgen:{TABLE}:",
-        })
+        _v.mysql_execute(conn, CLAIM_COUNT, {"ids": tuple(r.job_id for r in rows)})
     return rows
 
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt) and lock their keys for the session until RELEASE.
+    """Claim up to `limit` rows, each with its key locked for the session until RELEASE, and count
+    their next delivery (each statement may commit at once: a crash still spends the attempt).
     """
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "group": group, "from_id": _v.LOWEST_ID if from_id is None else from_id,
-        "row_key": f"inboxgen:{TABLE}:", "limit": limit,
+        "row_key": f"inboxgen:{TABLE}:", "group": group,
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
-    rows = [_claimed(r) for r in await cur.fetchall()]
+    rows = [_claimed(r) for r in await cur.fetchall() if r[-1] == 1]
     if rows:
-        await _v.mysql_execute_async(conn, CLAIM_COUNT, {
-            "ids": tuple(r.job_id for r in rows), "row_key": f"inboxgen:{TABLE}:",
-        })
+        await _v.mysql_execute_async(conn, CLAIM_COUNT, {"ids": tuple(r.job_id for r in rows)})
     return rows
 
 

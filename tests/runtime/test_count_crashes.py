@@ -182,3 +182,34 @@ def test_counted_keys_are_unlocked_for_retries_at_once_and_for_finished_rows_by_
     assert free_after_retry == [True]
     # In work and finished, never more than the slot's batch and the finished keys it keeps.
     assert most_held <= FINISHED_KEYS_KEPT + 2 * batch
+
+
+def test_a_counted_claim_that_sorts_leaves_the_rows_it_did_not_return_to_others(
+        queue: MakeQueue) -> None:
+    """MySQL's counted claim takes the keys of the rows it returns as it reads them. On a table
+    without the claim-order index (the build warns) it sorts the due rows: it must still take
+    only the keys of the rows it returns, or one worker would hide the whole queue from every
+    other until its next RELEASE."""
+    layout = Layout("row_lock", group=True, count_crashes=True, dead="group")
+    ddl = "\n".join(line for line in layout.ddl("mysql").splitlines()
+                    if "jobs_claim" not in line)
+    q = queue("mysql", spec=layout.spec("mysql"), ddl=ddl)
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(grp="g", priority=i % 3, retry_after=due) for i in range(20)])
+    conn.commit()
+    with conn.cursor() as cur:  # (the claim's plan, as the worker's claim runs it)
+        params = dict.fromkeys(q.mod.DESCRIPTOR.statement_params["CLAIM"])  # from the head
+        params.update(group="g", now=due.replace(tzinfo=None), limit=2,
+                      row_key=f"inboxgen:{q.mod.TABLE}:")
+        cur.execute("EXPLAIN " + q.mod.CLAIM, params)
+        assert "filesort" in str(cur.fetchall())
+    first = q.claim(conn, now=dt.datetime.now(dt.UTC), limit=2)
+    conn.commit()
+    assert len(first) == 2 and _keys_held(q) == 2
+    other = q.connect()
+    rest = q.claim(other, now=dt.datetime.now(dt.UTC), limit=50)
+    other.commit()
+    assert len(rest) == 18 and not {r.id for r in rest} & {r.id for r in first}
+    # Claimed in claim order all the same: the most urgent rows first.
+    assert sorted(r.priority for r in first) == [0, 0]

@@ -94,6 +94,8 @@ class Step:
     when: str = ""
     # A `many` step's rows as an expression of ROWS, the rows the statement returned.
     over: str = ""
+    # A condition on each row `r` of a `many` step: the rows kept.
+    keep: str = ""
 
 
 @attrs.frozen

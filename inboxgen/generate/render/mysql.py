@@ -102,12 +102,17 @@ class MySQLRenderer(Renderer):
                          extra="limit: int = 1" + self.start_args(claim))
         doc = claim.doc
         then: tuple[str, ...] = ()
+        keep = ""
         if "CLAIM_COUNT" in st:
             then = ("if rows:", *("    " + line for line in
                                   self.run("", "CLAIM_COUNT", self.params(st["CLAIM_COUNT"]))))
-            doc = st["CLAIM_COUNT"].doc.replace("the claimed rows", "up to `limit` rows")
+            doc = ("Claim up to `limit` rows, each with its key locked for the session until "
+                   "RELEASE, and count their next delivery (each statement may commit at once: "
+                   "a crash still spends the attempt).")
+            keep = "r[-1] == 1"  # the rows whose keys CLAIM took
         return Func("claim", args, "list[ClaimedRow]", doc, (
-            Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then),))
+            Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then,
+                 keep=keep),))
 
     def cancel(self) -> Func:
         pick, s = self.st["CANCEL_PICK"], self.st["CANCEL"]

@@ -287,11 +287,11 @@ class Statements:
         return f"({cols}) >= ({', '.join(v for _, v in pairs)})"
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED",
-                         also: tuple[str, ...] = ()) -> None:
+                         also: tuple[str, ...] = (), then: str = "") -> None:
         """SELECT the rows due for a claim, in claim order, locked as `lock` says; `also` are
-        further conditions a claimed row meets."""
+        further conditions a claimed row meets, `then` a column after the row's."""
         self.add(name, "\n".join(x for x in (
-            f"SELECT {self.select_list()}",
+            f"SELECT {self.select_list()}{', ' + then if then else ''}",
             f"FROM {self.t()}{self.force_index() if lock else ''}",
             self.where([*self.filters(), *also]),
             f"ORDER BY {self.order()}",

@@ -37,13 +37,11 @@ class MySQLStatements(Statements):
             return super().held_rows(by_lease)
         return f"{super().held_rows(by_lease)} FORCE INDEX ({self.d.quote(index)})"
 
-    def mark(self, name: str, sets: list[str], doc: str, also: tuple[str, ...] = ()) -> None:
+    def mark(self, name: str, sets: list[str], doc: str) -> None:
         """UPDATE the rows a MySQL claim selected (MySQL has no UPDATE ... RETURNING); `ids`
-        is a list, which PyMySQL writes as a parenthesised list. `also`: further conditions,
-        each evaluated on the selected rows alone."""
+        is a list, which PyMySQL writes as a parenthesised list."""
         self.add(name, f"UPDATE {self.t()}\nSET " + ",\n    ".join(sets)
-                 + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}"
-                 + "".join(f"\n  AND {a}" for a in also), doc)
+                 + f"\nWHERE {self.c(self.q.id)} IN {self.p('ids')}", doc)
 
     def at_or_after(self, pairs: list[tuple[str, str]]) -> str:
         # MySQL/MariaDB's range optimizer reads a row comparison as a filter, not an index
@@ -196,24 +194,27 @@ class MySQLStatements(Statements):
 
     def claim_row_lock_counted(self) -> None:
         """count_crashes: the claim counts its rows and commits at once, so a job that kills its
-        process still spends its attempt. The rows' locks end with that commit, so a session
-        lock on each row's key (GET_LOCK) keeps it from other claims instead, from the count
-        until RELEASE after its settlement commits. A claim passes over rows whose key another
-        session holds (IS_USED_LOCK, which has no effect: a claim that sorts cannot leave keys
-        locked on rows it does not return) and takes the keys of the rows it locked as it counts
-        them: no other session can take a key between the two, as only the holder of a row's
-        lock takes its key. A crash ends the session, which frees the rows, counted."""
+        process still spends its attempt. A session lock on each row's key (GET_LOCK) keeps the
+        row from other claims from the claim until RELEASE after its settlement commits, so the
+        claim and the count need no transaction around them (a worker runs each on its own).
+        The claim passes over rows whose key another session holds (IS_USED_LOCK, which has no
+        effect) and takes the keys of the rows it returns in its last column: a select list is
+        evaluated for the rows returned alone, after any sort, so a claim cannot leave keys
+        locked on rows it does not return. Only the holder of a row's lock takes its key, so
+        no other session takes one between the two. A crash ends the session, which frees the
+        rows; an attempt is counted only once its key is held."""
         attempt = self.role("attempt")
         assert attempt is not None
         key = self.row_key()
         self.select_claimable("CLAIM", f"Select up to `limit` due rows{self.start_doc} "
-                                       f"whose keys no other session holds, and lock them until "
-                                       f"CLAIM_COUNT, in the same transaction.",
-                              also=(*self.claim_start, self.key_free(key)))
+                                       f"whose keys no other session holds, and lock each "
+                                       f"row's key for the session until RELEASE (the last "
+                                       f"column is 1 where it did).",
+                              also=(*self.claim_start, self.key_free(key)),
+                              then=f"GET_LOCK({key}, 0)")
         self.mark("CLAIM_COUNT", [f"{self.c(attempt)} = {self.c(attempt)} + 1"],
-                  "Count the next delivery of the claimed rows (committed at once, so a crash "
-                  "still spends the attempt) and lock their keys for the session until RELEASE.",
-                  also=(f"GET_LOCK({key}, 0)",))
+                  "Count the next delivery of the claimed rows: committed at once, so a crash "
+                  "still spends the attempt.")
         self.add("RELEASE", "SELECT RELEASE_ALL_LOCKS()",
                  "Unlock the keys of counted rows once their settlements have committed: every "
                  "key the session holds, as a session claims again only after its rows settled.")

@@ -189,10 +189,11 @@ class PostgresStatements(Statements):
             "Count the rows due later (up to `limit`), priority by priority.")
 
     def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED",
-                         also: tuple[str, ...] = ()) -> None:
+                         also: tuple[str, ...] = (), then: str = "") -> None:
         if not self.walking:
-            super().select_claimable(name, doc, lock=lock, also=also)
+            super().select_claimable(name, doc, lock=lock, also=also, then=then)
             return
+        assert not then  # (MySQL's counted claim alone adds a column)
         self.add(name, self.due_by_priority(self.select_list(), lock, also), doc)
 
     def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:

@@ -260,6 +260,12 @@ class Backend:
     async def commit(self, conn: Any) -> None:
         raise NotImplementedError
 
+    async def autocommit(self, conn: Any, on: bool) -> None:
+        """Whether each statement on `conn` commits on its own (MySQL's autocommit; BEGIN then
+        opens a transaction). Only a session whose statements need no transaction sets it, and
+        sets it back before the connection returns to the pool."""
+        raise NotImplementedError
+
     async def rollback(self, conn: Any) -> None:
         raise NotImplementedError
 

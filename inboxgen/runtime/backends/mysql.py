@@ -60,7 +60,14 @@ class MySQLBackend(MySQLServer, ThreadedBackend):
         return bool(conn.open)
 
     def _begin_now(self, conn: Any) -> None:
-        pass  # as `begin`
+        if conn.get_autocommit():  # as `begin`
+            conn.begin()
+
+    async def begin_explicit(self, conn: Any) -> None:
+        await self._run(conn, conn.begin)
+
+    async def autocommit(self, conn: Any, on: bool) -> None:
+        await self._run(conn, conn.autocommit, on)
 
     def _in_transaction(self, conn: Any) -> bool:
         from pymysql.constants.SERVER_STATUS import SERVER_STATUS_IN_TRANS

@@ -149,6 +149,12 @@ class AsyncMySQLBackend(MySQLServer, KeptConnections):
     async def rollback(self, conn: Any) -> None:
         await self._run(conn, conn.rollback())
 
+    async def begin_explicit(self, conn: Any) -> None:
+        await self._run(conn, conn.begin())
+
+    async def autocommit(self, conn: Any, on: bool) -> None:
+        await self._run(conn, conn.autocommit(on))
+
     async def _statement(self, conn: Any, sql: str, params: Any = None) -> Any:
         cur = conn.cursor()
         await cur.execute(sql, params)

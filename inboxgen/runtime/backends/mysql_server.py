@@ -196,7 +196,14 @@ class MySQLServer(Backend):
         return code == 2003 or isinstance(err, OSError)  # cannot connect
 
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
-        pass  # autocommit is off: the first statement opens the transaction, no round trip
+        # Where autocommit is off (as connections open), the first statement opens the
+        # transaction: no round trip.
+        if conn.get_autocommit():
+            await self.begin_explicit(conn)
+
+    async def begin_explicit(self, conn: Any) -> None:
+        """BEGIN on a session in autocommit mode."""
+        raise NotImplementedError
 
     # GET_LOCK and RELEASE_LOCK read no table, and a session lock outlives any transaction: a
     # key's lock and unlock are one statement each, with no COMMIT or ROLLBACK around them.

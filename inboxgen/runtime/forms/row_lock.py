@@ -66,6 +66,14 @@ def pipelined(parts: Parts) -> bool:
                  or one_statement(parts.descriptor, "dead_letter")))
 
 
+def claim_takes_keys(d: TableDescriptor) -> bool:
+    """Whether a counted claim takes its rows' keys as it reads them (MySQL's CLAIM, in its
+    last column), so that neither it nor its count needs a transaction around the two: in a
+    module built before, CLAIM_COUNT took them, under the claim's row locks."""
+    count = d.statement_params.get("CLAIM_COUNT")
+    return count is not None and "row_key" not in count
+
+
 def release_unlocks_session(d: TableDescriptor) -> bool:
     """Whether RELEASE names no rows and unlocks every lock of the session (MySQL's
     RELEASE_ALL_LOCKS()), where PostgreSQL's unlocks the keys of the rows it names."""
@@ -414,7 +422,13 @@ class PipelinedCountedRowLock(PipelinedRowLock):
 
     Where RELEASE unlocks every key of the session (MySQL's names no rows), it runs after the
     settlements and before the claim instead: the settlements have locked the settled rows in
-    the open transaction, which keeps them from other claims until its COMMIT."""
+    the open transaction, which keeps them from other claims until its COMMIT.
+
+    Where the claim takes its rows' keys as it reads them (claim_takes_keys: MySQL, which has
+    no pipeline), the session runs in autocommit mode: each settlement statement, the claim and
+    its count commit on their own, and a round costs the settlements, the claim and the count,
+    without a COMMIT. A settlement of more than one statement (a dead letter copied to a table)
+    runs in a transaction of its own."""
     needs_one_session = True  # each counted row's key is a session lock
 
     unfinished = CountedRowLock.unfinished
@@ -423,12 +437,17 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         super().__init__(parts)
         self._release_first = release_unlocks_session(self.d)
         self._keep_finished = max(FINISHED_KEYS_KEPT, self.settings.batch)
+        self._autocommit = claim_takes_keys(self.d)
 
     async def _rounds(self, index: int, worked: Callable[[], None], held: list[Held]) -> None:
         async with self.backend.session() as conn:
             seats = self.slot_seats()
             try:
+                if self._autocommit:
+                    await self.backend.autocommit(conn, True)
                 await self._counted_rounds(conn, index, worked, held, seats)
+                if self._autocommit:  # as the pool's other users expect it
+                    await self.backend.autocommit(conn, False)
             except BaseException:
                 await self.drop_seats(conn, seats)
                 # Keys of counted rows may still be locked on this session (a round that
@@ -480,13 +499,19 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                             finished: list[Any], *, in_tx: bool, claim: bool, limit: int = 0,
                             idle: bool = False) -> tuple[list[Any], bool]:
         """Send the batch's settlements and a claim in one transaction, its COMMIT, the
-        RELEASE of the settled rows' keys and (when claiming) the next BEGIN; wait for the
-        server. Returns the claimed rows, and whether the claim came back short from a start
+        RELEASE of the settled rows' keys and (when claiming) the next BEGIN; in autocommit
+        mode the settlements, the RELEASE and the claim, each committed on its own. Wait for
+        the server. Returns the claimed rows, and whether the claim came back short from a start
         (RowLock.claimed_from: the slot claims again at once). `finished` holds the ids of
         finished rows whose keys wait to be unlocked; this round's join them."""
-        steps: list[Step] = [] if in_tx else [BEGIN]
+        steps: list[Step] = []
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
+        if self._autocommit:
+            if any(not one_statement(self.d, op) for op, _ in pending):
+                steps = [BEGIN, *steps, COMMIT]
+        elif not in_tx:
+            steps.insert(0, BEGIN)
         done = {values["id"] for op, values in pending if op == "finish"}
         finished += [h.id for h in held if h.id in done]
         unlock = [h.id for h in held if h.id not in done]
@@ -506,12 +531,15 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         if early is not None:
             steps.append(early)
         start = self.claim_start()
-        if claim:
-            steps += await self.claim_steps(conn, start, limit)
-        # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
-        # transaction (it unlocks session locks, as well there).
-        steps.append(COMMIT_BEGIN if claim else COMMIT)
-        committed_after = len(steps)  # steps done once the COMMIT has run
+        claiming = await self.claim_steps(conn, start, limit) if claim else []
+        steps += claiming
+        if self._autocommit:
+            committed_after = len(steps) - len(claiming) - (early is not None)
+        else:
+            # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
+            # transaction (it unlocks session locks, as well there).
+            steps.append(COMMIT_BEGIN if claim else COMMIT)
+            committed_after = len(steps)  # steps done once the COMMIT has run
         if late is not None:
             steps.append(late)
         started = time.monotonic()

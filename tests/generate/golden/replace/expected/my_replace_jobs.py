@@ -93,9 +93,11 @@ def decode_payload(raw: str) -> _v.JSONValue:
 
 
 # Select up to `limit` due rows from (`from_retry_after`, `from_id`) on in claim order whose keys
-# no other session holds, and lock them until CLAIM_COUNT, in the same transaction.
+# no other session holds, and lock each row's key for the session until RELEASE (the last column
+# is 1 where it did).
 CLAIM: Final[LiteralString] = """
-SELECT `id`, `order_id`, `kind`, `retry_after`, `enqueued_at`, `attempt`, `payload`
+SELECT `id`, `order_id`, `kind`, `retry_after`, `enqueued_at`, `attempt`, `payload`,
+       GET_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256), 0)
 FROM `my_replace_jobs` FORCE INDEX (`my_replace_jobs_claim`)
 WHERE `retry_after` <= %(now)s
   AND (`retry_after` > %(from_retry_after)s OR (`retry_after` = %(from_retry_after)s AND `id` >=
@@ -107,13 +109,12 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
-# Count the next delivery of the claimed rows (committed at once, so a crash still spends the
-# attempt) and lock their keys for the session until RELEASE.
+# Count the next delivery of the claimed rows: committed at once, so a crash still spends the
+# attempt.
 CLAIM_COUNT: Final[LiteralString] = """
 UPDATE `my_replace_jobs`
 SET `attempt` = `attempt` + 1
 WHERE `id` IN %(ids)s
-  AND GET_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256), 0)
 """
 
 
@@ -121,20 +122,17 @@ def claim(
     conn: pymysql.connections.Connection[Any], *, now: datetime.datetime, limit: int = 1,
     from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt) and lock their keys for the session until RELEASE.
+    """Claim up to `limit` rows, each with its key locked for the session until RELEASE, and count
+    their next delivery (each statement may commit at once: a crash still spends the attempt).
     """
     cur = _v.mysql_execute(conn, CLAIM, {
-        "now": _v.naive_utc(now),
+        "row_key": f"inboxgen:{TABLE}:", "now": _v.naive_utc(now),
         "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
-        "from_id": _v.LOWEST_ID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
-        "limit": limit,
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
-    rows = [_claimed(r) for r in cur.fetchall()]
+    rows = [_claimed(r) for r in cur.fetchall() if r[-1] == 1]
     if rows:
-        _v.mysql_execute(conn, CLAIM_COUNT, {
-            "ids": tuple(r.id for r in rows), "row_key": f"inboxgen:{TABLE}:",
-        })
+        _v.mysql_execute(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
     return rows
 
 
@@ -142,20 +140,17 @@ async def claim_async(
     conn: _v.AsyncMySQLConnection, *, now: datetime.datetime, limit: int = 1,
     from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Count the next delivery of up to `limit` rows (committed at once, so a crash still spends
-    the attempt) and lock their keys for the session until RELEASE.
+    """Claim up to `limit` rows, each with its key locked for the session until RELEASE, and count
+    their next delivery (each statement may commit at once: a crash still spends the attempt).
     """
     cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "now": _v.naive_utc(now),
+        "row_key": f"inboxgen:{TABLE}:", "now": _v.naive_utc(now),
         "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
-        "from_id": _v.LOWEST_ID if from_id is None else from_id, "row_key": f"inboxgen:{TABLE}:",
-        "limit": limit,
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
-    rows = [_claimed(r) for r in await cur.fetchall()]
+    rows = [_claimed(r) for r in await cur.fetchall() if r[-1] == 1]
     if rows:
-        await _v.mysql_execute_async(conn, CLAIM_COUNT, {
-            "ids": tuple(r.id for r in rows), "row_key": f"inboxgen:{TABLE}:",
-        })
+        await _v.mysql_execute_async(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
     return rows
 
 
