@@ -7,23 +7,27 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue, Queue, keys_left_once_dry, pg_advisory_locks
+from genutil import import_path
 
 from inboxgen import Worker
+from inboxgen.runtime.forms.row_lock import claim_takes_keys
 
 JOBS = 300
 WORKERS = 3  # workers on the table at once, each with SLOTS slots
 SLOTS = 4
 
 
-async def drain(q: Queue, delivered: list[Any]) -> None:
+async def drain(q: Queue, delivered: list[Any], descriptor: Any = None) -> None:
     async def ack(job: Any) -> None:
         delivered.append(job.id)
 
-    workers = [Worker(q.mod.DESCRIPTOR, ack, database=q.target, group="g", workers=SLOTS,
+    workers = [Worker(descriptor or q.mod.DESCRIPTOR, ack, database=q.target, group="g",
+                      workers=SLOTS,
                       poll_interval=0.05, shutdown_timeout=10, name=f"w{i}")
                for i in range(WORKERS)]
     for w in workers:
@@ -40,16 +44,25 @@ async def drain(q: Queue, delivered: list[Any]) -> None:
             await w.shutdown()
 
 
-@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+@pytest.mark.parametrize(("dialect", "built_before"),
+                         [("postgres", False), ("mysql", False), ("mysql", True)])
 def test_concurrent_counted_claims_count_each_delivery_once_and_dead_letter_nothing(
-        queue: MakeQueue, dialect: str) -> None:
+        queue: MakeQueue, dialect: str, built_before: bool) -> None:
+    """`built_before`: the workers run the module an earlier release built for the same table
+    (built_before/), whose count takes the rows' keys: this release still runs it exactly."""
     q = queue(dialect, Layout("row_lock", group=True, count_crashes=True, dead="group"))
+    descriptor = None
+    if built_before:
+        old = import_path(Path(__file__).parent / "built_before" / "my_counted_jobs.py",
+                          "_inboxgen_built_before_my_counted_jobs")
+        descriptor = old.DESCRIPTOR
+        assert not claim_takes_keys(descriptor) and claim_takes_keys(q.mod.DESCRIPTOR)
     conn = q.connect()
     due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
     q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(JOBS)])
     conn.commit()
     delivered: list[Any] = []
-    asyncio.run(drain(q, delivered))
+    asyncio.run(drain(q, delivered, descriptor))
     rows = q.rows()
     dead = [r for r in rows if r["grp"] == "dead"]
     assert dead == [], f"{len(dead)} healthy jobs dead-lettered, attempts " \
