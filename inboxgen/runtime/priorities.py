@@ -1,5 +1,6 @@
 """Which claim a table with priorities and due times runs: the plain one, or its twin that reads
-the due rows priority by priority (CLAIM_BY_PRIORITY and CANDIDATES_BY_PRIORITY, PostgreSQL).
+the due rows priority by priority (CLAIM_BY_PRIORITY and CANDIDATES_BY_PRIORITY, PostgreSQL;
+a key-limited lease's count of held-back rows follows the choice, HELD_BACK_BY_PRIORITY).
 
 The plain claim reads the claim index (priority, retry_after, id) in one scan, so it reads past
 every row due later at a more urgent priority than the due rows it takes: behind a million

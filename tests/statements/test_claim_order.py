@@ -189,6 +189,13 @@ BY_PRIORITY_LAYOUTS = [
                  id="row_lock-group-dead_table"),
     pytest.param(Layout(form="row_lock", count_crashes=True, group=True, dead="group"),
                  id="row_lock-count_crashes-group-dead_group"),
+    # [flow] limits: a lease's limited claim, and tables whose jobs hold seats.
+    pytest.param(Layout(form="lease", group=True, concurrency=50, key_concurrency=2),
+                 id="lease-limits"),
+    pytest.param(Layout(form="row_lock", count_crashes=True, concurrency=50),
+                 id="row_lock-count_crashes-seats"),
+    pytest.param(Layout(form="advisory", concurrency=50, key_concurrency=2),
+                 id="advisory-seats"),
 ]
 
 
@@ -210,7 +217,10 @@ def schedule_ahead(q: Queue, conn: Any, scheduled: int) -> list[Any]:
 def claim_buffers(q: Queue, conn: Any, statement: str) -> int:
     """The buffers claim statement `statement` reads for 2 rows (EXPLAIN, rolled back)."""
     args = {"now": T0, "limit": 2, "group": "g", "row_key": "inboxgen:jobs:",
-            "locked_until": T0 + dt.timedelta(seconds=LEASE), **FROM_THE_HEAD}
+            "locked_until": T0 + dt.timedelta(seconds=LEASE), **FROM_THE_HEAD,
+            # A limited claim's: the limits, as its claim() binds them.
+            "queue": q.mod.TABLE, "concurrency": getattr(q.mod, "CONCURRENCY", None),
+            "key_concurrency": getattr(q.mod, "KEY_CONCURRENCY", None)}
     cur = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.STATEMENTS[statement],
                        {k: args[k] for k in q.mod.DESCRIPTOR.statement_params[statement]})
     ((explained,),) = cur.fetchall()

@@ -360,7 +360,8 @@ class Renderer:
             out.append(self.scalar("scheduled", "SCHEDULED", "int",
                                    self.args(st["SCHEDULED"])))
         if "HELD_BACK" in st:
-            out.append(self.scalar("held_back", "HELD_BACK", "int", self.args(st["HELD_BACK"])))
+            out.append(self.scalar("held_back", "HELD_BACK", "int", self.args(st["HELD_BACK"]),
+                                   twin=True))
         if "RELEASE" in st:
             release = st["RELEASE"]
             id_t = self.raw_type(self.q.id).removesuffix(" | None")
@@ -571,13 +572,16 @@ class Renderer:
         return Func(name.lower(), self.args(s), "bool", s.doc, (
             Step("scalar", self.cur(name, self.params(s)), "row is not None and bool(row[0])"),))
 
-    def scalar(self, fname: str, name: str, returns: str, args: str = "") -> Func:
-        """A function returning the one value its statement selects."""
+    def scalar(self, fname: str, name: str, returns: str, args: str = "", *,
+               twin: bool = False) -> Func:
+        """A function returning the one value its statement selects (with `twin`, or its
+        twin's by priority: by_priority())."""
         s = self.st[name]
         convert = "None if row is None or row[0] is None else float(row[0])" if \
             returns == "float | None" else "0 if row is None or row[0] is None else int(row[0])"
-        return Func(fname, args, returns, s.doc, (
-            Step("scalar", self.cur(name, self.params(s)), convert),))
+        run, walk, doc, pick = self.by_priority(name) if twin else (name, "", "", ())
+        return Func(fname, args + walk, returns, s.doc + doc, (
+            Step("scalar", self.cur(run, self.params(s)), convert),), before=pick)
 
     def status_oldest(self) -> str:
         """The oldest ready row's retry_after as _status() reads it from STATUS's row `r`."""
@@ -985,7 +989,10 @@ class Renderer:
             # (with a key limit, rows it passes over make it read further).
             params = [p if p != '"limit": limit' else
                       '"limit": _v.at_most(limit, CONCURRENCY, RATE)' for p in params]
-        run = self.cur("CLAIM", params)
+        name, walk, walk_doc, pick = self.by_priority("CLAIM")
+        args += walk
+        doc += walk_doc
+        run = self.cur(name, params)
         if "CLAIM_BY_KEY" in st:
             by_key = st["CLAIM_BY_KEY"]
             args += ", by_key: bool = False"
@@ -998,7 +1005,7 @@ class Renderer:
             over = self.within_limits.replace(
                 "ROWS", "turns.walked(ROWS, limit) if by_key else ROWS") + "[:limit]"
         return Func("claim", args, "list[ClaimedRow]", doc, (
-            Step("many", run, self.claimed("r"), after=then, over=over),), before=turn)
+            Step("many", run, self.claimed("r"), after=then, over=over),), before=(*pick, *turn))
 
     def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:
         """Where the table has a twin of claim statement `name` that reads the due rows

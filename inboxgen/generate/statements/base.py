@@ -431,16 +431,11 @@ class Statements:
         if limits.fair:
             self.claim_fair(self.count_columns(key_col, counts), self.turn_held())
         else:
-            self.add("CLAIM", "\n".join(x for x in (
-            f"SELECT {self.select_list()},",
-            *("       " + line for line in ",\n".join(
-                self.count_columns(key_col, counts)).splitlines()),
-                f"FROM {self.t()}{self.force_index()}",
-                self.where([*self.filters(), *also]),
-                f"ORDER BY {self.order()}",
-                f"LIMIT {self.p('limit')}",
-                self.limited_lock,
-            ) if x), f"Under the claim turn, read up to `limit` due rows{self.start_doc} within "
+            columns = "\n".join((f"{self.select_list()},", *(
+                "       " + line
+                for line in ",\n".join(self.count_columns(key_col, counts)).splitlines())))
+            self.add("CLAIM", self.limited_claim(columns, tuple(also)),
+                     f"Under the claim turn, read up to `limit` due rows{self.start_doc} within "
                      "the limits, with what the limits count (jobs in work of the queue and of "
                      "the row's key, claims of the rate's window) beside each.")
             if limits.key is not None and limits.key_concurrency is not None:
@@ -460,6 +455,25 @@ class Statements:
                                      f"SELECT {', '.join(values)}\nFROM {self.t()}\n"
                                      f"WHERE {self.ids_in(self.c(self.q.id))}",
                      "Record the claims CLAIM_MARK made, at the database's time, for the rate.")
+
+    def first_due(self, columns: str) -> str:
+        """SELECT `columns` of the first `limit` due rows in claim order, without locks."""
+        return "\n".join(x for x in (
+            f"SELECT {columns}", f"FROM {self.t()}{self.force_index()}",
+            self.where(self.filters()), f"ORDER BY {self.order()}",
+            f"LIMIT {self.p('limit')}") if x)
+
+    def limited_claim(self, columns: str, also: tuple[str, ...]) -> str:
+        """A limited claim's read: `columns` (the row's, then what the limits count) of the
+        first `limit` due rows in claim order that meet `also`, locked."""
+        return "\n".join(x for x in (
+            f"SELECT {columns}",
+            f"FROM {self.t()}{self.force_index()}",
+            self.where([*self.filters(), *also]),
+            f"ORDER BY {self.order()}",
+            f"LIMIT {self.p('limit')}",
+            self.limited_lock,
+        ) if x)
 
     def live_lease(self) -> str:
         """The condition a row in work (`inboxgen_held`, the table again) meets: its lease has
@@ -531,13 +545,11 @@ class Statements:
         key, ahead, per_key, n = q(limits.key), q("inboxgen_ahead"), q("inboxgen_per_key"), \
             q("inboxgen_n")
         kc = self.p("key_concurrency")
-        self.add("HELD_BACK", "\n".join(x for x in (
+        first = "\n".join("        " + line for line in self.first_due(key).splitlines())
+        self.add("HELD_BACK", "\n".join((
             f"SELECT SUM(CASE WHEN {per_key}.{n} > {kc} THEN {per_key}.{n} - {kc} ELSE 0 END)",
-            "FROM (", f"    SELECT {ahead}.{key}, COUNT(*) AS {n}", "    FROM (",
-            f"        SELECT {key}", f"        FROM {self.t()}{self.force_index()}",
-            self.where(self.filters(), "        "), f"        ORDER BY {self.order()}",
-            f"        LIMIT {self.p('limit')}", f"    ) AS {ahead}", f"    GROUP BY {ahead}.{key}",
-            f") AS {per_key}") if x),
+            "FROM (", f"    SELECT {ahead}.{key}, COUNT(*) AS {n}", "    FROM (", first,
+            f"    ) AS {ahead}", f"    GROUP BY {ahead}.{key}", f") AS {per_key}")),
             "Of the first `limit` due rows in claim order, count those past the first "
             "`key_concurrency` of their key: the rows CLAIM reads past while their key is at "
             "its limit.")

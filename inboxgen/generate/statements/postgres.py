@@ -85,8 +85,9 @@ class PostgresStatements(Statements):
         single scan: a loose scan would never reach its NULLs. A FIFO table claims its groups'
         heads."""
         pr, ra = self.role("priority"), self.role("retry_after")
+        # A fair claim walks the keys instead.
         return (pr is not None and ra is not None and not pr.column.nullable
-                and not self.q.fifo and self.q.limits is None)  # a limited claim reads once
+                and not self.q.fifo and (self.q.limits is None or not self.q.limits.fair))
 
     # While True, the claims being built read the due rows priority by priority.
     walking = False
@@ -108,7 +109,7 @@ class PostgresStatements(Statements):
         finally:
             walked, self.out, self.walking = self.out, plain, False
         for st in walked:
-            if st.name in ("CLAIM", "CANDIDATES"):
+            if st.name in ("CLAIM", "CANDIDATES", "HELD_BACK"):
                 self.add(f"{st.name}_BY_PRIORITY", st.sql,
                          f"{st.name} reading the due rows priority by priority, so that rows "
                          "due later at a more urgent priority are not read: for a table holding "
@@ -195,6 +196,16 @@ class PostgresStatements(Statements):
             return
         assert not then  # (MySQL's counted claim alone adds a column)
         self.add(name, self.due_by_priority(self.select_list(), lock, also), doc)
+
+    def first_due(self, columns: str) -> str:
+        if not self.walking:
+            return super().first_due(columns)
+        return self.due_by_priority(columns, "")
+
+    def limited_claim(self, columns: str, also: tuple[str, ...]) -> str:
+        if not self.walking:
+            return super().limited_claim(columns, also)
+        return self.due_by_priority(columns.replace("\n", "\n    "), self.limited_lock, also)
 
     def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:
         if not self.walking:

@@ -179,12 +179,14 @@ class Lease(Form):
         """One claim of up to `limit` rows (from `start` on, where the claim takes one) into
         the slots' queue; returns the rows claimed, in claim order."""
         now, until = self._lease_from_now()
-        # Once a second, where the table has a claim by priority or a walk over the keys.
-        counts = [(choice, values) for choice in (self.priorities, self.keys)
-                  if (values := choice.count_due(now)) is not None]
-        if counts:
-            found = await self.backend.alone([self.calls.step(c.op, v) for c, v in counts])
-            for (choice, _), n in zip(counts, found, strict=True):
+        # Once a second, where the table has a claim by priority or a walk over the keys: the
+        # count of rows due later first, as the count of the keys' held-back rows reads as the
+        # claim does (by priority, or in one scan).
+        for choice in (self.priorities, self.keys):
+            values = choice.count_due(now)
+            if values is not None:
+                walk = {"by_priority": self.priorities.by_priority}
+                (n,) = await self.backend.alone([self.calls.step(choice.op, {**values, **walk})])
                 choice.counted(n)
         op, values = self.claim_call(now, limit, until)
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})

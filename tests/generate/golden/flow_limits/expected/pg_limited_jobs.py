@@ -273,21 +273,95 @@ FROM "pg_limited_jobs"
 WHERE "id" = ANY(%(ids)s::BIGINT[])
 """
 
+# CLAIM reading the due rows priority by priority, so that rows due later at a more urgent
+# priority are not read: for a table holding many of them (SCHEDULED).
+CLAIM_BY_PRIORITY: Final[LiteralString] = """
+WITH RECURSIVE inboxgen_priorities AS (
+    (
+        SELECT "priority"
+        FROM "pg_limited_jobs"
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT "priority"
+        FROM "pg_limited_jobs"
+        WHERE "priority" > inboxgen_priorities."priority"
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    FROM inboxgen_priorities
+    WHERE inboxgen_priorities."priority" IS NOT NULL
+)
+SELECT due.*
+FROM inboxgen_priorities
+CROSS JOIN LATERAL (
+    SELECT "id", "tenant", "priority", "retry_after", "locked_until", "attempt", "payload",
+           (
+               SELECT COUNT(*)
+               FROM "pg_limited_jobs" AS "inboxgen_held"
+               WHERE "inboxgen_held"."locked_until" > %(now)s
+           ) AS "inboxgen_in_work",
+           (
+               SELECT COUNT(*)
+               FROM "queue_claims"
+               WHERE "queue" = %(queue)s
+                 AND "claimed_at" > clock_timestamp() - make_interval(secs => %(rate_seconds)s)
+           ) AS "inboxgen_claimed",
+           "pg_limited_jobs"."tenant" AS "inboxgen_key",
+           (
+               SELECT COUNT(*)
+               FROM "pg_limited_jobs" AS "inboxgen_held"
+               WHERE "inboxgen_held"."tenant" = "pg_limited_jobs"."tenant"
+                 AND "inboxgen_held"."locked_until" > %(now)s
+           ) AS "inboxgen_key_in_work"
+    FROM "pg_limited_jobs"
+    WHERE "priority" = inboxgen_priorities."priority"
+      AND "retry_after" <= %(now)s
+      AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+      AND (
+        SELECT COUNT(*)
+        FROM "pg_limited_jobs" AS "inboxgen_held"
+        WHERE "inboxgen_held"."locked_until" > %(now)s
+    ) < %(concurrency)s
+      AND (
+        SELECT COUNT(*)
+        FROM "queue_claims"
+        WHERE "queue" = %(queue)s
+          AND "claimed_at" > clock_timestamp() - make_interval(secs => %(rate_seconds)s)
+    ) < %(rate)s
+      AND "pg_limited_jobs"."tenant" NOT IN (
+        SELECT "inboxgen_held"."tenant"
+        FROM "pg_limited_jobs" AS "inboxgen_held"
+        WHERE "inboxgen_held"."locked_until" > %(now)s
+        GROUP BY "inboxgen_held"."tenant"
+        HAVING COUNT(*) >= %(key_concurrency)s
+    )
+    ORDER BY "retry_after", "id"
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+LIMIT %(limit)s
+"""
+
 
 def claim(
     conn: psycopg.Connection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1, from_priority: int | None = None,
     from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
-    by_key: bool = False,
+    by_priority: bool = False, by_key: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
     and its priority `from_priority` and its due time `from_retry_after`; None: from the head),
     as many as the limits leave room for, under a lease ending at `locked_until`; run it in a
     transaction and commit. Takes the claim turn first, held until then. Records each claim for
-    the rate, and forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims take turns
-    across the values of the key, for a table where many due rows wait behind keys at their
-    limit (`held_back()`).
+    the rate, and forgets those of past windows. With `by_priority`, CLAIM_BY_PRIORITY: the due
+    rows read priority by priority, for a table holding many rows due later (`scheduled()`).
+    With `by_key`, CLAIM_BY_KEY: claims take turns across the values of the key, for a table
+    where many due rows wait behind keys at their limit (`held_back()`).
     """
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
     turns = _v.key_turns(CLAIM_BY_KEY, None)
     conn.execute(CLAIM_TURN, {"queue": TABLE})
     conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
@@ -297,13 +371,11 @@ def claim(
             "rate_seconds": RATE_SECONDS,
         })
     else:
-        cur = conn.execute(CLAIM, {
-            "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-            "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-            "from_priority": _v.lowest_or(from_priority),
-            "from_retry_after": _v.earliest_or(from_retry_after),
-            "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
-        })
+        cur = conn.execute(statement, {"now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS,
+            "concurrency": CONCURRENCY, "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
+            "from_priority": _v.lowest_or(from_priority), "from_retry_after":
+            _v.earliest_or(from_retry_after), "from_id": _v.LOWEST_ID if from_id is None else
+            from_id, "limit": limit})
     rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(cur.fetchall(), limit)
         if by_key else cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)[:limit]]
     if rows:
@@ -316,16 +388,18 @@ async def claim_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, locked_until: datetime.datetime,
     limit: int = 1, from_priority: int | None = None,
     from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
-    by_key: bool = False,
+    by_priority: bool = False, by_key: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
     and its priority `from_priority` and its due time `from_retry_after`; None: from the head),
     as many as the limits leave room for, under a lease ending at `locked_until`; run it in a
     transaction and commit. Takes the claim turn first, held until then. Records each claim for
-    the rate, and forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims take turns
-    across the values of the key, for a table where many due rows wait behind keys at their
-    limit (`held_back()`).
+    the rate, and forgets those of past windows. With `by_priority`, CLAIM_BY_PRIORITY: the due
+    rows read priority by priority, for a table holding many rows due later (`scheduled()`).
+    With `by_key`, CLAIM_BY_KEY: claims take turns across the values of the key, for a table
+    where many due rows wait behind keys at their limit (`held_back()`).
     """
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
     turns = _v.key_turns(CLAIM_BY_KEY, None)
     await conn.execute(CLAIM_TURN, {"queue": TABLE})
     await conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
@@ -335,13 +409,11 @@ async def claim_async(
             "rate_seconds": RATE_SECONDS,
         })
     else:
-        cur = await conn.execute(CLAIM, {
-            "now": now, "queue": TABLE, "rate_seconds": RATE_SECONDS, "concurrency": CONCURRENCY,
-            "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-            "from_priority": _v.lowest_or(from_priority),
-            "from_retry_after": _v.earliest_or(from_retry_after),
-            "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
-        })
+        cur = await conn.execute(statement, {"now": now, "queue": TABLE, "rate_seconds":
+            RATE_SECONDS, "concurrency": CONCURRENCY, "rate": RATE, "key_concurrency":
+            KEY_CONCURRENCY, "from_priority": _v.lowest_or(from_priority), "from_retry_after":
+            _v.earliest_or(from_retry_after), "from_id": _v.LOWEST_ID if from_id is None else
+            from_id, "limit": limit})
     rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(await cur.fetchall(),
         limit) if by_key else await cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE,
         RATE_PER_KEY)[:limit]]
@@ -349,6 +421,58 @@ async def claim_async(
         await conn.execute(CLAIM_MARK, {"locked_until": locked_until, "ids": [r.id for r in rows]})
         await conn.execute(CLAIM_RECORD, {"queue": TABLE, "ids": [r.id for r in rows]})
     return rows
+
+
+# Count the rows due later (up to `limit`), priority by priority.
+SCHEDULED: Final[LiteralString] = """
+WITH RECURSIVE inboxgen_priorities AS (
+    (
+        SELECT "priority"
+        FROM "pg_limited_jobs"
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT "priority"
+        FROM "pg_limited_jobs"
+        WHERE "priority" > inboxgen_priorities."priority"
+        ORDER BY "priority"
+        LIMIT 1
+    )
+    FROM inboxgen_priorities
+    WHERE inboxgen_priorities."priority" IS NOT NULL
+)
+SELECT COUNT(*)
+FROM (
+    SELECT 1
+    FROM inboxgen_priorities
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM "pg_limited_jobs"
+        WHERE "priority" = inboxgen_priorities."priority"
+          AND "retry_after" > %(now)s
+        LIMIT %(limit)s
+    ) AS later
+    LIMIT %(limit)s
+) AS counted
+"""
+
+
+def scheduled(conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = conn.execute(SCHEDULED, {"now": now, "limit": limit})
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+async def scheduled_async(
+    conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int,
+) -> int:
+    """Count the rows due later (up to `limit`), priority by priority."""
+    cur = await conn.execute(SCHEDULED, {"now": now, "limit": limit})
+    row = await cur.fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # Of the first `limit` due rows in claim order, count those past the first `key_concurrency` of
@@ -370,27 +494,76 @@ FROM (
 ) AS "inboxgen_per_key"
 """
 
+# HELD_BACK reading the due rows priority by priority, so that rows due later at a more urgent
+# priority are not read: for a table holding many of them (SCHEDULED).
+HELD_BACK_BY_PRIORITY: Final[LiteralString] = """
+SELECT SUM(CASE WHEN "inboxgen_per_key"."inboxgen_n" > %(key_concurrency)s THEN
+    "inboxgen_per_key"."inboxgen_n" - %(key_concurrency)s ELSE 0 END)
+FROM (
+    SELECT "inboxgen_ahead"."tenant", COUNT(*) AS "inboxgen_n"
+    FROM (
+        WITH RECURSIVE inboxgen_priorities AS (
+            (
+                SELECT "priority"
+                FROM "pg_limited_jobs"
+                ORDER BY "priority"
+                LIMIT 1
+            )
+            UNION ALL
+            SELECT (
+                SELECT "priority"
+                FROM "pg_limited_jobs"
+                WHERE "priority" > inboxgen_priorities."priority"
+                ORDER BY "priority"
+                LIMIT 1
+            )
+            FROM inboxgen_priorities
+            WHERE inboxgen_priorities."priority" IS NOT NULL
+        )
+        SELECT due.*
+        FROM inboxgen_priorities
+        CROSS JOIN LATERAL (
+            SELECT "tenant"
+            FROM "pg_limited_jobs"
+            WHERE "priority" = inboxgen_priorities."priority"
+              AND "retry_after" <= %(now)s
+              AND ("locked_until" IS NULL OR "locked_until" <= %(now)s)
+            ORDER BY "retry_after", "id"
+            LIMIT %(limit)s
+        ) AS due
+        LIMIT %(limit)s
+    ) AS "inboxgen_ahead"
+    GROUP BY "inboxgen_ahead"."tenant"
+) AS "inboxgen_per_key"
+"""
 
-def held_back(conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int) -> int:
+
+def held_back(
+    conn: psycopg.Connection[Any], *, now: datetime.datetime, limit: int, by_priority: bool = False,
+) -> int:
     """Of the first `limit` due rows in claim order, count those past the first `key_concurrency`
-    of their key: the rows CLAIM reads past while their key is at its limit.
+    of their key: the rows CLAIM reads past while their key is at its limit. With `by_priority`,
+    HELD_BACK_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows
+    due later (`scheduled()`).
     """
-    cur = conn.execute(HELD_BACK, {
-        "key_concurrency": KEY_CONCURRENCY, "now": now, "limit": limit,
-    })
+    statement = HELD_BACK_BY_PRIORITY if by_priority else HELD_BACK
+    cur = conn.execute(statement, {"key_concurrency": KEY_CONCURRENCY, "now": now, "limit": limit})
     row = cur.fetchone()
     return 0 if row is None or row[0] is None else int(row[0])
 
 
 async def held_back_async(
     conn: psycopg.AsyncConnection[Any], *, now: datetime.datetime, limit: int,
+    by_priority: bool = False,
 ) -> int:
     """Of the first `limit` due rows in claim order, count those past the first `key_concurrency`
-    of their key: the rows CLAIM reads past while their key is at its limit.
+    of their key: the rows CLAIM reads past while their key is at its limit. With `by_priority`,
+    HELD_BACK_BY_PRIORITY: the due rows read priority by priority, for a table holding many rows
+    due later (`scheduled()`).
     """
-    cur = await conn.execute(HELD_BACK, {
-        "key_concurrency": KEY_CONCURRENCY, "now": now, "limit": limit,
-    })
+    statement = HELD_BACK_BY_PRIORITY if by_priority else HELD_BACK
+    cur = await conn.execute(statement, {"key_concurrency": KEY_CONCURRENCY, "now": now, "limit":
+        limit})
     row = await cur.fetchone()
     return 0 if row is None or row[0] is None else int(row[0])
 
@@ -1057,27 +1230,28 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, held_back=held_back, renew=renew, finish=finish, retry=retry,
+    claim=claim, scheduled=scheduled, held_back=held_back, renew=renew, finish=finish, retry=retry,
     retry_after=retry_after, dead_letter=dead_letter, renew_many=renew_many,
     finish_many=finish_many, insert=insert, insert_many=insert_many, notify=notify,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, held_back=held_back_async, renew=renew_async, finish=finish_async,
-    retry=retry_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
-    renew_many=renew_many_async, finish_many=finish_many_async, insert=insert_async,
-    insert_many=insert_many_async, notify=notify_async,
+    claim=claim_async, scheduled=scheduled_async, held_back=held_back_async, renew=renew_async,
+    finish=finish_async, retry=retry_async, retry_after=retry_after_async,
+    dead_letter=dead_letter_async, renew_many=renew_many_async, finish_many=finish_many_async,
+    insert=insert_async, insert_many=insert_many_async, notify=notify_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM_TURN": CLAIM_TURN, "CLAIM_FORGET": CLAIM_FORGET, "CLAIM": CLAIM,
     "CLAIM_BY_KEY": CLAIM_BY_KEY, "HELD_BACK": HELD_BACK, "CLAIM_MARK": CLAIM_MARK,
-    "CLAIM_RECORD": CLAIM_RECORD, "RENEW": RENEW, "RENEW_MANY": RENEW_MANY, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "RETRY": RETRY, "RETRY_AFTER": RETRY_AFTER,
-    "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT, "INSERT_MANY": INSERT_MANY,
-    "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD, "OLDEST_TRANSACTION": OLDEST_TRANSACTION,
-    "TABLE_HEALTH": TABLE_HEALTH, "REQUEUE_MOVE": REQUEUE_MOVE,
-    "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
-    "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
+    "CLAIM_RECORD": CLAIM_RECORD, "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY,
+    "HELD_BACK_BY_PRIORITY": HELD_BACK_BY_PRIORITY, "SCHEDULED": SCHEDULED, "RENEW": RENEW,
+    "RENEW_MANY": RENEW_MANY, "FINISH": FINISH, "FINISH_MANY": FINISH_MANY, "RETRY": RETRY,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_MOVE": DEAD_LETTER_MOVE, "INSERT": INSERT,
+    "INSERT_MANY": INSERT_MANY, "STATUS": STATUS, "STATUS_DEAD": STATUS_DEAD,
+    "OLDEST_TRANSACTION": OLDEST_TRANSACTION, "TABLE_HEALTH": TABLE_HEALTH,
+    "REQUEUE_MOVE": REQUEUE_MOVE, "REQUEUE_MOVE_IDS": REQUEUE_MOVE_IDS, "CANCEL": CANCEL,
+    "STATE": STATE, "DEAD_LIST": DEAD_LIST, "NOTIFY": NOTIFY, "INSERT_NOTIFY": INSERT_NOTIFY,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
