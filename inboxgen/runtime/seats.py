@@ -127,9 +127,8 @@ class SeatHolder:
 
 class SlotSeats:
     """The seats one slot of a row lock holds across its rounds: topped up to a batch before a
-    claim, given up when a claim comes back short, after SEAT_TURN (so a busy worker leaves
-    other processes their turn at the seats), and when the slot stops. `lock_all` and
-    `unlock_all` take and give up several seats on the slot's session at once."""
+    claim, given up when a claim comes back short, after SEAT_TURN, and when the slot stops.
+    `lock_all` and `unlock_all` take and give up several seats on the slot's session at once."""
 
     def __init__(self, holder: SeatHolder, lock_all: LockAll, unlock_all: UnlockAll) -> None:
         self._holder = holder

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue
@@ -96,3 +97,43 @@ def test_a_killed_holder_gives_its_seat_up_at_once(queue: MakeQueue, tmp_path: P
     assert len(runs) == len(ids)  # the killed job too: its row returned with the session
     assert min(start for start, _ in runs.values()) <= killed + 2.0
     assert most_at_once(list(runs.values())) == 1
+
+
+@pytest.mark.parametrize("form", ["row_lock", "advisory"])
+def test_an_idle_worker_holds_no_seat(queue: MakeQueue, form: str) -> None:
+    """A slot keeps its seats across its rounds while they come back full (PostgreSQL), and
+    gives them up when the queue runs dry: a worker left idle after its jobs holds none, so
+    another process's job can start at once."""
+    import asyncio
+
+    import psycopg
+
+    from inboxgen import Worker
+
+    q = queue("postgres", layout(form, concurrency=1, count_crashes=form == "row_lock"))
+    ids = add(q, ["a"] * 20)
+    ran: list[Any] = []
+
+    async def handler(job: Any) -> None:
+        ran.append(job.id)
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, workers=2, poll_interval=0.05,
+                    name="idle")
+    seat = f"inboxgen seat:{q.mod.TABLE}#0"
+
+    async def main() -> bool:
+        await worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(ran) < len(ids):
+                assert time.monotonic() < deadline, len(ran)
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)  # idle, polling
+            with psycopg.connect(q.target, autocommit=True) as other:
+                (free,) = other.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                                        (seat,)).fetchone()
+            return bool(free)
+        finally:
+            await worker.shutdown()
+
+    assert asyncio.run(main()), "the idle worker still holds the queue's seat"

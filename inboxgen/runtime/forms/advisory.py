@@ -14,7 +14,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import WorkerConfigError
@@ -22,7 +22,7 @@ from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
-from inboxgen.runtime.seats import SeatHolder
+from inboxgen.runtime.seats import SEAT_TURN, SeatHolder
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
@@ -78,6 +78,12 @@ class Advisory(Form):
         """Lock and take up to `batch` of the due rows. Rows whose key another slot or process
         holds are skipped; the round counts as drained only when fewer rows were due than it
         read."""
+        async with self.round_connection() as conn, self.round_seat(conn) as queue_seat:
+            return await self.round_on(conn, queue_seat)
+
+    async def round_on(self, conn: Any, queue_seat: list[str]) -> bool:
+        """A round on `conn`'s session; `queue_seat` holds the seat of the queue its rows run
+        in ([flow] concurrency: taken at the first row where it holds none)."""
         d, settings = self.d, self.settings
         batch, group = settings.batch, settings.group
         got = 0
@@ -88,58 +94,57 @@ class Advisory(Form):
         start = self._start.at() if self._start is not None else None
         looked = 0  # candidates looked at, in claim order: the next round starts after them
         full = False  # every seat of the queue was held
-        async with self.round_connection() as conn, self.round_seat(conn) as queue_seat:
-            read_at = self._settle_seq
-            started = time.monotonic()
-            now = self.clock.now()
-            await self.priorities.choose(conn, now)
-            candidates = await self.candidates(conn, {
-                "group": group, "now": now, "limit": limit,
-                "by_priority": self.priorities.by_priority, **(start or {})})
-            # The claim's round trip, for observers, is the read of the due rows.
-            self.observed_claim(candidates, limit, started)
-            for row in candidates:
-                if got >= batch:
+        read_at = self._settle_seq
+        started = time.monotonic()
+        now = self.clock.now()
+        await self.priorities.choose(conn, now)
+        candidates = await self.candidates(conn, {
+            "group": group, "now": now, "limit": limit,
+            "by_priority": self.priorities.by_priority, **(start or {})})
+        # The claim's round trip, for observers, is the read of the due rows.
+        self.observed_claim(candidates, limit, started)
+        for row in candidates:
+            if got >= batch:
+                break
+            looked += 1
+            row_id = getattr(row, d.role_attrs["id"])
+            if self._settled_at.get(row_id, -1) >= read_at:
+                continue  # a slot of this worker settled it since the candidates were read
+            key = d.advisory_key(row) if d.advisory_key else ""
+            if key in self._keys_in_work:
+                held += 1
+                continue  # another slot of this worker holds it: no round trip to learn so
+            if self._seats is not None and self._seats.seats.concurrency is not None \
+                    and not queue_seat:
+                # One seat of the queue serves the round's rows, which run one at a time.
+                seat = await self._seats.take_queue_seat(conn, self.lock)
+                if seat is None:
+                    full = True
                     break
-                looked += 1
-                row_id = getattr(row, d.role_attrs["id"])
-                if self._settled_at.get(row_id, -1) >= read_at:
-                    continue  # a slot of this worker settled it since the candidates were read
-                key = d.advisory_key(row) if d.advisory_key else ""
-                if key in self._keys_in_work:
-                    held += 1
-                    continue  # another slot of this worker holds it: no round trip to learn so
-                if self._seats is not None and self._seats.seats.concurrency is not None \
-                        and not queue_seat:
-                    # One seat of the queue serves the round's rows, which run one at a time.
-                    seat = await self._seats.take_queue_seat(conn, self.lock)
-                    if seat is None:
-                        full = True
-                        break
-                    queue_seat.append(seat)
-                self._keys_in_work.add(key)  # reserved before the lock's round trip
-                try:
-                    locked, key_seat = await self.lock_row(conn, row, key)
-                except BaseException:
-                    # A lost connection (a server restart): the reservation must not outlive
-                    # the round, or this worker would pass over the key's rows for good.
-                    self._keys_in_work.discard(key)
-                    raise
-                if not locked:
-                    self._keys_in_work.discard(key)
-                    held += 1
-                    continue  # its lock, or every seat of its limit key, is held
-                try:
-                    taken = await self.take(conn, {"id": row_id, "group": group,
-                                                   "now": self.clock.now()})
-                    if taken is None:
-                        continue  # finished or rescheduled since the candidates were read
-                    got += 1
-                    self.slots.took(1)
-                    await self.delivery.deliver(self.held(taken, key=key), conn)
-                finally:
-                    self._keys_in_work.discard(key)
-                    await self.unlock_row(conn, key, key_seat)
+                queue_seat.append(seat)
+            self._keys_in_work.add(key)  # reserved before the lock's round trip
+            try:
+                locked, key_seat = await self.lock_row(conn, row, key)
+            except BaseException:
+                # A lost connection (a server restart): the reservation must not outlive
+                # the round, or this worker would pass over the key's rows for good.
+                self._keys_in_work.discard(key)
+                raise
+            if not locked:
+                self._keys_in_work.discard(key)
+                held += 1
+                continue  # its lock, or every seat of its limit key, is held
+            try:
+                taken = await self.take(conn, {"id": row_id, "group": group,
+                                               "now": self.clock.now()})
+                if taken is None:
+                    continue  # finished or rescheduled since the candidates were read
+                got += 1
+                self.slots.took(1)
+                await self.delivery.deliver(self.held(taken, key=key), conn)
+            finally:
+                self._keys_in_work.discard(key)
+                await self.unlock_row(conn, key, key_seat)
         if self._start is not None and looked:
             self._start.after(candidates[looked - 1])
         if full:
@@ -290,7 +295,41 @@ class AutocommitAdvisory(Advisory):
     """The advisory form on a session in autocommit: the read of candidates, a lock, a take
     and a settlement (each one statement) are a round trip each, with no COMMIT of their own.
     A round that fails ends its session, which unlocks every key it held, rather than give it
-    back to the pool."""
+    back to the pool.
+
+    [flow] concurrency: a slot keeps its session, and its seat of the queue, across its rounds
+    while they come back full, for SEAT_TURN at most, as a row lock's slot keeps its seats: a
+    lock and an unlock a round fewer."""
+
+    async def serve(self, index: int, worked: Callable[[], None]) -> None:
+        seats = self._seats
+        if seats is None or seats.seats.concurrency is None:
+            await super().serve(index, worked)
+            return
+        slots = self.slots
+        async with self.round_connection() as conn:
+            queue_seat: list[str] = []
+            since = 0.0  # when the slot took the seat it holds
+            drained = False
+            try:
+                while not slots.stopping:
+                    had = bool(queue_seat)
+                    drained = await self.round_on(conn, queue_seat)
+                    worked()
+                    if queue_seat and not had:
+                        since = time.monotonic()
+                    if drained or time.monotonic() - since >= SEAT_TURN:
+                        await self.give_seats(conn, queue_seat)
+                        queue_seat.clear()
+                    if drained:
+                        break
+                    slots.wake_waiting_slot()  # a full round: more rows are likely due
+            except BaseException:
+                seats.forget(queue_seat)  # the round's failure ends the session
+                raise
+            await self.give_seats(conn, queue_seat)
+        if drained:
+            await slots.wait(index, self.settings.poll_interval)
 
     @contextlib.asynccontextmanager
     async def round_connection(self) -> AsyncIterator[Any]:

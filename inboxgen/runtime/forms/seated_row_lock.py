@@ -4,11 +4,10 @@ lock of the queue's, which a crash gives up with its session at once.
 A slot keeps one session for its rounds and takes up to a batch of seats on it, outside a
 transaction, before it claims; it claims as many rows as it holds seats. It keeps its seats
 across its rounds while they come back full, and gives them up when a claim comes back short,
-at least every SEAT_TURN seconds (so a busy worker leaves other processes their turn at the
-seats), and when it stops: taking and giving up seats costs a round trip each, which a busy
-slot then spends about once a second rather than at every job. A seat a slot holds between two
-of its rounds holds no job, so the queue never has more than `concurrency` jobs in work; it may
-have fewer for that moment.
+at least every SEAT_TURN seconds, and when it stops: taking and giving up seats costs a round
+trip each, which a busy slot then spends about once a second rather than at every job. A seat
+a slot holds between two of its rounds holds no job, so the queue never has more than
+`concurrency` jobs in work; it may have fewer for that moment.
 
 Where the plain row lock sends a batch's settlements with the next claim (pipelined), so does
 the seated one: a slot's seats are session locks, taken and given up outside the round's steps,
