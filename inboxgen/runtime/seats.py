@@ -78,10 +78,6 @@ class SeatHolder:
             self._held.discard(name)
         return None
 
-    async def take_queue_seat(self, conn: Any, lock: Lock) -> str | None:
-        """One of the queue's seats, or None where every one is held."""
-        return await self.take_one(conn, self.queue_seats(), lock)
-
     async def take_key_seat(self, conn: Any, key: str, lock: Lock) -> str | None:
         """One of `key`'s seats, or None where every one is held."""
         if self.key_full_here(key):
@@ -126,9 +122,10 @@ class SeatHolder:
 
 
 class SlotSeats:
-    """The seats one slot of a row lock holds across its rounds: topped up to a batch before a
-    claim, given up when a claim comes back short, after SEAT_TURN, and when the slot stops.
-    `lock_all` and `unlock_all` take and give up several seats on the slot's session at once."""
+    """The seats of the queue one slot holds across its rounds (a row lock's, up to a batch;
+    an advisory slot's one): topped up before a claim, given up when a claim comes back short,
+    after SEAT_TURN, and when the slot stops. `lock_all` and `unlock_all` take and give up
+    several seats on the slot's session at once."""
 
     def __init__(self, holder: SeatHolder, lock_all: LockAll, unlock_all: UnlockAll) -> None:
         self._holder = holder

@@ -290,14 +290,21 @@ class Statements:
                          also: tuple[str, ...] = (), then: str = "") -> None:
         """SELECT the rows due for a claim, in claim order, locked as `lock` says; `also` are
         further conditions a claimed row meets, `then` a column after the row's."""
-        self.add(name, "\n".join(x for x in (
-            f"SELECT {self.select_list()}{', ' + then if then else ''}",
-            f"FROM {self.t()}{self.force_index() if lock else ''}",
+        columns = self.select_list() + (f", {then}" if then else "")
+        self.add(name, self.due_rows(columns, also=also, lock=lock, hinted=bool(lock)), doc)
+
+    def due_rows(self, columns: str, *, also: tuple[str, ...] = (), lock: str = "",
+                 hinted: bool = True) -> str:
+        """SELECT `columns` of the first `limit` due rows in claim order that meet `also`,
+        locked as `lock` says (none: no lock); `hinted`: naming the claim index (MySQL)."""
+        return "\n".join(x for x in (
+            f"SELECT {columns}",
+            f"FROM {self.t()}{self.force_index() if hinted else ''}",
             self.where([*self.filters(), *also]),
             f"ORDER BY {self.order()}",
             f"LIMIT {self.p('limit')}",
             lock,
-        ) if x), doc)
+        ) if x)
 
     def force_index(self) -> str:
         """What follows the table's name in a claim's locking read (MySQL: an index hint)."""
@@ -434,7 +441,7 @@ class Statements:
             columns = "\n".join((f"{self.select_list()},", *(
                 "       " + line
                 for line in ",\n".join(self.count_columns(key_col, counts)).splitlines())))
-            self.add("CLAIM", self.limited_claim(columns, tuple(also)),
+            self.add("CLAIM", self.due_rows(columns, also=tuple(also), lock=self.limited_lock),
                      f"Under the claim turn, read up to `limit` due rows{self.start_doc} within "
                      "the limits, with what the limits count (jobs in work of the queue and of "
                      "the row's key, claims of the rate's window) beside each.")
@@ -455,25 +462,6 @@ class Statements:
                                      f"SELECT {', '.join(values)}\nFROM {self.t()}\n"
                                      f"WHERE {self.ids_in(self.c(self.q.id))}",
                      "Record the claims CLAIM_MARK made, at the database's time, for the rate.")
-
-    def first_due(self, columns: str) -> str:
-        """SELECT `columns` of the first `limit` due rows in claim order, without locks."""
-        return "\n".join(x for x in (
-            f"SELECT {columns}", f"FROM {self.t()}{self.force_index()}",
-            self.where(self.filters()), f"ORDER BY {self.order()}",
-            f"LIMIT {self.p('limit')}") if x)
-
-    def limited_claim(self, columns: str, also: tuple[str, ...]) -> str:
-        """A limited claim's read: `columns` (the row's, then what the limits count) of the
-        first `limit` due rows in claim order that meet `also`, locked."""
-        return "\n".join(x for x in (
-            f"SELECT {columns}",
-            f"FROM {self.t()}{self.force_index()}",
-            self.where([*self.filters(), *also]),
-            f"ORDER BY {self.order()}",
-            f"LIMIT {self.p('limit')}",
-            self.limited_lock,
-        ) if x)
 
     def live_lease(self) -> str:
         """The condition a row in work (`inboxgen_held`, the table again) meets: its lease has
@@ -545,7 +533,7 @@ class Statements:
         key, ahead, per_key, n = q(limits.key), q("inboxgen_ahead"), q("inboxgen_per_key"), \
             q("inboxgen_n")
         kc = self.p("key_concurrency")
-        first = "\n".join("        " + line for line in self.first_due(key).splitlines())
+        first = "\n".join("        " + line for line in self.due_rows(key).splitlines())
         self.add("HELD_BACK", "\n".join((
             f"SELECT SUM(CASE WHEN {per_key}.{n} > {kc} THEN {per_key}.{n} - {kc} ELSE 0 END)",
             "FROM (", f"    SELECT {ahead}.{key}, COUNT(*) AS {n}", "    FROM (", first,

@@ -189,23 +189,12 @@ class PostgresStatements(Statements):
             "    ) AS later", f"    LIMIT {self.p('limit')}", ") AS counted")),
             "Count the rows due later (up to `limit`), priority by priority.")
 
-    def select_claimable(self, name: str, doc: str, *, lock: str = "FOR UPDATE SKIP LOCKED",
-                         also: tuple[str, ...] = (), then: str = "") -> None:
+    def due_rows(self, columns: str, *, also: tuple[str, ...] = (), lock: str = "",
+                 hinted: bool = True) -> str:
         if not self.walking:
-            super().select_claimable(name, doc, lock=lock, also=also, then=then)
-            return
-        assert not then  # (MySQL's counted claim alone adds a column)
-        self.add(name, self.due_by_priority(self.select_list(), lock, also), doc)
-
-    def first_due(self, columns: str) -> str:
-        if not self.walking:
-            return super().first_due(columns)
-        return self.due_by_priority(columns, "")
-
-    def limited_claim(self, columns: str, also: tuple[str, ...]) -> str:
-        if not self.walking:
-            return super().limited_claim(columns, also)
-        return self.due_by_priority(columns.replace("\n", "\n    "), self.limited_lock, also)
+            return super().due_rows(columns, also=also, lock=lock, hinted=hinted)
+        # (Indented once more: the walk's pick is a LATERAL subquery.)
+        return self.due_by_priority(columns.replace("\n", "\n    "), lock, also)
 
     def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:
         if not self.walking:

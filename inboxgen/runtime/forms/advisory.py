@@ -22,7 +22,7 @@ from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
-from inboxgen.runtime.seats import SEAT_TURN, SeatHolder
+from inboxgen.runtime.seats import SeatHolder, SlotSeats
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
@@ -81,7 +81,7 @@ class Advisory(Form):
         async with self.round_connection() as conn, self.round_seat(conn) as queue_seat:
             return await self.round_on(conn, queue_seat)
 
-    async def round_on(self, conn: Any, queue_seat: list[str]) -> bool:
+    async def round_on(self, conn: Any, queue_seat: SlotSeats | None) -> bool:
         """A round on `conn`'s session; `queue_seat` holds the seat of the queue its rows run
         in ([flow] concurrency: taken at the first row where it holds none)."""
         d, settings = self.d, self.settings
@@ -114,14 +114,10 @@ class Advisory(Form):
             if key in self._keys_in_work:
                 held += 1
                 continue  # another slot of this worker holds it: no round trip to learn so
-            if self._seats is not None and self._seats.seats.concurrency is not None \
-                    and not queue_seat:
-                # One seat of the queue serves the round's rows, which run one at a time.
-                seat = await self._seats.take_queue_seat(conn, self.lock)
-                if seat is None:
-                    full = True
-                    break
-                queue_seat.append(seat)
+            # One seat of the queue serves the round's rows, which run one at a time.
+            if queue_seat is not None and not await queue_seat.top_up(conn, 1):
+                full = True
+                break
             self._keys_in_work.add(key)  # reserved before the lock's round trip
             try:
                 locked, key_seat = await self.lock_row(conn, row, key)
@@ -169,14 +165,39 @@ class Advisory(Form):
         return False
 
     @contextlib.asynccontextmanager
-    async def round_seat(self, conn: Any) -> AsyncIterator[list[str]]:
+    async def round_seat(self, conn: Any) -> AsyncIterator[SlotSeats | None]:
         """[flow] concurrency: the round's seat of the queue (none yet: the round takes it at
         its first row), given up as the round ends."""
-        taken: list[str] = []
+        seat = self.slot_seat()
         try:
-            yield taken
+            yield seat
         finally:
-            await self.give_seats(conn, taken)
+            await self.give_queue_seat(conn, seat)
+
+    def slot_seat(self) -> SlotSeats | None:
+        """[flow] concurrency: where a slot holds its seat of the queue (None: no such limit)."""
+        if self._seats is None or self._seats.seats.concurrency is None:
+            return None
+        return SlotSeats(self._seats, self._lock_each, self._unlock_each)
+
+    async def give_queue_seat(self, conn: Any, seat: SlotSeats | None) -> None:
+        """Give the slot's seat of the queue up; where that fails, end the session, which gives
+        it up too."""
+        if seat is None:
+            return
+        try:
+            await seat.give(conn)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.backend.end_session(conn)
+            raise
+
+    async def _lock_each(self, conn: Any, names: list[str]) -> list[bool]:
+        return [await self.lock(conn, name) for name in names]
+
+    async def _unlock_each(self, conn: Any, names: list[str]) -> None:
+        for name in names:
+            await self.unlock(conn, name)
 
     async def lock_row(self, conn: Any, row: Any, key: str) -> tuple[bool, str]:
         """Take a seat of the row's limit key ([flow] key_concurrency: "" where the table has
@@ -302,32 +323,26 @@ class AutocommitAdvisory(Advisory):
     lock and an unlock a round fewer."""
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
-        seats = self._seats
-        if seats is None or seats.seats.concurrency is None:
+        seat = self.slot_seat()
+        if seat is None:
             await super().serve(index, worked)
             return
         slots = self.slots
+        drained = False
         async with self.round_connection() as conn:
-            queue_seat: list[str] = []
-            since = 0.0  # when the slot took the seat it holds
-            drained = False
             try:
                 while not slots.stopping:
-                    had = bool(queue_seat)
-                    drained = await self.round_on(conn, queue_seat)
+                    drained = await self.round_on(conn, seat)
                     worked()
-                    if queue_seat and not had:
-                        since = time.monotonic()
-                    if drained or time.monotonic() - since >= SEAT_TURN:
-                        await self.give_seats(conn, queue_seat)
-                        queue_seat.clear()
+                    if drained or seat.turn_over():
+                        await self.give_queue_seat(conn, seat)
                     if drained:
                         break
                     slots.wake_waiting_slot()  # a full round: more rows are likely due
             except BaseException:
-                seats.forget(queue_seat)  # the round's failure ends the session
+                seat.lost()  # the round's failure ends the session
                 raise
-            await self.give_seats(conn, queue_seat)
+            await self.give_queue_seat(conn, seat)
         if drained:
             await slots.wait(index, self.settings.poll_interval)
 

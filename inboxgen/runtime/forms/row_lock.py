@@ -507,9 +507,11 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         steps: list[Step] = []
         for op, rows in by_op(pending).items():
             steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
+        committed_after = 0  # in autocommit mode, the steps done once the settlements committed
         if self._autocommit:
             if any(not one_statement(self.d, op) for op, _ in pending):
                 steps = [BEGIN, *steps, COMMIT]
+            committed_after = len(steps)
         elif not in_tx:
             steps.insert(0, BEGIN)
         done = {values["id"] for op, values in pending if op == "finish"}
@@ -531,11 +533,9 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         if early is not None:
             steps.append(early)
         start = self.claim_start()
-        claiming = await self.claim_steps(conn, start, limit) if claim else []
-        steps += claiming
-        if self._autocommit:
-            committed_after = len(steps) - len(claiming) - (early is not None)
-        else:
+        if claim:
+            steps += await self.claim_steps(conn, start, limit)
+        if not self._autocommit:
             # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
             # transaction (it unlocks session locks, as well there).
             steps.append(COMMIT_BEGIN if claim else COMMIT)
