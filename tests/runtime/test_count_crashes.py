@@ -226,3 +226,47 @@ def test_a_counted_claim_that_sorts_leaves_the_rows_it_did_not_return_to_others(
     assert len(rest) == 18 and not {r.id for r in rest} & {r.id for r in first}
     # Claimed in claim order all the same: the most urgent rows first.
     assert sorted(r.priority for r in first) == [0, 0]
+
+
+def test_a_counted_batch_that_fails_midway_reports_only_the_settlements_it_lost(
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    """MySQL's counted rounds run in autocommit mode, each settlement statement committed on its
+    own: when a batch's second settlement fails, the first has committed. Only the rows whose
+    settlements did not commit are reported lost (and run again); a finished row is not."""
+    from inboxgen import retry_after
+
+    q = queue("mysql", Layout("row_lock", group=True, count_crashes=True, dead="group"))
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(2)])
+    conn.commit()
+    finished, retried = q.ids()
+    with conn.cursor() as cur:  # the server refuses every retry of the table's rows
+        cur.execute(f"CREATE TRIGGER no_retry BEFORE UPDATE ON {q.table_sql()} FOR EACH ROW "
+                    "IF NEW.retry_after > OLD.retry_after THEN "
+                    "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no retries here'; END IF")
+    conn.commit()
+
+    def handler(job: Any) -> Any:
+        return retry_after(3600) if job.id == retried else None
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="g", workers=1,
+                    batch=2, poll_interval=0.05, listen=False)
+
+    async def serve() -> None:
+        await worker.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while not worker.stats.settlements_lost:
+                assert asyncio.get_running_loop().time() < deadline, worker.stats
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+
+    with caplog.at_level("ERROR", logger="inboxgen"):
+        asyncio.run(serve())
+    lost = [r.getMessage() for r in caplog.records if "were lost" in r.getMessage()]
+    assert lost and f"row(s) {retried} were lost" in lost[0], lost
+    rows = {r["id"]: r for r in q.rows()}
+    assert rows[finished]["processed_at"] is not None  # its settlement committed
+    assert rows[retried]["processed_at"] is None
