@@ -9,6 +9,13 @@ back since (a retry, a lease that ran out, a row lock's rollback, an insert that
 late), or, where the claim order has a priority or a due time, more urgent or due earlier than
 the last row claimed: for those, claims start at the head once every REWIND_EVERY, and
 whenever a claim from the start comes back short.
+
+Behind a snapshot held open, a claim from the head reads every index entry the drain left
+there (vacuum and InnoDB's purge keep them for that snapshot), so its cost grows with the
+drain: 1,000,000 rows in, one such claim a second would take most of the claimer's time. So
+the periodic claim from the head comes no more often than keeps what it costs beyond a claim
+from the start within HEAD_SHARE of the time between two; a row behind the start then waits
+that much longer while claims keep coming back full.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
 # How often claims go back to the head of the claim order: the longest a row behind the start
 # waits while claims keep coming back full.
 REWIND_EVERY = 1.0
+# The most of the time between two periodic claims from the head that their extra cost may take.
+HEAD_SHARE = 0.05
 
 
 # A claim's start: claim()'s arguments naming the row to start after (None: the head).
@@ -68,8 +77,10 @@ class ClaimStart:
         # (claim() argument, row attribute), in claim order.
         self._order = [(arg, d.role_attrs[role]) for role, arg in _ARGS if arg in params]
         self.key: tuple[Any, ...] | None = None  # the start's values, the id one past the row's
-        self._rewind_at = time.monotonic() + REWIND_EVERY
+        self.every = REWIND_EVERY  # between two periodic claims from the head
+        self._rewind_at = time.monotonic() + self.every
         self._returned_at = float("-inf")  # when this worker last returned rows (returned())
+        self._usual: float | None = None  # what a claim from a start takes (a moving average)
 
     def at(self) -> Start:
         if self.key is not None and time.monotonic() >= self._rewind_at:
@@ -80,7 +91,7 @@ class ClaimStart:
 
     def rewind(self) -> None:
         self.key = None
-        self._rewind_at = time.monotonic() + REWIND_EVERY
+        self._rewind_at = time.monotonic() + self.every
 
     def returned(self) -> None:
         """This worker returned rows behind the start (a retry, a round rolled back): the next
@@ -93,17 +104,31 @@ class ClaimStart:
         key = (*first, one_past(last))
         self.key = key if self.key is None else max(self.key, key)
 
-    def took(self, start: Start, rows: Sequence[Any], limit: int) -> bool:
-        """Note a claim that started at `start` and took `rows` (in claim order) of `limit`:
-        the next starts after them, or at the head where this one came back short from a
-        start (rows behind it may be due). Returns whether the caller should claim again at
-        once, from the head, rather than wait as a drained queue does: where this worker
-        returned rows within the last REWIND_EVERY, which a claim from the head since may
-        have missed, uncommitted (a drain that ends within a second of a retry would leave
-        it to the poll)."""
+    def took(self, start: Start, rows: Sequence[Any], limit: int,
+             seconds: float | None = None) -> bool:
+        """Note a claim that started at `start` and took `rows` (in claim order) of `limit`,
+        in `seconds` where the caller timed it: the next starts after them, or at the head
+        where this one came back short from a start (rows behind it may be due). Returns
+        whether the caller should claim again at once, from the head, rather than wait as a
+        drained queue does: where this worker returned rows within the last REWIND_EVERY,
+        which a claim from the head since may have missed, uncommitted (a drain that ends
+        within a second of a retry would leave it to the poll)."""
+        if seconds is not None:
+            self.timed(start, seconds)
         if rows:
             self.after(rows[-1])
         if start is not None and len(rows) < limit:
             self.rewind()
             return time.monotonic() - self._returned_at < REWIND_EVERY
         return False
+
+    def timed(self, start: Start, seconds: float) -> None:
+        """A claim from `start` took `seconds`: from a start, what such claims take; from the
+        head, how long until the next periodic one (HEAD_SHARE)."""
+        if start is not None:
+            usual = self._usual
+            self._usual = seconds if usual is None else usual + (seconds - usual) / 16
+            return
+        extra = max(0.0, seconds - (self._usual or 0.0))
+        self.every = max(REWIND_EVERY, extra / HEAD_SHARE)
+        self._rewind_at = time.monotonic() + self.every

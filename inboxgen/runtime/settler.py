@@ -6,6 +6,13 @@ autocommit session, each statement its own transaction; sqlite3 and PyMySQL: one
 Each caller learns whether its own row settled, so only the rows whose lease was taken get
 LeaseLost. Settlements are token-guarded: one that misses its row changes nothing and the
 others still commit.
+
+A row waiting here is no longer renewed (its settlement would race the renewal), so its lease
+must not run out while it waits. A flush writes FLUSH_MOST settlements at most, and the claimer
+claims no more while that many wait (`unsettled`, `flushed()`): otherwise, where the server
+settles more slowly than handlers finish (a table whose deletes slow down as purge falls
+behind), each flush would carry every settlement that came in during the last, each longer
+than the one before, until one outlasted the lease and its rows ran again.
 """
 
 from __future__ import annotations
@@ -35,18 +42,25 @@ Pending = list[tuple[str, dict[str, Any], Written]]
 # settlements are reported lost (their jobs then run again once their leases end).
 FLUSH_ATTEMPTS = 3
 
+# The most settlements one flush writes, and the most the claimer lets wait.
+FLUSH_MOST = 500
+
+
 class LeaseSettler:
     def __init__(self, calls: Calls, backend: Backend) -> None:
         self.calls = calls
         self.backend = backend
         self._pending: Pending = []
+        self._flushing = 0  # settlements of the flush on its way
         self._kick = asyncio.Event()
+        self._flushed = asyncio.Event()  # set when a flush ends (then replaced)
         self._task: asyncio.Task[None] | None = None
         self._closing = False
 
     def start(self) -> None:
         self._closing = False
-        self._kick = asyncio.Event()  # of this event loop: a worker may serve again in another
+        # Of this event loop: a worker may serve again in another.
+        self._kick, self._flushed = asyncio.Event(), asyncio.Event()
         self._task = asyncio.create_task(self._run(),
                                          name=f"{self.calls.descriptor.table}:settle")
 
@@ -59,6 +73,15 @@ class LeaseSettler:
         with contextlib.suppress(Exception):
             await self._task
         self._task = None
+
+    @property
+    def unsettled(self) -> int:
+        """Settlements not yet written: waiting, or on their way."""
+        return len(self._pending) + self._flushing
+
+    async def flushed(self) -> None:
+        """Wait for the end of the next flush (the claimer, while FLUSH_MOST wait)."""
+        await self._flushed.wait()
 
     def submit(self, op: str, values: dict[str, Any], written: Written) -> None:
         """Queue one settlement for the next flush, which calls `written` (no future and no
@@ -93,7 +116,16 @@ class LeaseSettler:
             self._kick.clear()
 
     async def _flush_pending(self) -> None:
-        batch, self._pending = self._pending, []
+        batch, self._pending = self._pending[:FLUSH_MOST], self._pending[FLUSH_MOST:]
+        self._flushing = len(batch)
+        try:
+            await self._write(batch)
+        finally:
+            self._flushing = 0
+            self._flushed.set()
+            self._flushed = asyncio.Event()
+
+    async def _write(self, batch: Pending) -> None:
         settled: list[bool | Exception] = []
         for attempt in range(1, FLUSH_ATTEMPTS + 1):
             try:

@@ -229,3 +229,55 @@ def test_postgresql_sorts_uuids_as_their_numbers_so_one_past_is_the_next_id(pg_d
         for u in ids[:50] + [uuid.UUID(int=2**64 - 1)]:
             (after,) = conn.execute("SELECT %s::uuid > %s::uuid", [one_past(u), u]).fetchone()
             assert after
+
+
+def test_claims_from_the_head_come_no_more_often_than_their_extra_cost_allows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a snapshot held open a claim from the head reads every entry the drain left
+    there, so its cost grows with the drain: the periodic claim from the head comes once a
+    second while it costs little, and no more often than keeps its extra cost within
+    HEAD_SHARE of the time between two once it costs more. A short claim from a start still
+    goes back to the head at once."""
+    from types import SimpleNamespace
+
+    from generated_examples import mailer
+    from inboxgen.runtime import claimstart
+
+    clock = [1000.0]
+    monkeypatch.setattr(claimstart.time, "monotonic", lambda: clock[0])
+    start = claimstart.ClaimStart(mailer.DESCRIPTOR)
+    rows = [SimpleNamespace(job_id=i) for i in range(10)]
+
+    def claim(seconds: float, head_seconds: float | None = None,
+              limit: int = 10) -> claimstart.Start:
+        at = start.at()
+        took = head_seconds if at is None and head_seconds is not None else seconds
+        clock[0] += took
+        start.took(at, rows, limit, took)
+        return at
+
+    def seconds_between_claims_from_the_head(claim_seconds: float,
+                                             head_seconds: float) -> float:
+        heads = []
+        for _ in range(20_000):
+            if claim(claim_seconds, head_seconds) is None:
+                heads.append(clock[0])
+            if len(heads) == 4:
+                break
+        return (heads[-1] - heads[1]) / 2
+
+    assert claim(0.002) is None  # the first claim reads from the head
+    assert claim(0.002) is not None
+    # Claims from the head that cost what the others do: once a second.
+    assert seconds_between_claims_from_the_head(0.002, 0.002) == pytest.approx(1.0, abs=0.01)
+    # A claim from the head 0.5 s dearer than one from a start: its extra cost takes about
+    # HEAD_SHARE of the time, no more.
+    share = 0.5 / seconds_between_claims_from_the_head(0.002, 0.502)
+    assert 0.9 * claimstart.HEAD_SHARE <= share <= claimstart.HEAD_SHARE
+    # Cheap again (the snapshot ended, vacuum ran): once a second again.
+    assert seconds_between_claims_from_the_head(0.002, 0.002) == pytest.approx(1.0, abs=0.01)
+    # However dear the head, a short claim from a start goes back there at once.
+    seconds_between_claims_from_the_head(0.002, 0.502)
+    assert start.key is not None
+    claim(0.002, limit=11)  # short (from a start)
+    assert start.at() is None

@@ -278,3 +278,42 @@ def test_one_claim_serves_every_slot(queue: MakeQueue) -> None:
     assert held == [8]
     assert acked == 20
     assert most == 4
+
+
+def test_settlements_that_fall_behind_hold_claims_back_so_no_lease_runs_out(
+        queue: MakeQueue) -> None:
+    """A row waiting for its settlement is no longer renewed. Where the server settles more
+    slowly than handlers finish (here a trigger makes each finish take a millisecond; in the
+    field, deletes slowing down behind a purge or vacuum that lags), the claimer waits for the
+    settlements rather than claim on: otherwise each flush carries all that came in during the
+    last, until one outlasts the lease and its rows are claimed and run again."""
+    slow = """
+CREATE FUNCTION slow_finish() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.processed_at IS NOT NULL AND OLD.processed_at IS NULL THEN
+        PERFORM pg_sleep(0.001);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER slow_finish BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION slow_finish();
+"""
+    q = queue("postgres", spec=SPEC, ddl=DDL + slow)
+    module, dsn = q.mod, q.target
+    jobs = 4000
+    with psycopg.connect(dsn) as conn:
+        module.insert_many(conn, [module.NewRow(payload={"kind": "n"}) for _ in range(jobs)])
+    runs: dict[int, int] = {}
+
+    async def handler(job: Job[Any]) -> None:
+        runs[job.id] = runs.get(job.id, 0) + 1
+
+    worker = Worker(module.DESCRIPTOR, handler, database=dsn, workers=10, batch=1, lease=2,
+                    listen=False, poll_interval=0.05)
+    asyncio.run(run_until_idle(worker, timeout=120))
+
+    assert len(runs) == jobs
+    assert sorted(set(runs.values())) == [1], "jobs ran twice"
+    assert (worker.stats.acked, worker.stats.lease_lost) == (jobs, 0)
+    with psycopg.connect(dsn) as conn:
+        (left,) = conn.execute("SELECT count(*) FROM jobs WHERE processed_at IS NULL").fetchone()
+    assert left == 0

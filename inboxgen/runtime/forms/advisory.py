@@ -103,6 +103,8 @@ class Advisory(Form):
             "by_priority": self.priorities.by_priority, **(start or {})})
         # The claim's round trip, for observers, is the read of the due rows.
         self.observed_claim(candidates, limit, started)
+        if self._start is not None:
+            self._start.timed(start, time.monotonic() - started)
         for row in candidates:
             if got >= batch:
                 break

@@ -24,7 +24,7 @@ from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.limits import KeyChoice, claim_in_turn, fair_turns, limited
 from inboxgen.runtime.outcomes import FINISH, PARK, Settlement, lease_expiry
 from inboxgen.runtime.renewer import LeaseRenewer
-from inboxgen.runtime.settler import LeaseSettler
+from inboxgen.runtime.settler import FLUSH_MOST, LeaseSettler
 from inboxgen.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -125,6 +125,11 @@ class Lease(Form):
         empty_walks = 0  # fair claims in a row that took nothing, passing keys with nothing due
         try:
             while not slots.stopping:
+                if self.settler.unsettled >= FLUSH_MOST:
+                    # Settlements fall behind: their rows' leases are not renewed while they
+                    # wait, so claim no more until a flush has written some (settler.py).
+                    await _first(self.settler.flushed(), slots.until_stopped())
+                    continue
                 room = self._capacity - self._working - self._ready.qsize()
                 if room <= 0 or (not self._ready.empty() and room < self._capacity / 2):
                     # Wait for handlers to finish: claim for a few slots at once, not one by
@@ -162,22 +167,23 @@ class Lease(Form):
         claim takes a start (ClaimStart), a claim from there that comes back short claims the
         rest from the head at once: rows behind the start are due too."""
         if self._start is None or self.keys.by_key:  # (a walk over the keys takes no start)
-            return len(await self._claim_once(limit, None))
+            return len((await self._claim_once(limit, None))[0])
         start = self._start.at()
-        got = await self._claim_once(limit, start)
-        self._start.took(start, got, limit)
+        got, seconds = await self._claim_once(limit, start)
+        self._start.took(start, got, limit, seconds)
         # Short from a start, took() went back to the head. A limited claim that kept rows is
         # claimed again at once by the claimer's loop (the limits may have cut it short): a
         # claim from the head here would be a second one.
         if start is not None and len(got) < limit and not (self._limited and got):
-            more = await self._claim_once(limit - len(got), None)
-            self._start.took(None, more, limit - len(got))
+            more, seconds = await self._claim_once(limit - len(got), None)
+            self._start.took(None, more, limit - len(got), seconds)
             return len(got) + len(more)
         return len(got)
 
-    async def _claim_once(self, limit: int, start: Start) -> list[Any]:
+    async def _claim_once(self, limit: int, start: Start) -> tuple[list[Any], float]:
         """One claim of up to `limit` rows (from `start` on, where the claim takes one) into
-        the slots' queue; returns the rows claimed, in claim order."""
+        the slots' queue; returns the rows claimed, in claim order, and the seconds the claim
+        statement took (the counts a worker makes once a second left out)."""
         now, until = self._lease_from_now()
         # Once a second, where the table has a claim by priority or a walk over the keys: the
         # count of rows due later first, as the count of the keys' held-back rows reads as the
@@ -205,6 +211,7 @@ class Lease(Form):
             # threaded driver a transaction of its own in one call.
             (result,) = await self.backend.alone([step])
         rows = self.claimed(result)
+        seconds = time.monotonic() - started
         self.observed_claim(rows, limit, started)
         self.slots.took(len(rows))  # in work from the claim on: a shutdown waits for them
         held = self._hold(rows, until)
@@ -213,7 +220,7 @@ class Lease(Form):
         finally:
             for h in held:  # (a stop that cancels the read still finds them there)
                 self._ready.put_nowait(h)
-        return [h.row for h in held]
+        return [h.row for h in held], seconds
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Slot `index`: deliver rows from the claimer, one handler at a time in claim order,

@@ -92,12 +92,14 @@ class RowLock(Form):
         """Where the next claim starts (None: the head)."""
         return self._start.at() if self._start is not None else None
 
-    def claimed_from(self, start: Start, rows: list[Any], limit: int) -> bool:
-        """Note a claim from `start` that took `rows`: the next starts after them, or at the
-        head where this one came back short from a start. Returns whether the slot claims
-        again at once (ClaimStart.took: this worker returned rows behind the start within a
-        second) rather than wait as a drained queue's does."""
-        return self._start is not None and self._start.took(start, rows, limit)
+    def claimed_from(self, start: Start, rows: list[Any], limit: int, started: float) -> bool:
+        """Note a claim from `start` that took `rows`, sent at `started` (time.monotonic()):
+        the next starts after them, or at the head where this one came back short from a
+        start. Returns whether the slot claims again at once (ClaimStart.took: this worker
+        returned rows behind the start within a second) rather than wait as a drained queue's
+        does."""
+        return self._start is not None and self._start.took(
+            start, rows, limit, time.monotonic() - started)
 
     def back_to_head(self) -> None:
         """This worker returned rows behind the start (a retry, a round rolled back): the next
@@ -112,9 +114,9 @@ class RowLock(Form):
         # (what a crash does in this form).
         try:
             async with self.transaction() as conn:
-                start = self.claim_start()
+                start, started = self.claim_start(), time.monotonic()
                 rows = await self.claim(conn, self.clock.now(), batch, start=start)
-                again = self.claimed_from(start, rows, batch)
+                again = self.claimed_from(start, rows, batch, started)
                 pending: Pending = []
                 held = [self.held(r, deferred=self._defer(pending)) for r in rows]
                 await self.deliver_all(held, conn)
@@ -176,9 +178,9 @@ class CountedRowLock(RowLock):
         async with backend.connection() as conn:
             await backend.begin(conn)
             try:
-                start = self.claim_start()
+                start, started = self.claim_start(), time.monotonic()
                 counted = await self.claim(conn, self.clock.now(), batch, start=start)
-                again = self.claimed_from(start, counted, batch)
+                again = self.claimed_from(start, counted, batch, started)
                 await backend.commit(conn)
             except BaseException:
                 # The claim may have locked keys before it failed: ending the session unlocks
@@ -405,7 +407,7 @@ class PipelinedRowLock(RowLock):
             return [], False
         rows = self.claimed(results[-1])
         self.observed_claim(rows, limit, started)
-        return rows, self.claimed_from(start, rows, limit)
+        return rows, self.claimed_from(start, rows, limit, started)
 
 
 class PipelinedCountedRowLock(PipelinedRowLock):
@@ -565,7 +567,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         # The claim is the last call before the COMMIT; a RELEASE after it comes last.
         rows = self.claimed(results[-1] if late is None else results[-2])
         self.observed_claim(rows, limit, started)
-        return rows, self.claimed_from(start, rows, limit)
+        return rows, self.claimed_from(start, rows, limit, started)
 
 
 class Idle:

@@ -18,6 +18,7 @@ every lock of the session, MySQL's: its seats end with each round, and it takes 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -152,9 +153,9 @@ class SeatedRowLock(RowLock):
         try:
             await backend.begin(conn)
             try:
-                start = self.claim_start()
+                start, started = self.claim_start(), time.monotonic()
                 rows = await self.claim(conn, self.clock.now(), limit, start=start)
-                again = self.claimed_from(start, rows, limit)
+                again = self.claimed_from(start, rows, limit, started)
                 pending: Pending = []
                 held = [self.held(r, deferred=self._defer(pending)) for r in rows]
                 await self.deliver_all(held, conn)
@@ -185,9 +186,9 @@ class SeatedCountedRowLock(SeatedRowLock, CountedRowLock):
     async def seated_round(self, conn: Any, limit: int) -> tuple[bool, bool]:
         backend = self.backend
         await backend.begin(conn)
-        start = self.claim_start()
+        start, started = self.claim_start(), time.monotonic()
         counted = await self.claim(conn, self.clock.now(), limit, start=start)
-        again = self.claimed_from(start, counted, limit)
+        again = self.claimed_from(start, counted, limit, started)
         await backend.commit(conn)
         pending: Pending = []
         held = [self.held(row, deferred=self._defer(pending)) for row in counted]
