@@ -4,6 +4,7 @@ settlement or a renewal finds out, and the lost lease is counted once."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,60 @@ def test_lease_lost_found_by_a_renewal_counts_once(
     assert any("row 1" in m for m in messages(caplog.records))
     assert db.rows("SELECT id, attempt, locked_until FROM report_jobs") == [
         (1, 3, db.stored_time(token))]
+
+
+def test_a_flush_whose_rows_were_all_taken_reads_them_a_few_at_a_time(
+        queue: MakeQueue) -> None:
+    """After a stall past their leases, a flush may find every row of its settlements taken:
+    whether each row is gone is read before it is reported, and those reads wait their turn
+    rather than open a connection each (MariaDB's worker opens connections as its tasks need
+    them, and a thousand at once passes the server's limit)."""
+    from dbcases import Layout
+
+    q = queue("mysql", Layout("lease"))
+    conn = q.connect()
+    jobs = 100
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(retry_after=due) for _ in range(jobs)])
+    conn.commit()
+    all_running = asyncio.Event()
+    stolen = asyncio.Event()
+    running = 0
+
+    async def handler(job: Job[Any]) -> None:
+        nonlocal running
+        running += 1
+        if running == jobs:
+            all_running.set()
+        await stolen.wait()
+
+    def connections() -> int:
+        with q.connect(autocommit=True) as other:
+            cur = other.cursor()
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                        "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()")
+            return int(cur.fetchone()[0])
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, workers=jobs,
+                    listen=False, poll_interval=0.05)
+
+    async def main() -> int:
+        await worker.start()
+        try:
+            await asyncio.wait_for(all_running.wait(), 30)
+            # Another worker takes every row (a new lease, far off), then the handlers end.
+            with q.connect(autocommit=True) as other:
+                other.cursor().execute(f"UPDATE {q.table_sql()} "
+                                       "SET locked_until = '2100-01-01 00:00:00'")
+            stolen.set()
+            deadline = asyncio.get_running_loop().time() + 30
+            while worker.stats.lease_lost < jobs:
+                assert asyncio.get_running_loop().time() < deadline, worker.stats
+                await asyncio.sleep(0.05)
+            return await asyncio.to_thread(connections)  # the worker's, kept until shutdown
+        finally:
+            await worker.shutdown()
+
+    opened = asyncio.run(main())
+    assert worker.stats.lease_lost == jobs
+    assert opened <= 10, opened

@@ -78,8 +78,9 @@ class Lease(Form):
         self.keys = KeyChoice(self.calls, self.settings.group)
         self._key_walk = fair_turns(self.d, self.settings.group, "CLAIM_BY_KEY")
         # Settlements the settler wrote that changed nothing: whether their rows are gone is
-        # read before they are reported.
+        # read before they are reported, MISSED_READS at a time (_start_claimer).
         self._checks: set[asyncio.Future[None]] = set()
+        self._check_turns = asyncio.Semaphore(MISSED_READS)
         # A partitioned table's claim by priority runs its generic plan (offered()).
         self._plan_once_by_priority = False
 
@@ -103,6 +104,7 @@ class Lease(Form):
     def _start_claimer(self) -> None:
         # Of this event loop: a worker may serve again in another.
         self._ready, self._room, self._working = asyncio.Queue(), asyncio.Event(), 0
+        self._check_turns = asyncio.Semaphore(MISSED_READS)
         self._claimer = asyncio.create_task(self._claim_rounds(), name=f"{self.name}:claim")
 
     async def stop(self) -> None:
@@ -365,7 +367,9 @@ class Lease(Form):
         raise await self._not_held(h, op)
 
     async def _report_missed(self, h: Held, s: Settlement, op: str) -> None:
-        self.delivery.settled_later(h, s, await self._not_held(h, op))
+        async with self._check_turns:
+            err = await self._not_held(h, op)
+        self.delivery.settled_later(h, s, err)
 
     async def _not_held(self, h: Held, op: str) -> LeaseLost | RowDeleted:
         """Why a settlement guarded by the lease changed nothing: the row was deleted, or it is
@@ -378,6 +382,12 @@ class Lease(Form):
         return LeaseLost(f"row {h.id} is no longer held by this worker (its lease ran out and it "
                          f"was claimed again); {op} changed nothing", worker=self.name,
                          table=self.d.qualified_name, statement=op.upper())
+
+
+# The most reads at once of whether rows whose settlements missed are gone: each takes a
+# connection, and a flush may miss thousands of rows at once (after the database stalled past
+# their leases), where one connection each would pass the server's limit.
+MISSED_READS = 2
 
 
 async def _first(*waits: Awaitable[Any]) -> None:
