@@ -303,7 +303,7 @@ class Session:
         finally:
             self.claim_s = time.perf_counter() - started
         if self.start is not None and name == "claim":
-            self.start.took(at, rows, values["limit"])
+            self.start.took(at, rows, values["limit"], self.claim_s)
         return rows
 
     def execute(self, sql: str) -> None:

@@ -77,8 +77,8 @@ class ClaimStart:
         # (claim() argument, row attribute), in claim order.
         self._order = [(arg, d.role_attrs[role]) for role, arg in _ARGS if arg in params]
         self.key: tuple[Any, ...] | None = None  # the start's values, the id one past the row's
-        self.every = REWIND_EVERY  # between two periodic claims from the head
-        self._rewind_at = time.monotonic() + self.every
+        self._every = REWIND_EVERY  # between two periodic claims from the head
+        self._rewind_at = time.monotonic() + self._every
         self._returned_at = float("-inf")  # when this worker last returned rows (returned())
         self._usual: float | None = None  # what a claim from a start takes (a moving average)
 
@@ -91,7 +91,7 @@ class ClaimStart:
 
     def rewind(self) -> None:
         self.key = None
-        self._rewind_at = time.monotonic() + self.every
+        self._rewind_at = time.monotonic() + self._every
 
     def returned(self) -> None:
         """This worker returned rows behind the start (a retry, a round rolled back): the next
@@ -104,17 +104,15 @@ class ClaimStart:
         key = (*first, one_past(last))
         self.key = key if self.key is None else max(self.key, key)
 
-    def took(self, start: Start, rows: Sequence[Any], limit: int,
-             seconds: float | None = None) -> bool:
+    def took(self, start: Start, rows: Sequence[Any], limit: int, seconds: float) -> bool:
         """Note a claim that started at `start` and took `rows` (in claim order) of `limit`,
-        in `seconds` where the caller timed it: the next starts after them, or at the head
+        in `seconds`: the next starts after them, or at the head
         where this one came back short from a start (rows behind it may be due). Returns
         whether the caller should claim again at once, from the head, rather than wait as a
         drained queue does: where this worker returned rows within the last REWIND_EVERY,
         which a claim from the head since may have missed, uncommitted (a drain that ends
         within a second of a retry would leave it to the poll)."""
-        if seconds is not None:
-            self.timed(start, seconds)
+        self.timed(start, seconds)
         if rows:
             self.after(rows[-1])
         if start is not None and len(rows) < limit:
@@ -130,5 +128,5 @@ class ClaimStart:
             self._usual = seconds if usual is None else usual + (seconds - usual) / 16
             return
         extra = max(0.0, seconds - (self._usual or 0.0))
-        self.every = max(REWIND_EVERY, extra / HEAD_SHARE)
-        self._rewind_at = time.monotonic() + self.every
+        self._every = max(REWIND_EVERY, extra / HEAD_SHARE)
+        self._rewind_at = time.monotonic() + self._every

@@ -507,19 +507,19 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         (RowLock.claimed_from: the slot claims again at once). `finished` holds the ids of
         finished rows whose keys wait to be unlocked; this round's join them."""
         steps: list[Step] = []
-        settles: list[list[Any]] = []  # the ids of the rows each settlement step settles
+        # In autocommit mode, the ids of the rows each settlement step settles: each commits on
+        # its own (None: the settlements commit together).
+        settles: list[list[Any]] | None = [] if self._autocommit else None
         for op, rows in by_op(pending).items():
             planned = self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
             steps += planned
-            ids = [values["id"] for values in rows]
-            settles += [ids] if len(planned) == 1 else [[i] for i in ids]
+            if settles is not None:
+                ids = [values["id"] for values in rows]
+                settles += [ids] if len(planned) == 1 else [[i] for i in ids]
         committed_after = 0  # in autocommit mode, the steps done once the settlements committed
-        each_commits = False  # each settlement step commits on its own
         if self._autocommit:
             if any(not one_statement(self.d, op) for op, _ in pending):
-                steps = [BEGIN, *steps, COMMIT]
-            else:
-                each_commits = True
+                steps, settles = [BEGIN, *steps, COMMIT], None
             committed_after = len(steps)
         elif not in_tx:
             steps.insert(0, BEGIN)
@@ -557,7 +557,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         except StepFailed as err:
             if err.done >= committed_after:
                 held.clear()  # the batch committed; what failed came after
-            elif each_commits:  # the settlements before the one that failed committed
+            elif settles is not None:  # the settlements before the one that failed committed
                 kept = {i for ids in settles[:err.done] for i in ids}
                 held[:] = [h for h in held if h.id not in kept]
             raise err.cause from None
