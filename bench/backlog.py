@@ -287,7 +287,9 @@ class Session:
     def timed(self, module: ModuleType, name: str, **values: Any) -> Any:
         """call() of a claim function (the one a worker would choose), its seconds left in
         claim_s."""
-        at = self.start.at() if self.start is not None and name == "claim" else None
+        # A claim, or the advisory form's read of candidates, starts as the worker's would.
+        starts = self.start is not None and name in ("claim", "candidates")
+        at = self.start.at() if self.start is not None and starts else None
         # A row lock's claim by priority runs its generic plan, as a worker runs it: the
         # setting in the round's transaction, which the worker sends with the claim and here
         # goes before the timed statement; so does a lease's on a partitioned table. (The
@@ -302,7 +304,7 @@ class Session:
                         **values)
         finally:
             self.claim_s = time.perf_counter() - started
-        if self.start is not None and name == "claim":
+        if self.start is not None and starts:
             self.start.took(at, rows, values["limit"], self.claim_s)
         return rows
 

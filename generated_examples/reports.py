@@ -77,7 +77,7 @@ def decode_payload(raw: bytes) -> bytes:
     return raw
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "report_jobs"
 SET "locked_until" = :locked_until,
@@ -86,6 +86,7 @@ WHERE "id" IN (
     SELECT "id"
     FROM "report_jobs"
     WHERE ("locked_until" IS NULL OR "locked_until" <= :now)
+      AND "id" >= :from_id
     ORDER BY "id"
     LIMIT :limit
 )
@@ -95,11 +96,12 @@ RETURNING "id", "attempt" - 1 AS "attempt", "locked_until", "payload"
 
 def claim(
     conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
     cur = conn.execute(CLAIM, {
-        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now), "limit": limit,
+        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

@@ -97,7 +97,8 @@ def decode_payload(raw: bytes) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim order
+# under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "email_jobs"
 SET "locked_until" = :locked_until,
@@ -108,6 +109,7 @@ WHERE "id" IN (
     WHERE "processed_at" IS NULL
       AND "retry_after" <= :now
       AND ("locked_until" IS NULL OR "locked_until" <= :now)
+      AND ("priority", "retry_after", "id") >= (:from_priority, :from_retry_after, :from_id)
     ORDER BY "priority", "retry_after", "id"
     LIMIT :limit
 )
@@ -118,11 +120,17 @@ RETURNING "id", "priority", "retry_after", "attempt" - 1 AS "attempt", "processe
 
 def claim(
     conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim
+    order under a lease ending at `locked_until`.
+    """
     cur = conn.execute(CLAIM, {
-        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now), "limit": limit,
+        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now),
+        "from_priority": _v.lowest_or(from_priority),
+        "from_retry_after": _v.sqlite_second(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

@@ -85,19 +85,24 @@ def advisory_key(row: ClaimedRow) -> str:
     return "image-" + str(row.image_path)
 
 
-# Rows due for a claim, in claim order; each is then locked by its key.
+# Rows due for a claim from id `from_id` on; each is then locked by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT "id", "image_path", "attempt", "processed_at", "payload"
 FROM "thumbnail_jobs"
 WHERE "processed_at" IS NULL
+  AND "id" >= :from_id
 ORDER BY "id"
 LIMIT :limit
 """
 
 
-def candidates(conn: sqlite3.Connection, *, limit: int = 1) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = conn.execute(CANDIDATES, {"limit": limit})
+def candidates(
+    conn: sqlite3.Connection, *, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Rows due for a claim from id `from_id` on; each is then locked by its key."""
+    cur = conn.execute(CANDIDATES, {
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 

@@ -233,6 +233,15 @@ def sqlite_time(value: _dt.datetime) -> str:
     return _utc(value).strftime(SQLITE_TIME_FORMAT)
 
 
+def sqlite_second(value: _dt.datetime) -> str:
+    """A claim's start at a due time, as text at or before every text of that time: its whole
+    second. A time's text may end in its milliseconds (SQLite's strftime('%f')) or its
+    microseconds (sqlite_time), and the second alone sorts before both, so a claim from this
+    start reads again the rows of that second (the rows in work at most) rather than miss one
+    written the other way."""
+    return _utc(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def sqlite_time_or_none(value: _dt.datetime | None) -> str | None:
     return None if value is None else sqlite_time(value)
 

@@ -1,10 +1,11 @@
-"""Where the next claim of a table starts (PostgreSQL, MySQL/MariaDB): after the last row
-claimed, in claim order, not at the head of it.
+"""Where the next claim of a table starts: after the last row claimed, in claim order, not at
+the head of it.
 
 Every row a drain finished leaves an index entry at the head of the claim order until vacuum
 removes it (autovacuum looks once a minute by default, and removes nothing an older snapshot
 may still see: a long report, a backup, a replica's query), and every claim starting at the
-head reads past them all. Rows ahead of the start are finished, held by another claim, or came
+head reads past them all; so does it past the rows due later at a more urgent priority than
+the due ones, where no claim reads priority by priority (MySQL/MariaDB, SQLite). Rows ahead of the start are finished, held by another claim, or came
 back since (a retry, a lease that ran out, a row lock's rollback, an insert that committed
 late), or, where the claim order has a priority or a due time, more urgent or due earlier than
 the last row claimed: for those, claims start at the head once every REWIND_EVERY, and
@@ -50,9 +51,10 @@ def _claim_params(d: TableDescriptor) -> tuple[str, ...]:
 
 
 def claims_from_id(d: TableDescriptor) -> bool:
-    """Whether the table's claim takes a start (`from_id`): the generator gives one to
-    PostgreSQL and MySQL/MariaDB lease, row-lock and advisory tables with an integer id whose
-    claim order columns are NOT NULL (FIFO claims take their groups' heads instead)."""
+    """Whether the table's claim takes a start (`from_id`): the generator gives one to lease,
+    row-lock and advisory tables with an integer id whose claim order columns are NOT NULL
+    (FIFO claims take their groups' heads instead). A module built without one (SQLite's,
+    before they took one) claims from the head."""
     return "from_id" in _claim_params(d) and not d.fifo
 
 

@@ -1,12 +1,13 @@
 """A table claimed in id order, under a lease, a row lock (counted or not) or advisory locks, on
-PostgreSQL and MariaDB: a worker's claims (the advisory form's reads of candidates) start after
-the last row claimed, so they do not read past the index entries its finished rows left at the
-head; a row behind the start (a retry) is still delivered, and nothing waits past a short
-claim."""
+PostgreSQL, MariaDB and SQLite: a worker's claims (the advisory form's reads of candidates)
+start after the last row claimed, so they do not read past the index entries its finished rows
+left at the head, nor past rows due later at a more urgent priority; a row behind the start (a
+retry) is still delivered, and nothing waits past a short claim."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import random
 import time
 import uuid
@@ -16,6 +17,7 @@ import pytest
 from dbcases import MakeQueue, spec_toml
 
 from inboxgen import Job, Outcome, Worker, ack, retry
+from inboxgen.runtime.claimstart import ClaimStart
 
 DDL = {
     "postgres": """
@@ -38,7 +40,26 @@ CREATE TABLE jobs (
     KEY jobs_claim (name, id)
 );
 """,
+    "sqlite": """
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL DEFAULT 'work',
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TEXT,
+    payload TEXT NOT NULL
+);
+CREATE INDEX jobs_claim ON jobs (name, id);
+""",
 }
+# The forms SQLite offers: no row locks.
+SQLITE_FORMS = ("lease", "advisory")
+
+
+def for_dialect(spec: str, dialect: str) -> str:
+    """`spec` for `dialect`: SQLite keeps a JSON payload as text, encoded by the json codec."""
+    if dialect != "sqlite":
+        return spec
+    return spec.replace('payload = "payload"', 'payload = { role = "payload", codec = "json" }')
 # PostgreSQL's uuid ids sort as their numbers: a claim starts after the last one too.
 UUID_DDL = DDL["postgres"].replace("id BIGSERIAL PRIMARY KEY", "id UUID PRIMARY KEY")
 COLUMNS = {"id": "id generated", "name": "group", "attempt": "attempt generated",
@@ -88,17 +109,20 @@ def _drain(q: Any, worker: Worker, starts: list[Any], within: float) -> float:
     return asyncio.run(drain())
 
 
-@pytest.mark.parametrize(("dialect", "ids"), [
-    ("postgres", "integer"), ("mysql", "integer"), ("postgres", "uuid")])
-@pytest.mark.parametrize(("form", "transactional"), [
-    *((form, False) for form in SPECS), *((form, True) for form in TRANSACTIONAL)])
+@pytest.mark.parametrize(("dialect", "ids", "form", "transactional"), [
+    (dialect, ids, form, transactional)
+    for dialect, ids in (("postgres", "integer"), ("mysql", "integer"), ("postgres", "uuid"),
+                         ("sqlite", "integer"))
+    for form, transactional in (*((form, False) for form in SPECS),
+                                *((form, True) for form in TRANSACTIONAL))
+    if dialect != "sqlite" or form in SQLITE_FORMS])
 def test_claims_start_after_the_last_and_a_retry_behind_it_still_runs(
         dialect: str, ids: str, form: str, transactional: bool, queue: MakeQueue) -> None:
     uuids = ids == "uuid"
     # A uuid id is the caller's, given at insert.
     spec = (SPECS[form].replace('id = { role = "id", generated = true }', 'id = "id"')
             if uuids else SPECS[form])
-    q = queue(dialect, spec=spec, ddl=UUID_DDL if uuids else DDL[dialect])
+    q = queue(dialect, spec=for_dialect(spec, dialect), ddl=UUID_DDL if uuids else DDL[dialect])
     assert "from_id" in claim_params(q)
     total = 400
     with q.db.transaction() as conn:
@@ -159,6 +183,20 @@ CREATE TABLE jobs (
     KEY jobs_claim (name, priority, retry_after, id)
 );
 """,
+    # Due times as SQLite's strftime writes them (milliseconds), where the worker writes
+    # microseconds: a start must not pass over the rows of its own millisecond either.
+    "sqlite": """
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL DEFAULT 'work',
+    priority INTEGER NOT NULL DEFAULT 0,
+    retry_after TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    attempt INTEGER NOT NULL DEFAULT 1,
+    locked_until TEXT,
+    payload TEXT NOT NULL
+);
+CREATE INDEX jobs_claim ON jobs (name, priority, retry_after, id);
+""",
 }
 ORDERED = {"priority": "priority", "retry_after": "retry_after"}
 ORDERED_SPECS = {
@@ -172,15 +210,16 @@ ORDERED_SPECS = {
 }
 
 
-@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
-@pytest.mark.parametrize("form", list(ORDERED_SPECS))
+@pytest.mark.parametrize(("dialect", "form"), [
+    (dialect, form) for dialect in ("postgres", "mysql", "sqlite") for form in ORDERED_SPECS
+    if dialect != "sqlite" or form in SQLITE_FORMS])
 def test_claims_of_a_table_in_priority_and_due_order_start_after_the_last_and_an_urgent_job_runs(
         dialect: str, form: str, queue: MakeQueue) -> None:
     """In (priority, due time, id) order a claim starts after the last row claimed too; a job
     enqueued mid-drain at a more urgent priority sits ahead of that start, and still runs
     within the once-a-second claim from the head (not the 5 s poll), ahead of the backlog's
     rest."""
-    q = queue(dialect, spec=ORDERED_SPECS[form], ddl=ORDERED_DDL[dialect])
+    q = queue(dialect, spec=for_dialect(ORDERED_SPECS[form], dialect), ddl=ORDERED_DDL[dialect])
     assert {"from_priority", "from_retry_after", "from_id"} <= set(claim_params(q))
     total = 1200
     with q.db.transaction() as conn:
@@ -281,3 +320,30 @@ def test_claims_from_the_head_come_no_more_often_than_their_extra_cost_allows(
     assert start.key is not None
     claim(0.002, limit=11)  # short (from a start)
     assert start.at() is None
+
+
+def test_a_sqlite_claim_from_a_start_takes_the_rows_of_its_own_millisecond(
+        queue: MakeQueue) -> None:
+    """SQLite keeps due times as text: the DDL's default writes milliseconds where the worker
+    writes microseconds. A claim that starts after a row still takes the rows due in the same
+    millisecond after it, not only those of later ones (which a start written in microseconds
+    would sort after them)."""
+    q = queue("sqlite", spec=for_dialect(ORDERED_SPECS["lease"], "sqlite"),
+              ddl=ORDERED_DDL["sqlite"])
+    with q.db.transaction() as conn:
+        # One statement: SQLite's 'now' is one instant for all its rows.
+        conn.execute("INSERT INTO jobs (payload) VALUES ('{}'), ('{}'), ('{}'), ('{}')")
+    (due,) = {r[0] for r in q.db.rows("SELECT retry_after FROM jobs")}
+    assert len(due.rpartition(".")[2]) == 3, due  # milliseconds
+    start = ClaimStart(q.mod.DESCRIPTOR)
+    now = dt.datetime.now(dt.UTC)
+    lease = now + dt.timedelta(seconds=30)
+    taken = []
+    for limit in (1, 2, 1):
+        at = start.at()
+        with q.db.transaction() as conn:
+            rows = q.mod.claim(conn, group="work", now=now, locked_until=lease, limit=limit,
+                               **(at or {}))
+        start.took(at, rows, limit, 0.001)
+        taken.append([r.id for r in rows])
+    assert taken == [[1], [2, 3], [4]]

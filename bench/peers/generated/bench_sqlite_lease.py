@@ -83,7 +83,7 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "bench_sqlite_lease"
 SET "locked_until" = :locked_until,
@@ -93,6 +93,7 @@ WHERE "id" IN (
     FROM "bench_sqlite_lease"
     WHERE "processed_at" IS NULL
       AND ("locked_until" IS NULL OR "locked_until" <= :now)
+      AND "id" >= :from_id
     ORDER BY "id"
     LIMIT :limit
 )
@@ -102,11 +103,12 @@ RETURNING "id", "attempt" - 1 AS "attempt", "locked_until", "processed_at", "pay
 
 def claim(
     conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
     cur = conn.execute(CLAIM, {
-        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now), "limit": limit,
+        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

@@ -276,8 +276,11 @@ class Renderer:
         if name == "from_priority":
             return "_v.lowest_or(from_priority)"
         if name == "from_retry_after":
-            return self.time_encoder(self.q.role("retry_after"),
-                                     "_v.earliest_or(from_retry_after)")
+            due = self.q.role("retry_after")
+            if due is not None and self.q.time_text(due):
+                # Text: the start's whole second sorts at or before every text of its time.
+                return "_v.sqlite_second(_v.earliest_or(from_retry_after))"
+            return self.time_encoder(due, "_v.earliest_or(from_retry_after)")
         if name in ("concurrency", "key_concurrency", "rate", "rate_seconds"):
             return name.upper()  # the module's constants, from the spec's [flow]
         if name == "error":  # cut to what the column holds (ERROR_CHARS)

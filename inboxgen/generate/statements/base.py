@@ -226,9 +226,6 @@ class Statements:
 
     # -- statements -----------------------------------------------------------------------------
 
-    # Whether the dialect's lease and row-lock claims take a start (PostgreSQL, MySQL/MariaDB;
-    # SQLite has no index entries a snapshot keeps alive).
-    starts_claims = False
     # The id kinds a claim start takes: the row's id plus one is the next id in claim order.
     start_id_kinds: tuple[str, ...] = (cat.INT,)
 
@@ -240,13 +237,15 @@ class Statements:
         order columns are NOT NULL.
         Every row a drain finished leaves an index entry at the head of the claim order until
         vacuum (InnoDB: purge) removes it, and neither removes any a snapshot still open may
-        read, so every claim starting at the head would read past them. A worker's claims
+        read, so every claim starting at the head would read past them; so would it past rows
+        due later at a more urgent priority, where no claim reads priority by priority
+        (MySQL/MariaDB, SQLite). A worker's claims
         start where the last one ended and go back to the head once a second and whenever a
         claim comes back short, so no row waits longer than that, a row ahead of the start
         included: one more urgent, or due earlier, than the last row claimed
         (inboxgen.runtime.claimstart)."""
         form = self.q.lease or (self.q.form in (ROW_LOCK, ADVISORY) and not self.q.fifo)
-        return (self.starts_claims and form and self.q.id.column.kind in self.start_id_kinds
+        return (form and self.q.id.column.kind in self.start_id_kinds
                 and not any(f.column.nullable for f in self.start_columns)
                 and (self.q.limits is None or not self.q.limits.fair))
 
@@ -354,8 +353,9 @@ class Statements:
         """Statements that wake listening workers, where the database has notifications."""
 
     def claim_row_lock(self) -> None:
-        self.select_claimable("CLAIM", "Claim up to `limit` rows; the claim's open transaction "
-                                       "holds them.")
+        self.select_claimable("CLAIM", f"Claim up to `limit` rows{self.start_doc}; the "
+                                       "claim's open transaction holds them.",
+                              also=self.claim_start)
 
     def claim_row_lock_counted(self) -> None:
         """Row lock that survives crash loops: the claim counts the attempt and commits at once,
@@ -391,9 +391,10 @@ class Statements:
 
     def claim_lease(self) -> None:
         self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
-                 + f"\nWHERE {self.picked(self.lease_pick_lock)}\n"
+                 + f"\nWHERE {self.picked(self.lease_pick_lock, self.claim_start)}\n"
                  + f"RETURNING {self.select_list(returning_claim=True)}",
-                 "Claim up to `limit` rows under a lease ending at `locked_until`.")
+                 f"Claim up to `limit` rows{self.start_doc} under a lease ending at "
+                 "`locked_until`.")
 
     def claim_limited(self) -> None:
         """[flow] limits, under a lease: claims take turns (CLAIM_TURN, the dialect's lock,

@@ -11,8 +11,6 @@ from inboxgen.generate.statements.base import CANCEL_DOC, Statements
 
 
 class MySQLStatements(Statements):
-    starts_claims = True
-
     @property
     def batches(self) -> bool:
         """No batch settlements: MySQL/MariaDB has no UPDATE ... RETURNING to say which rows a
@@ -50,11 +48,6 @@ class MySQLStatements(Statements):
         if not rest:
             return f"{col} >= {value}"
         return f"({col} > {value} OR ({col} = {value} AND {self.at_or_after(rest)}))"
-
-    def claim_row_lock(self) -> None:
-        self.select_claimable("CLAIM", f"Claim up to `limit` rows{self.start_doc}; the "
-                                       f"claim's open transaction holds them.",
-                              also=self.claim_start)
 
     def claims(self) -> None:
         form = self.q.form

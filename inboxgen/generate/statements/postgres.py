@@ -14,7 +14,6 @@ _PG_SERIAL_ARRAY = {"SERIAL": "INT", "SMALLSERIAL": "SMALLINT", "BIGSERIAL": "BI
 
 
 class PostgresStatements(Statements):
-    starts_claims = True
     # A uuid sorts as its 128-bit number (bytewise): the number plus one is the next uuid.
     # (MariaDB's UUID type sorts its time-based fields first: not there.)
     start_id_kinds = (cat.INT, cat.UUID)
@@ -48,26 +47,6 @@ class PostgresStatements(Statements):
         group = self.role("group")
         assert group is not None
         return f"{self.c(group)}, {self.c(self.q.id)}"
-
-    # -- claims that start where the last one ended -------------------------------------------
-
-    def claim_lease(self) -> None:
-        if not self.claims_from_id:
-            super().claim_lease()
-            return
-        self.add("CLAIM", f"UPDATE {self.t()}\nSET " + ",\n    ".join(self.claim_set())
-                 + f"\nWHERE {self.picked(self.lease_pick_lock, self.claim_start)}\n"
-                 + f"RETURNING {self.select_list(returning_claim=True)}",
-                 f"Claim up to `limit` rows{self.start_doc} under a lease ending at "
-                 "`locked_until`.")
-
-    def claim_row_lock(self) -> None:
-        if not self.claims_from_id:
-            super().claim_row_lock()
-            return
-        self.select_claimable("CLAIM", f"Claim up to `limit` rows{self.start_doc}; the "
-                                       "claim's open transaction holds them.",
-                              also=self.claim_start)
 
     # -- claims that walk no scheduled rows ---------------------------------------------------
 

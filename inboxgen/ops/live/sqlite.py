@@ -71,7 +71,9 @@ class SqliteLive(LiveDatabase):
         if "TEMP B-TREE FOR ORDER BY" in plan and not walk:
             return False
         # A bare SCAN with no sort walks the table in rowid order, which is then the claim
-        # order (an INTEGER PRIMARY KEY id): as good as an index unless the claim skips rows
-        # of other groups or finished ones on the way.
-        return not filters_rows or not re.search(rf"\bSCAN {re.escape(table)}\b(?! USING)",
-                                                 plan)
+        # order (an INTEGER PRIMARY KEY id), and so does a SEARCH of the rowid from a claim's
+        # start: as good as an index unless the claim skips rows of other groups or finished
+        # ones on the way.
+        name = re.escape(table)
+        walks = rf"\b(SCAN {name}\b(?! USING)|SEARCH {name} USING INTEGER PRIMARY KEY \(rowid>)"
+        return not filters_rows or not re.search(walks, plan)

@@ -98,7 +98,8 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim order
+# under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "task_jobs"
 SET "locked_until" = :locked_until,
@@ -110,6 +111,7 @@ WHERE "id" IN (
       AND "finished_at" IS NULL
       AND "run_after" <= :now
       AND ("locked_until" IS NULL OR "locked_until" <= :now)
+      AND ("priority", "run_after", "id") >= (:from_priority, :from_retry_after, :from_id)
     ORDER BY "priority", "run_after", "id"
     LIMIT :limit
 )
@@ -120,12 +122,17 @@ RETURNING "id", "queue", "priority", "run_after", "attempt" - 1 AS "attempt", "f
 
 def claim(
     conn: sqlite3.Connection, *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from (`from_priority`, `from_retry_after`, `from_id`) on in claim
+    order under a lease ending at `locked_until`.
+    """
     cur = conn.execute(CLAIM, {
         "locked_until": _v.sqlite_time(locked_until), "group": group, "now": _v.sqlite_time(now),
-        "limit": limit,
+        "from_priority": _v.lowest_or(from_priority),
+        "from_retry_after": _v.sqlite_second(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

@@ -84,7 +84,7 @@ def decode_payload(raw: str) -> str:
     return raw
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "lite_after_jobs"
 SET "locked_until" = :locked_until,
@@ -102,6 +102,7 @@ WHERE "id" IN (
           AND "lite_after_jobs"."parents" > 0
           AND "parent"."grp" <> :dead_group
     ))
+      AND "id" >= :from_id
     ORDER BY "id"
     LIMIT :limit
 )
@@ -111,12 +112,13 @@ RETURNING "id", "grp", "attempt" - 1 AS "attempt", "locked_until", "parents", "p
 
 def claim(
     conn: sqlite3.Connection, *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
     cur = conn.execute(CLAIM, {
         "locked_until": _v.sqlite_time(locked_until), "group": group, "now": _v.sqlite_time(now),
-        "dead_group": "dead", "limit": limit,
+        "dead_group": "dead", "from_id": _v.LOWEST_ID if from_id is None else from_id,
+        "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order

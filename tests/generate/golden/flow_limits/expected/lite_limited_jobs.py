@@ -99,8 +99,9 @@ WHERE "queue" = :queue
   AND "claimed_at" <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :rate_seconds || ' seconds')
 """
 
-# Under the claim turn, read up to `limit` due rows within the limits, with what the limits count
-# (jobs in work of the queue and of the row's key, claims of the rate's window) beside each.
+# Under the claim turn, read up to `limit` due rows from (`from_retry_after`, `from_id`) on in
+# claim order within the limits, with what the limits count (jobs in work of the queue and of the
+# row's key, claims of the rate's window) beside each.
 CLAIM: Final[LiteralString] = """
 SELECT "id", "user_id", "retry_after", "locked_until", "attempt", "payload",
        (
@@ -144,6 +145,7 @@ WHERE "retry_after" <= :now
     GROUP BY "inboxgen_held"."user_id"
     HAVING COUNT(*) >= :key_concurrency
 )
+  AND ("retry_after", "id") >= (:from_retry_after, :from_id)
 ORDER BY "retry_after", "id"
 LIMIT :limit
 """
@@ -260,13 +262,15 @@ WHERE "id" IN (SELECT picked.value FROM json_each(:ids) AS picked)
 
 def claim(
     conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1, by_key: bool = False,
+    limit: int = 1, from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
+    by_key: bool = False,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows, as many as the limits leave room for, under a lease ending at
-    `locked_until`; run it in a transaction and commit. Records each claim for the rate, and
-    forgets those of past windows. With `by_key`, CLAIM_BY_KEY: claims take turns across the
-    values of the key, for a table where many due rows wait behind keys at their limit
-    (`held_back()`).
+    """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
+    and its due time `from_retry_after`; None: from the head), as many as the limits leave room
+    for, under a lease ending at `locked_until`; run it in a transaction and commit. Records
+    each claim for the rate, and forgets those of past windows. With `by_key`, CLAIM_BY_KEY:
+    claims take turns across the values of the key, for a table where many due rows wait behind
+    keys at their limit (`held_back()`).
     """
     turns = _v.key_turns(CLAIM_BY_KEY, None)
     conn.execute(CLAIM_FORGET, {"queue": TABLE, "rate_seconds": RATE_SECONDS})
@@ -279,7 +283,8 @@ def claim(
         cur = conn.execute(CLAIM, {
             "now": _v.sqlite_time(now), "queue": TABLE, "rate_seconds": RATE_SECONDS,
             "concurrency": CONCURRENCY, "rate": RATE, "key_concurrency": KEY_CONCURRENCY,
-            "limit": limit,
+            "from_retry_after": _v.sqlite_second(_v.earliest_or(from_retry_after)),
+            "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
         })
     rows = [_claimed(r, locked_until) for r in _v.within_limits(turns.walked(cur.fetchall(), limit)
         if by_key else cur.fetchall(), CONCURRENCY, KEY_CONCURRENCY, RATE, RATE_PER_KEY)[:limit]]

@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 from inboxgen import connections as _c
+from inboxgen import values as _v
 from inboxgen.descriptor import (
     JobState,
     Operations,
@@ -87,18 +88,23 @@ def advisory_key(row: ClaimedRow) -> str:
     return "image-" + str(row.image_path)
 
 
-# Rows due for a claim, in claim order; each is then locked by its key.
+# Rows due for a claim from id `from_id` on; each is then locked by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT "id", "image_path", "attempt", "payload"
 FROM "lite_seated_jobs"
+WHERE "id" >= :from_id
 ORDER BY "id"
 LIMIT :limit
 """
 
 
-def candidates(conn: sqlite3.Connection, *, limit: int = 1) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = conn.execute(CANDIDATES, {"limit": limit})
+def candidates(
+    conn: sqlite3.Connection, *, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Rows due for a claim from id `from_id` on; each is then locked by its key."""
+    cur = conn.execute(CANDIDATES, {
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 

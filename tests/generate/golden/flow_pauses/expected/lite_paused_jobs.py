@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString, cast
 
 import attrs
 from inboxgen import connections as _c
+from inboxgen import values as _v
 from inboxgen.descriptor import (
     JobState,
     Operations,
@@ -77,7 +78,7 @@ def advisory_key(row: ClaimedRow) -> str:
     return str(row.key)
 
 
-# Rows due for a claim, in claim order; each is then locked by its key.
+# Rows due for a claim from id `from_id` on; each is then locked by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT "id", "key", "payload"
 FROM "lite_paused_jobs"
@@ -86,14 +87,19 @@ WHERE NOT EXISTS (
     FROM "queue_pauses"
     WHERE "queue" = :queue
 )
+  AND "id" >= :from_id
 ORDER BY "id"
 LIMIT :limit
 """
 
 
-def candidates(conn: sqlite3.Connection, *, limit: int = 1) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = conn.execute(CANDIDATES, {"queue": TABLE, "limit": limit})
+def candidates(
+    conn: sqlite3.Connection, *, limit: int = 1, from_id: int | None = None,
+) -> list[ClaimedRow]:
+    """Rows due for a claim from id `from_id` on; each is then locked by its key."""
+    cur = conn.execute(CANDIDATES, {
+        "queue": TABLE, "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 

@@ -85,11 +85,13 @@ def advisory_key(row: ClaimedRow) -> str:
     return "account-" + str(row.account)
 
 
-# Rows due for a claim, in claim order; each is then locked by its key.
+# Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then locked
+# by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT "id", "account", "retry_after", "error", "payload"
 FROM "lite_error_jobs"
 WHERE "retry_after" <= :now
+  AND ("retry_after", "id") >= (:from_retry_after, :from_id)
 ORDER BY "retry_after", "id"
 LIMIT :limit
 """
@@ -97,9 +99,16 @@ LIMIT :limit
 
 def candidates(
     conn: sqlite3.Connection, *, now: datetime.datetime, limit: int = 1,
+    from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Rows due for a claim, in claim order; each is then locked by its key."""
-    cur = conn.execute(CANDIDATES, {"now": _v.sqlite_time(now), "limit": limit})
+    """Rows due for a claim from (`from_retry_after`, `from_id`) on in claim order; each is then
+    locked by its key.
+    """
+    cur = conn.execute(CANDIDATES, {
+        "now": _v.sqlite_time(now),
+        "from_retry_after": _v.sqlite_second(_v.earliest_or(from_retry_after)),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
+    })
     return [_claimed(r) for r in cur.fetchall()]
 
 

@@ -85,7 +85,7 @@ def decode_payload(raw: str) -> _v.JSONValue:
     return cast("_v.JSONValue", msgspec.json.decode(raw))
 
 
-# Claim up to `limit` rows under a lease ending at `locked_until`.
+# Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`.
 CLAIM: Final[LiteralString] = """
 UPDATE "lite_result_jobs"
 SET "locked_until" = :locked_until
@@ -94,6 +94,7 @@ WHERE "id" IN (
     FROM "lite_result_jobs"
     WHERE "processed_at" IS NULL
       AND ("locked_until" IS NULL OR "locked_until" <= :now)
+      AND "id" >= :from_id
     ORDER BY "id"
     LIMIT :limit
 )
@@ -103,11 +104,12 @@ RETURNING "id", "locked_until", "processed_at", "result", "progress", "payload"
 
 def claim(
     conn: sqlite3.Connection, *, now: datetime.datetime, locked_until: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, from_id: int | None = None,
 ) -> list[ClaimedRow]:
-    """Claim up to `limit` rows under a lease ending at `locked_until`."""
+    """Claim up to `limit` rows from id `from_id` on under a lease ending at `locked_until`."""
     cur = conn.execute(CLAIM, {
-        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now), "limit": limit,
+        "locked_until": _v.sqlite_time(locked_until), "now": _v.sqlite_time(now),
+        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
     })
     rows = [_claimed(r) for r in cur.fetchall()]
     rows.sort(key=_claim_order)  # RETURNING keeps no order
