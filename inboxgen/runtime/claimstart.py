@@ -5,11 +5,12 @@ Every row a drain finished leaves an index entry at the head of the claim order 
 removes it (autovacuum looks once a minute by default, and removes nothing an older snapshot
 may still see: a long report, a backup, a replica's query), and every claim starting at the
 head reads past them all; so does it past the rows due later at a more urgent priority than
-the due ones, where no claim reads priority by priority (MySQL/MariaDB, SQLite). Rows ahead of the start are finished, held by another claim, or came
-back since (a retry, a lease that ran out, a row lock's rollback, an insert that committed
-late), or, where the claim order has a priority or a due time, more urgent or due earlier than
-the last row claimed: for those, claims start at the head once every REWIND_EVERY, and
-whenever a claim from the start comes back short.
+the due ones, where no claim reads priority by priority (MySQL/MariaDB, SQLite). Rows ahead
+of the start are finished, held by another claim, or came back since (a retry, a lease that
+ran out, a row lock's rollback, an insert that committed late), or, where the claim order has
+a priority or a due time, more urgent or due earlier than the last row claimed: for those,
+claims start at the head once every REWIND_EVERY, and whenever a claim from the start comes
+back short.
 
 Behind a snapshot held open, a claim from the head reads every index entry the drain left
 there (vacuum and InnoDB's purge keep them for that snapshot), so its cost grows with the
