@@ -363,8 +363,8 @@ def one_round(q: Queue, s: Session) -> bool:
         s.commit()
         return bool(rows)
     if q.form == "row_lock_counted" and hasattr(m, "release"):
-        # PostgreSQL: the count commits and the rows' keys keep them; RELEASE after the
-        # settlement's commit.
+        # The count commits and the rows' keys keep them; RELEASE after the settlement's
+        # commit (PostgreSQL's names the rows, MySQL's unlocks every key of the session).
         s.begin()
         rows = claim(m, "claim", group=WORK, now=now(), limit=1)
         s.commit()
@@ -372,8 +372,10 @@ def one_round(q: Queue, s: Session) -> bool:
         for r in rows:
             call(m, "finish", conn, id=r.id, now=now())
         s.commit()
-        if rows:
+        if rows and "id" in m.DESCRIPTOR.statement_params["RELEASE"]:
             m.release(conn, id=[r.id for r in rows])
+        elif rows:
+            m.release(conn)
         return bool(rows)
     if q.form == "row_lock_counted":
         key = f"{m.DESCRIPTOR.qualified_name}:claim"
@@ -456,9 +458,13 @@ def latencies(q: Queue, database: str, rounds: int, budget: float
 
 def by_priority(q: Queue, s: Session) -> bool:
     """Whether a worker would claim priority by priority: as runtime/priorities.py counts the
-    rows due later (SCHEDULED, PostgreSQL), once; the backlog does not change."""
+    rows due later (SCHEDULED, PostgreSQL), once; the backlog does not change. On MySQL always,
+    where the module has the claim by priority (its claim() then reads the list of priorities
+    itself, at every claim here, where a worker reads it once a second)."""
     from inboxgen.runtime.priorities import WALK_FROM
 
+    if hasattr(q.module, "due_priorities"):
+        return True
     if not hasattr(q.module, "scheduled"):
         return False
     return bool(call(q.module, "scheduled", s.conn, group=WORK, now=now(),

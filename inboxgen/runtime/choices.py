@@ -43,9 +43,13 @@ class CountedChoice:
         self._next = time.monotonic() + CHECK_EVERY
         return {"group": self._group, "now": now, "limit": self._look_ahead}
 
-    def counted(self, n: int) -> None:
+    def counted(self, n: Any) -> None:
         """What the count said."""
         self.walks = n >= self._walk_from
+
+    def recount(self) -> None:
+        """Count again before the next claim."""
+        self._next = 0.0
 
     async def choose(self, conn: Any, now: _dt.datetime) -> None:
         """Count on `conn` when a count is due. While another slot counts, wait for its count:

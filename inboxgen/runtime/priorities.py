@@ -24,11 +24,21 @@ in the job's transaction (transactional=True) keeps per-call plans too: the sett
 hold for their statements.
 
 Both claims take the same rows: the choice changes what a claim costs, never what it claims.
+
+MySQL/MariaDB has no LATERAL: its twin is the plain claim kept to a list of priorities that
+have due rows (`priorities`), one index range each, bounded by the due time. Its plain claim
+reads every row due later at a more urgent priority, and every row due later after the due
+ones where it comes back short, as a locking read that keeps each row it read locked (behind
+1,000,000 of them, 2,000,000 row locks a claim; a row lock's slots filled the buffer pool with
+lock heaps until the server aborted). So a MySQL worker always claims by priority, with the
+list due_priorities() walked once a second (a probe per priority) and again after a claim
+that came back short: a priority whose first row falls due meanwhile waits that long, as a row
+ahead of a claim's start does (claimstart.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inboxgen.runtime.choices import CountedChoice
 
@@ -42,8 +52,29 @@ class PriorityChoice(CountedChoice):
     """One worker's choice between the plain claim and the claim by priority."""
 
     def __init__(self, calls: Calls, group: str | None) -> None:
-        super().__init__(calls, group, "scheduled", WALK_FROM)
+        # MySQL: the list of priorities the claim keeps to, rather than a count.
+        self._listed = calls.has("due_priorities")
+        super().__init__(calls, group, "due_priorities" if self._listed else "scheduled",
+                         WALK_FROM)
+        self._due: tuple[int, ...] = ()  # the last list (MySQL)
 
     @property
     def by_priority(self) -> bool:
         return self.walks
+
+    def counted(self, n: Any) -> None:
+        if self._listed:
+            self._due = tuple(n)
+            self.walks = True
+            return
+        super().counted(n)
+
+    def claim_values(self) -> dict[str, Any]:
+        """What a claim takes besides the choice: the priorities it keeps to (MySQL)."""
+        return {"priorities": self._due} if self._listed and self.walks else {}
+
+    def came_short(self) -> None:
+        """A claim came back short: where the claim keeps to a list, read it again before the
+        next (a priority may have come due)."""
+        if self._listed:
+            self.recount()

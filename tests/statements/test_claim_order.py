@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from dbcases import (
     MakeQueue,
     Queue,
     at,
+    call,
     commit_claim,
     finish,
     pg_index_blocks_read,
@@ -389,3 +391,145 @@ def test_postgres_claim_reads_the_claim_index_however_stale_the_statistics(
         claimed = mod.claim(conn, group="q", limit=1, **(
             {"now": T0, "locked_until": T0 + dt.timedelta(seconds=LEASE)} if lease else {}))
         assert [r.id for r in claimed] == [KEPT - 4]
+
+
+# -- MySQL/MariaDB: claims kept to the priorities that have due rows -------------------------------
+
+MYSQL_AHEAD = 20_000
+MYSQL_BY_PRIORITY_LAYOUTS = [
+    pytest.param(Layout(form="row_lock"), id="row_lock"),
+    pytest.param(Layout(form="row_lock", count_crashes=True), id="row_lock-count_crashes"),
+    pytest.param(Layout(form="lease"), id="lease"),
+    pytest.param(Layout(form="advisory"), id="advisory"),
+    pytest.param(Layout(form="row_lock", group=True, processed=False, dead="table"),
+                 id="row_lock-group-dead_table"),
+    pytest.param(Layout(form="lease", group=True, dead="group"), id="lease-group-dead_group"),
+]
+
+
+def mysql_schedule_around(q: Queue, conn: Any, scheduled: int, now: dt.datetime = T0
+                          ) -> list[Any]:
+    """`scheduled` rows due a day after `now` at priority 0 and as many at priority 2, and three
+    due rows at priority 1 between them (their ids returned): the plain claim reads every row
+    of priority 0 before a due row, and where it comes back short, every row of priority 2."""
+    later = now + dt.timedelta(days=1)
+    for priority in (0, 2):
+        q.mod.insert_many(conn, [q.new(payload="later", priority=priority, retry_after=later)
+                                 for _ in range(scheduled)])
+    due = [q.add(conn, payload=f"due-{i}", priority=1,
+                 retry_after=now - dt.timedelta(seconds=10)) for i in range(3)]
+    conn.commit()
+    return due
+
+
+def mysql_rows_locked(conn: Any) -> int:
+    """The row locks the session's open transaction holds (InnoDB's count, including those of
+    rows a condition turned away). INNODB_TRX is a snapshot refreshed at most every 0.1 s."""
+    time.sleep(0.2)
+    with conn.cursor() as cur:
+        cur.execute("SELECT trx_rows_locked FROM information_schema.INNODB_TRX "
+                    "WHERE trx_mysql_thread_id = CONNECTION_ID()")
+        row = cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+@pytest.mark.parametrize("layout", MYSQL_BY_PRIORITY_LAYOUTS)
+def test_mysql_claim_by_priority_reads_and_locks_no_row_due_later(
+        queue: MakeQueue, layout: Layout) -> None:
+    """MariaDB has no LATERAL: the claim by priority is the plain claim kept to the priorities
+    that have due rows (due_priorities(), a probe per priority), one index range each, bounded
+    by the due time. The plain claim's locking read locks every row due later that it reads
+    (more urgent ones before the due rows, and less urgent ones after them when it comes back
+    short), and keeps them locked to the end of its transaction; the twin locks a handful,
+    and takes the same rows."""
+    q = queue("mysql", layout)
+    conn = q.connect()
+    due = mysql_schedule_around(q, conn, MYSQL_AHEAD)
+    assert call(q.mod.due_priorities, conn, group="g", now=T0) == [1]
+    # The claim statement a worker runs (the advisory form's read of candidates), in an open
+    # transaction, rolled back; a counted claim's keys are unlocked after it.
+    fn = q.mod.candidates if layout.form == "advisory" else q.mod.claim
+    args = {"now": T0, "limit": 5, "group": "g", "locked_until": T0 + dt.timedelta(seconds=LEASE)}
+    taken, locked = {}, {}
+    for by_priority in (False, True):
+        rows = call(fn, conn, **args, by_priority=by_priority)
+        taken[by_priority] = sorted(q.id_of(r) for r in rows)
+        locked[by_priority] = mysql_rows_locked(conn)
+        conn.rollback()
+        if layout.count_crashes:
+            q.mod.release(conn)
+    assert taken[False] == taken[True] == due
+    if layout.form != "advisory":  # (its read locks nothing)
+        assert locked[False] > 2 * MYSQL_AHEAD, locked
+        assert locked[True] < 50, locked
+
+
+def test_mysql_due_priorities_lists_those_with_a_due_row_of_the_group(
+        queue: MakeQueue) -> None:
+    """due_priorities() walks the priorities of the worker's group's unfinished rows and keeps
+    those whose first row is due (a row in work counts: its priority's claim passes over it)."""
+    q = queue("mysql", Layout(form="lease", group=True))
+    conn = q.connect()
+    later = T0 + dt.timedelta(hours=1)
+    for priority, due in ((-3, False), (0, True), (0, False), (4, False), (7, True)):
+        q.add(conn, payload="x", priority=priority, retry_after=at(-10) if due else later)
+    q.add(conn, payload="other group", priority=2, retry_after=at(-10), **{q.group_attr: "h"})
+    conn.commit()
+    assert q.mod.due_priorities(conn, group="g", now=T0) == [0, 7]
+    assert q.mod.due_priorities(conn, group="g", now=later) == [-3, 0, 4, 7]
+    assert q.mod.due_priorities(conn, group="h", now=T0) == [2]
+    assert q.mod.due_priorities(conn, group="none", now=T0) == []
+
+
+@pytest.mark.parametrize("layout", MYSQL_BY_PRIORITY_LAYOUTS[:4])
+def test_mysql_worker_claims_by_priority_and_a_job_of_a_new_priority_runs(
+        queue: MakeQueue, layout: Layout) -> None:
+    """A MySQL worker claims by priority from its first claim on (the read of candidates too),
+    each claim kept to the priorities due_priorities() listed; a claim that came back short has
+    the list read again, so a job enqueued later at a priority no row had runs at the next
+    poll."""
+    from inboxgen import Worker
+
+    q = queue("mysql", layout)
+    conn = q.connect()
+    now = dt.datetime.now(dt.UTC)  # the worker's clock: the real one
+    due = mysql_schedule_around(q, conn, 5_000, now)
+    ran: list[Any] = []
+    claims: list[dict[str, Any]] = []
+
+    async def handler(job: Any) -> None:
+        ran.append(job.id)
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2, batch=2,
+                    poll_interval=0.2, listen=False, group="g" if layout.group else None)
+    original = worker.calls.args
+
+    def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
+        if op in ("claim", "candidates"):
+            claims.append(dict(values))
+        return original(op, values)
+
+    worker.calls.args = recording  # type: ignore[method-assign]
+
+    async def run() -> Any:
+        await worker.start()
+        try:
+            for _ in range(200):
+                if len(ran) == len(due):
+                    break
+                await asyncio.sleep(0.05)
+            late = await asyncio.to_thread(
+                lambda: q.add(conn, payload="urgent", priority=-5, retry_after=now))
+            await asyncio.to_thread(conn.commit)
+            for _ in range(200):
+                if late in ran:
+                    break
+                await asyncio.sleep(0.05)
+            return late
+        finally:
+            await worker.shutdown()
+
+    late = asyncio.run(run())
+    assert sorted(ran) == sorted([*due, late])
+    assert claims and all(c["by_priority"] and "priorities" in c for c in claims), claims[:3]
+    assert {p for c in claims for p in c["priorities"]} == {-5, 1}

@@ -362,6 +362,8 @@ class Renderer:
         if "SCHEDULED" in st:
             out.append(self.scalar("scheduled", "SCHEDULED", "int",
                                    self.args(st["SCHEDULED"])))
+        if "NEXT_PRIORITY" in st:
+            out.append(self.due_priorities())
         if "HELD_BACK" in st:
             out.append(self.scalar("held_back", "HELD_BACK", "int", self.args(st["HELD_BACK"]),
                                    twin=True))
@@ -574,6 +576,25 @@ class Renderer:
         s = self.st[name]
         return Func(name.lower(), self.args(s), "bool", s.doc, (
             Step("scalar", self.cur(name, self.params(s)), "row is not None and bool(row[0])"),))
+
+    def due_priorities(self) -> Func:
+        """due_priorities(): the priorities that have due rows, walked by NEXT_PRIORITY, one
+        probe each."""
+        nxt = self.st["NEXT_PRIORITY"]
+        return Func("due_priorities", self.args(nxt, skip=("above",)), "list[int]",
+                    "The priorities that have due rows (a row in work counts), most urgent "
+                    "first: NEXT_PRIORITY from each to the next.", (
+                        Step("exec", (
+                            "due: list[int] = []",
+                            "above = _v.LOWEST_ID  # below every priority",
+                            "while True:",
+                            *indented(self.cur("NEXT_PRIORITY", self.params(nxt))),
+                            "    row = AWAIT cur.fetchone()",
+                            "    if row is None:",
+                            "        return due",
+                            "    if row[1]:",
+                            "        due.append(int(row[0]))",
+                            "    above = row[0]"),),))
 
     def scalar(self, fname: str, name: str, returns: str, args: str = "", *,
                twin: bool = False) -> Func:

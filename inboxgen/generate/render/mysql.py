@@ -7,6 +7,7 @@ from __future__ import annotations
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
 from inboxgen.generate.render.base import START_ARGS, Func, Renderer, Step, indented
+from inboxgen.generate.statements.base import Statement
 
 
 class MySQLRenderer(Renderer):
@@ -37,6 +38,31 @@ class MySQLRenderer(Renderer):
 
     def ids_from(self, name: str) -> str:
         return f"tuple({name})"
+
+    def params(self, st: Statement) -> list[str]:
+        # A claim whose twin by priority takes the priorities to keep to passes them to either
+        # (the plain statement names no such parameter, and the drivers bind by name; both
+        # write a tuple as a parenthesised list).
+        out = super().params(st)
+        twin = self.st.get(f"{st.name}_BY_PRIORITY")
+        if twin is not None and "priorities" in twin.params:
+            out.append('"priorities": tuple(priorities or ())')
+        return out
+
+    def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:
+        run, walk, doc, pick = super().by_priority(name)
+        if not pick or "priorities" not in self.st[f"{name}_BY_PRIORITY"].params:
+            return run, walk, doc, pick
+        nxt = self.st["NEXT_PRIORITY"]
+        args = ", ".join(f"{p}={p}" for p in nxt.params if p != "above")
+        return (run, walk + ", priorities: Sequence[int] | None = None",
+                f" With `by_priority`, {name}_BY_PRIORITY: the due rows of `priorities` alone "
+                "(None: those `due_priorities()` lists), so that no row due later is read.",
+                (*pick, "if by_priority and priorities is None:",
+                 f"    priorities = AWAIT_TWIN due_priorities(conn, {args})",
+                 "if by_priority and not priorities:",
+                 "    return []  # no priority has a due row"))
+
 
     def insert_id(self, params: str) -> tuple[str, Step, bool]:
         """From the cursor's lastrowid where the id is AUTO_INCREMENT, or from the row where
@@ -110,9 +136,10 @@ class MySQLRenderer(Renderer):
                    "RELEASE, and count their next delivery (each statement may commit at once: "
                    "a crash still spends the attempt).")
             keep = "r[-1] == 1"  # the rows whose keys CLAIM took
-        return Func("claim", args, "list[ClaimedRow]", doc, (
-            Step("many", self.cur("CLAIM", self.params(claim)), self.claimed("r"), after=then,
-                 keep=keep),))
+        name, walk, walk_doc, pick = self.by_priority("CLAIM")
+        return Func("claim", args + walk, "list[ClaimedRow]", doc + walk_doc, (
+            Step("many", self.cur(name, self.params(claim)), self.claimed("r"), after=then,
+                 keep=keep),), before=pick)
 
     def cancel(self) -> Func:
         pick, s = self.st["CANCEL_PICK"], self.st["CANCEL"]

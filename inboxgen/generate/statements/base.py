@@ -799,6 +799,55 @@ class Statements:
         assert self.role("group") is not None
         return self.unfinished()
 
+    # -- claims that walk no scheduled rows ---------------------------------------------------
+
+    @property
+    def by_priority(self) -> bool:
+        """Whether the table gets claims that read the due rows priority by priority
+        (CLAIM_BY_PRIORITY, CANDIDATES_BY_PRIORITY) beside its plain ones. In (priority,
+        retry_after, id) order the rows of one priority that are due later sit before the due
+        rows of the next one: the plain claim's single index scan reads every scheduled row of
+        a more urgent priority before it reaches a due row. Reading each priority's due rows on
+        their own (a loose index scan: the next priority is one index probe) stops at the first
+        row due later, but costs a claim of an ordinary table a quarter more (the planner plans
+        it anew at every call, as it does every claim), so the runtime takes it only while
+        SCHEDULED counts enough scheduled rows to outweigh that. A nullable priority keeps the
+        single scan: a loose scan would never reach its NULLs. A FIFO table claims its groups'
+        heads."""
+        pr, ra = self.role("priority"), self.role("retry_after")
+        # A fair claim walks the keys instead.
+        return (pr is not None and ra is not None and not pr.column.nullable
+                and not self.q.fifo and (self.q.limits is None or not self.q.limits.fair))
+
+    def priority_walk(self) -> tuple[str, str]:
+        """The recursive CTE that lists the priorities of unfinished rows in claim order, each
+        found by one probe of the claim index, and its name."""
+        pr = self.role("priority")
+        assert pr is not None
+        prc, t = self.c(pr), self.t()
+        unfinished = self.unfinished()
+        walk = "inboxgen_priorities"
+
+        def first_priority(extra: list[str], indent: str) -> str:
+            return "\n".join(x for x in (
+                f"{indent}SELECT {prc}", f"{indent}FROM {t}",
+                self.where(unfinished + extra, indent),
+                f"{indent}ORDER BY {prc}", f"{indent}LIMIT 1") if x)
+
+        return "\n".join((
+            f"WITH RECURSIVE {walk} AS (",
+            "    (",
+            first_priority([], "        "),
+            "    )",
+            "    UNION ALL",
+            "    SELECT (",
+            first_priority([f"{prc} > {walk}.{prc}"], "        "),
+            "    )",
+            f"    FROM {walk}",
+            f"    WHERE {walk}.{prc} IS NOT NULL",
+            ")",
+        )), walk
+
     def unfinished(self) -> list[str]:
         """The conditions every unfinished row of the worker's group meets (none where the
         table has neither groups nor processed_at)."""

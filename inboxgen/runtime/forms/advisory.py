@@ -100,7 +100,8 @@ class Advisory(Form):
         await self.priorities.choose(conn, now)
         candidates = await self.candidates(conn, {
             "group": group, "now": now, "limit": limit,
-            "by_priority": self.priorities.by_priority, **(start or {})})
+            "by_priority": self.priorities.by_priority, **self.priorities.claim_values(),
+            **(start or {})})
         # The claim's round trip, for observers, is the read of the due rows.
         self.observed_claim(candidates, limit, started)
         if self._start is not None:

@@ -231,12 +231,18 @@ class Form:
                     until: _dt.datetime | None = None, start: Start = None) -> list[Any]:
         await self.priorities.choose(conn, now)
         op, values = self.claim_call(now, limit, until, start)
-        if self.observation is None:
-            return self.claimed(await self.calls(conn, op, **values))
         started = time.monotonic()
         rows = self.claimed(await self.calls(conn, op, **values))
-        self.observed_claim(rows, limit, started)
+        self.claim_came(rows, limit, started)
         return rows
+
+    def claim_came(self, rows: list[Any], limit: int, started: float) -> None:
+        """A claim of `limit` rows begun at `started` (time.monotonic()) took `rows`: its
+        observers hear of it, and one that came back short has the priorities it keeps to
+        read again (MySQL)."""
+        if len(rows) < limit:
+            self.priorities.came_short()
+        self.observed_claim(rows, limit, started)
 
     def observed_claim(self, rows: list[Any], limit: int, started: float) -> None:
         """Tell the observers of a claim begun at `started` (time.monotonic()) that asked for
@@ -269,7 +275,8 @@ class Form:
         if self.d.fifo:
             return "fifo_claim", {"group": group, "now": now, "locked_until": until}
         return "claim", {"group": group, "now": now, "locked_until": until, "limit": limit,
-                         "by_priority": self.priorities.by_priority, **(start or {})}
+                         "by_priority": self.priorities.by_priority,
+                         **self.priorities.claim_values(), **(start or {})}
 
     def held(self, row: Any, **extra: Any) -> Held:
         attrs_ = self.d.role_attrs

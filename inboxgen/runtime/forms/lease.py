@@ -214,7 +214,7 @@ class Lease(Form):
             (result,) = await self.backend.alone([step])
         rows = self.claimed(result)
         seconds = time.monotonic() - started
-        self.observed_claim(rows, limit, started)
+        self.claim_came(rows, limit, started)
         self.slots.took(len(rows))  # in work from the claim on: a shutdown waits for them
         held = self._hold(rows, until)
         try:

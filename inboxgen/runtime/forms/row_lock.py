@@ -406,7 +406,7 @@ class PipelinedRowLock(RowLock):
             await self.backend.sync(pipe)
             return [], False
         rows = self.claimed(results[-1])
-        self.observed_claim(rows, limit, started)
+        self.claim_came(rows, limit, started)
         return rows, self.claimed_from(start, rows, limit, started)
 
 
@@ -566,7 +566,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             return [], False
         # The claim is the last call before the COMMIT; a RELEASE after it comes last.
         rows = self.claimed(results[-1] if late is None else results[-2])
-        self.observed_claim(rows, limit, started)
+        self.claim_came(rows, limit, started)
         return rows, self.claimed_from(start, rows, limit, started)
 
 

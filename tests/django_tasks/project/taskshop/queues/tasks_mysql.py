@@ -123,21 +123,46 @@ SET `locked_until` = %(locked_until)s,
 WHERE `id` IN %(ids)s
 """
 
+# CLAIM kept to the priorities `priorities` that have due rows (NEXT_PRIORITY walks them): each
+# priority's due rows are one index range, so that no row due later is read.
+CLAIM_BY_PRIORITY: Final[LiteralString] = """
+SELECT `id`, `queue`, `priority`, `run_after`, `attempt`, `finished_at`, `locked_until`,
+       `last_error`, `return_value`, `payload`
+FROM `task_jobs` FORCE INDEX (`task_jobs_claim`)
+WHERE `queue` = %(group)s
+  AND `finished_at` IS NULL
+  AND `run_after` <= %(now)s
+  AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+  AND (`priority` > %(from_priority)s OR (`priority` = %(from_priority)s AND (`run_after` >
+      %(from_retry_after)s OR (`run_after` = %(from_retry_after)s AND `id` >= %(from_id)s))))
+  AND `priority` IN %(priorities)s
+ORDER BY `priority`, `run_after`, `id`
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
     from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
+    by_priority: bool = False, priorities: Sequence[int] | None = None,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
     and its priority `from_priority` and its due time `from_retry_after`; None: from the head)
-    under a lease ending at `locked_until`; run it in a transaction and commit.
+    under a lease ending at `locked_until`; run it in a transaction and commit. With
+    `by_priority`, CLAIM_BY_PRIORITY: the due rows of `priorities` alone (None: those
+    `due_priorities()` lists), so that no row due later is read.
     """
-    cur = _v.mysql_execute(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "from_priority": _v.lowest_or(from_priority),
-        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
-        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    if by_priority and priorities is None:
+        priorities = due_priorities(conn, now=now, group=group)
+    if by_priority and not priorities:
+        return []  # no priority has a due row
+    cur = _v.mysql_execute(conn, statement, {"group": group, "now": _v.naive_utc(now),
+        "from_priority": _v.lowest_or(from_priority), "from_retry_after":
+        _v.naive_utc(_v.earliest_or(from_retry_after)), "from_id": _v.LOWEST_ID if from_id is None
+        else from_id, "limit": limit, "priorities": tuple(priorities or ())})
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
         _v.mysql_execute(conn, CLAIM_MARK, {
@@ -150,22 +175,81 @@ async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
     locked_until: datetime.datetime, limit: int = 1, from_priority: int | None = None,
     from_retry_after: datetime.datetime | None = None, from_id: int | None = None,
+    by_priority: bool = False, priorities: Sequence[int] | None = None,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows from the row after the one last claimed (its id plus one `from_id`,
     and its priority `from_priority` and its due time `from_retry_after`; None: from the head)
-    under a lease ending at `locked_until`; run it in a transaction and commit.
+    under a lease ending at `locked_until`; run it in a transaction and commit. With
+    `by_priority`, CLAIM_BY_PRIORITY: the due rows of `priorities` alone (None: those
+    `due_priorities()` lists), so that no row due later is read.
     """
-    cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "from_priority": _v.lowest_or(from_priority),
-        "from_retry_after": _v.naive_utc(_v.earliest_or(from_retry_after)),
-        "from_id": _v.LOWEST_ID if from_id is None else from_id, "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    if by_priority and priorities is None:
+        priorities = await due_priorities_async(conn, now=now, group=group)
+    if by_priority and not priorities:
+        return []  # no priority has a due row
+    cur = await _v.mysql_execute_async(conn, statement, {"group": group, "now": _v.naive_utc(now),
+        "from_priority": _v.lowest_or(from_priority), "from_retry_after":
+        _v.naive_utc(_v.earliest_or(from_retry_after)), "from_id": _v.LOWEST_ID if from_id is None
+        else from_id, "limit": limit, "priorities": tuple(priorities or ())})
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
         })
     return rows
+
+
+# The first priority above `above`, and whether it has a due row (a row in work counts).
+NEXT_PRIORITY: Final[LiteralString] = """
+SELECT `priority`, `run_after` <= %(now)s
+FROM `task_jobs` FORCE INDEX (`task_jobs_claim`)
+WHERE `queue` = %(group)s
+  AND `finished_at` IS NULL
+  AND `priority` > %(above)s
+ORDER BY `priority`, `run_after`
+LIMIT 1
+"""
+
+
+def due_priorities(
+    conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
+) -> list[int]:
+    """The priorities that have due rows (a row in work counts), most urgent first: NEXT_PRIORITY
+    from each to the next.
+    """
+    due: list[int] = []
+    above = _v.LOWEST_ID  # below every priority
+    while True:
+        cur = _v.mysql_execute(conn, NEXT_PRIORITY, {
+            "now": _v.naive_utc(now), "group": group, "above": above,
+        })
+        row = cur.fetchone()
+        if row is None:
+            return due
+        if row[1]:
+            due.append(int(row[0]))
+        above = row[0]
+
+
+async def due_priorities_async(
+    conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
+) -> list[int]:
+    """The priorities that have due rows (a row in work counts), most urgent first: NEXT_PRIORITY
+    from each to the next.
+    """
+    due: list[int] = []
+    above = _v.LOWEST_ID  # below every priority
+    while True:
+        cur = await _v.mysql_execute_async(conn, NEXT_PRIORITY, {
+            "now": _v.naive_utc(now), "group": group, "above": above,
+        })
+        row = await cur.fetchone()
+        if row is None:
+            return due
+        if row[1]:
+            due.append(int(row[0]))
+        above = row[0]
 
 
 # Extend a held lease; the held expiry is the token.
@@ -724,17 +808,18 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after,
-    dead_letter=dead_letter, insert=insert, insert_many=insert_many,
+    claim=claim, due_priorities=due_priorities, renew=renew, finish=finish, retry=retry,
+    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
-    retry_after=retry_after_async, dead_letter=dead_letter_async, insert=insert_async,
-    insert_many=insert_many_async,
+    claim=claim_async, due_priorities=due_priorities_async, renew=renew_async, finish=finish_async,
+    retry=retry_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
+    insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
+    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY,
+    "NEXT_PRIORITY": NEXT_PRIORITY, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER_COPY": DEAD_LETTER_COPY,
     "DEAD_LETTER_DELETE": DEAD_LETTER_DELETE, "INSERT": INSERT, "STATUS": STATUS,
     "STATUS_DEAD": STATUS_DEAD, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE_COPY": REQUEUE_COPY,

@@ -120,17 +120,40 @@ SET `attempt` = `attempt` + 1
 WHERE `id` IN %(ids)s
 """
 
+# CLAIM kept to the priorities `priorities` that have due rows (NEXT_PRIORITY walks them): each
+# priority's due rows are one index range, so that no row due later is read.
+CLAIM_BY_PRIORITY: Final[LiteralString] = """
+SELECT `id`, `queue`, `priority`, `retry_after`, `attempt`, `processed_at`, `headers`,
+       `payload`, GET_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256), 0)
+FROM `my_given_uuid_jobs` FORCE INDEX (`my_given_uuid_jobs_claim`)
+WHERE `queue` = %(group)s
+  AND `processed_at` IS NULL
+  AND `retry_after` <= %(now)s
+  AND COALESCE(IS_USED_LOCK(SHA2(CONCAT(DATABASE(), '.', %(row_key)s, `id`), 256)),
+      CONNECTION_ID()) = CONNECTION_ID()
+  AND `priority` IN %(priorities)s
+ORDER BY `priority`, `retry_after`, `id`
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
-    limit: int = 1,
+    limit: int = 1, by_priority: bool = False, priorities: Sequence[int] | None = None,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, each with its key locked for the session until RELEASE, and count
     their next delivery (each statement may commit at once: a crash still spends the attempt).
+    With `by_priority`, CLAIM_BY_PRIORITY: the due rows of `priorities` alone (None: those
+    `due_priorities()` lists), so that no row due later is read.
     """
-    cur = _v.mysql_execute(conn, CLAIM, {
-        "row_key": f"inboxgen:{TABLE}:", "group": group, "now": _v.naive_utc(now), "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    if by_priority and priorities is None:
+        priorities = due_priorities(conn, now=now, group=group)
+    if by_priority and not priorities:
+        return []  # no priority has a due row
+    cur = _v.mysql_execute(conn, statement, {"row_key": f"inboxgen:{TABLE}:", "group": group,
+        "now": _v.naive_utc(now), "limit": limit, "priorities": tuple(priorities or ())})
     rows = [_claimed(r) for r in cur.fetchall() if r[-1] == 1]
     if rows:
         _v.mysql_execute(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
@@ -139,17 +162,76 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime, limit: int = 1,
+    by_priority: bool = False, priorities: Sequence[int] | None = None,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows, each with its key locked for the session until RELEASE, and count
     their next delivery (each statement may commit at once: a crash still spends the attempt).
+    With `by_priority`, CLAIM_BY_PRIORITY: the due rows of `priorities` alone (None: those
+    `due_priorities()` lists), so that no row due later is read.
     """
-    cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "row_key": f"inboxgen:{TABLE}:", "group": group, "now": _v.naive_utc(now), "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    if by_priority and priorities is None:
+        priorities = await due_priorities_async(conn, now=now, group=group)
+    if by_priority and not priorities:
+        return []  # no priority has a due row
+    cur = await _v.mysql_execute_async(conn, statement, {"row_key": f"inboxgen:{TABLE}:", "group":
+        group, "now": _v.naive_utc(now), "limit": limit, "priorities": tuple(priorities or ())})
     rows = [_claimed(r) for r in await cur.fetchall() if r[-1] == 1]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_COUNT, {"ids": tuple(r.id for r in rows)})
     return rows
+
+
+# The first priority above `above`, and whether it has a due row (a row in work counts).
+NEXT_PRIORITY: Final[LiteralString] = """
+SELECT `priority`, `retry_after` <= %(now)s
+FROM `my_given_uuid_jobs` FORCE INDEX (`my_given_uuid_jobs_claim`)
+WHERE `queue` = %(group)s
+  AND `processed_at` IS NULL
+  AND `priority` > %(above)s
+ORDER BY `priority`, `retry_after`
+LIMIT 1
+"""
+
+
+def due_priorities(
+    conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
+) -> list[int]:
+    """The priorities that have due rows (a row in work counts), most urgent first: NEXT_PRIORITY
+    from each to the next.
+    """
+    due: list[int] = []
+    above = _v.LOWEST_ID  # below every priority
+    while True:
+        cur = _v.mysql_execute(conn, NEXT_PRIORITY, {
+            "now": _v.naive_utc(now), "group": group, "above": above,
+        })
+        row = cur.fetchone()
+        if row is None:
+            return due
+        if row[1]:
+            due.append(int(row[0]))
+        above = row[0]
+
+
+async def due_priorities_async(
+    conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
+) -> list[int]:
+    """The priorities that have due rows (a row in work counts), most urgent first: NEXT_PRIORITY
+    from each to the next.
+    """
+    due: list[int] = []
+    above = _v.LOWEST_ID  # below every priority
+    while True:
+        cur = await _v.mysql_execute_async(conn, NEXT_PRIORITY, {
+            "now": _v.naive_utc(now), "group": group, "above": above,
+        })
+        row = await cur.fetchone()
+        if row is None:
+            return due
+        if row[1]:
+            due.append(int(row[0]))
+        above = row[0]
 
 
 # Unlock the keys of counted rows once their settlements have committed: every key the session
@@ -671,17 +753,19 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, release=release, finish=finish, retry_after=retry_after, dead_letter=dead_letter,
-    insert=insert, insert_unique=insert_unique, insert_many=insert_many,
+    claim=claim, due_priorities=due_priorities, release=release, finish=finish,
+    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_unique=insert_unique,
+    insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, release=release_async, finish=finish_async, retry_after=retry_after_async,
-    dead_letter=dead_letter_async, insert=insert_async, insert_unique=insert_unique_async,
-    insert_many=insert_many_async,
+    claim=claim_async, due_priorities=due_priorities_async, release=release_async,
+    finish=finish_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
+    insert=insert_async, insert_unique=insert_unique_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
+    "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE,
+    "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY, "NEXT_PRIORITY": NEXT_PRIORITY, "FINISH": FINISH,
     "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
     "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE, "REPLACE_INSERT": REPLACE_INSERT,
     "KEY_ROW": KEY_ROW, "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE,

@@ -200,17 +200,43 @@ SET `locked_until` = %(locked_until)s,
 WHERE `id` IN %(ids)s
 """
 
+# CLAIM kept to the priorities `priorities` that have due rows (NEXT_PRIORITY walks them): each
+# priority's due rows are one index range, so that no row due later is read.
+CLAIM_BY_PRIORITY: Final[LiteralString] = """
+SELECT `id`, `queue`, `priority`, `retry_after`, `attempt`, `processed_at`, `locked_until`,
+       `headers`, `payload`, `c_tinyint`, `c_smallint`, `c_mediumint`, `c_int`, `c_bigint`,
+       `c_int_unsigned`, `c_bigint_unsigned`, `c_varchar`, `c_char`, `c_tinytext`, `c_text`,
+       `c_mediumtext`, `c_longtext`, `c_uuid`, `c_uuid_null`, `c_datetime`, `c_timestamp`,
+       `c_json`, `c_tinyblob`, `c_blob`, `c_mediumblob`, `c_longblob`, `c_binary`,
+       `c_varbinary`, `c_boolean`, `c_float`, `c_double`, `c_decimal`, `c_date`, `c_time`
+FROM `my_uuid_jobs` FORCE INDEX (`my_uuid_jobs_claim`)
+WHERE `queue` = %(group)s
+  AND `processed_at` IS NULL
+  AND `retry_after` <= %(now)s
+  AND (`locked_until` IS NULL OR `locked_until` <= %(now)s)
+  AND `priority` IN %(priorities)s
+ORDER BY `priority`, `retry_after`, `id`
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
 
 def claim(
     conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
+    priorities: Sequence[int] | None = None,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    commit. With `by_priority`, CLAIM_BY_PRIORITY: the due rows of `priorities` alone (None:
+    those `due_priorities()` lists), so that no row due later is read.
     """
-    cur = _v.mysql_execute(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    if by_priority and priorities is None:
+        priorities = due_priorities(conn, now=now, group=group)
+    if by_priority and not priorities:
+        return []  # no priority has a due row
+    cur = _v.mysql_execute(conn, statement, {"group": group, "now": _v.naive_utc(now), "limit":
+        limit, "priorities": tuple(priorities or ())})
     rows = [_claimed(r, locked_until) for r in cur.fetchall()]
     if rows:
         _v.mysql_execute(conn, CLAIM_MARK, {
@@ -221,20 +247,78 @@ def claim(
 
 async def claim_async(
     conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
-    locked_until: datetime.datetime, limit: int = 1,
+    locked_until: datetime.datetime, limit: int = 1, by_priority: bool = False,
+    priorities: Sequence[int] | None = None,
 ) -> list[ClaimedRow]:
     """Claim up to `limit` rows under a lease ending at `locked_until`; run it in a transaction and
-    commit.
+    commit. With `by_priority`, CLAIM_BY_PRIORITY: the due rows of `priorities` alone (None:
+    those `due_priorities()` lists), so that no row due later is read.
     """
-    cur = await _v.mysql_execute_async(conn, CLAIM, {
-        "group": group, "now": _v.naive_utc(now), "limit": limit,
-    })
+    statement = CLAIM_BY_PRIORITY if by_priority else CLAIM
+    if by_priority and priorities is None:
+        priorities = await due_priorities_async(conn, now=now, group=group)
+    if by_priority and not priorities:
+        return []  # no priority has a due row
+    cur = await _v.mysql_execute_async(conn, statement, {"group": group, "now": _v.naive_utc(now),
+        "limit": limit, "priorities": tuple(priorities or ())})
     rows = [_claimed(r, locked_until) for r in await cur.fetchall()]
     if rows:
         await _v.mysql_execute_async(conn, CLAIM_MARK, {
             "locked_until": _v.naive_utc(locked_until), "ids": tuple(r.id for r in rows),
         })
     return rows
+
+
+# The first priority above `above`, and whether it has a due row (a row in work counts).
+NEXT_PRIORITY: Final[LiteralString] = """
+SELECT `priority`, `retry_after` <= %(now)s
+FROM `my_uuid_jobs` FORCE INDEX (`my_uuid_jobs_claim`)
+WHERE `queue` = %(group)s
+  AND `processed_at` IS NULL
+  AND `priority` > %(above)s
+ORDER BY `priority`, `retry_after`
+LIMIT 1
+"""
+
+
+def due_priorities(
+    conn: pymysql.connections.Connection[Any], *, group: str, now: datetime.datetime,
+) -> list[int]:
+    """The priorities that have due rows (a row in work counts), most urgent first: NEXT_PRIORITY
+    from each to the next.
+    """
+    due: list[int] = []
+    above = _v.LOWEST_ID  # below every priority
+    while True:
+        cur = _v.mysql_execute(conn, NEXT_PRIORITY, {
+            "now": _v.naive_utc(now), "group": group, "above": above,
+        })
+        row = cur.fetchone()
+        if row is None:
+            return due
+        if row[1]:
+            due.append(int(row[0]))
+        above = row[0]
+
+
+async def due_priorities_async(
+    conn: _v.AsyncMySQLConnection, *, group: str, now: datetime.datetime,
+) -> list[int]:
+    """The priorities that have due rows (a row in work counts), most urgent first: NEXT_PRIORITY
+    from each to the next.
+    """
+    due: list[int] = []
+    above = _v.LOWEST_ID  # below every priority
+    while True:
+        cur = await _v.mysql_execute_async(conn, NEXT_PRIORITY, {
+            "now": _v.naive_utc(now), "group": group, "above": above,
+        })
+        row = await cur.fetchone()
+        if row is None:
+            return due
+        if row[1]:
+            due.append(int(row[0]))
+        above = row[0]
 
 
 # Extend a held lease; the held expiry is the token.
@@ -614,16 +698,18 @@ async def state_async(
 
 
 OPS: Final = Operations(
-    claim=claim, renew=renew, finish=finish, retry=retry, retry_after=retry_after, insert=insert,
-    insert_many=insert_many,
+    claim=claim, due_priorities=due_priorities, renew=renew, finish=finish, retry=retry,
+    retry_after=retry_after, insert=insert, insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
-    claim=claim_async, renew=renew_async, finish=finish_async, retry=retry_async,
-    retry_after=retry_after_async, insert=insert_async, insert_many=insert_many_async,
+    claim=claim_async, due_priorities=due_priorities_async, renew=renew_async, finish=finish_async,
+    retry=retry_async, retry_after=retry_after_async, insert=insert_async,
+    insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
-    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
+    "CLAIM": CLAIM, "CLAIM_MARK": CLAIM_MARK, "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY,
+    "NEXT_PRIORITY": NEXT_PRIORITY, "RENEW": RENEW, "FINISH": FINISH, "RETRY": RETRY,
     "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
     "PRUNABLE": PRUNABLE, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
 }
