@@ -808,12 +808,13 @@ class Statements:
         retry_after, id) order the rows of one priority that are due later sit before the due
         rows of the next one: the plain claim's single index scan reads every scheduled row of
         a more urgent priority before it reaches a due row. Reading each priority's due rows on
-        their own (a loose index scan: the next priority is one index probe) stops at the first
-        row due later, but costs a claim of an ordinary table a quarter more (the planner plans
-        it anew at every call, as it does every claim), so the runtime takes it only while
-        SCHEDULED counts enough scheduled rows to outweigh that. A nullable priority keeps the
-        single scan: a loose scan would never reach its NULLs. A FIFO table claims its groups'
-        heads."""
+        their own (the next priority is one index probe) stops at the first row due later. On
+        PostgreSQL that costs a claim of an ordinary table a quarter more (the planner plans it
+        anew at every call, as it does every claim), so the runtime takes it only while
+        SCHEDULED counts enough scheduled rows to outweigh that; MySQL's twin (a list of
+        priorities, statements/mysql.py) costs what the plain claim does, and is always taken.
+        A nullable priority keeps the single scan: a walk would never reach its NULLs. A FIFO
+        table claims its groups' heads."""
         pr, ra = self.role("priority"), self.role("retry_after")
         # A fair claim walks the keys instead.
         return (pr is not None and ra is not None and not pr.column.nullable
