@@ -63,7 +63,6 @@ class MySQLRenderer(Renderer):
                  "if by_priority and not priorities:",
                  "    return []  # no priority has a due row"))
 
-
     def insert_id(self, params: str) -> tuple[str, Step, bool]:
         """From the cursor's lastrowid where the id is AUTO_INCREMENT, or from the row where
         the caller gave it. An id filled by another default cannot be read back: insert

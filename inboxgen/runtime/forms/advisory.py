@@ -102,7 +102,9 @@ class Advisory(Form):
             "group": group, "now": now, "limit": limit,
             "by_priority": self.priorities.by_priority, **self.priorities.claim_values(),
             **(start or {})})
-        # The claim's round trip, for observers, is the read of the due rows.
+        # The claim's round trip, for observers, is the read of the due rows. (Not claim_came:
+        # a read asks for more candidates than the round takes, and comes back short by design,
+        # so its priorities are read again once a second only.)
         self.observed_claim(candidates, limit, started)
         if self._start is not None:
             self._start.timed(start, time.monotonic() - started)
