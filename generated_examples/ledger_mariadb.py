@@ -95,7 +95,7 @@ def advisory_key(row: ClaimedRow) -> str:
 # by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT `id`, `account_id`, `retry_after`, `attempt`, `headers`, `payload`
-FROM `ledger_jobs`
+FROM `ledger_jobs` FORCE INDEX (`ledger_jobs_claim`)
 WHERE `retry_after` <= %(now)s
   AND (`retry_after` > %(from_retry_after)s OR (`retry_after` = %(from_retry_after)s AND `id` >=
       %(from_id)s))

@@ -290,15 +290,14 @@ class Statements:
         """SELECT the rows due for a claim, in claim order, locked as `lock` says; `also` are
         further conditions a claimed row meets, `then` a column after the row's."""
         columns = self.select_list() + (f", {then}" if then else "")
-        self.add(name, self.due_rows(columns, also=also, lock=lock, hinted=bool(lock)), doc)
+        self.add(name, self.due_rows(columns, also=also, lock=lock), doc)
 
-    def due_rows(self, columns: str, *, also: tuple[str, ...] = (), lock: str = "",
-                 hinted: bool = True) -> str:
+    def due_rows(self, columns: str, *, also: tuple[str, ...] = (), lock: str = "") -> str:
         """SELECT `columns` of the first `limit` due rows in claim order that meet `also`,
-        locked as `lock` says (none: no lock); `hinted`: naming the claim index (MySQL)."""
+        locked as `lock` says (none: no lock)."""
         return "\n".join(x for x in (
             f"SELECT {columns}",
-            f"FROM {self.t()}{self.force_index() if hinted else ''}",
+            f"FROM {self.t()}{self.force_index()}",
             self.where([*self.filters(), *also]),
             f"ORDER BY {self.order()}",
             f"LIMIT {self.p('limit')}",
@@ -306,7 +305,7 @@ class Statements:
         ) if x)
 
     def force_index(self) -> str:
-        """What follows the table's name in a claim's locking read (MySQL: an index hint)."""
+        """What follows the table's name in a read of due rows (MySQL: an index hint)."""
         return ""
 
     def build(self) -> list[Statement]:

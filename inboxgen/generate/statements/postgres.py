@@ -121,10 +121,9 @@ class PostgresStatements(Statements):
             "    ) AS later", f"    LIMIT {self.p('limit')}", ") AS counted")),
             "Count the rows due later (up to `limit`), priority by priority.")
 
-    def due_rows(self, columns: str, *, also: tuple[str, ...] = (), lock: str = "",
-                 hinted: bool = True) -> str:
+    def due_rows(self, columns: str, *, also: tuple[str, ...] = (), lock: str = "") -> str:
         if not self.walking:
-            return super().due_rows(columns, also=also, lock=lock, hinted=hinted)
+            return super().due_rows(columns, also=also, lock=lock)
         # (Indented once more: the walk's pick is a LATERAL subquery.)
         return self.due_by_priority(columns.replace("\n", "\n    "), lock, also)
 

@@ -92,7 +92,7 @@ def advisory_key(row: ClaimedRow) -> str:
 # Rows due for a claim from id `from_id` on; each is then locked by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT `id`, `account_id`, `attempt`, `payload`
-FROM `my_seated_jobs`
+FROM `my_seated_jobs` FORCE INDEX (`PRIMARY`)
 WHERE `id` >= %(from_id)s
 ORDER BY `id`
 LIMIT %(limit)s

@@ -94,7 +94,7 @@ def advisory_key(row: ClaimedRow) -> str:
 # Rows due for a claim, in claim order; each is then locked by its key.
 CANDIDATES: Final[LiteralString] = """
 SELECT `id`, `queue`, `attempt`, `retry_after`, `headers`, `payload`
-FROM `my_text_jobs`
+FROM `my_text_jobs` FORCE INDEX (`my_text_jobs_claim`)
 WHERE `queue` = %(group)s
   AND `retry_after` <= %(now)s
 ORDER BY `retry_after`, `id`
