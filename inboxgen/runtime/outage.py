@@ -61,8 +61,7 @@ class Outage:
             log.debug("%s: a claim ended as the worker stopped at once: %s", self.name,
                       first_line(err))
             return
-        if any(isinstance(e, Exception) and self.backend.rolled_back(e)
-               for e in (err, err.__cause__)):
+        if self.backend.race_lost(err):
             # A race lost, not an outage: the server rolled the claim back for another
             # transaction's sake (a deadlock it broke; on a Galera cluster, another node's claim
             # of the same row certified first). Nothing was claimed; the slot claims again.

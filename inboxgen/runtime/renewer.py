@@ -4,8 +4,9 @@ One task per worker renews every lease held (the rows in work and those claimed 
 in their batch) in one statement per round (RENEW_MANY; one statement per row where the module
 has none). A lease is renewed once half of it is left; leases that would need renewing within
 another quarter of it go in the same round, so rows claimed round after round share their
-renewals. A renewal that fails (a busy or lost connection) is tried again within a second;
-only one that finds the row taken ends the lease.
+renewals. A renewal that fails (a busy or lost connection) is tried again within a second, one
+the server rolled back whole (a deadlock it broke; on a Galera cluster, another node's write of
+one of its rows that certified first) at once; only one that finds the row taken ends the lease.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inboxgen.worker")
 
+# How many renewals in a row the server may roll back (a deadlock, a certification conflict)
+# and be tried again at once; after that, as any failure: within a second, with a warning.
+RENEW_AGAIN = 3
+
 
 class Leased(Protocol):
     """A row while it is held under a lease (the worker's _Held)."""
@@ -45,7 +50,8 @@ class LeaseRenewer:
                  transaction: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
                  renewed: Callable[[int], None],
                  gone: Callable[[Any], Awaitable[bool]],
-                 lost_connection: Callable[[Exception, str], bool]) -> None:
+                 lost_connection: Callable[[Exception, str], bool],
+                 race_lost: Callable[[BaseException], bool]) -> None:
         self.calls = calls
         self.clock = clock
         self.lease = lease
@@ -54,6 +60,7 @@ class LeaseRenewer:
         self._renewed = renewed  # counts renewals in the worker's stats
         self._gone = gone  # whether a row is no longer in the table
         self._lost_connection = lost_connection  # the worker's outage: True when it is one
+        self._race_lost = race_lost  # whether the server rolled a transaction back whole
         self._held: dict[int, Leased] = {}
         self._changed = asyncio.Event()
         self._round_ended = asyncio.Event()  # set when the renewal on its way has ended
@@ -90,6 +97,7 @@ class LeaseRenewer:
         return (row.token - self.clock.now()).total_seconds()
 
     async def _run(self) -> None:
+        again = 0  # renewals rolled back in a row
         while True:
             live = [r for r in self._held.values() if not (r.settling or r.lost)]
             if not live:
@@ -110,9 +118,18 @@ class LeaseRenewer:
             try:
                 if not await self._renew(due):
                     await asyncio.sleep(0.01)  # each is being settled: let that finish
+                again = 0
             except asyncio.CancelledError:
                 raise
             except Exception as err:
+                if self._race_lost(err) and again < RENEW_AGAIN:
+                    # Nothing was written, and the rows may well be ours still: the renewal
+                    # itself tells, at once (a taken row ends its lease there).
+                    again += 1
+                    log.debug("%s: renewing the lease on %s was rolled back, trying again: %s",
+                              self.name, _rows(due), err)
+                    continue
+                again = 0
                 if not self._lost_connection(err, f"renewing the lease on {_rows(due)}"):
                     log.warning("%s: renewing the lease on %s failed, trying again in 1 s (it "
                                 "holds until %s): %s", self.name, _rows(due),

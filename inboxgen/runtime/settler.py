@@ -131,7 +131,7 @@ class LeaseSettler:
             try:
                 settled = list(await self._flush(batch))
             except Exception as err:
-                if attempt < FLUSH_ATTEMPTS and self.backend.rolled_back(err):
+                if attempt < FLUSH_ATTEMPTS and self.backend.race_lost(err):
                     continue  # a deadlock the server broke: nothing was written
                 settled = [err] * len(batch)
             break

@@ -236,3 +236,127 @@ def test_a_node_killed_mid_drain_and_rejoined_loses_nothing_and_runs_nothing_twi
         assert [cluster.cluster_size(n) for n in range(3)] == [3, 3, 3]
     finally:
         q.close()
+
+
+# -- a renewal or a settlement that another node's write rolls back --------------------------------
+
+# While `slow` says so for its kind of write, a settlement's DELETE or a renewal's UPDATE of a
+# row sleeps under the row's lock on the worker's node, so another node's write of that row can
+# certify first: the cluster then rolls the worker's transaction back (a brute-force abort,
+# 1213 to the client), as when the two writes cross by timing alone.
+SLOW_WRITES = [
+    "CREATE TABLE slow (what VARCHAR(16) PRIMARY KEY, held INT NOT NULL)",
+    "INSERT INTO slow VALUES ('settle', 0), ('renew', 0)",
+    """CREATE TRIGGER jobs_slow_settle BEFORE DELETE ON jobs FOR EACH ROW
+    BEGIN
+        IF (SELECT held FROM slow WHERE what = 'settle') THEN SET @slept = SLEEP(20); END IF;
+    END""",
+    """CREATE TRIGGER jobs_slow_renew BEFORE UPDATE ON jobs FOR EACH ROW
+    BEGIN
+        IF OLD.locked_until IS NOT NULL AND NEW.locked_until > OLD.locked_until
+           AND (SELECT held FROM slow WHERE what = 'renew') THEN
+            SET @slept = SLEEP(20);
+        END IF;
+    END""",
+]
+
+
+@pytest.mark.parametrize("write", ["settle", "renew"])
+@pytest.mark.parametrize("other", ["kept", "taken"])
+def test_a_renewal_or_settlement_another_node_rolls_back_is_written_again_and_fenced(
+        cluster: GaleraCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture, write: str,
+        other: str) -> None:
+    """A lease worker on node 0 runs one job. While its settlement (or its lease's renewal) is
+    on its way, a session on node 1 writes the row and commits first, and the cluster rolls the
+    worker's transaction back (1213). The worker writes it again at once: where node 1 changed
+    another column (`kept`), the ack (the renewal) lands, quietly, as after a deadlock; where
+    node 1 took the lease, as another worker's claim does (`taken`), the token fences the
+    worker off: its ack changes nothing, the row stays with node 1's lease, and the lost lease
+    is reported."""
+    name = cluster.create_database()
+    q = open_queue(tmp_path, "mysql", Layout(form="lease", processed=False),
+                   cluster.url(0, name), mysql_args=cluster.connect_args(0, name))
+    node0 = pymysql.connect(**cluster.connect_args(0, name), autocommit=True)
+    node1 = pymysql.connect(**cluster.connect_args(1, name), autocommit=True)
+    try:
+        with node0.cursor() as cur:
+            for sql in SLOW_WRITES:
+                cur.execute(sql)
+            cur.execute("UPDATE slow SET held = 1 WHERE what = %s", (write,))
+        conn = q.connect()
+        job_id = q.mod.insert(conn, q.new(retry_after=dt.datetime.now(UTC)
+                                          - dt.timedelta(seconds=5)))
+        conn.commit()
+        conn.close()
+        runs: Counter[int] = Counter()
+        renewed = asyncio.Event()
+
+        async def handler(job: Job[Any]) -> None:
+            runs[job.id] += 1
+            if write == "renew":  # until the renewal's second try has landed (or not)
+                await asyncio.wait_for(renewed.wait(), 30)
+
+        def locked_until() -> Any:
+            with node1.cursor() as cur:
+                cur.execute("SELECT locked_until FROM jobs WHERE id = %s", (job_id,))
+                row = cur.fetchone()
+            return None if row is None else row[0]
+
+        def sleeping() -> bool:
+            with node0.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                            "WHERE DB = %s AND STATE = 'User sleep'", (name,))
+                return bool(cur.fetchone()[0])
+
+        def cross() -> Any:
+            """Node 1 writes the row while node 0's write of it sleeps; its lease after."""
+            token = locked_until()
+            with node1.cursor() as cur:
+                cur.execute("UPDATE slow SET held = 0")
+                cur.execute("UPDATE jobs SET account = 'node 1' WHERE id = %s" if other == "kept"
+                            else "UPDATE jobs SET locked_until = locked_until + INTERVAL 1 HOUR "
+                                 "WHERE id = %s", (job_id,))
+            return token
+
+        async def run() -> Any:
+            worker = Worker(q.mod.DESCRIPTOR, handler, database=cluster.url(0, name), workers=1,
+                            batch=1, lease=4, poll_interval=0.05, listen=False)
+            await worker.start()
+            loop = asyncio.get_running_loop()
+            try:
+                deadline = loop.time() + 60
+                while not await asyncio.to_thread(sleeping):
+                    assert loop.time() < deadline, "no write of node 0 slept"
+                    await asyncio.sleep(0.02)
+                token = await asyncio.to_thread(cross)
+                if write == "renew":
+                    while (await asyncio.to_thread(locked_until)) == token:
+                        assert loop.time() < deadline, "the renewal never landed"
+                        await asyncio.sleep(0.05)
+                    renewed.set()
+                while other == "kept" and await asyncio.to_thread(q.ids):
+                    assert loop.time() < deadline, "the ack never landed"
+                    await asyncio.sleep(0.05)
+                await run_until_idle(worker, timeout=30)
+                return token
+            finally:
+                await worker.shutdown()
+
+        before = cluster.rolled_back()
+        caplog.set_level(logging.DEBUG, logger="inboxgen")
+        token = asyncio.run(run())
+        assert cluster.rolled_back() > before  # node 0's write did lose to node 1's
+        assert runs == {job_id: 1}
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        if other == "kept":
+            assert q.ids() == []
+            assert warned == []  # a race, not an outage
+        else:
+            # Fenced: the row stays, under node 1's lease; the lost lease was said.
+            assert q.ids() == [job_id]
+            assert locked_until() == token + dt.timedelta(hours=1)
+            assert any("lease" in m and str(job_id) in m for m in warned), warned
+    finally:
+        node0.close()
+        node1.close()
+        q.close()

@@ -38,7 +38,7 @@ class Tokens:
     async def alone(self, steps: list[Any]) -> list[Any]:
         return await self.together(None, steps)
 
-    def rolled_back(self, err: Exception) -> bool:
+    def race_lost(self, err: BaseException) -> bool:
         return isinstance(err, Deadlock)
 
     async def together(self, conn: Any, steps: list[Any]) -> list[Any]:
@@ -167,7 +167,8 @@ def test_leases_renew_together_at_half_time_and_a_taken_row_is_lost() -> None:
         return row_id not in table.rows
 
     renewer = LeaseRenewer(Calls(D, table), clock, 60, "reports",  # type: ignore[arg-type]
-                           transaction, renewed.append, gone, lambda err, what: False)
+                           transaction, renewed.append, gone, lambda err, what: False,
+                           lambda err: False)
     held = [Held(row=None, id=i, attempt=1, token=LEASE) for i in (1, 2, 3)]
 
     async def main() -> None:

@@ -166,6 +166,12 @@ class Backend:
         deadlock the server broke), so that an `alone` transaction can run again as it was."""
         return False
 
+    def race_lost(self, err: BaseException) -> bool:
+        """Whether `err`, or the driver's error behind it (a step of `together` that failed),
+        is one `rolled_back` says: a race lost, not an outage."""
+        return any(isinstance(e, Exception) and self.rolled_back(e)
+                   for e in (err, err.__cause__))
+
     def disconnected(self, err: Exception, conn: Any = None) -> bool:
         """Whether `err` is the connection's (lost, or the database out of reach), not the
         statement's; with `conn`, the connection it came from, which must be dead too."""

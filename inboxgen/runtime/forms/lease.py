@@ -62,7 +62,7 @@ class Lease(Form):
         self.settler = LeaseSettler(self.calls, self.backend)
         self.renewer = LeaseRenewer(self.calls, self.clock, settings.lease, self.name,
                                     self.transaction, self._renewed, self.presence.gone,
-                                    self.outage.lost_connection)
+                                    self.outage.lost_connection, self.backend.race_lost)
         self._capacity = settings.workers * settings.batch
         self._ready: asyncio.Queue[Held | None] = asyncio.Queue()
         self._working = 0  # rows taken by slots whose handlers have not finished
