@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
+
+import pytest
 
 from generated_examples import reports
 from inboxgen.runtime.batching import Calls, by_op, one_statement
 from inboxgen.runtime.jobs import Held
-from inboxgen.runtime.renewer import LeaseRenewer
+from inboxgen.runtime.renewer import RENEW_AGAIN, LeaseRenewer
 from inboxgen.runtime.settler import LeaseSettler
 from inboxgen.runtime.testing import FakeClock
 
@@ -191,3 +194,60 @@ def test_leases_renew_together_at_half_time_and_a_taken_row_is_lost() -> None:
     assert held[0].token == T0 + dt.timedelta(seconds=91) and not held[0].lost
     assert held[1].lost and not held[1].gone
     assert held[2].lost and held[2].gone
+
+
+def test_a_renewal_the_server_rolled_back_is_tried_again_at_once_then_after_a_second(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A renewal the server rolled back whole (a deadlock, a Galera certification conflict)
+    wrote nothing and tells nothing of the rows: it is sent again at once, quietly, up to
+    RENEW_AGAIN times in a row; after that it is a failure as any other, said and tried again
+    within a second."""
+
+    class RolledBack(Tokens):
+        losses = RENEW_AGAIN + 1
+
+        async def together(self, conn: Any, steps: list[Any]) -> list[Any]:
+            if self.losses:
+                self.losses -= 1
+                self.sent.append(["rolled back"])
+                raise Deadlock("Deadlock found when trying to get lock")
+            return await super().together(conn, steps)
+
+    clock = FakeClock(start=T0)
+    table = RolledBack(r1=LEASE)
+
+    @contextlib.asynccontextmanager
+    async def transaction() -> AsyncIterator[None]:
+        yield None
+
+    async def gone(row_id: Any) -> bool:
+        return row_id not in table.rows
+
+    renewer = LeaseRenewer(Calls(D, table), clock, 60, "reports",  # type: ignore[arg-type]
+                           transaction, lambda n: None, gone, lambda err, what: False,
+                           table.race_lost)
+    held = [Held(row=None, id=1, attempt=1, token=LEASE)]
+
+    async def settled(sent: int) -> None:
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if len(table.sent) >= sent:
+                return
+
+    async def main() -> None:
+        renewer.start()
+        renewer.hold(held)
+        clock.advance(31)
+        await settled(RENEW_AGAIN + 1)
+        assert table.sent == [["rolled back"]] * (RENEW_AGAIN + 1)
+        assert held[0].token == LEASE  # the fourth in a row waits for the clock's second
+        clock.advance(1)
+        await settled(RENEW_AGAIN + 2)
+        await renewer.stop()
+
+    with caplog.at_level(logging.DEBUG, logger="inboxgen"):
+        asyncio.run(main())
+    assert table.sent[-1] == ["renew"]  # one row: its own statement
+    assert held[0].token == T0 + dt.timedelta(seconds=92) and not held[0].lost
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "trying again in 1 s" in warned[0], warned
