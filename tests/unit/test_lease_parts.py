@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -157,10 +157,8 @@ def test_a_failed_flush_tells_every_owner_and_the_settler_goes_on() -> None:
     assert [type(t) for t in told] == [ConnectionError, ConnectionError]
 
 
-def test_leases_renew_together_at_half_time_and_a_taken_row_is_lost() -> None:
-    clock = FakeClock(start=T0)
-    table = Tokens(r1=LEASE, r2=LEASE, r3=LEASE)
-    renewed: list[int] = []
+def _renewer(table: Tokens, clock: FakeClock, renewed: Callable[[int], None]) -> LeaseRenewer:
+    """A renewer of a 60 s lease over `table`, on `clock`; a transaction is nothing here."""
 
     @contextlib.asynccontextmanager
     async def transaction() -> AsyncIterator[None]:
@@ -169,9 +167,15 @@ def test_leases_renew_together_at_half_time_and_a_taken_row_is_lost() -> None:
     async def gone(row_id: Any) -> bool:
         return row_id not in table.rows
 
-    renewer = LeaseRenewer(Calls(D, table), clock, 60, "reports",  # type: ignore[arg-type]
-                           transaction, renewed.append, gone, lambda err, what: False,
-                           lambda err: False)
+    return LeaseRenewer(Calls(D, table), clock, 60, "reports",  # type: ignore[arg-type]
+                        transaction, renewed, gone, lambda err, what: False, table.race_lost)
+
+
+def test_leases_renew_together_at_half_time_and_a_taken_row_is_lost() -> None:
+    clock = FakeClock(start=T0)
+    table = Tokens(r1=LEASE, r2=LEASE, r3=LEASE)
+    renewed: list[int] = []
+    renewer = _renewer(table, clock, renewed.append)
     held = [Held(row=None, id=i, attempt=1, token=LEASE) for i in (1, 2, 3)]
 
     async def main() -> None:
@@ -215,17 +219,7 @@ def test_a_renewal_the_server_rolled_back_is_tried_again_at_once_then_after_a_se
 
     clock = FakeClock(start=T0)
     table = RolledBack(r1=LEASE)
-
-    @contextlib.asynccontextmanager
-    async def transaction() -> AsyncIterator[None]:
-        yield None
-
-    async def gone(row_id: Any) -> bool:
-        return row_id not in table.rows
-
-    renewer = LeaseRenewer(Calls(D, table), clock, 60, "reports",  # type: ignore[arg-type]
-                           transaction, lambda n: None, gone, lambda err, what: False,
-                           table.race_lost)
+    renewer = _renewer(table, clock, lambda n: None)
     held = [Held(row=None, id=1, attempt=1, token=LEASE)]
 
     async def settled(sent: int) -> None:
