@@ -33,7 +33,9 @@ ones where it comes back short, as a locking read that keeps each row it read lo
 lock heaps until the server aborted). So a MySQL worker always claims by priority, with the
 list due_priorities() walked once a second (a probe per priority) and again after a claim
 that came back short: a priority whose first row falls due meanwhile waits that long, as a row
-ahead of a claim's start does (claimstart.py).
+ahead of a claim's start does (claimstart.py). A key-limited lease's count of held-back rows
+keeps to the same list (HELD_BACK_BY_PRIORITY): the plain count, unlocked, read every row
+due later ahead of the due ones, once a second (18 ms behind 200,000 of them, against 0.5).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from dbcases import (
     T0,
     Layout,
     MakeQueue,
+    mariadb_pages,
     mysql_connect,
     mysql_statements,
     spec_toml,
@@ -151,25 +152,6 @@ HELD_AHEAD = 200_000
 FEW_PAGES = 40
 
 
-def _mariadb_pages(cur: Any, statement: str, bound: dict[str, Any]) -> int:
-    """The pages of `jobs` one run of `statement` accessed (MariaDB's ANALYZE runs it)."""
-    cur.execute("ANALYZE FORMAT=JSON " + statement, bound)
-    (explained,) = cur.fetchone()
-    tables = [t for t in _mariadb_tables(json.loads(explained)) if t["table_name"] == "jobs"]
-    assert tables, explained
-    return sum(int(t["r_engine_stats"].get("pages_accessed", 0)) for t in tables)
-
-
-def _mariadb_tables(node: Any) -> list[dict[str, Any]]:
-    if isinstance(node, list):
-        return [t for item in node for t in _mariadb_tables(item)]
-    if not isinstance(node, dict):
-        return []
-    here = [node["table"]] if isinstance(node.get("table"), dict) else []
-    return here + [t for key, value in node.items() if key != "table"
-                   for t in _mariadb_tables(value)]
-
-
 @pytest.mark.parametrize("kept", [False, True], ids=["deleted", "kept"])
 @pytest.mark.parametrize("form", ["advisory", "row_lock", "lease"])
 def test_a_mariadb_claim_from_a_start_reads_none_of_the_rows_a_held_snapshot_keeps_ahead(
@@ -222,7 +204,7 @@ def test_a_mariadb_claim_from_a_start_reads_none_of_the_rows_a_held_snapshot_kee
             cur.execute("ANALYZE TABLE jobs")
             cur.fetchall()
             statement = getattr(mod, name)
-            pages = _mariadb_pages(cur, statement, bound)
+            pages = mariadb_pages(cur, statement, bound)
             cur.execute(statement, bound)
             ids = [row[0] for row in cur.fetchall()]
     finally:

@@ -26,6 +26,7 @@ from dbcases import (
     call,
     commit_claim,
     finish,
+    mariadb_pages,
     pg_index_blocks_read,
     spec_toml,
 )
@@ -464,6 +465,37 @@ def test_mysql_claim_by_priority_reads_and_locks_no_row_due_later(
         assert locked[True] < 50, locked
 
 
+def test_mysql_held_back_by_priority_counts_the_same_rows_and_reads_none_due_later(
+        queue: MakeQueue) -> None:
+    """A key-limited lease counts, once a second, the due rows that wait behind their own key's
+    (HELD_BACK, unlocked). The plain count reads the claim index in one scan, past every row
+    due later at a more urgent priority; its twin keeps to the priorities that have due rows,
+    as the claim does, and counts the same."""
+    q = queue("mysql", Layout(form="lease", key_concurrency=2))
+    conn = q.connect()
+    later = T0 + dt.timedelta(days=1)
+    for priority in (0, 2):
+        q.mod.insert_many(conn, [q.new(payload="later", priority=priority, retry_after=later)
+                                 for _ in range(MYSQL_AHEAD)])
+    for i in range(3):  # one key's: the third waits behind its first two
+        q.add(conn, payload=f"due-{i}", priority=1, retry_after=at(-10), account="a")
+    conn.commit()
+    counts = [q.mod.held_back(conn, now=T0, limit=1000),
+              q.mod.held_back(conn, now=T0, limit=1000, by_priority=True),
+              q.mod.held_back(conn, now=T0, limit=1000, by_priority=True, priorities=[1]),
+              q.mod.held_back(conn, now=T0, limit=1000, by_priority=True, priorities=[])]
+    assert counts == [1, 1, 1, 0]
+    values = {"now": T0.replace(tzinfo=None), "limit": 1000, "key_concurrency": 2,
+              "priorities": (1,)}
+    pages = {}
+    with conn.cursor() as cur:
+        for name in ("HELD_BACK", "HELD_BACK_BY_PRIORITY"):
+            bound = {k: values[k] for k in q.mod.DESCRIPTOR.statement_params[name]}
+            pages[name] = mariadb_pages(cur, getattr(q.mod, name), bound)
+    conn.rollback()
+    assert pages["HELD_BACK"] > 5 * pages["HELD_BACK_BY_PRIORITY"], pages
+
+
 def test_mysql_due_priorities_lists_those_with_a_due_row_of_the_group(
         queue: MakeQueue) -> None:
     """due_priorities() walks the priorities of the worker's group's unfinished rows and keeps
@@ -533,3 +565,45 @@ def test_mysql_worker_claims_by_priority_and_a_job_of_a_new_priority_runs(
     assert sorted(ran) == sorted([*due, late])
     assert claims and all(c["by_priority"] and "priorities" in c for c in claims), claims[:3]
     assert {p for c in claims for p in c["priorities"]} == {-5, 1}
+
+
+def test_mysql_key_limited_worker_counts_held_back_rows_by_priority(queue: MakeQueue) -> None:
+    """A key-limited lease worker on MySQL counts its held-back rows (HELD_BACK, once a second)
+    kept to the priorities its claims keep to, the list its last due_priorities() read."""
+    from inboxgen import Worker
+
+    q = queue("mysql", Layout(form="lease", key_concurrency=2))
+    conn = q.connect()
+    now = dt.datetime.now(dt.UTC)  # the worker's clock: the real one
+    due = mysql_schedule_around(q, conn, 2_000, now)
+    ran: list[Any] = []
+    counts: list[dict[str, Any]] = []
+
+    async def handler(job: Any) -> None:
+        ran.append(job.id)
+
+    worker = Worker(q.mod.DESCRIPTOR, handler, database=q.database, workers=2, batch=2,
+                    poll_interval=0.2, listen=False)
+    original = worker.calls.args
+
+    def recording(op: str, values: dict[str, Any]) -> dict[str, Any]:
+        if op == "held_back":
+            counts.append(dict(values))
+        return original(op, values)
+
+    worker.calls.args = recording  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await worker.start()
+        try:
+            for _ in range(200):
+                if len(ran) == len(due):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(run())
+    assert sorted(ran) == due
+    assert counts and all(c["by_priority"] and tuple(c["priorities"]) == (1,)
+                          for c in counts), counts[:3]

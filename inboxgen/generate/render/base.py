@@ -603,7 +603,7 @@ class Renderer:
         s = self.st[name]
         convert = "None if row is None or row[0] is None else float(row[0])" if \
             returns == "float | None" else "0 if row is None or row[0] is None else int(row[0])"
-        run, walk, doc, pick = self.by_priority(name) if twin else (name, "", "", ())
+        run, walk, doc, pick = self.by_priority(name, none="0") if twin else (name, "", "", ())
         return Func(fname, args + walk, returns, s.doc + doc, (
             Step("scalar", self.cur(run, self.params(s)), convert),), before=pick)
 
@@ -1031,10 +1031,12 @@ class Renderer:
         return Func("claim", args, "list[ClaimedRow]", doc, (
             Step("many", run, self.claimed("r"), after=then, over=over),), before=(*pick, *turn))
 
-    def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:
+    def by_priority(self, name: str, none: str = "[]") -> tuple[str, str, str, tuple[str, ...]]:
         """Where the table has a twin of claim statement `name` that reads the due rows
         priority by priority: the statement to run, the argument that picks the twin, what the
-        docstring says of it and the line that picks it; else `name` and nothing."""
+        docstring says of it and the lines that pick it (`none`: what the function returns
+        where no priority has a due row, for a twin that takes the list); else `name` and
+        nothing."""
         if f"{name}_BY_PRIORITY" not in self.st:
             return name, "", "", ()
         return ("statement", ", by_priority: bool = False",

@@ -49,8 +49,8 @@ class MySQLRenderer(Renderer):
             out.append('"priorities": tuple(priorities or ())')
         return out
 
-    def by_priority(self, name: str) -> tuple[str, str, str, tuple[str, ...]]:
-        run, walk, doc, pick = super().by_priority(name)
+    def by_priority(self, name: str, none: str = "[]") -> tuple[str, str, str, tuple[str, ...]]:
+        run, walk, doc, pick = super().by_priority(name, none)
         if not pick or "priorities" not in self.st[f"{name}_BY_PRIORITY"].params:
             return run, walk, doc, pick
         nxt = self.st["NEXT_PRIORITY"]
@@ -61,7 +61,7 @@ class MySQLRenderer(Renderer):
                 (*pick, "if by_priority and priorities is None:",
                  f"    priorities = AWAIT_TWIN due_priorities(conn, {args})",
                  "if by_priority and not priorities:",
-                 "    return []  # no priority has a due row"))
+                 f"    return {none}  # no priority has a due row"))
 
     def insert_id(self, params: str) -> tuple[str, Step, bool]:
         """From the cursor's lastrowid where the id is AUTO_INCREMENT, or from the row where

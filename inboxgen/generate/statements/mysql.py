@@ -66,8 +66,9 @@ class MySQLStatements(Statements):
         return super().due_rows(columns, also=also, lock=lock)
 
     def claims(self) -> None:
-        """Beside each claim, where the table has a priority and a due time, its twin kept to
-        the priorities that have due rows (`priorities`, which NEXT_PRIORITY walks): MySQL
+        """Beside each claim (and a key-limited lease's HELD_BACK, which reads the rows a claim
+        reads), where the table has a priority and a due time, its twin kept to the
+        priorities that have due rows (`priorities`, which NEXT_PRIORITY walks): MySQL
         has no LATERAL to read each priority's due rows on their own, but a list of priorities
         and the due time's bound make one index range per priority, which ends at its first
         row due later. The plain claim's one scan reads every row due later at a more urgent
@@ -84,7 +85,7 @@ class MySQLStatements(Statements):
         finally:
             walked, self.out, self.walking = self.out, plain, False
         for st in walked:
-            if st.name in ("CLAIM", "CANDIDATES"):
+            if st.name in ("CLAIM", "CANDIDATES", "HELD_BACK"):
                 self.add(f"{st.name}_BY_PRIORITY", st.sql,
                          f"{st.name} kept to the priorities `priorities` that have due rows "
                          "(NEXT_PRIORITY walks them): each priority's due rows are one index "

@@ -193,7 +193,8 @@ class Lease(Form):
         for choice in (self.priorities, self.keys):
             values = choice.count_due(now)
             if values is not None:
-                walk = {"by_priority": self.priorities.by_priority}
+                walk = {"by_priority": self.priorities.by_priority,
+                        **self.priorities.claim_values()}
                 (n,) = await self.backend.alone([self.calls.step(choice.op, {**values, **walk})])
                 choice.counted(n)
         op, values = self.claim_call(now, limit, until)

@@ -23,3 +23,16 @@ CREATE TABLE my_seated_jobs (
     attempt INTEGER NOT NULL DEFAULT 0,
     payload JSON NOT NULL
 );
+CREATE TABLE my_prioritized_limited_jobs (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    account_id BIGINT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    retry_after DATETIME(6) NOT NULL,
+    locked_until DATETIME(6) NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSON NOT NULL,
+    KEY my_prioritized_limited_jobs_claim (priority, retry_after, id),
+    KEY my_prioritized_limited_jobs_in_work (locked_until),
+    KEY my_prioritized_limited_jobs_account (account_id, locked_until),
+    KEY my_prioritized_limited_jobs_walk (account_id, priority, retry_after, id)
+);
