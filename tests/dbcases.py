@@ -486,11 +486,19 @@ def pg_advisory_locks(dsn: str) -> int:
 def mariadb_pages(cur: Any, statement: str, bound: dict[str, Any], table: str = "jobs") -> int:
     """The pages of `table` one run of `statement` accessed (MariaDB's ANALYZE runs it: roll a
     locking one back after)."""
+    return sum(int(t["r_engine_stats"].get("pages_accessed", 0))
+               for t in mariadb_accesses(cur, statement, bound, table))
+
+
+def mariadb_accesses(cur: Any, statement: str, bound: dict[str, Any],
+                     table: str = "jobs") -> list[dict[str, Any]]:
+    """How one run of `statement` read `table` (MariaDB's ANALYZE runs it): each access's
+    entry of the plan (access_type, key, used_key_parts, r_engine_stats...)."""
     cur.execute("ANALYZE FORMAT=JSON " + statement, bound)
     (explained,) = cur.fetchone()
     tables = [t for t in _mariadb_tables(json.loads(explained)) if t["table_name"] == table]
     assert tables, explained
-    return sum(int(t["r_engine_stats"].get("pages_accessed", 0)) for t in tables)
+    return tables
 
 
 def _mariadb_tables(node: Any) -> list[dict[str, Any]]:
