@@ -143,7 +143,6 @@ def test_a_mariadb_claim_reads_the_index_keyed_by_processed_at_without_a_sort(
     assert int(row["rows"]) < FINISHED // 100, row
 
 
-
 # -- MariaDB: a claim from a start, behind a snapshot held open ------------------------------------
 
 HELD_AHEAD = 200_000
