@@ -16,6 +16,7 @@ import msgspec
 
 from inboxgen.errors import LeaseLost, RowDeleted, SettlementLost
 from inboxgen.runtime.batching import one_statement
+from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.failures import failure_text
 from inboxgen.runtime.handlers import own_frames
 from inboxgen.runtime.jobs import Held, Job
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("inboxgen.worker")
 
 Unsettled = LeaseLost | SettlementLost | RowDeleted
+
+
+class TransactionRolledBack(Exception):
+    """A transactional job's transaction that the server rolled back whole after its handler
+    returned: the delivery's failure, as the handler's own error would be."""
 
 
 class FormSteps(Protocol):
@@ -264,6 +270,17 @@ class Delivery:
             log.warning("%s: row %s: %s", self.name, h.id, s.note)
         return s
 
+    def rolled_back(self, h: Held, err: Exception) -> Settlement:
+        """The server rolled the job's transaction back whole after its handler returned (a
+        transactional handler's): its writes are undone, so the delivery failed as one whose
+        handler raised. Decides (and reports) what becomes of the row."""
+        h.failure = TransactionRolledBack(
+            f"the server rolled back the job's transaction, the handler's writes with it: "
+            f"{first_line(err)}")
+        h.failure.__cause__ = err
+        return self.decide(h, after_failure(h.attempt, has_retry_after=self._has_retry_after,
+                                            backoff=self.settings.backoff))
+
     def _report_failure(self, h: Held, s: Settlement, err: BaseException) -> None:
         """One line for a handler that failed: the error and what becomes of the row, as
         decided. The traceback comes once per job, where it helps: with its last attempt's
@@ -275,9 +292,11 @@ class Delivery:
         max_attempts = self.settings.max_attempts
         of = f" of {max_attempts}" if max_attempts is not None else ""
         traced = s.action == DEAD_LETTER or (max_attempts is None and h.attempt in (None, 1))
+        failed = "failed" if isinstance(err, TransactionRolledBack) else "handler failed"
         log.log(logging.ERROR if s.action == DEAD_LETTER else logging.WARNING,
-                "%s: handler failed on row %s (attempt %s%s): %r; %s", self.name, h.id,
-                h.attempt, of, err, then,
+                "%s: %s on row %s (attempt %s%s): %s; %s", self.name, failed, h.id,
+                h.attempt, of, err if isinstance(err, TransactionRolledBack) else repr(err),
+                then,
                 exc_info=err if traced and err.__traceback__ is not None else None)
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -358,5 +359,77 @@ def test_a_renewal_or_settlement_another_node_rolls_back_is_written_again_and_fe
             assert any("lease" in m and str(job_id) in m for m in warned), warned
     finally:
         node0.close()
+        node1.close()
+        q.close()
+
+
+def test_a_transactional_job_another_node_rolls_back_runs_again(
+        cluster: GaleraCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A transactional lease worker on node 0 runs a job whose handler adds 1 to an account.
+    Before the job's transaction commits, a session on node 1 adds 10 to the same account and
+    commits first, and the cluster rolls node 0's transaction back (1213), the handler's write
+    and the ack with it. The worker records the delivery as failed, in a transaction of its
+    own under the lease it still holds, and the job runs again: the account holds 11, the job
+    acked once on its second attempt, one warning says why, and nothing is an outage."""
+    name = cluster.create_database()
+    q = open_queue(tmp_path, "mysql", Layout(form="lease", processed=False),
+                   cluster.url(0, name), mysql_args=cluster.connect_args(0, name))
+    node1 = pymysql.connect(**cluster.connect_args(1, name), autocommit=True)
+    try:
+        with node1.cursor() as cur:
+            cur.execute("CREATE TABLE accounts (id INT PRIMARY KEY, n INT NOT NULL)")
+            cur.execute("INSERT INTO accounts VALUES (1, 0)")
+        conn = q.connect()
+        job_id = q.mod.insert(conn, q.new(retry_after=dt.datetime.now(UTC)
+                                          - dt.timedelta(seconds=5)))
+        conn.commit()
+        conn.close()
+        runs: list[int] = []
+        written, crossed = threading.Event(), threading.Event()
+
+        def handler(job: Job[Any]) -> Any:  # PyMySQL: a sync handler, in a thread
+            runs.append(job.attempt)
+            with job.connection.cursor() as cur:
+                cur.execute("UPDATE accounts SET n = n + 1 WHERE id = 1")
+            if len(runs) == 1:
+                written.set()
+                assert crossed.wait(30)
+            return ack()
+
+        async def run() -> Any:
+            worker = Worker(q.mod.DESCRIPTOR, handler, database=cluster.url(0, name), workers=1,
+                            batch=1, transactional=True, poll_interval=0.05, listen=False)
+            await worker.start()
+            loop = asyncio.get_running_loop()
+            try:
+                assert await asyncio.to_thread(written.wait, 60), "the handler never wrote"
+                with node1.cursor() as cur:
+                    cur.execute("UPDATE accounts SET n = n + 10 WHERE id = 1")
+                crossed.set()
+                deadline = loop.time() + 60
+                while await asyncio.to_thread(q.ids):
+                    assert loop.time() < deadline, "the job never acked"
+                    await asyncio.sleep(0.05)
+            finally:
+                crossed.set()
+                await worker.shutdown()
+            return worker.stats
+
+        before = cluster.rolled_back()
+        caplog.set_level(logging.INFO, logger="inboxgen")
+        stats = asyncio.run(run())
+        assert cluster.rolled_back() > before  # node 0's transaction did lose to node 1's write
+        with node1.cursor() as cur:
+            cur.execute("SELECT n FROM accounts WHERE id = 1")
+            assert cur.fetchone() == (11,)
+        assert runs == [1, 2]
+        # The failure was recorded as a retry (not left for the lease to run out), the attempt
+        # counted by the claim.
+        assert (stats.retried, stats.acked, stats.failed_claims) == (1, 1, 0)
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warned) == 1, warned
+        assert f"failed on row {job_id} (attempt 1): the server rolled back the job's " \
+               f"transaction, the handler's writes with it: (1213, " in warned[0], warned
+    finally:
         node1.close()
         q.close()

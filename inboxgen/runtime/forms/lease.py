@@ -9,6 +9,7 @@ renewed together (renewer.py). A crash leaves the rows leased until their leases
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import functools
 import logging
@@ -291,16 +292,37 @@ class Lease(Form):
                 await backend.execute(tx, "SAVEPOINT inboxgen_job")
                 outcome = await delivery.run_handler(h, payload, tx)
                 s = delivery.decide(h, outcome)
-                if outcome.kind != "ack" or s.action != FINISH:
-                    # The handler's writes go; the outcome is still recorded, in the same
-                    # transaction, so no other claim can slip in between.
-                    await backend.execute(tx, "ROLLBACK TO SAVEPOINT inboxgen_job")
-                await backend.execute(tx, "RELEASE SAVEPOINT inboxgen_job")
+                if h.failure is not None and backend.race_lost(h.failure):
+                    pass  # the server rolled the transaction back whole, its savepoint too
+                else:
+                    if outcome.kind != "ack" or s.action != FINISH:
+                        # The handler's writes go; the outcome is still recorded, in the same
+                        # transaction, so no other claim can slip in between.
+                        await backend.execute(tx, "ROLLBACK TO SAVEPOINT inboxgen_job")
+                    await backend.execute(tx, "RELEASE SAVEPOINT inboxgen_job")
                 await self._settle(h, s, tx)
+                await backend.commit(tx)
+            except Exception as err:
+                with contextlib.suppress(Exception):
+                    await backend.rollback(tx)
+                if not backend.race_lost(err):
+                    raise
+                # The server rolled the job's transaction back whole, after its handler
+                # returned (a deadlock it broke; on a Galera cluster another node's write of
+                # the same rows, which certified first): the handler's writes are undone, so
+                # the delivery failed. The lease, committed with the claim, still holds the
+                # row: the failure is recorded in a transaction of its own, guarded by it.
+                s = delivery.rolled_back(h, err)
+                await backend.begin(tx, immediate=True)
+                try:
+                    await self._settle(h, s, tx)
+                except BaseException:
+                    await backend.rollback(tx)
+                    raise
+                await backend.commit(tx)
             except BaseException:
                 await backend.rollback(tx)
                 raise
-            await backend.commit(tx)
             delivery.count(s, h)
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:

@@ -10,6 +10,7 @@ COMMIT travel with the next claim (PipelinedRowLock).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from inboxgen.runtime.backends.base import (
 )
 from inboxgen.runtime.batching import by_op, one_statement
 from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
+from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.forms.base import Form, Parts, Pending
 from inboxgen.runtime.outcomes import FINISH, REQUEUE, REQUEUE_AT, Settlement
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 # second: a session whose every COMMIT is followed by the next BEGIN in one round trip never
 # reports, and autovacuum never cleans the rows its jobs finished.
 IDLE_EVERY = 1.0
+
+log = logging.getLogger("inboxgen.worker")
 
 # How many keys of finished rows a pipelined counted session keeps locked before it unlocks
 # them (at least a batch's): no claim reads a finished row again, so their RELEASE can wait for
@@ -82,6 +86,7 @@ def release_unlocks_session(d: TableDescriptor) -> bool:
 
 class RowLock(Form):
     unfinished = "their transactions roll back: the rows return at once, attempts unchanged"
+    returned = "the rows return at once, attempts unchanged"  # where a round rolls back
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
@@ -128,6 +133,17 @@ class RowLock(Form):
 
     def report_lost(self, held: list[Held], err: BaseException) -> None:
         self.back_to_head()  # the round's rows return
+        if self.backend.race_lost(err):
+            # Not an outage, nor lost settlements alone: a handler's statement lost a
+            # deadlock, and its round's transaction went with it.
+            ran = [h for h in held if h.settled or h.failure is err]
+            self.stats.settlements_lost += sum(h.settled for h in held)
+            ids = ", ".join(str(h.id) for h in ran[:10]) + (", ..." if len(ran) > 10 else "")
+            log.warning("%s: the server rolled back the transaction of %s %s, what its "
+                        "handlers wrote and settled with it: %s; %s", self.name,
+                        "row" if len(ran) == 1 else "rows", ids, first_line(err),
+                        self.returned)
+            return
         settled = [h for h in held if h.settled]
         if settled:
             self.lost(settled, err)
@@ -148,6 +164,10 @@ class RowLock(Form):
         backend, delivery = self.backend, self.delivery
         await backend.execute(conn, "SAVEPOINT inboxgen_job")
         outcome = await delivery.run_handler(h, payload, conn)
+        if h.failure is not None and backend.race_lost(h.failure):
+            # The server rolled the batch's transaction back whole (a deadlock it broke), and
+            # the claim's row locks with it: the round ends as a crash would end it.
+            raise h.failure
         s = delivery.decide(h, outcome)
         if s.action != FINISH or outcome.kind != "ack":
             await backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
@@ -172,6 +192,7 @@ class CountedRowLock(RowLock):
 
     unfinished = ("their transactions roll back and their keys are unlocked: the rows return "
                   "at once, the attempt spent")
+    returned = "the rows return at once, the attempt spent"
 
     async def round(self) -> bool:
         backend, batch = self.backend, self.settings.batch
@@ -434,6 +455,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     needs_one_session = True  # each counted row's key is a session lock
 
     unfinished = CountedRowLock.unfinished
+    returned = CountedRowLock.returned
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
