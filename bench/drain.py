@@ -9,6 +9,13 @@ jobs/s on a shared machine. Not a test: numbers depend on the machine.
 With --service, each form and batch drains twice, as a lone Worker and as the one queue of a
 Service (its pool, its shared listener), each timed until its table is empty.
 
+    python bench/drain.py --transactional [N] [FORM ...]
+
+With --transactional, each form and batch drains with transactional handlers that each insert
+one row with a foreign key, twice: the key checked at once, then declared DEFERRABLE INITIALLY
+DEFERRED (checked at COMMIT: a row lock then checks each job's writes before they join its
+batch's transaction).
+
     python bench/drain.py --observe [N] [FORM ...]
 
 With --observe, each form drains at batch 16 (where a job costs the least, so an observer's
@@ -105,8 +112,17 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+# --transactional: what each job's handler writes, on its transaction's connection, under a
+# foreign key checked at once ("immediate") or at COMMIT ("deferred").
+EFFECTS = {"immediate": "", "deferred": " DEFERRABLE INITIALLY DEFERRED"}
+
+
+async def insert_effect(job: Any) -> None:
+    await job.connection.execute("INSERT INTO effects (id, parent) VALUES (%s, 1)", (job.id,))
+
+
 def drain(server: PostgresServer, form: str, batch: int, n: int,
-          served_by: str = "", run: str = "") -> tuple[float, float, float]:
+          served_by: str = "", run: str = "", effects: str = "") -> tuple[float, float, float]:
     """jobs/s, and this process's and the server's CPU microseconds per job. `served_by`
     "worker", "service" or one of OBSERVED (a worker with those observers): that, timed
     until the table is empty (all the same way). The CPU counts the observers' own ending
@@ -115,9 +131,14 @@ def drain(server: PostgresServer, form: str, batch: int, n: int,
     module: Any = build_module(root, SPECS[form], DDL.replace(
         "    locked_until TIMESTAMPTZ,\n", "" if form != "lease" else "    locked_until "
         "TIMESTAMPTZ,\n"), name=f"jobs_{form}_{batch}")
-    dsn = server.create_database(f"{form}_{batch}{served_by.replace('-', '_')}{run}")
+    dsn = server.create_database(f"{form}_{batch}{served_by.replace('-', '_')}{run}{effects}")
     with psycopg.connect(dsn) as conn:
         conn.execute(ddl_of(root, f"jobs_{form}_{batch}"))
+        if effects:
+            conn.execute("CREATE TABLE parents (id INTEGER PRIMARY KEY)")
+            conn.execute("INSERT INTO parents VALUES (1)")
+            conn.execute("CREATE TABLE effects (id BIGINT PRIMARY KEY, parent INTEGER NOT NULL "
+                         f"REFERENCES parents (id){EFFECTS[effects]})")
         module.insert_many(conn, [module.NewRow(payload={"n": i}) for i in range(n)])
     settings: dict[str, Any] = dict(workers=10, batch=batch, poll_interval=0.05, listen=False)
     observers, finish = observers_for(served_by)
@@ -127,7 +148,9 @@ def drain(server: PostgresServer, form: str, batch: int, n: int,
     if served_by:
         asyncio.run(until_empty(module, dsn, settings, served_by == "service", observers))
     else:
-        asyncio.run(run_until_idle(Worker(module.DESCRIPTOR, noop, database=dsn, **settings),
+        handler = insert_effect if effects else noop
+        asyncio.run(run_until_idle(Worker(module.DESCRIPTOR, handler, database=dsn,
+                                          transactional=bool(effects), **settings),
                                    timeout=600))
     seconds = time.perf_counter() - started
     finish()
@@ -342,9 +365,12 @@ async def until_empty(module: Any, dsn: str, settings: dict[str, Any], service: 
             await runs.shutdown()
 
 
-def main(n: int, forms: list[str], service: bool, observe: bool = False) -> None:
+def main(n: int, forms: list[str], service: bool, observe: bool = False,
+         transactional: bool = False) -> None:
     if observe:
         return observed(n, forms)
+    if transactional:
+        return transactional_drains(n, forms)
     ways = ("worker", "service") if service else ("",)
     server = PostgresServer()
     try:
@@ -355,6 +381,26 @@ def main(n: int, forms: list[str], service: bool, observe: bool = False) -> None
                     print(f"{form:16} batch {batch:2}{' ' + served_by if served_by else ''}: "
                           f"{rate:7.0f} jobs/s, CPU per job {python_us:5.1f} us here and "
                           f"{server_us:5.1f} us in the server", flush=True)
+    finally:
+        server.stop()
+
+
+def transactional_drains(n: int, forms: list[str]) -> None:
+    """--transactional: each form and batch, its handlers' foreign key immediate, then
+    deferred; the deferred drain's rate over the immediate one's."""
+    server = PostgresServer()
+    try:
+        for form in forms or SPECS:
+            for batch in (1, 16):
+                rates = {}
+                for effects in EFFECTS:
+                    rate, python_us, server_us = drain(server, form, batch, n, effects=effects)
+                    rates[effects] = rate
+                    ratio = (f"; {rate / rates['immediate']:.2f}x of immediate"
+                             if effects != "immediate" else "")
+                    print(f"{form:16} batch {batch:2} transactional, key {effects:9}: "
+                          f"{rate:7.0f} jobs/s, CPU per job {python_us:5.1f} us here and "
+                          f"{server_us:5.1f} us in the server{ratio}", flush=True)
     finally:
         server.stop()
 
@@ -405,5 +451,6 @@ def observed(n: int, forms: list[str], batch: int = 16, rounds: int = 3) -> None
 if __name__ == "__main__":
     args = sys.argv[1:]
     with_service, observe = "--service" in args, "--observe" in args
-    args = [a for a in args if a not in ("--service", "--observe")]
-    main(int(args[0]) if args else 5000, args[1:], with_service, observe)
+    transactional = "--transactional" in args
+    args = [a for a in args if a not in ("--service", "--observe", "--transactional")]
+    main(int(args[0]) if args else 5000, args[1:], with_service, observe, transactional)

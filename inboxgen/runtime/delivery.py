@@ -270,6 +270,22 @@ class Delivery:
             log.warning("%s: row %s: %s", self.name, h.id, s.note)
         return s
 
+    async def release_checked(self, h: Held, outcome: Outcome, conn: Any) -> Outcome:
+        """An acked transactional job's savepoint (inboxgen_job) released, once its writes
+        hold against the constraints its transaction defers to COMMIT: a row lock's batch
+        commits together, and a COMMIT they made fail would undo every row of the batch, and
+        its claim. Where one does not hold, the handler has failed: the outcome says what
+        follows, and the savepoint is still there to roll back to."""
+        try:
+            await self.backend.release_checked(conn, "inboxgen_job")
+        except Exception as err:
+            if self.backend.disconnected(err, conn):
+                raise
+            h.failure = err
+            return after_failure(h.attempt, has_retry_after=self._has_retry_after,
+                                 backoff=self.settings.backoff)
+        return outcome
+
     def rolled_back(self, h: Held, err: Exception) -> Settlement:
         """The server rolled the job's transaction back whole after its handler returned (a
         transactional handler's): its writes are undone, so the delivery failed as one whose

@@ -5,6 +5,7 @@ job's savepoint. A Galera cluster's certification conflict at COMMIT is in test_
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import threading
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue
-from semantics_util import fake_clock, handler_write, serve_until
+from semantics_util import drive, fake_clock, handler_write, serve_until
 
 from inboxgen import Job, Outcome, Worker, ack
 
@@ -118,3 +119,106 @@ def test_a_handler_that_loses_a_deadlock_has_its_writes_undone_and_runs_again(
     assert len(said) == 1 and "eadlock" in said[0][1], said
     named = f"rows {bystander}, {job_id}" if whole and batch == 2 else f"row {job_id}"
     assert named in said[0][1], said
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("form", list(LAYOUTS))
+def test_a_handler_whose_writes_break_a_deferred_constraint_fails_and_runs_again(
+        queue: MakeQueue, form: str, batch: int, caplog: pytest.LogCaptureFixture) -> None:
+    """PostgreSQL checks a DEFERRABLE INITIALLY DEFERRED foreign key (as Django declares
+    them) at COMMIT, after the handler has returned. A first delivery that adds a child of a
+    parent that does not exist has failed as if its insert had raised: its writes are undone,
+    the failure is recorded (a retry, its attempt counted) and nothing is an outage. The second
+    delivery adds the parent first and acks. With a batch of two, a bystander job claimed with
+    it first adds a child of an existing parent and acks once: a row lock checks each acked
+    job's deferred constraints before its writes join the batch's transaction, so the
+    failure stays the one job's."""
+    caplog.set_level(logging.INFO, logger="inboxgen")
+    q = queue("postgres", LAYOUTS[form])
+    db = q.db
+    db.exec("CREATE TABLE parents (id INTEGER PRIMARY KEY);"
+            "CREATE TABLE children (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL "
+            "REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED);"
+            "INSERT INTO parents (id) VALUES (1)")
+    clock = fake_clock()
+    conn = q.connect()
+    bystander = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=6)) \
+        if batch == 2 else None
+    job_id = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=5))
+    conn.close()
+    deliveries: list[int | None] = []
+    bystanders: list[int | None] = []
+
+    async def handle(job: Job[Any]) -> Outcome:
+        if job.id == bystander:
+            bystanders.append(job.attempt)
+            await job.connection.execute("INSERT INTO children VALUES (1, 1)")
+            return ack()
+        deliveries.append(job.attempt)
+        if len(deliveries) > 1:
+            await job.connection.execute("INSERT INTO parents VALUES (99)")
+        await job.connection.execute(f"INSERT INTO children VALUES ({len(deliveries) + 1}, 99)")
+        return ack()
+
+    worker = Worker(q.mod.DESCRIPTOR, handle, database=db.database, transactional=True,
+                    group="g" if LAYOUTS[form].group else None, batch=batch, clock=clock,
+                    listen=False)
+    serve_until(worker, clock, lambda: worker.stats.acked == batch, max_seconds=120)
+    assert db.rows("SELECT id, parent FROM children ORDER BY id") == (
+        [(1, 1)] if batch == 2 else []) + [(3, 99)]
+    assert db.rows("SELECT COUNT(*) FROM jobs WHERE processed_at IS NULL") == [(0,)]
+    assert deliveries == [1, 2]
+    if batch == 2:
+        assert bystanders == [1]
+    s = worker.stats
+    assert (s.acked, s.retried, s.failed_claims, s.settlements_lost) == (batch, 1, 0, 0)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and said[0][0] == logging.WARNING, said
+    assert f"row {job_id} (attempt 1" in said[0][1] and "foreign key" in said[0][1], said
+
+
+@pytest.mark.parametrize("form", ["row_lock", "row_lock counted"])
+def test_a_deferred_constraint_declared_after_the_worker_started_fails_its_job_alone_soon(
+        queue: MakeQueue, form: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A row lock checks the jobs' deferred constraints before COMMIT where the database had
+    any as the worker started. One declared later first shows at the batch's COMMIT, which
+    undoes the round (its rows return, as from a lost connection); from then on the worker
+    checks, so the next delivery fails alone, counted, and the third acks."""
+    caplog.set_level(logging.INFO, logger="inboxgen")
+    q = queue("postgres", LAYOUTS[form])
+    db = q.db
+    clock = fake_clock()
+    deliveries: list[int | None] = []
+
+    async def handle(job: Job[Any]) -> Outcome:
+        deliveries.append(job.attempt)
+        if len(deliveries) > 2:
+            await job.connection.execute("INSERT INTO parents VALUES (99)")
+        await job.connection.execute(f"INSERT INTO children VALUES ({len(deliveries)}, 99)")
+        return ack()
+
+    worker = Worker(q.mod.DESCRIPTOR, handle, database=db.database, transactional=True,
+                    group="g" if LAYOUTS[form].group else None, clock=clock, listen=False)
+
+    async def main() -> None:
+        await worker.start()
+        try:
+            await asyncio.to_thread(
+                db.exec, "CREATE TABLE parents (id INTEGER PRIMARY KEY);"
+                         "CREATE TABLE children (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL"
+                         " REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)")
+            conn = q.connect()
+            q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=5))
+            conn.close()
+            await drive(worker, clock, lambda: len(deliveries) == 3 and db.rows(
+                "SELECT COUNT(*) FROM jobs WHERE processed_at IS NULL") == [(0,)],
+                max_seconds=120)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(main())
+    assert db.rows("SELECT id, parent FROM children") == [(3, 99)]
+    # The round undone returns the row as a crash would (counted or not), the checked failure
+    # counts its attempt.
+    assert deliveries == ([1, 1, 2] if form == "row_lock" else [1, 2, 3])
+    assert worker.stats.retried == 1

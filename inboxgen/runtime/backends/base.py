@@ -51,6 +51,10 @@ class ServerOffers:
     # The queue table is partitioned (PostgreSQL): planning a claim against every partition
     # costs more than a round trip.
     partitioned: bool = False
+    # The database has constraints checked at COMMIT (PostgreSQL's INITIALLY DEFERRED, as
+    # Django declares foreign keys): a transactional row lock checks them before each job's
+    # writes join its batch's transaction.
+    deferred_constraints: bool = False
 
 
 @attrs.frozen
@@ -277,6 +281,13 @@ class Backend:
 
     async def execute(self, conn: Any, sql: str) -> None:
         raise NotImplementedError
+
+    async def release_checked(self, conn: Any, savepoint: str) -> None:
+        """Release `savepoint` once the constraints the open transaction defers to its COMMIT
+        hold for what it wrote (PostgreSQL: checked now, and left deferred): where one does
+        not, raises its error with the savepoint still there. Where no constraint is deferred
+        (MySQL/MariaDB), releases it."""
+        await self.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
 
     async def query(self, conn: Any, sql: str, params: Mapping[str, Any] | None = None) -> Any:
         """The first row of `sql` (None when it has none), with `params` bound."""

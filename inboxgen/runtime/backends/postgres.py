@@ -102,7 +102,15 @@ class PostgresBackend(Backend):
             pids.add((await cur.fetchone())[0])
             await conn.commit()
         return ServerOffers(one_session=len(pids) == 1, engine=await self._engine(conn),
-                            partitioned=await self._partitioned(conn))
+                            partitioned=await self._partitioned(conn),
+                            deferred_constraints=await self._defers_constraints(conn))
+
+    async def _defers_constraints(self, conn: Any) -> bool:
+        """Whether any constraint of the database is checked at COMMIT by default."""
+        row = await self.query(conn, "SELECT EXISTS (SELECT FROM pg_constraint "
+                                     "WHERE condeferred)")
+        await conn.commit()
+        return bool(row and row[0])
 
     async def _partitioned(self, conn: Any) -> bool:
         """Whether the queue table (as the search path finds it) is partitioned."""
@@ -290,6 +298,16 @@ class PostgresBackend(Backend):
     async def execute(self, conn: Any, sql: Any) -> None:
         with self.busy_call:
             await conn.execute(sql)
+
+    async def release_checked(self, conn: Any, savepoint: str) -> None:
+        # DEFERRABLE constraints (Django declares its foreign keys so) are checked as SET
+        # CONSTRAINTS makes them immediate; rolling back the savepoint around it makes them
+        # deferred again. One round trip, as the release alone: without parameters psycopg
+        # sends the statements as one query, which stops at the first error.
+        with self.busy_call:
+            await conn.execute("SAVEPOINT inboxgen_check; SET CONSTRAINTS ALL IMMEDIATE; "
+                               f"ROLLBACK TO SAVEPOINT inboxgen_check; RELEASE SAVEPOINT "
+                               f"{savepoint}")
 
     async def query(self, conn: Any, sql: Any, params: Mapping[str, Any] | None = None) -> Any:
         with self.busy_call:

@@ -294,7 +294,17 @@ class Advisory(Form):
         s = delivery.decide(h, outcome)
         if outcome.kind == "ack" and s.action == FINISH:
             await delivery.execute_settlement(conn, h, s)
-            await backend.commit(conn)
+            try:
+                await backend.commit(conn)
+            except Exception as err:
+                with contextlib.suppress(Exception):
+                    await backend.rollback(conn)  # sqlite3 keeps a refused transaction open
+                if backend.disconnected(err, conn):
+                    raise
+                # Refused at COMMIT (a deferred constraint the handler's writes broke): they
+                # are undone, so the delivery failed; the key's lock still holds the row.
+                await delivery.settle(h, delivery.rolled_back(h, err), conn)
+                return
             delivery.count(s, h)
             return
         await backend.rollback(conn)

@@ -288,6 +288,7 @@ class Lease(Form):
                 # other connection can claim the row: the lease needs no renewal meanwhile (and
                 # a renewal, on another connection, would only wait for this very lock).
                 await self.renewer.settling(h)
+            failed: Exception | None = None
             try:
                 await backend.execute(tx, "SAVEPOINT inboxgen_job")
                 outcome = await delivery.run_handler(h, payload, tx)
@@ -301,18 +302,30 @@ class Lease(Form):
                         await backend.execute(tx, "ROLLBACK TO SAVEPOINT inboxgen_job")
                     await backend.execute(tx, "RELEASE SAVEPOINT inboxgen_job")
                 await self._settle(h, s, tx)
-                await backend.commit(tx)
             except Exception as err:
                 with contextlib.suppress(Exception):
                     await backend.rollback(tx)
                 if not backend.race_lost(err):
                     raise
-                # The server rolled the job's transaction back whole, after its handler
-                # returned (a deadlock it broke; on a Galera cluster another node's write of
-                # the same rows, which certified first): the handler's writes are undone, so
-                # the delivery failed. The lease, committed with the claim, still holds the
-                # row: the failure is recorded in a transaction of its own, guarded by it.
-                s = delivery.rolled_back(h, err)
+                failed = err  # rolled back whole before its COMMIT (a deadlock, another node)
+            except BaseException:
+                await backend.rollback(tx)
+                raise
+            else:
+                try:
+                    await backend.commit(tx)
+                except Exception as err:
+                    with contextlib.suppress(Exception):
+                        await backend.rollback(tx)  # sqlite3 keeps a refused transaction open
+                    if backend.disconnected(err, tx):
+                        raise
+                    failed = err  # refused at COMMIT: a deferred constraint, a certification
+            if failed is not None:
+                # The server undid the job's transaction after its handler returned: the
+                # handler's writes are gone, so the delivery failed. The lease, committed with
+                # the claim, still holds the row: the failure is recorded in a transaction of
+                # its own, guarded by it.
+                s = delivery.rolled_back(h, failed)
                 await backend.begin(tx, immediate=True)
                 try:
                     await self._settle(h, s, tx)
@@ -320,9 +333,6 @@ class Lease(Form):
                     await backend.rollback(tx)
                     raise
                 await backend.commit(tx)
-            except BaseException:
-                await backend.rollback(tx)
-                raise
             delivery.count(s, h)
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:

@@ -31,6 +31,7 @@ from inboxgen.runtime.outcomes import FINISH, REQUEUE, REQUEUE_AT, Settlement
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
+    from inboxgen.runtime.backends.base import ServerOffers
     from inboxgen.runtime.jobs import Held
 
 # How often a pipelined session goes idle outside a transaction between two rounds. PostgreSQL
@@ -92,6 +93,13 @@ class RowLock(Form):
         super().__init__(parts)
         # Where the slots' next claim starts, for a CLAIM that takes one (runtime/claimstart).
         self._start = ClaimStart(self.d) if claims_from_id(self.d) else None
+        # Whether a transactional job's writes are checked against the constraints deferred
+        # to COMMIT before they join the batch's transaction (release_checked).
+        self._check_deferred = False
+
+    def offered(self, offers: ServerOffers) -> None:
+        super().offered(offers)
+        self._check_deferred = offers.deferred_constraints
 
     def claim_start(self) -> Start:
         """Where the next claim starts (None: the head)."""
@@ -144,6 +152,12 @@ class RowLock(Form):
                         "row" if len(ran) == 1 else "rows", ids, first_line(err),
                         self.returned)
             return
+        if self.settings.transactional and isinstance(err, Exception) \
+                and not self.backend.disconnected(err):
+            # The batch's COMMIT refused what a handler wrote, where no constraint was checked
+            # at COMMIT as the worker started (one added since): from now on each job's
+            # writes are checked before they join the batch, and the rows fail alone.
+            self._check_deferred = True
         settled = [h for h in held if h.settled]
         if settled:
             self.lost(settled, err)
@@ -168,10 +182,15 @@ class RowLock(Form):
             # The server rolled the batch's transaction back whole (a deadlock it broke), and
             # the claim's row locks with it: the round ends as a crash would end it.
             raise h.failure
+        if outcome.kind == "ack":
+            if self._check_deferred:
+                outcome = await delivery.release_checked(h, outcome, conn)
+            else:
+                await backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
         s = delivery.decide(h, outcome)
         if s.action != FINISH or outcome.kind != "ack":
             await backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
-        await backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
+            await backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
         await delivery.settle(h, s, conn)
 
     async def settle(self, h: Held, s: Settlement, conn: Any | None) -> None:
