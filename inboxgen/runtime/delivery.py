@@ -5,6 +5,7 @@ settlement reaches the database is the claim form's (`FormSteps`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -285,6 +286,21 @@ class Delivery:
             return after_failure(h.attempt, has_retry_after=self._has_retry_after,
                                  backoff=self.settings.backoff)
         return outcome
+
+    async def commit_job(self, conn: Any) -> Exception | None:
+        """COMMIT a transactional job's own transaction. Where the server refuses it on a live
+        connection (a deferred constraint the handler's writes broke, another Galera node's
+        write), the transaction is rolled back and the error returned: the delivery's failure
+        (rolled_back), for the form to record."""
+        try:
+            await self.backend.commit(conn)
+        except Exception as err:
+            with contextlib.suppress(Exception):
+                await self.backend.rollback(conn)  # sqlite3 keeps a refused transaction open
+            if self.backend.disconnected(err, conn):
+                raise
+            return err
+        return None
 
     def rolled_back(self, h: Held, err: Exception) -> Settlement:
         """The server rolled the job's transaction back whole after its handler returned (a

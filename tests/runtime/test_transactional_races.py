@@ -13,10 +13,11 @@ import time
 from typing import Any
 
 import pytest
-from dbcases import Layout, MakeQueue
+from dbcases import Layout, MakeQueue, Queue
 from semantics_util import drive, fake_clock, handler_write, serve_until
 
 from inboxgen import Job, Outcome, Worker, ack
+from inboxgen.testing import FakeClock
 
 ACCOUNTS = """
     CREATE TABLE accounts (id INTEGER PRIMARY KEY, n INTEGER NOT NULL);
@@ -27,6 +28,17 @@ LAYOUTS = {"row_lock": Layout("row_lock"),
            "row_lock counted": Layout("row_lock", group=True, count_crashes=True, dead="group"),
            "lease": Layout("lease"),
            "advisory": Layout("advisory")}
+
+
+def add_jobs(q: Queue, clock: FakeClock, batch: int) -> tuple[int | None, int]:
+    """The job under test, due; with a batch of two, a bystander due before it (claimed with
+    it, and delivered first). Returns their ids (the bystander's None without one)."""
+    conn = q.connect()
+    bystander = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=6)) \
+        if batch == 2 else None
+    job_id = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=5))
+    conn.close()
+    return bystander, job_id
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -51,11 +63,7 @@ def test_a_handler_that_loses_a_deadlock_has_its_writes_undone_and_runs_again(
     db.exec("INSERT INTO filler (id, n) VALUES " + ", ".join(f"({i}, 0)" for i in range(200)))
     db.exec("INSERT INTO accounts (id, n) VALUES (3, 0)")
     clock = fake_clock()
-    conn = q.connect()
-    bystander = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=6)) \
-        if batch == 2 else None
-    job_id = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=5))
-    conn.close()
+    bystander, job_id = add_jobs(q, clock, batch)
     handler_holds_1 = threading.Event()
     rival_said: list[str] = []
 
@@ -141,11 +149,7 @@ def test_a_handler_whose_writes_break_a_deferred_constraint_fails_and_runs_again
             "REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED);"
             "INSERT INTO parents (id) VALUES (1)")
     clock = fake_clock()
-    conn = q.connect()
-    bystander = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=6)) \
-        if batch == 2 else None
-    job_id = q.add(conn, retry_after=clock.now() - dt.timedelta(seconds=5))
-    conn.close()
+    bystander, job_id = add_jobs(q, clock, batch)
     deliveries: list[int | None] = []
     bystanders: list[int | None] = []
 

@@ -294,16 +294,11 @@ class Advisory(Form):
         s = delivery.decide(h, outcome)
         if outcome.kind == "ack" and s.action == FINISH:
             await delivery.execute_settlement(conn, h, s)
-            try:
-                await backend.commit(conn)
-            except Exception as err:
-                with contextlib.suppress(Exception):
-                    await backend.rollback(conn)  # sqlite3 keeps a refused transaction open
-                if backend.disconnected(err, conn):
-                    raise
-                # Refused at COMMIT (a deferred constraint the handler's writes broke): they
-                # are undone, so the delivery failed; the key's lock still holds the row.
-                await delivery.settle(h, delivery.rolled_back(h, err), conn)
+            refused = await delivery.commit_job(conn)
+            if refused is not None:
+                # The handler's writes are undone, so the delivery failed; the key's lock
+                # still holds the row.
+                await delivery.settle(h, delivery.rolled_back(h, refused), conn)
                 return
             delivery.count(s, h)
             return

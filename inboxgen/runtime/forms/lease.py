@@ -312,14 +312,7 @@ class Lease(Form):
                 await backend.rollback(tx)
                 raise
             else:
-                try:
-                    await backend.commit(tx)
-                except Exception as err:
-                    with contextlib.suppress(Exception):
-                        await backend.rollback(tx)  # sqlite3 keeps a refused transaction open
-                    if backend.disconnected(err, tx):
-                        raise
-                    failed = err  # refused at COMMIT: a deferred constraint, a certification
+                failed = await delivery.commit_job(tx)  # None where it committed
             if failed is not None:
                 # The server undid the job's transaction after its handler returned: the
                 # handler's writes are gone, so the delivery failed. The lease, committed with
