@@ -24,6 +24,10 @@ ACCOUNTS = """
     CREATE TABLE filler (id INTEGER PRIMARY KEY, n INTEGER NOT NULL);
 """
 
+# Whether a session of the test's database waits for a lock (the handler, for account 2).
+HANDLER_WAITS = ("SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                 "AND datname = current_database()")
+
 LAYOUTS = {"row_lock": Layout("row_lock"),
            "row_lock counted": Layout("row_lock", group=True, count_crashes=True, dead="group"),
            "lease": Layout("lease"),
@@ -73,7 +77,13 @@ def test_a_handler_that_loses_a_deadlock_has_its_writes_undone_and_runs_again(
             db.execute(other, "UPDATE filler SET n = n + 1")
             db.execute(other, "UPDATE accounts SET n = n + 1 WHERE id = 2")
             assert handler_holds_1.wait(30)
-            time.sleep(0.3)  # the handler now waits for account 2
+            # Once the handler waits for account 2: PostgreSQL fails the session that waited
+            # first (its deadlock check comes first), which must be the handler. MariaDB fails
+            # the lighter, the handler, whichever waited first.
+            deadline = time.monotonic() + 30
+            while not db.mysql and not db.rows(HANDLER_WAITS)[0][0]:
+                assert time.monotonic() < deadline, "the handler never waited for account 2"
+                time.sleep(0.02)
             db.execute(other, "UPDATE accounts SET n = n + 1 WHERE id = 1")
             other.commit()
             rival_said.append("committed")
