@@ -230,8 +230,7 @@ class Delivery:
             # Logged by decide(), with what becomes of the row, and observed: from the
             # handler's own frame on.
             h.failure = err.with_traceback(own_frames(err.__traceback__))
-            return after_failure(h.attempt, has_retry_after=self._has_retry_after,
-                                 backoff=self.settings.backoff)
+            return self._after_failure(h)
         if h.watch is not None:
             h.watch.handled(time.monotonic() - started)
         if result is None:
@@ -255,8 +254,7 @@ class Delivery:
                 failure = TypeError(f"the handler's result {result!r:.200} is not JSON: {err}")
         if failure is not None:
             h.failure = failure
-            return after_failure(h.attempt, has_retry_after=self._has_retry_after,
-                                 backoff=self.settings.backoff)
+            return self._after_failure(h)
         h.result = result
         return ACKED_OUTCOME
 
@@ -283,8 +281,7 @@ class Delivery:
             if self.backend.disconnected(err, conn):
                 raise
             h.failure = err
-            return after_failure(h.attempt, has_retry_after=self._has_retry_after,
-                                 backoff=self.settings.backoff)
+            return self._after_failure(h)
         return outcome
 
     async def commit_job(self, conn: Any) -> Exception | None:
@@ -310,8 +307,12 @@ class Delivery:
             f"the server rolled back the job's transaction, the handler's writes with it: "
             f"{first_line(err)}")
         h.failure.__cause__ = err
-        return self.decide(h, after_failure(h.attempt, has_retry_after=self._has_retry_after,
-                                            backoff=self.settings.backoff))
+        return self.decide(h, self._after_failure(h))
+
+    def _after_failure(self, h: Held) -> Outcome:
+        """What a delivery whose handler failed gets (h.failure says why)."""
+        return after_failure(h.attempt, has_retry_after=self._has_retry_after,
+                             backoff=self.settings.backoff)
 
     def _report_failure(self, h: Held, s: Settlement, err: BaseException) -> None:
         """One line for a handler that failed: the error and what becomes of the row, as

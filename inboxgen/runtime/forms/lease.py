@@ -293,9 +293,8 @@ class Lease(Form):
                 await backend.execute(tx, "SAVEPOINT inboxgen_job")
                 outcome = await delivery.run_handler(h, payload, tx)
                 s = delivery.decide(h, outcome)
-                if h.failure is not None and backend.race_lost(h.failure):
-                    pass  # the server rolled the transaction back whole, its savepoint too
-                else:
+                # Unless the server rolled the transaction back whole, its savepoint too:
+                if h.failure is None or not backend.race_lost(h.failure):
                     if outcome.kind != "ack" or s.action != FINISH:
                         # The handler's writes go; the outcome is still recorded, in the same
                         # transaction, so no other claim can slip in between.

@@ -27,7 +27,7 @@ from inboxgen.runtime.batching import by_op, one_statement
 from inboxgen.runtime.claimstart import ClaimStart, Start, claims_from_id
 from inboxgen.runtime.connecting import first_line
 from inboxgen.runtime.forms.base import Form, Parts, Pending
-from inboxgen.runtime.outcomes import FINISH, REQUEUE, REQUEUE_AT, Settlement
+from inboxgen.runtime.outcomes import REQUEUE, REQUEUE_AT, Settlement
 
 if TYPE_CHECKING:
     from inboxgen.descriptor import TableDescriptor
@@ -188,7 +188,7 @@ class RowLock(Form):
             else:
                 await backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
         s = delivery.decide(h, outcome)
-        if s.action != FINISH or outcome.kind != "ack":
+        if outcome.kind != "ack":  # an ack released the savepoint above
             await backend.execute(conn, "ROLLBACK TO SAVEPOINT inboxgen_job")
             await backend.execute(conn, "RELEASE SAVEPOINT inboxgen_job")
         await delivery.settle(h, s, conn)
