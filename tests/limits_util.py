@@ -114,14 +114,17 @@ def settle(check: Any, timeout: float = 90.0) -> None:
         time.sleep(0.02)
 
 
-def runs_per_account(q: Queue, logs: list[Path], accounts: list[str], job_seconds: float
+def runs_per_account(q: Queue, logs: list[Path], accounts: list[str], job_seconds: float,
+                     *extra: str
                      ) -> tuple[list[tuple[float, float]], dict[str, list[tuple[float, float]]]]:
     """Enqueue a job of each of `accounts`, drain them with a worker process of ten slots per
-    log, and return every job's handler run and the runs of each account."""
+    log (`extra`: more of its arguments), and return every job's handler run and the runs of
+    each account."""
     ids = add(q, accounts)
     account_of = {str(i): a for i, a in zip(ids, accounts, strict=True)}
     children = start_workers(q, logs, "run", "--workers", "10", "--job-seconds",
-                             str(job_seconds), "--no-listen", "--poll-interval", "0.02")
+                             str(job_seconds), "--no-listen", "--poll-interval", "0.02",
+                             *extra)
     try:
         settle(lambda: all(log.exists() for log in logs)
                and sum(1 for log in logs for line in log.read_text().splitlines()

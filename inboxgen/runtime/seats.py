@@ -84,26 +84,32 @@ class SeatHolder:
             return None  # this worker's slots hold them all: no round trip to learn so
         return await self.take_one(conn, self.key_seats(key), lock)
 
-    async def take_queue(self, conn: Any, most: int, lock_all: LockAll) -> list[str]:
-        """Up to `most` of the queue's seats, tried `most` at a time in one call of `lock_all`
-        (one round trip where the driver sends statements together); a slot that got some
-        stops there."""
-        taken: list[str] = []
+    async def take_queue(self, conn: Any, lock_all: LockAll, unlock_all: UnlockAll,
+                         together: int) -> str | None:
+        """One of the queue's seats, or None where every one is held. Seats this worker does
+        not hold are tried `together` at a time in one call of `lock_all` (one round trip where
+        the driver sends statements together); where a call takes more than one, the first is
+        kept and the others are given up again."""
         free_here = [name for name in self.queue_seats() if name not in self._held]
-        while free_here and not taken:
-            tried, free_here = free_here[:most], free_here[most:]
+        while free_here:
+            tried, free_here = free_here[:together], free_here[together:]
             self._held.update(tried)  # reserved before the round trip
             try:
                 took = await lock_all(conn, tried)
             except BaseException:
                 self.forget(tried)  # the caller ends the session, which gives up any taken
                 raise
-            for name, ok in zip(tried, took, strict=True):
-                if ok:
-                    taken.append(name)
-                else:
-                    self._held.discard(name)
-        return taken
+            taken = [name for name, ok in zip(tried, took, strict=True) if ok]
+            self.forget([name for name in tried if name not in taken[:1]])
+            if taken[1:]:
+                try:
+                    await unlock_all(conn, taken[1:])
+                except BaseException:
+                    self.forget(taken[:1])
+                    raise
+            if taken:
+                return taken[0]
+        return None
 
     async def give(self, conn: Any, names: list[str], unlock: Unlock) -> None:
         """Give `names` up on `conn`'s session. Where that fails, the caller ends the session,
@@ -121,42 +127,47 @@ class SeatHolder:
             self._held.discard(name)
 
 
-class SlotSeats:
-    """The seats of the queue one slot holds across its rounds (a row lock's, up to a batch;
-    an advisory slot's one): topped up before a claim, given up when a claim comes back short,
-    after SEAT_TURN, and when the slot stops. `lock_all` and `unlock_all` take and give up
-    several seats on the slot's session at once."""
+class SlotSeat:
+    """The seat of the queue one slot holds across its rounds. A slot runs its rows one after
+    another, so one seat serves a round however many rows it claims: taken before a claim,
+    given up when a claim comes back short, after SEAT_TURN, and when the slot stops.
+    `lock_all` and `unlock_all` take and give up several seats on the slot's session at once
+    (`together` at a time: one round trip where the driver sends them together)."""
 
-    def __init__(self, holder: SeatHolder, lock_all: LockAll, unlock_all: UnlockAll) -> None:
+    def __init__(self, holder: SeatHolder, lock_all: LockAll, unlock_all: UnlockAll,
+                 together: int = 1) -> None:
         self._holder = holder
         self._lock_all, self._unlock_all = lock_all, unlock_all
-        self.names: list[str] = []
-        self._since = 0.0  # when the slot took the seats it holds
+        self._together = together
+        self.name: str | None = None
+        self._since = 0.0  # when the slot took the seat it holds
 
-    async def top_up(self, conn: Any, batch: int) -> int:
-        """Take seats up to `batch`; returns how many the slot holds (0: every one is held)."""
-        if len(self.names) < batch:
-            more = await self._holder.take_queue(conn, batch - len(self.names), self._lock_all)
-            if more and not self.names:
-                self._since = time.monotonic()
-            self.names += more
-        return len(self.names)
+    async def take(self, conn: Any) -> bool:
+        """Take a seat where the slot holds none; False where every one is held."""
+        if self.name is None:
+            self.name = await self._holder.take_queue(conn, self._lock_all, self._unlock_all,
+                                                      self._together)
+            self._since = time.monotonic()
+        return self.name is not None
 
     def turn_over(self) -> bool:
         return time.monotonic() - self._since >= SEAT_TURN
 
     async def give(self, conn: Any) -> None:
-        """Give the seats up; where that fails, the caller ends the session, which gives them
-        up too."""
-        given, self.names = self.names, []
+        """Give the seat up; where that fails, the caller ends the session, which gives it up
+        too."""
+        given, self.name = self.name, None
+        if given is None:
+            return
         try:
-            if given:
-                await self._unlock_all(conn, given)
+            await self._unlock_all(conn, [given])
         finally:
-            self._holder.forget(given)
+            self._holder.forget([given])
 
     def lost(self) -> bool:
-        """The session ends (or its seats did): forget them. Returns whether it held any."""
-        given, self.names = self.names, []
-        self._holder.forget(given)
-        return bool(given)
+        """The session ends (or its seat did): forget it. Returns whether it held one."""
+        given, self.name = self.name, None
+        if given is None:
+            return False
+        self._holder.forget([given])
+        return True

@@ -48,6 +48,19 @@ def test_worker_processes_never_pass_the_seats(queue: MakeQueue, tmp_path: Path,
     assert q.ids() == []
 
 
+@pytest.mark.parametrize(("dialect", "count_crashes"), [
+    ("postgres", False), ("postgres", True), ("mysql+pymysql", False), ("mysql+pymysql", True)])
+def test_a_row_lock_batch_runs_under_one_seat(queue: MakeQueue, tmp_path: Path, dialect: str,
+                                              count_crashes: bool) -> None:
+    """Ten slots claiming batches of four under a queue limit of four: a slot's rows run one
+    after another, so it holds one seat, and four jobs run at once (a slot holding a seat for
+    each row of its batch would run the queue one job at a time)."""
+    q = queue(dialect, layout("row_lock", concurrency=4, count_crashes=count_crashes))
+    runs, _ = runs_per_account(q, [tmp_path / "w.log"], ["a"] * 80, 0.1, "--batch", "4")
+    assert most_at_once(runs) == 4
+    assert q.ids() == []
+
+
 @pytest.mark.parametrize("dialect", ["postgres", "mysql+pymysql", "sqlite"])
 def test_a_key_limit_holds_across_processes(queue: MakeQueue, tmp_path: Path,
                                             dialect: str) -> None:

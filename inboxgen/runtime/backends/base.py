@@ -327,6 +327,10 @@ class Backend:
             await self.call(conn, "unlock", key=key)
             await self.commit(conn)
 
+    # How many of a queue's seats a slot tries in one call of lock_keys: one round trip each
+    # here, so one at a time (a seat taken beyond the first would cost another to give up).
+    keys_together = 1
+
     async def lock_keys(self, conn: Any, keys: list[str]) -> list[bool]:
         """LOCK of each of `keys` on `conn`'s session, without waiting and without a COMMIT of
         its own (session locks outlive the transaction they are taken in): which it took."""

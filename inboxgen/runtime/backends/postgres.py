@@ -229,6 +229,8 @@ class PostgresBackend(Backend):
     async def end_session(self, conn: Any) -> None:
         await conn.close()
 
+    keys_together = 8  # lock_keys sends them in one round trip
+
     async def lock_keys(self, conn: Any, keys: list[str]) -> list[bool]:
         # Pipeline mode: the statements go together, and their results come in one round trip.
         sql = self.descriptor.statements["LOCK"]

@@ -22,7 +22,7 @@ from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
 from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
-from inboxgen.runtime.seats import SeatHolder, SlotSeats
+from inboxgen.runtime.seats import SeatHolder, SlotSeat
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
@@ -81,7 +81,7 @@ class Advisory(Form):
         async with self.round_connection() as conn, self.round_seat(conn) as queue_seat:
             return await self.round_on(conn, queue_seat)
 
-    async def round_on(self, conn: Any, queue_seat: SlotSeats | None) -> bool:
+    async def round_on(self, conn: Any, queue_seat: SlotSeat | None) -> bool:
         """A round on `conn`'s session; `queue_seat` holds the seat of the queue its rows run
         in ([flow] concurrency: taken at the first row where it holds none)."""
         d, settings = self.d, self.settings
@@ -120,7 +120,7 @@ class Advisory(Form):
                 held += 1
                 continue  # another slot of this worker holds it: no round trip to learn so
             # One seat of the queue serves the round's rows, which run one at a time.
-            if queue_seat is not None and not await queue_seat.top_up(conn, 1):
+            if queue_seat is not None and not await queue_seat.take(conn):
                 full = True
                 break
             self._keys_in_work.add(key)  # reserved before the lock's round trip
@@ -170,7 +170,7 @@ class Advisory(Form):
         return False
 
     @contextlib.asynccontextmanager
-    async def round_seat(self, conn: Any) -> AsyncIterator[SlotSeats | None]:
+    async def round_seat(self, conn: Any) -> AsyncIterator[SlotSeat | None]:
         """[flow] concurrency: the round's seat of the queue (none yet: the round takes it at
         its first row), given up as the round ends."""
         seat = self.slot_seat()
@@ -179,13 +179,13 @@ class Advisory(Form):
         finally:
             await self.give_queue_seat(conn, seat)
 
-    def slot_seat(self) -> SlotSeats | None:
+    def slot_seat(self) -> SlotSeat | None:
         """[flow] concurrency: where a slot holds its seat of the queue (None: no such limit)."""
         if self._seats is None or self._seats.seats.concurrency is None:
             return None
-        return SlotSeats(self._seats, self._lock_each, self._unlock_each)
+        return SlotSeat(self._seats, self._lock_each, self._unlock_each)
 
-    async def give_queue_seat(self, conn: Any, seat: SlotSeats | None) -> None:
+    async def give_queue_seat(self, conn: Any, seat: SlotSeat | None) -> None:
         """Give the slot's seat of the queue up; where that fails, end the session, which gives
         it up too."""
         if seat is None:

@@ -1,12 +1,13 @@
 """Row lock with [flow] concurrency: each job in work holds a seat (runtime/seats.py), a session
 lock of the queue's, which a crash gives up with its session at once.
 
-A slot keeps one session for its rounds and takes up to a batch of seats on it, outside a
-transaction, before it claims; it claims as many rows as it holds seats. It keeps its seats
-across its rounds while they come back full, and gives them up when a claim comes back short,
-at least every SEAT_TURN seconds, and when it stops: taking and giving up seats costs a round
-trip each, which a busy slot then spends about once a second rather than at every job. A seat
-a slot holds between two of its rounds holds no job, so the queue never has more than
+A slot keeps one session for its rounds and takes one seat on it, outside a transaction,
+before it claims a batch: a round's rows run one after another, so one seat serves them all
+(and a slot holding a batch's seats would keep all but one idle). It keeps its seat across its
+rounds while they come back full, and gives it up when a claim comes back short, at least
+every SEAT_TURN seconds, and when it stops: taking and giving up a seat costs a round trip
+each, which a busy slot then spends about once a second rather than at every job. A seat a
+slot holds between two of its rounds holds no job, so the queue never has more than
 `concurrency` jobs in work; it may have fewer for that moment.
 
 Where the plain row lock sends a batch's settlements with the next claim (pipelined), so does
@@ -31,7 +32,7 @@ from inboxgen.runtime.forms.row_lock import (
     pipelined,
     release_unlocks_session,
 )
-from inboxgen.runtime.seats import SeatHolder, SlotSeats
+from inboxgen.runtime.seats import SeatHolder, SlotSeat
 
 if TYPE_CHECKING:
     from inboxgen.runtime.jobs import Held
@@ -47,9 +48,9 @@ def seated_row_lock(parts: Parts) -> Form:
 
 
 class PipelinedSeats(PipelinedRowLock):
-    """The pipelined rounds' seats (PipelinedRowLock's hooks): before a claim the slot tops its
-    seats up to a batch, in the claim's session, and claims as many rows as it holds; after
-    SEAT_TURN, or a claim that came back short, its round commits and it gives them up."""
+    """The pipelined rounds' seats (PipelinedRowLock's hooks): before a claim the slot takes a
+    seat where it holds none, in the claim's session, and claims a batch; after SEAT_TURN, or
+    a claim that came back short, its round commits and it gives the seat up."""
     needs_one_session = True  # a seat is a session lock
 
     def __init__(self, parts: Parts) -> None:
@@ -57,18 +58,19 @@ class PipelinedSeats(PipelinedRowLock):
         assert self.d.seats is not None
         self.seats = SeatHolder(self.d.seats, self.d.qualified_name)
 
-    def slot_seats(self) -> SlotSeats:
+    def slot_seats(self) -> SlotSeat:
         # A session lock taken inside the open transaction outlives its COMMIT: no COMMIT of
         # its own (Backend.lock_keys: one round trip on PostgreSQL).
-        return SlotSeats(self.seats, self.backend.lock_keys, self.backend.unlock_keys)
+        return SlotSeat(self.seats, self.backend.lock_keys, self.backend.unlock_keys,
+                        self.backend.keys_together)
 
-    async def claim_limit(self, conn: Any, seats: SlotSeats) -> int:
-        return await seats.top_up(conn, self.settings.batch)
+    async def claim_limit(self, conn: Any, seats: SlotSeat) -> int:
+        return self.settings.batch if await seats.take(conn) else 0
 
-    def seats_turn_over(self, seats: SlotSeats) -> bool:
+    def seats_turn_over(self, seats: SlotSeat) -> bool:
         return seats.turn_over()
 
-    async def give_seats(self, conn: Any, seats: SlotSeats) -> None:
+    async def give_seats(self, conn: Any, seats: SlotSeat) -> None:
         try:
             await seats.give(conn)
         except BaseException:
@@ -76,7 +78,7 @@ class PipelinedSeats(PipelinedRowLock):
                 await self.backend.end_session(conn)  # which gives them up
             raise
 
-    async def drop_seats(self, conn: Any, seats: SlotSeats) -> None:
+    async def drop_seats(self, conn: Any, seats: SlotSeat) -> None:
         if seats.lost():
             with contextlib.suppress(Exception):
                 await self.backend.end_session(conn)
@@ -101,19 +103,19 @@ class SeatedRowLock(RowLock):
         self.seats = SeatHolder(self.d.seats, self.d.qualified_name)
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
-        """Rounds on one session until the worker stops, each with as many seats as the slot
-        holds (up to a batch)."""
+        """Rounds on one session until the worker stops, each under the slot's seat."""
         backend, slots = self.backend, self.slots
         async with backend.connection() as conn:  # a transaction at a time, not autocommit
-            seats = SlotSeats(self.seats, self._lock_seats, self._unlock_seats)
+            seats = SlotSeat(self.seats, self._lock_seats, self._unlock_seats,
+                             backend.keys_together)
             try:
                 while not slots.stopping:
-                    limit = await seats.top_up(conn, self.settings.batch)
-                    if not limit:  # every seat of the queue is held: wait as when drained
+                    if not await seats.take(conn):
+                        # Every seat of the queue is held: wait as when drained.
                         worked()
                         await slots.wait(index, self.settings.poll_interval)
                         continue
-                    full, again = await self.seated_round(conn, limit)
+                    full, again = await self.seated_round(conn, self.settings.batch)
                     worked()
                     if self.seats_end_with_round:
                         seats.lost()
