@@ -11,6 +11,17 @@ form serves a database file from one process).
 
 A worker remembers the seats its own slots hold, and tries only the others: a slot never spends
 a round trip on a seat of its own worker's.
+
+A slot keeps its seat of the queue across its rounds (SlotSeat), so a busy worker would keep
+every seat it holds for as long as its claims come back full, and another process's slots,
+which try again after their poll interval, would find them held each time. So a worker that
+holds none of the queue's seats marks itself waiting: one of its slots takes the queue's
+waiting mark, a session lock (`inboxgen seat-wait:QUEUE`), and tries for a seat every
+SEAT_BEAT while it holds it. A slot that has held its seat for SEAT_TURN, its claims full,
+looks for the mark (a try of the lock): where another worker holds it, the slot gives its
+seat up and its worker takes none for SIT_OUT, so the waiter takes it; where none does, it keeps its seat
+for another SEAT_TURN. Every worker whose slots want work holds a seat within about a second
+of asking, as long as the queue has no fewer seats than workers.
 """
 
 from __future__ import annotations
@@ -28,8 +39,12 @@ Unlock = Callable[[Any, str], Awaitable[None]]
 LockAll = Callable[[Any, list[str]], Awaitable[list[bool]]]  # Lock of several, which it took
 UnlockAll = Callable[[Any, list[str]], Awaitable[None]]
 
-# The longest a row-lock slot keeps its seats across its rounds before it gives them up.
+# How long a slot keeps its seat across its rounds before it looks for a waiting worker.
 SEAT_TURN = 1.0
+# How often the slot that holds the queue's waiting mark tries for a seat, and how long a slot
+# that gave its seat up to it takes none.
+SEAT_BEAT = 0.1
+SIT_OUT = 5 * SEAT_BEAT
 
 
 class SeatHolder:
@@ -42,6 +57,9 @@ class SeatHolder:
         # Where this worker starts trying the queue's seats: workers that start apart spend
         # fewer round trips on each other's.
         self._first = random.randrange(seats.concurrency or 1)
+        # Until when (time.monotonic()) this worker's slots take no seat of the queue: one of
+        # them gave its seat up to a waiting worker, which none of its other slots may take.
+        self.sits_out = 0.0
 
     def key_of(self, row: Any) -> str | None:
         """The key value of claimed row `row` whose seats it needs, or None."""
@@ -52,6 +70,35 @@ class SeatHolder:
     def queue_seats(self) -> list[str]:
         n = self.seats.concurrency or 0
         return [f"inboxgen seat:{self._queue}#{(self._first + i) % n}" for i in range(n)]
+
+    @property
+    def waiting_mark(self) -> str:
+        """The session lock a worker that holds none of the queue's seats takes while its
+        slots wait for one."""
+        return f"inboxgen seat-wait:{self._queue}"
+
+    @property
+    def waiting_here(self) -> bool:
+        """Whether a slot of this worker holds the waiting mark (or is taking it)."""
+        return self.waiting_mark in self._held
+
+    def holds_queue_seat(self) -> bool:
+        return any(name in self._held for name in self.queue_seats())
+
+    async def take_mark(self, conn: Any, lock_all: LockAll) -> bool:
+        """Take the waiting mark where no slot of this worker holds it, nor any of the queue's
+        seats: whether it took it."""
+        mark = self.waiting_mark
+        if mark in self._held or self.holds_queue_seat():
+            return False
+        self._held.add(mark)  # reserved before the round trip
+        took = False
+        try:
+            (took,) = await lock_all(conn, [mark])
+        finally:
+            if not took:
+                self._held.discard(mark)
+        return took
 
     def key_seats(self, key: str) -> list[str]:
         return [f"inboxgen seat:{self._queue}:{key}#{i}"
@@ -130,9 +177,10 @@ class SeatHolder:
 class SlotSeat:
     """The seat of the queue one slot holds across its rounds. A slot runs its rows one after
     another, so one seat serves a round however many rows it claims: taken before a claim,
-    given up when a claim comes back short, after SEAT_TURN, and when the slot stops.
-    `lock_all` and `unlock_all` take and give up several seats on the slot's session at once
-    (`together` at a time: one round trip where the driver sends them together)."""
+    given up when a claim comes back short, when the slot stops, and after SEAT_TURN where
+    another worker waits for a seat. `lock_all` and `unlock_all` take and give up several
+    seats on the slot's session at once (`together` at a time: one round trip where the
+    driver sends them together)."""
 
     def __init__(self, holder: SeatHolder, lock_all: LockAll, unlock_all: UnlockAll,
                  together: int = 1) -> None:
@@ -140,34 +188,91 @@ class SlotSeat:
         self._lock_all, self._unlock_all = lock_all, unlock_all
         self._together = together
         self.name: str | None = None
-        self._since = 0.0  # when the slot took the seat it holds
+        self._since = 0.0  # when the slot took the seat it holds, or last looked for a waiter
+        self._waits = False  # the slot holds the queue's waiting mark
+        self.refused = False  # the last take found every seat held (or the slot sat out)
+        self._streak = False  # the seat ended with the slot's last round, its turn goes on
 
     async def take(self, conn: Any) -> bool:
-        """Take a seat where the slot holds none; False where every one is held."""
-        if self.name is None:
+        """Take a seat where the slot holds none; False where every one is held (or the slot
+        sits out)."""
+        if self.name is None and time.monotonic() >= self._holder.sits_out:
             self.name = await self._holder.take_queue(conn, self._lock_all, self._unlock_all,
                                                       self._together)
-            self._since = time.monotonic()
-        return self.name is not None
+            if not self._streak:
+                self._since = time.monotonic()
+            self._streak = False
+            if self.name is not None and self._waits:
+                await self._unmark(conn)
+        self.refused = self.name is None
+        return not self.refused
 
-    def turn_over(self) -> bool:
-        return time.monotonic() - self._since >= SEAT_TURN
+    async def wait_time(self, conn: Any, poll_interval: float) -> float:
+        """A take found every seat held: how long the slot waits before it tries again.
+        The first slot of a worker that holds no seat takes the queue's waiting mark and
+        tries every SEAT_BEAT while it holds it; the others wait `poll_interval`."""
+        now = time.monotonic()
+        if now < self._holder.sits_out:
+            return min(poll_interval, self._holder.sits_out - now)
+        if self._waits and self._holder.holds_queue_seat():
+            await self._unmark(conn)  # another slot of this worker took one meanwhile
+        elif not self._waits:
+            self._waits = await self._holder.take_mark(conn, self._lock_all)
+        return min(poll_interval, SEAT_BEAT) if self._waits else poll_interval
+
+    async def yields(self, conn: Any) -> bool:
+        """After a full round: whether the slot gives its seat up. Once it has held it for
+        SEAT_TURN, it tries the waiting mark: held by another worker, the slot gives its seat
+        up to it, and none of this worker's slots takes a seat for SIT_OUT; taken, it gives the mark back and keeps its seat
+        for another SEAT_TURN."""
+        if self.name is None or time.monotonic() - self._since < SEAT_TURN:
+            return False
+        self._since = time.monotonic()
+        if self._holder.waiting_here:
+            return False  # a slot of this worker waits: there is no other worker to yield to
+        mark = self._holder.waiting_mark
+        (free,) = await self._lock_all(conn, [mark])
+        if free:
+            await self._unlock_all(conn, [mark])
+            return False
+        self._holder.sits_out = time.monotonic() + SIT_OUT
+        return True
 
     async def give(self, conn: Any) -> None:
-        """Give the seat up; where that fails, the caller ends the session, which gives it up
-        too."""
+        """Give the seat up, and the waiting mark; where that fails, the caller ends the
+        session, which gives them up too."""
         given, self.name = self.name, None
-        if given is None:
-            return
         try:
-            await self._unlock_all(conn, [given])
+            if given is not None:
+                await self._unlock_all(conn, [given])
         finally:
-            self._holder.forget([given])
+            if given is not None:
+                self._holder.forget([given])
+        if self._waits:
+            await self._unmark(conn)
+
+    async def _unmark(self, conn: Any) -> None:
+        self._waits = False
+        mark = self._holder.waiting_mark
+        try:
+            await self._unlock_all(conn, [mark])
+        finally:
+            self._holder.forget([mark])
+
+    def ended_with_round(self, turn_over: bool) -> None:
+        """The round's end unlocked every session lock (MySQL's RELEASE_ALL_LOCKS()), the seat
+        too: forget it. Unless its turn is over (`yields`), the seat the slot takes next
+        goes on with its turn."""
+        self.lost()
+        self._streak = not turn_over
 
     def lost(self) -> bool:
-        """The session ends (or its seat did): forget it. Returns whether it held one."""
+        """The session ends (or its session locks did): forget the seat and the mark. Returns
+        whether it held either."""
         given, self.name = self.name, None
-        if given is None:
-            return False
-        self._holder.forget([given])
-        return True
+        self._streak = False
+        held = given is not None or self._waits
+        self._holder.forget([n for n in (given, self._holder.waiting_mark if self._waits
+                                         else None) if n is not None])
+        self._waits = False
+        return held

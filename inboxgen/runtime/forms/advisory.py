@@ -329,8 +329,8 @@ class AutocommitAdvisory(Advisory):
     back to the pool.
 
     [flow] concurrency: a slot keeps its session, and its seat of the queue, across its rounds
-    while they come back full, for SEAT_TURN at most, as a row lock's slot keeps its seats: a
-    lock and an unlock a round fewer."""
+    while they come back full, as a row lock's slot keeps its seat (runtime/seats.py: given up
+    after SEAT_TURN where another worker waits for one): a lock and an unlock a round fewer."""
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         seat = self.slot_seat()
@@ -342,9 +342,18 @@ class AutocommitAdvisory(Advisory):
         async with self.round_connection() as conn:
             try:
                 while not slots.stopping:
+                    seat.refused = False
                     drained = await self.round_on(conn, seat)
                     worked()
-                    if drained or seat.turn_over():
+                    if drained and seat.refused:
+                        # Every seat of the queue is held (runtime/seats.py): a slot that
+                        # waits for one with the queue's waiting mark, or sits out, waits on
+                        # this session, which holds the mark.
+                        wait = await seat.wait_time(conn, self.settings.poll_interval)
+                        if wait < self.settings.poll_interval:
+                            await slots.wait(index, wait)
+                            continue
+                    if drained or await seat.yields(conn):
                         await self.give_queue_seat(conn, seat)
                     if drained:
                         break

@@ -368,17 +368,17 @@ class PipelinedRowLock(RowLock):
             held.clear()  # committed
             worked()
             if not claim:
-                await self.give_seats(conn, seats)
                 if slots.stopping:
+                    await self.give_seats(conn, seats)
                     return
-                await slots.wait(index, self.settings.poll_interval)  # every seat is held
+                await slots.wait(index, await self.seat_wait(conn, seats))  # every seat is held
                 continue
             full = self.full_claim if seats is None else limit
             if len(rows) == full:
                 slots.wake_waiting_slot()  # a full claim: more rows are likely due
             held.extend(self.held(r, deferred=pending) for r in rows)
             await self.deliver_all(held, conn)
-            if len(rows) < full or self.seats_turn_over(seats):
+            if len(rows) < full or await self.seats_turn_over(conn, seats):
                 # Drained: commit now rather than hold the rows through the wait (or give
                 # the seats up once they have committed).
                 await self._send_round(conn, pipe, pending, held, commit=True, claim=False)
@@ -399,8 +399,12 @@ class PipelinedRowLock(RowLock):
         """How many rows the slot's next claim takes (0: none, every seat is held)."""
         return self.settings.batch
 
-    def seats_turn_over(self, seats: Any) -> bool:
-        """Whether the slot gives its seats up after this round."""
+    async def seat_wait(self, conn: Any, seats: Any) -> float:
+        """How long a slot that found every seat held waits before it tries again."""
+        return self.settings.poll_interval
+
+    async def seats_turn_over(self, conn: Any, seats: Any) -> bool:
+        """Whether the slot gives its seats up after this full round."""
         return False
 
     async def give_seats(self, conn: Any, seats: Any) -> None:
@@ -518,16 +522,17 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                 held.clear()  # committed, and their keys unlocked
                 worked()
                 if not claim:
-                    await self.give_seats(conn, seats)
                     if slots.stopping:
+                        await self.give_seats(conn, seats)
                         return
-                    await slots.wait(index, self.settings.poll_interval)  # every seat is held
+                    # Every seat is held.
+                    await slots.wait(index, await self.seat_wait(conn, seats))
                     continue
                 if len(rows) == limit:
                     slots.wake_waiting_slot()  # a full claim: more rows are likely due
                 held.extend(self.held(r, deferred=pending) for r in rows)
                 await self.deliver_all(held, conn)
-                if len(rows) < limit or self.seats_turn_over(seats):
+                if len(rows) < limit or await self.seats_turn_over(conn, seats):
                     # Drained: settle now rather than hold the rows' keys through the wait (or
                     # give the seats up once the settlements have committed).
                     await self._send_counted(conn, pipe, pending, held, finished,

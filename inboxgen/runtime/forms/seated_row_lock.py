@@ -67,8 +67,11 @@ class PipelinedSeats(PipelinedRowLock):
     async def claim_limit(self, conn: Any, seats: SlotSeat) -> int:
         return self.settings.batch if await seats.take(conn) else 0
 
-    def seats_turn_over(self, seats: SlotSeat) -> bool:
-        return seats.turn_over()
+    async def seat_wait(self, conn: Any, seats: SlotSeat) -> float:
+        return await seats.wait_time(conn, self.settings.poll_interval)
+
+    async def seats_turn_over(self, conn: Any, seats: SlotSeat) -> bool:
+        return await seats.yields(conn)
 
     async def give_seats(self, conn: Any, seats: SlotSeat) -> None:
         try:
@@ -113,13 +116,15 @@ class SeatedRowLock(RowLock):
                     if not await seats.take(conn):
                         # Every seat of the queue is held: wait as when drained.
                         worked()
-                        await slots.wait(index, self.settings.poll_interval)
+                        await slots.wait(index, await seats.wait_time(
+                            conn, self.settings.poll_interval))
                         continue
                     full, again = await self.seated_round(conn, self.settings.batch)
                     worked()
+                    turn_over = full and await seats.yields(conn)
                     if self.seats_end_with_round:
-                        seats.lost()
-                    elif not full or seats.turn_over():
+                        seats.ended_with_round(turn_over)  # its RELEASE unlocked the seat
+                    elif not full or turn_over:
                         await seats.give(conn)
                     if full or again:
                         slots.wake_waiting_slot()  # a full claim: more rows are likely due
