@@ -19,9 +19,9 @@ holds none of the queue's seats marks itself waiting: one of its slots takes the
 waiting mark, a session lock (`inboxgen seat-wait:QUEUE`), and tries for a seat every
 SEAT_BEAT while it holds it. A slot that has held its seat for SEAT_TURN, its claims full,
 looks for the mark (a try of the lock): where another worker holds it, the slot gives its
-seat up and its worker takes none for SIT_OUT, so the waiter takes it; where none does, it keeps its seat
-for another SEAT_TURN. Every worker whose slots want work holds a seat within about a second
-of asking, as long as the queue has no fewer seats than workers.
+seat up and its worker takes none for SIT_OUT, so the waiter takes it; where none does, it
+keeps its seat for another SEAT_TURN. Every worker whose slots want work holds a seat within
+about a second of asking, as long as the queue has no fewer seats than workers.
 """
 
 from __future__ import annotations
@@ -223,8 +223,8 @@ class SlotSeat:
     async def yields(self, conn: Any) -> bool:
         """After a full round: whether the slot gives its seat up. Once it has held it for
         SEAT_TURN, it tries the waiting mark: held by another worker, the slot gives its seat
-        up to it, and none of this worker's slots takes a seat for SIT_OUT; taken, it gives the mark back and keeps its seat
-        for another SEAT_TURN."""
+        up to it, and none of this worker's slots takes a seat for SIT_OUT; taken, it gives
+        the mark back and keeps its seat for another SEAT_TURN."""
         if self.name is None or time.monotonic() - self._since < SEAT_TURN:
             return False
         self._since = time.monotonic()
