@@ -18,9 +18,10 @@ which try again after their poll interval, would find them held each time. So a 
 holds none of the queue's seats marks itself waiting: one of its slots takes the queue's
 waiting mark, a session lock (`inboxgen seat-wait:QUEUE`), and tries for a seat every
 SEAT_BEAT while it holds it. A slot that has held its seat for SEAT_TURN, its claims full,
-looks for the mark (a try of the lock): where another worker holds it, the slot gives its
-seat up and its worker takes none for SIT_OUT, so the waiter takes it; where none does, it
-keeps its seat for another SEAT_TURN. Every worker whose slots want work holds a seat within
+looks for the mark (a try of the lock, and another CONFIRM later: a try holds it for a
+moment): where another worker holds it, the slot gives its seat up and its worker takes none
+for SIT_OUT, so the waiter takes it; where none does, it keeps its seat for another
+SEAT_TURN. Every worker whose slots want work holds a seat within
 about a second of asking, as long as the queue has no fewer seats than workers.
 """
 
@@ -45,6 +46,8 @@ SEAT_TURN = 1.0
 # that gave its seat up to it takes none.
 SEAT_BEAT = 0.1
 SIT_OUT = 5 * SEAT_BEAT
+# How long the waiting mark must stay held before a slot gives its seat up to it.
+CONFIRM = SEAT_BEAT / 2
 
 
 class SeatHolder:
@@ -77,11 +80,6 @@ class SeatHolder:
         slots wait for one."""
         return f"inboxgen seat-wait:{self._queue}"
 
-    @property
-    def waiting_here(self) -> bool:
-        """Whether a slot of this worker holds the waiting mark (or is taking it)."""
-        return self.waiting_mark in self._held
-
     def holds_queue_seat(self) -> bool:
         return any(name in self._held for name in self.queue_seats())
 
@@ -99,6 +97,22 @@ class SeatHolder:
             if not took:
                 self._held.discard(mark)
         return took
+
+    async def waited_for(self, conn: Any, lock_all: LockAll, unlock_all: UnlockAll) -> bool:
+        """Whether another worker holds the waiting mark: a try of it, given back at once where
+        it took it. (Not where a slot of this worker holds it or tries it: there is no other
+        worker to tell of, or the other try tells.)"""
+        mark = self.waiting_mark
+        if mark in self._held:
+            return False
+        self._held.add(mark)  # reserved before the round trip: one try of this worker's at once
+        try:
+            (took,) = await lock_all(conn, [mark])
+            if took:
+                await unlock_all(conn, [mark])
+            return not took
+        finally:
+            self._held.discard(mark)
 
     def key_seats(self, key: str) -> list[str]:
         return [f"inboxgen seat:{self._queue}:{key}#{i}"
@@ -134,12 +148,14 @@ class SeatHolder:
     async def take_queue(self, conn: Any, lock_all: LockAll, unlock_all: UnlockAll,
                          together: int) -> str | None:
         """One of the queue's seats, or None where every one is held. Seats this worker does
-        not hold are tried `together` at a time in one call of `lock_all` (one round trip where
-        the driver sends statements together); where a call takes more than one, the first is
-        kept and the others are given up again."""
+        not hold are tried one, then `together` at a time in one call of `lock_all` (one round
+        trip where the driver sends statements together); where a call takes more than one,
+        the first is kept and the others are given up again."""
         free_here = [name for name in self.queue_seats() if name not in self._held]
+        most = 1  # the first try is likely to take one: it takes no more
         while free_here:
-            tried, free_here = free_here[:together], free_here[together:]
+            tried, free_here = free_here[:most], free_here[most:]
+            most = together
             self._held.update(tried)  # reserved before the round trip
             try:
                 took = await lock_all(conn, tried)
@@ -192,6 +208,7 @@ class SlotSeat:
         self._waits = False  # the slot holds the queue's waiting mark
         self.refused = False  # the last take found every seat held (or the slot sat out)
         self._streak = False  # the seat ended with the slot's last round, its turn goes on
+        self._held_mark_at: float | None = None  # when `yields` first found the mark held
 
     async def take(self, conn: Any) -> bool:
         """Take a seat where the slot holds none; False where every one is held (or the slot
@@ -222,20 +239,24 @@ class SlotSeat:
 
     async def yields(self, conn: Any) -> bool:
         """After a full round: whether the slot gives its seat up. Once it has held it for
-        SEAT_TURN, it tries the waiting mark: held by another worker, the slot gives its seat
-        up to it, and none of this worker's slots takes a seat for SIT_OUT; taken, it gives
-        the mark back and keeps its seat for another SEAT_TURN."""
-        if self.name is None or time.monotonic() - self._since < SEAT_TURN:
+        SEAT_TURN, it tries the waiting mark: held by another worker at two tries CONFIRM
+        apart (a worker trying the mark, as this one does, holds it for a moment), the slot
+        gives its seat up to it, and none of this worker's slots takes a seat for SIT_OUT;
+        taken, it gives the mark back and keeps its seat for another SEAT_TURN."""
+        now = time.monotonic()
+        if self.name is None or now - self._since < SEAT_TURN:
             return False
-        self._since = time.monotonic()
-        if self._holder.waiting_here:
-            return False  # a slot of this worker waits: there is no other worker to yield to
-        mark = self._holder.waiting_mark
-        (free,) = await self._lock_all(conn, [mark])
-        if free:
-            await self._unlock_all(conn, [mark])
+        self._since = now
+        if not await self._holder.waited_for(conn, self._lock_all, self._unlock_all):
+            self._held_mark_at = None
             return False
-        self._holder.sits_out = time.monotonic() + SIT_OUT
+        if self._held_mark_at is None or now - self._held_mark_at < CONFIRM:
+            # Held: try again once CONFIRM has passed, before the slot gives its seat up.
+            self._held_mark_at = self._held_mark_at or now
+            self._since = now - SEAT_TURN + CONFIRM
+            return False
+        self._held_mark_at = None
+        self._holder.sits_out = now + SIT_OUT
         return True
 
     async def give(self, conn: Any) -> None:
