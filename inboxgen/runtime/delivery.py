@@ -377,6 +377,19 @@ class Delivery:
 
     def count(self, s: Settlement, h: Held) -> None:
         h.settled = True
+        if h.commits_later:
+            h.uncounted = s  # counted once its round's transaction has committed
+            return
+        self._count(s, h)
+
+    def committed(self, held: list[Held]) -> None:
+        """The transaction in which `held` settled has committed: count their settlements."""
+        for h in held:
+            if h.uncounted is not None:
+                s, h.uncounted = h.uncounted, None
+                self._count(s, h)
+
+    def _count(self, s: Settlement, h: Held) -> None:
         stats = self.stats
         if log.isEnabledFor(logging.DEBUG):
             ms = (asyncio.get_running_loop().time() - h.started) * 1000

@@ -14,7 +14,7 @@ from inboxgen.errors import ProgressNotKept
 if TYPE_CHECKING:
     from inboxgen.descriptor import AfterState
     from inboxgen.runtime.observe import Watch
-    from inboxgen.runtime.outcomes import Outcome
+    from inboxgen.runtime.outcomes import Outcome, Settlement
 
 P = TypeVar("P")
 
@@ -96,6 +96,10 @@ class Held:
     renewing: bool = False  # lease: in a renewal on its way (its settlement waits for it)
     started: float = 0.0  # when its delivery began (the event loop's clock)
     settled: bool = False  # its settlement ran (or waits for its batch's commit)
+    # Row lock: its settlement commits with its round's transaction, so it is counted once
+    # that has committed (Delivery.committed), and kept here until then.
+    commits_later: bool = False
+    uncounted: Settlement | None = None
     # Lease: its settlement waits for the settler's flush, which then counts it or reports it
     # lost (Delivery.settled_later); the slot has gone on meanwhile.
     flushing: bool = False

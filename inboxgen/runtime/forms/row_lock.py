@@ -101,6 +101,11 @@ class RowLock(Form):
         super().offered(offers)
         self._check_deferred = offers.deferred_constraints
 
+    def held(self, row: Any, **extra: Any) -> Held:
+        # A row's settlement commits with its round: counted then (Delivery.committed), not
+        # where a round the server rolls back would count it once more when it runs again.
+        return super().held(row, commits_later=True, **extra)
+
     def claim_start(self) -> Start:
         """Where the next claim starts (None: the head)."""
         return self._start.at() if self._start is not None else None
@@ -137,6 +142,7 @@ class RowLock(Form):
         except Exception as err:
             self.report_lost(held, err)
             raise
+        self.delivery.committed(held)
         return len(rows) < self.full_claim and not again
 
     def report_lost(self, held: list[Held], err: BaseException) -> None:
@@ -235,6 +241,7 @@ class CountedRowLock(RowLock):
                 await self.deliver_all(held, conn)
                 await self.settle_deferred(conn, pending)
                 await backend.commit(conn)
+                self.delivery.committed(held)
             except BaseException as err:
                 if isinstance(err, Exception):
                     self.report_lost(held, err)
@@ -300,6 +307,7 @@ class TurnCountedRowLock(RowLock):
                 await self.deliver_all(held, conn)
                 await self.settle_deferred(conn, pending)
                 await backend.commit(conn)
+                self.delivery.committed(held)
             except BaseException as err:
                 if isinstance(err, Exception):
                     self.report_lost(held, err)
@@ -444,8 +452,11 @@ class PipelinedRowLock(RowLock):
             results = await self.together(conn, pipe, steps, idle=idle)
         except StepFailed as err:
             if commit and err.done >= committed_after:
+                self.delivery.committed(held)
                 held.clear()  # the batch committed; what failed came after
             raise err.cause from None
+        if commit:
+            self.delivery.committed(held)
         if not claim:
             await self.backend.sync(pipe)
             return [], False
@@ -602,11 +613,14 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             results = await self.together(conn, pipe, steps, idle=idle)
         except StepFailed as err:
             if err.done >= committed_after:
+                self.delivery.committed(held)
                 held.clear()  # the batch committed; what failed came after
             elif settles is not None:  # the settlements before the one that failed committed
                 kept = {i for ids in settles[:err.done] for i in ids}
+                self.delivery.committed([h for h in held if h.id in kept])
                 held[:] = [h for h in held if h.id not in kept]
             raise err.cause from None
+        self.delivery.committed(held)
         if not claim:
             await self.backend.sync(pipe)
             return [], False

@@ -175,6 +175,7 @@ class SeatedRowLock(RowLock):
         except Exception as err:
             self.report_lost(held, err)
             raise
+        self.delivery.committed(held)
         return len(rows) >= limit, again
 
 
@@ -204,6 +205,7 @@ class SeatedCountedRowLock(SeatedRowLock, CountedRowLock):
             await self.deliver_all(held, conn)
             await self.settle_deferred(conn, pending)
             await backend.commit(conn)
+            self.delivery.committed(held)
         except BaseException as err:
             if isinstance(err, Exception):
                 self.report_lost(held, err)
