@@ -241,3 +241,44 @@ def test_a_deferred_constraint_declared_after_the_worker_started_fails_its_job_a
     # counts its attempt.
     assert deliveries == ([1, 1, 2] if form == "row_lock" else [1, 2, 3])
     assert worker.stats.retried == 1
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+@pytest.mark.parametrize("form", ["lease", "advisory"])
+def test_a_sqlite_handler_whose_writes_break_a_foreign_key_fails_and_runs_again(
+        queue: MakeQueue, form: str, deferred: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """SQLite checks foreign keys only on connections that ask (`PRAGMA foreign_keys`), as
+    Django's do: a worker's connections ask, so a handler's write that breaks one fails its
+    job, at the statement or (DEFERRABLE INITIALLY DEFERRED, as Django declares them) at
+    COMMIT, where it used to land with a parent that does not exist. The second delivery adds
+    the parent first and acks."""
+    caplog.set_level(logging.INFO, logger="inboxgen")
+    q = queue("sqlite", LAYOUTS[form])
+    db = q.db
+    when = " DEFERRABLE INITIALLY DEFERRED" if deferred else ""
+    db.exec("CREATE TABLE parents (id INTEGER PRIMARY KEY);"
+            "CREATE TABLE children (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL "
+            f"REFERENCES parents (id){when})")
+    clock = fake_clock()
+    _, job_id = add_jobs(q, clock, 1)
+    deliveries: list[int | None] = []
+
+    async def handle(job: Job[Any]) -> Outcome:
+        deliveries.append(job.attempt)
+        if len(deliveries) > 1:
+            await handler_write(db, job.connection, "INSERT INTO parents VALUES (99)", ())
+        await handler_write(db, job.connection,
+                            f"INSERT INTO children VALUES ({len(deliveries)}, 99)", ())
+        return ack()
+
+    worker = Worker(q.mod.DESCRIPTOR, handle, database=db.database, transactional=True,
+                    clock=clock, listen=False)
+    serve_until(worker, clock, lambda: worker.stats.acked == 1, max_seconds=120)
+    assert db.rows("SELECT id, parent FROM children ORDER BY id") == [(2, 99)]
+    assert db.rows("SELECT COUNT(*) FROM jobs WHERE processed_at IS NULL") == [(0,)]
+    assert deliveries == [1, 2]
+    s = worker.stats
+    assert (s.acked, s.retried, s.failed_claims, s.settlements_lost) == (1, 1, 0, 0)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and said[0][0] == logging.WARNING, said
+    assert f"row {job_id} (attempt 1" in said[0][1] and "FOREIGN KEY" in said[0][1], said

@@ -98,6 +98,9 @@ class SqliteBackend(ThreadedBackend):
         try:
             wal_mode(conn, self.busy_timeout)
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            # SQLite checks foreign keys only where a connection asks, as Django's and most
+            # applications' do: a transactional handler's writes are checked as theirs are.
+            conn.execute("PRAGMA foreign_keys=ON")
         except BaseException:
             conn.close()
             raise
