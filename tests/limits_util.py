@@ -107,6 +107,15 @@ def start_workers(q: Queue, logs: list[Path], mode: str,
         for log in logs]
 
 
+def stop_workers(children: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each worker process, and check that each stopped cleanly."""
+    for child in children:
+        child.send_signal(signal.SIGTERM)
+    for child in children:
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err.decode()[-2000:]
+
+
 def settle(check: Any, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -130,11 +139,7 @@ def runs_per_account(q: Queue, logs: list[Path], accounts: list[str], job_second
                and sum(1 for log in logs for line in log.read_text().splitlines()
                        if line.startswith("done ")) >= len(ids))
     finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            _, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err.decode()[-2000:]
+        stop_workers(children)
     runs = intervals(logs)
     assert sorted(runs) == sorted(account_of)
     per_account: dict[str, list[tuple[float, float]]] = {}

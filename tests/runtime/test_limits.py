@@ -23,6 +23,7 @@ from limits_util import (
     runs_per_account,
     settle,
     start_workers,
+    stop_workers,
 )
 
 from inboxgen import Job, Worker
@@ -291,11 +292,7 @@ def test_four_processes_of_ten_slots_keep_to_a_rate(
                and sum(1 for log in logs for line in log.read_text().splitlines()
                        if line.startswith("done ")) >= len(ids))
     finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            _, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err.decode()[-2000:]
+        stop_workers(children)
     runs = intervals(logs)
     assert sorted(runs) == sorted(str(i) for i in ids)
     claims = sorted(aware(t) for (t,) in q.db.rows("SELECT claimed_at FROM claims_log"))

@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 from dbcases import Layout, MakeQueue
-from limits_util import add, intervals, most_at_once, runs_per_account, settle, start_workers
+from limits_util import (
+    add,
+    intervals,
+    most_at_once,
+    runs_per_account,
+    settle,
+    start_workers,
+    stop_workers,
+)
 
 # (form, dialect, count_crashes): SQLite has no row lock, and serves an advisory table from one
 # process. (MySQL's counted row lock unlocks every session lock of a round at once.)
@@ -134,11 +142,7 @@ def test_a_process_started_later_gets_seats_a_busy_one_holds(
         settle(lambda: sum(log.read_text().count("done ") for log in logs if log.exists())
                >= len(ids))
     finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            _, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err.decode()[-2000:]
+        stop_workers(children)
     first_runs, second_runs = intervals(logs[:1]), intervals(logs[1:])
     assert len(first_runs) + len(second_runs) == len(ids)
     assert len(second_runs) >= len(ids) // 6, (len(first_runs), len(second_runs))
