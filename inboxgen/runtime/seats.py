@@ -14,15 +14,16 @@ a round trip on a seat of its own worker's.
 
 A slot keeps its seat of the queue across its rounds (SlotSeat), so a busy worker would keep
 every seat it holds for as long as its claims come back full, and another process's slots,
-which try again after their poll interval, would find them held each time. So a worker that
-holds none of the queue's seats marks itself waiting: one of its slots takes the queue's
-waiting mark, a session lock (`inboxgen seat-wait:QUEUE`), and tries for a seat every
-SEAT_BEAT while it holds it. A slot that has held its seat for SEAT_TURN, its claims full,
-looks for the mark (a try of the lock, and another CONFIRM later: a try holds it for a
-moment): where another worker holds it, the slot gives its seat up and its worker takes none
-for SIT_OUT, so the waiter takes it; where none does, it keeps its seat for another
-SEAT_TURN. Every worker whose slots want work holds a seat within
-about a second of asking, as long as the queue has no fewer seats than workers.
+which try again after their poll interval, would find them held each time. So a worker whose
+slots find every seat held marks itself waiting: one of its slots takes a waiting mark, a
+session lock (`inboxgen seat-wait:QUEUE#K`, K below MARK_LEVELS): the first free from the
+number of seats its worker holds on, moving down as marks below come free. It tries for a
+seat every SEAT_BEAT while it holds the mark. A slot that has held its seat for SEAT_TURN,
+its claims full, looks for the marks of two seats fewer than its worker holds or less (a try
+of each, and another CONFIRM later: a try holds a mark for a moment): where one is held, the
+slot gives its seat up and its worker takes none for SIT_OUT, so the waiter takes it; where
+none is, it keeps its seat for another SEAT_TURN. So seats move, one a second per busy slot,
+from the workers holding most to those holding fewest, until no two differ by more than one.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ SEAT_TURN = 1.0
 # that gave its seat up to it takes none.
 SEAT_BEAT = 0.1
 SIT_OUT = 5 * SEAT_BEAT
+# A worker marks itself waiting with the mark of the number of seats it holds, up to this
+# many (one past it waits unmarked).
+MARK_LEVELS = 8
 # How long the waiting mark must stay held before a slot gives its seat up to it.
 CONFIRM = SEAT_BEAT / 2
 
@@ -74,45 +78,44 @@ class SeatHolder:
         n = self.seats.concurrency or 0
         return [f"inboxgen seat:{self._queue}#{(self._first + i) % n}" for i in range(n)]
 
-    @property
-    def waiting_mark(self) -> str:
-        """The session lock a worker that holds none of the queue's seats takes while its
-        slots wait for one."""
-        return f"inboxgen seat-wait:{self._queue}"
+    def waiting_mark(self, level: int) -> str:
+        """The session lock a worker holding `level` of the queue's seats takes while its
+        slots wait for another."""
+        return f"inboxgen seat-wait:{self._queue}#{level}"
 
-    def holds_queue_seat(self) -> bool:
-        return any(name in self._held for name in self.queue_seats())
+    def seats_here(self) -> int:
+        """How many of the queue's seats this worker's slots hold (or are taking)."""
+        return sum(name in self._held for name in self.queue_seats())
 
-    async def take_mark(self, conn: Any, lock_all: LockAll) -> bool:
-        """Take the waiting mark where no slot of this worker holds it, nor any of the queue's
-        seats: whether it took it."""
-        mark = self.waiting_mark
-        if mark in self._held or self.holds_queue_seat():
-            return False
-        self._held.add(mark)  # reserved before the round trip
-        took = False
-        try:
-            (took,) = await lock_all(conn, [mark])
-        finally:
-            if not took:
-                self._held.discard(mark)
-        return took
+    async def take_mark(self, conn: Any, lock_all: LockAll, unlock_all: UnlockAll,
+                        together: int, below: int | None = None) -> int | None:
+        """Take a waiting mark: the first free from the level of the seats this worker holds
+        on (a mark above says "this many or fewer", and draws seats from workers that hold
+        two more than that). Returns its level, or None. Without `below`, only where no slot
+        of this worker holds one; with it, the mark the caller holds is `below`, and only
+        those under it are tried."""
+        marks = [self.waiting_mark(k) for k in range(MARK_LEVELS)]
+        if below is None and any(mark in self._held for mark in marks):
+            return None
+        tried = marks[self.seats_here():below]
+        took = await self.take_first(conn, tried, lock_all, unlock_all, together)
+        return None if took is None else marks.index(took)
 
     async def waited_for(self, conn: Any, lock_all: LockAll, unlock_all: UnlockAll) -> bool:
-        """Whether another worker holds the waiting mark: a try of it, given back at once where
-        it took it. (Not where a slot of this worker holds it or tries it: there is no other
-        worker to tell of, or the other try tells.)"""
-        mark = self.waiting_mark
-        if mark in self._held:
+        """Whether a worker holding at least two seats fewer than this one waits for one: a
+        try of the waiting marks of those levels, given back at once where it took them.
+        (Not where a slot of this worker tries them: the other try tells.)"""
+        marks = [self.waiting_mark(k) for k in range(min(self.seats_here() - 1, MARK_LEVELS))]
+        if not marks or any(mark in self._held for mark in marks):
             return False
-        self._held.add(mark)  # reserved before the round trip: one try of this worker's at once
+        self._held.update(marks)  # reserved before the round trip: one try of this worker's
         try:
-            (took,) = await lock_all(conn, [mark])
-            if took:
-                await unlock_all(conn, [mark])
-            return not took
+            took = await lock_all(conn, marks)
+            if any(took):
+                await unlock_all(conn, [m for m, ok in zip(marks, took, strict=True) if ok])
+            return not all(took)
         finally:
-            self._held.discard(mark)
+            self.forget(marks)
 
     def key_seats(self, key: str) -> list[str]:
         return [f"inboxgen seat:{self._queue}:{key}#{i}"
@@ -147,14 +150,20 @@ class SeatHolder:
 
     async def take_queue(self, conn: Any, lock_all: LockAll, unlock_all: UnlockAll,
                          together: int) -> str | None:
-        """One of the queue's seats, or None where every one is held. Seats this worker does
-        not hold are tried one, then `together` at a time in one call of `lock_all` (one round
-        trip where the driver sends statements together); where a call takes more than one,
-        the first is kept and the others are given up again."""
+        """One of the queue's seats this worker does not hold, or None where every one is
+        held (take_first)."""
         free_here = [name for name in self.queue_seats() if name not in self._held]
+        return await self.take_first(conn, free_here, lock_all, unlock_all, together)
+
+    async def take_first(self, conn: Any, names: list[str], lock_all: LockAll,
+                         unlock_all: UnlockAll, together: int) -> str | None:
+        """The first of `names` that can be taken, or None. They are tried one, then
+        `together` at a time in one call of `lock_all` (one round trip where the driver
+        sends statements together); where a call takes more than one, the first is kept and
+        the others are given up again."""
         most = 1  # the first try is likely to take one: it takes no more
-        while free_here:
-            tried, free_here = free_here[:most], free_here[most:]
+        while names:
+            tried, names = names[:most], names[most:]
             most = together
             self._held.update(tried)  # reserved before the round trip
             try:
@@ -205,7 +214,7 @@ class SlotSeat:
         self._together = together
         self.name: str | None = None
         self._since = 0.0  # when the slot took the seat it holds, or last looked for a waiter
-        self._waits = False  # the slot holds the queue's waiting mark
+        self._waits: int | None = None  # the level of the waiting mark the slot holds
         self.refused = False  # the last take found every seat held (or the slot sat out)
         self._streak = False  # the seat ended with the slot's last round, its turn goes on
         self._held_mark_at: float | None = None  # when `yields` first found the mark held
@@ -219,30 +228,41 @@ class SlotSeat:
             if not self._streak:
                 self._since = time.monotonic()
             self._streak = False
-            if self.name is not None and self._waits:
+            if self.name is not None and self._waits is not None:
                 await self._unmark(conn)
         self.refused = self.name is None
         return not self.refused
 
     async def wait_time(self, conn: Any, poll_interval: float) -> float:
         """A take found every seat held: how long the slot waits before it tries again.
-        The first slot of a worker that holds no seat takes the queue's waiting mark and
-        tries every SEAT_BEAT while it holds it; the others wait `poll_interval`."""
+        One slot of the worker takes the waiting mark of the seats its worker holds and tries
+        every SEAT_BEAT while it holds it; the others wait `poll_interval`."""
         now = time.monotonic()
         if now < self._holder.sits_out:
             return min(poll_interval, self._holder.sits_out - now)
-        if self._waits and self._holder.holds_queue_seat():
+        level = self._holder.seats_here()
+        if self._waits is not None and self._waits < level:
             await self._unmark(conn)  # another slot of this worker took one meanwhile
-        elif not self._waits:
-            self._waits = await self._holder.take_mark(conn, self._lock_all)
-        return min(poll_interval, SEAT_BEAT) if self._waits else poll_interval
+        if self._waits is None:
+            self._waits = await self._holder.take_mark(conn, self._lock_all, self._unlock_all,
+                                                       self._together)
+        elif self._waits > level:
+            # A mark above the seats held draws fewer workers' seats: move down where one of
+            # those between is free (a worker that held it took a seat, or gave seats up).
+            lower = await self._holder.take_mark(conn, self._lock_all, self._unlock_all,
+                                                 self._together, below=self._waits)
+            if lower is not None:
+                await self._unmark(conn)
+                self._waits = lower
+        return poll_interval if self._waits is None else min(poll_interval, SEAT_BEAT)
 
     async def yields(self, conn: Any) -> bool:
         """After a full round: whether the slot gives its seat up. Once it has held it for
-        SEAT_TURN, it tries the waiting mark: held by another worker at two tries CONFIRM
-        apart (a worker trying the mark, as this one does, holds it for a moment), the slot
-        gives its seat up to it, and none of this worker's slots takes a seat for SIT_OUT;
-        taken, it gives the mark back and keeps its seat for another SEAT_TURN."""
+        SEAT_TURN, it tries the waiting marks of the workers holding two seats fewer than its
+        own or less: one held at two tries CONFIRM apart (a worker trying a mark, as this one
+        does, holds it for a moment), the slot gives its seat up to that worker, and none of
+        this worker's slots takes a seat for SIT_OUT; none held, it gives them back and keeps
+        its seat for another SEAT_TURN."""
         now = time.monotonic()
         if self.name is None or now - self._since < SEAT_TURN:
             return False
@@ -269,12 +289,12 @@ class SlotSeat:
         finally:
             if given is not None:
                 self._holder.forget([given])
-        if self._waits:
+        if self._waits is not None:
             await self._unmark(conn)
 
     async def _unmark(self, conn: Any) -> None:
-        self._waits = False
-        mark = self._holder.waiting_mark
+        assert self._waits is not None
+        mark, self._waits = self._holder.waiting_mark(self._waits), None
         try:
             await self._unlock_all(conn, [mark])
         finally:
@@ -292,8 +312,8 @@ class SlotSeat:
         whether it held either."""
         given, self.name = self.name, None
         self._streak = False
-        held = given is not None or self._waits
-        self._holder.forget([n for n in (given, self._holder.waiting_mark if self._waits
-                                         else None) if n is not None])
-        self._waits = False
-        return held
+        marked, self._waits = self._waits, None
+        self._holder.forget([n for n in (given, None if marked is None
+                                         else self._holder.waiting_mark(marked))
+                             if n is not None])
+        return given is not None or marked is not None
