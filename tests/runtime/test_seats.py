@@ -123,7 +123,7 @@ def test_a_killed_holder_gives_its_seat_up_at_once(queue: MakeQueue, tmp_path: P
 @pytest.mark.parametrize(("form", "dialect", "count_crashes"), [
     ("row_lock", "postgres", False), ("row_lock", "postgres", True),
     ("row_lock", "mysql+pymysql", False), ("row_lock", "mysql+pymysql", True),
-    ("advisory", "postgres", False)])
+    ("advisory", "postgres", False), ("advisory", "mysql+pymysql", False)])
 def test_processes_started_later_get_seats_a_busy_one_holds(
         queue: MakeQueue, tmp_path: Path, form: str, dialect: str, count_crashes: bool) -> None:
     """A process of ten slots holds all six seats of the queue, its claims full, when two more
