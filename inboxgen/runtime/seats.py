@@ -47,10 +47,9 @@ SEAT_TURN = 1.0
 # that gave its seat up to it takes none.
 SEAT_BEAT = 0.1
 SIT_OUT = 5 * SEAT_BEAT
-# A worker marks itself waiting with the mark of the number of seats it holds, up to this
-# many (one past it waits unmarked).
+# The waiting marks' levels: a worker holding this many seats or more does not mark itself.
 MARK_LEVELS = 8
-# How long the waiting mark must stay held before a slot gives its seat up to it.
+# How long a waiting mark must stay held before a slot gives its seat up to it.
 CONFIRM = SEAT_BEAT / 2
 
 
@@ -79,8 +78,8 @@ class SeatHolder:
         return [f"inboxgen seat:{self._queue}#{(self._first + i) % n}" for i in range(n)]
 
     def waiting_mark(self, level: int) -> str:
-        """The session lock a worker holding `level` of the queue's seats takes while its
-        slots wait for another."""
+        """The waiting mark of `level`: a session lock that a worker holding that many of the
+        queue's seats or fewer takes while its slots wait for another."""
         return f"inboxgen seat-wait:{self._queue}#{level}"
 
     def seats_here(self) -> int:
