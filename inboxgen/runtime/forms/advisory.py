@@ -347,8 +347,8 @@ class AutocommitAdvisory(Advisory):
                     worked()
                     if drained and seat.refused:
                         # Every seat of the queue is held (runtime/seats.py): a slot that
-                        # waits for one with the queue's waiting mark, or sits out, waits on
-                        # this session, which holds the mark.
+                        # waits for one with a waiting mark, or sits out, waits on this
+                        # session, which holds the mark.
                         wait = await seat.wait_time(conn, self.settings.poll_interval)
                         if wait < self.settings.poll_interval:
                             await slots.wait(index, wait)

@@ -4,9 +4,10 @@ lock of the queue's, which a crash gives up with its session at once.
 A slot keeps one session for its rounds and takes one seat on it, outside a transaction,
 before it claims a batch: a round's rows run one after another, so one seat serves them all
 (and a slot holding a batch's seats would keep all but one idle). It keeps its seat across its
-rounds while they come back full, and gives it up when a claim comes back short, at least
-every SEAT_TURN seconds, and when it stops: taking and giving up a seat costs a round trip
-each, which a busy slot then spends about once a second rather than at every job. A seat a
+rounds while they come back full, and gives it up when a claim comes back short, when it stops,
+and after SEAT_TURN where a worker holding fewer seats waits (runtime/seats.py): taking and
+giving up a seat costs a round trip each, which a busy slot then spends rarely rather than at
+every job. A seat a
 slot holds between two of its rounds holds no job, so the queue never has more than
 `concurrency` jobs in work; it may have fewer for that moment.
 
@@ -49,8 +50,9 @@ def seated_row_lock(parts: Parts) -> Form:
 
 class PipelinedSeats(PipelinedRowLock):
     """The pipelined rounds' seats (PipelinedRowLock's hooks): before a claim the slot takes a
-    seat where it holds none, in the claim's session, and claims a batch; after SEAT_TURN, or
-    a claim that came back short, its round commits and it gives the seat up."""
+    seat where it holds none, in the claim's session, and claims a batch; where it yields its
+    seat (SlotSeat.yields), or a claim came back short, its round commits and it gives the
+    seat up."""
     needs_one_session = True  # a seat is a session lock
 
     def __init__(self, parts: Parts) -> None:
