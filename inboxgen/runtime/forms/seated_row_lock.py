@@ -7,9 +7,8 @@ before it claims a batch: a round's rows run one after another, so one seat serv
 rounds while they come back full, and gives it up when a claim comes back short, when it stops,
 and after SEAT_TURN where a worker holding fewer seats waits (runtime/seats.py): taking and
 giving up a seat costs a round trip each, which a busy slot then spends rarely rather than at
-every job. A seat a
-slot holds between two of its rounds holds no job, so the queue never has more than
-`concurrency` jobs in work; it may have fewer for that moment.
+every job. A seat a slot holds between two of its rounds holds no job, so the queue never has
+more than `concurrency` jobs in work; it may have fewer for that moment.
 
 Where the plain row lock sends a batch's settlements with the next claim (pipelined), so does
 the seated one: a slot's seats are session locks, taken and given up outside the round's steps,
