@@ -239,10 +239,10 @@ class Statements:
         vacuum (InnoDB: purge) removes it, and neither removes any a snapshot still open may
         read, so every claim starting at the head would read past them; so would it past rows
         due later at a more urgent priority, where no claim reads priority by priority
-        (MySQL/MariaDB, SQLite). A worker's claims
-        start where the last one ended and go back to the head once a second and whenever a
-        claim comes back short, so no row waits longer than that, a row ahead of the start
-        included: one more urgent, or due earlier, than the last row claimed
+        (MySQL/MariaDB, SQLite). A worker's claims start where the last one ended and go back
+        to the head whenever a claim comes back short, and once a second while a claim from the
+        head costs little (less often where it costs more), so a row ahead of the start (one
+        more urgent, or due earlier, than the last row claimed) waits no longer than that
         (inboxgen.runtime.claimstart)."""
         form = self.q.lease or (self.q.form in (ROW_LOCK, ADVISORY) and not self.q.fifo)
         return (form and self.q.id.column.kind in self.start_id_kinds
