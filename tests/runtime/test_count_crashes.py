@@ -22,12 +22,12 @@ WORKERS = 3  # workers on the table at once, each with SLOTS slots
 SLOTS = 4
 
 
-async def drain(q: Queue, delivered: list[Any], descriptor: Any = None) -> None:
+async def drain(q: Queue, delivered: list[Any], descriptor: Any = None, batch: int = 1) -> None:
     async def ack(job: Any) -> None:
         delivered.append(job.id)
 
     workers = [Worker(descriptor or q.mod.DESCRIPTOR, ack, database=q.target, group="g",
-                      workers=SLOTS,
+                      workers=SLOTS, batch=batch,
                       poll_interval=0.05, shutdown_timeout=10, name=f"w{i}")
                for i in range(WORKERS)]
     for w in workers:
@@ -44,12 +44,15 @@ async def drain(q: Queue, delivered: list[Any], descriptor: Any = None) -> None:
             await w.shutdown()
 
 
-@pytest.mark.parametrize(("dialect", "built_before"),
-                         [("postgres", False), ("mysql", False), ("mysql", True)])
+@pytest.mark.parametrize(("dialect", "built_before", "batch"),
+                         [("postgres", False, 1), ("mysql", False, 1), ("mysql", True, 1),
+                          ("postgres", False, 8), ("mysql", False, 8)])
 def test_concurrent_counted_claims_count_each_delivery_once_and_dead_letter_nothing(
-        queue: MakeQueue, dialect: str, built_before: bool) -> None:
+        queue: MakeQueue, dialect: str, built_before: bool, batch: int) -> None:
     """`built_before`: the workers run the module an earlier release built for the same table
-    (built_before/), whose count takes the rows' keys: this release still runs it exactly."""
+    (built_before/), whose count takes the rows' keys: this release still runs it exactly.
+    At batch 8 a batch's acks are one statement (FINISH_MANY), beside the other workers'
+    claims and acks."""
     q = queue(dialect, Layout("row_lock", group=True, count_crashes=True, dead="group"))
     descriptor = None
     if built_before:
@@ -62,7 +65,7 @@ def test_concurrent_counted_claims_count_each_delivery_once_and_dead_letter_noth
     q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(JOBS)])
     conn.commit()
     delivered: list[Any] = []
-    asyncio.run(drain(q, delivered, descriptor))
+    asyncio.run(drain(q, delivered, descriptor, batch))
     rows = q.rows()
     dead = [r for r in rows if r["grp"] == "dead"]
     assert dead == [], f"{len(dead)} healthy jobs dead-lettered, attempts " \
@@ -270,3 +273,57 @@ def test_a_counted_batch_whose_second_settlement_fails_commits_none_of_them(
     # Every later batch of the two fails the same way: the ack never commits.
     rows = {r["id"]: r for r in q.rows()}
     assert rows[finished]["processed_at"] is None and rows[retried]["processed_at"] is None
+
+
+@pytest.mark.parametrize(("dialect", "counted"),
+                         [("postgres", True), ("mysql", True), ("postgres", False)])
+def test_a_batch_of_acks_commits_all_or_none_and_the_report_says_why(
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture, dialect: str, counted: bool) -> None:
+    """A counting row lock's batch of acks is one statement (FINISH_MANY): where the server
+    refuses one row's delete (a trigger, say), no row of the batch is finished, and the batch
+    is reported lost with the server's error (its rows run again). The same holds for the
+    pipelined row lock that does not count, whose report named a closed connection instead."""
+    q = queue(dialect, Layout("row_lock", group=True, count_crashes=counted, dead="group",
+                              processed=False))
+    assert "FINISH_MANY" in q.mod.STATEMENTS
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(3)])
+    conn.commit()
+    first, refused, third = q.ids()
+    with conn.cursor() as cur:  # the server refuses to delete the second row
+        if dialect == "mysql":
+            cur.execute(f"CREATE TRIGGER keep_one BEFORE DELETE ON {q.table_sql()} FOR EACH ROW "
+                        f"IF OLD.id = {refused} THEN "
+                        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'kept by a trigger'; "
+                        "END IF")
+        else:
+            cur.execute("CREATE FUNCTION keep_one() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                        f"BEGIN IF OLD.id = {refused} THEN RAISE EXCEPTION 'kept by a trigger'; "
+                        "END IF; RETURN OLD; END $$")
+            cur.execute(f"CREATE TRIGGER keep_one BEFORE DELETE ON {q.table_sql()} "
+                        "FOR EACH ROW EXECUTE FUNCTION keep_one()")
+    conn.commit()
+
+    async def ack(job: Any) -> None:
+        return None
+
+    worker = Worker(q.mod.DESCRIPTOR, ack, database=q.target, group="g", workers=1, batch=3,
+                    poll_interval=0.05, listen=False)
+
+    async def serve() -> None:
+        await worker.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while not worker.stats.settlements_lost:
+                assert asyncio.get_running_loop().time() < deadline, worker.stats
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.shutdown()
+
+    with caplog.at_level("ERROR", logger="inboxgen"):
+        asyncio.run(serve())
+    lost = [r.getMessage() for r in caplog.records if "were lost" in r.getMessage()]
+    assert lost and f"row(s) {first}, {refused}, {third} were lost" in lost[0], lost
+    assert "kept by a trigger" in lost[0]
+    assert sorted(r["id"] for r in q.rows()) == [first, refused, third]

@@ -205,9 +205,17 @@ class PostgresBackend(Backend):
                 self.busy -= 1
                 try:
                     yield conn
-                finally:
+                except BaseException:
                     self.busy += 1
-                    await conn.rollback()  # what was not committed does not leak
+                    # What was not committed does not leak. Where the connection broke with
+                    # the error (psycopg closes one whose pipeline failed), its rollback fails
+                    # too: the error on its way is what happened, not "the connection is
+                    # closed" (the pool discards the connection).
+                    with contextlib.suppress(Exception):
+                        await conn.rollback()
+                    raise
+                self.busy += 1
+                await conn.rollback()  # what was not committed does not leak
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[Any]:
