@@ -256,19 +256,7 @@ def test_a_counted_batch_whose_second_settlement_fails_commits_none_of_them(
     worker = Worker(q.mod.DESCRIPTOR, handler, database=q.target, group="g", workers=1,
                     batch=2, poll_interval=0.05, listen=False)
 
-    async def serve() -> None:
-        await worker.start()
-        try:
-            deadline = asyncio.get_running_loop().time() + 30
-            while not worker.stats.settlements_lost:
-                assert asyncio.get_running_loop().time() < deadline, worker.stats
-                await asyncio.sleep(0.02)
-        finally:
-            await worker.shutdown()
-
-    with caplog.at_level("ERROR", logger="inboxgen"):
-        asyncio.run(serve())
-    lost = [r.getMessage() for r in caplog.records if "were lost" in r.getMessage()]
+    lost = serve_until_a_batch_is_lost(worker, caplog)
     assert lost and f"row(s) {finished}, {retried} were lost" in lost[0], lost
     # Every later batch of the two fails the same way: the ack never commits.
     rows = {r["id"]: r for r in q.rows()}
@@ -311,6 +299,14 @@ def test_a_batch_of_acks_commits_all_or_none_and_the_report_says_why(
     worker = Worker(q.mod.DESCRIPTOR, ack, database=q.target, group="g", workers=1, batch=3,
                     poll_interval=0.05, listen=False)
 
+    lost = serve_until_a_batch_is_lost(worker, caplog)
+    assert lost and f"row(s) {first}, {refused}, {third} were lost" in lost[0], lost
+    assert "kept by a trigger" in lost[0]
+    assert sorted(r["id"] for r in q.rows()) == [first, refused, third]
+
+
+def serve_until_a_batch_is_lost(worker: Worker, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Run `worker` until it has lost a batch's settlements; the ERROR lines saying so."""
     async def serve() -> None:
         await worker.start()
         try:
@@ -323,7 +319,4 @@ def test_a_batch_of_acks_commits_all_or_none_and_the_report_says_why(
 
     with caplog.at_level("ERROR", logger="inboxgen"):
         asyncio.run(serve())
-    lost = [r.getMessage() for r in caplog.records if "were lost" in r.getMessage()]
-    assert lost and f"row(s) {first}, {refused}, {third} were lost" in lost[0], lost
-    assert "kept by a trigger" in lost[0]
-    assert sorted(r["id"] for r in q.rows()) == [first, refused, third]
+    return [r.getMessage() for r in caplog.records if "were lost" in r.getMessage()]
