@@ -200,29 +200,6 @@ async def dead_letter_async(conn: _v.AsyncMySQLConnection, *, id: int, attempt: 
     return cur.rowcount == 1
 
 
-# Ack or drop many rows: delete them.
-FINISH_MANY: Final[LiteralString] = """
-DELETE FROM `email_jobs`
-WHERE `job_id` IN %(id)s
-"""
-
-
-def finish_many(conn: pymysql.connections.Connection[Any], *, id: Sequence[int]) -> int:
-    """Ack or drop many rows: delete them. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = _v.mysql_execute(conn, FINISH_MANY, {"id": tuple(id)})
-    return cur.rowcount
-
-
-async def finish_many_async(conn: _v.AsyncMySQLConnection, *, id: Sequence[int]) -> int:
-    """Ack or drop many rows: delete them. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = await _v.mysql_execute_async(conn, FINISH_MANY, {"id": tuple(id)})
-    return cur.rowcount
-
-
 # Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO `email_jobs` (`name`, `payload`)
@@ -463,19 +440,19 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, release=release, finish=finish, dead_letter=dead_letter, finish_many=finish_many,
-    insert=insert, insert_many=insert_many,
+    claim=claim, release=release, finish=finish, dead_letter=dead_letter, insert=insert,
+    insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, release=release_async, finish=finish_async, dead_letter=dead_letter_async,
-    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
+    insert=insert_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS,
-    "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
-    "STATE": STATE, "DEAD_LIST": DEAD_LIST,
+    "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "REQUEUE": REQUEUE,
+    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

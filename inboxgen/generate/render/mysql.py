@@ -4,8 +4,6 @@ claims as a locking SELECT then an UPDATE, and errors recognised by their number
 
 from __future__ import annotations
 
-import attrs
-
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
 from inboxgen.generate.render.base import START_ARGS, Func, Renderer, Step, indented
@@ -37,15 +35,6 @@ class MySQLRenderer(Renderer):
         # `IN %(ids)s`: both drivers write a tuple as a parenthesised list (asyncmy takes no
         # list there).
         return f"tuple({generator})"
-
-    def batch_value(self, name: str) -> str:
-        # A batch's ids bound as a tuple, for `IN %(id)s`.
-        return self.ids_from(name) if name == "id" else super().batch_value(name)
-
-    def batch_settlement(self, s: Statement, fname: str) -> Func:
-        # `IN ()` is not SQL: a batch of no rows changes none without asking the server.
-        f = super().batch_settlement(s, fname)
-        return attrs.evolve(f, before=("if not id:", "    return 0", *f.before))
 
     def ids_from(self, name: str) -> str:
         return f"tuple({name})"

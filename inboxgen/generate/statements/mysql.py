@@ -13,18 +13,11 @@ from inboxgen.generate.statements.base import CANCEL_DOC, Statements
 class MySQLStatements(Statements):
     @property
     def batches(self) -> bool:
-        """FINISH_MANY for a row lock that counts crashes alone. MySQL/MariaDB has no UPDATE ...
-        RETURNING to say which rows a lease's batch changed; an uncounted row lock's
-        multi-row DELETE ... IN (...), in the transaction whose row locks hold the batch,
-        deadlocks against concurrent SKIP LOCKED claims where one row at a time does not. A
-        counting row lock's rows are held by their keys (session locks), its session is in
-        autocommit, and a batch's FINISH_MANY locks only the rows it settles, as its
-        CLAIM_COUNT does: one statement, one commit, for the batch's acks."""
-        return self.q.form == ROW_LOCK and self.q.count_crashes
-
-    def held_batch(self) -> str:
-        # The drivers write a tuple of ids as the parenthesised list `IN` takes.
-        return f"{self.c(self.q.id)} IN {self.p('id')}"
+        """No batch settlements: MySQL/MariaDB has no UPDATE ... RETURNING to say which rows a
+        lease's batch changed, and a row lock's multi-row DELETE ... IN (...) deadlocks
+        against concurrent SKIP LOCKED claims where one row at a time does not: each row
+        settles alone."""
+        return False
 
     def force_index(self) -> str:
         """MySQL: read the claim-order index in order, from the claim's start. A locking read

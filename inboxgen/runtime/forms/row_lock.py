@@ -482,11 +482,10 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     the open transaction, which keeps them from other claims until its COMMIT.
 
     Where the claim takes its rows' keys as it reads them (claim_takes_keys: MySQL, which has
-    no pipeline), the session runs in autocommit mode: the settlements, the claim and its count
-    commit on their own, and a round costs the settlements, the claim and the count, without a
-    COMMIT. A batch's settlements of more than one statement (a batch of several rows, which
-    MySQL settles row by row, or a dead letter copied to a table) commit together in a
-    transaction of their own: one log write for the batch rather than one a row."""
+    no pipeline), the session runs in autocommit mode: each settlement statement, the claim and
+    its count commit on their own, and a round costs the settlements, the claim and the count,
+    without a COMMIT. A settlement of more than one statement (a dead letter copied to a table)
+    runs in a transaction of its own."""
     needs_one_session = True  # each counted row's key is a session lock
 
     unfinished = CountedRowLock.unfinished
@@ -560,18 +559,24 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                             idle: bool = False) -> tuple[list[Any], bool]:
         """Send the batch's settlements and a claim in one transaction, its COMMIT, the
         RELEASE of the settled rows' keys and (when claiming) the next BEGIN; in autocommit
-        mode the settlements (together, in a transaction of their own), the RELEASE and the
-        claim. Wait for the server. Returns the claimed rows, and whether the claim came back
-        short from a start (RowLock.claimed_from: the slot claims again at once). `finished`
-        holds the ids of finished rows whose keys wait to be unlocked; this round's join them."""
+        mode the settlements, the RELEASE and the claim, each committed on its own. Wait for
+        the server. Returns the claimed rows, and whether the claim came back short from a start
+        (RowLock.claimed_from: the slot claims again at once). `finished` holds the ids of
+        finished rows whose keys wait to be unlocked; this round's join them."""
         steps: list[Step] = []
+        # In autocommit mode, the ids of the rows each settlement step settles: each commits on
+        # its own (None: the settlements commit together).
+        settles: list[list[Any]] | None = [] if self._autocommit else None
         for op, rows in by_op(pending).items():
-            steps += self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
+            planned = self.calls.plan(op, rows)[0]  # the rows' keys are ours: no reading
+            steps += planned
+            if settles is not None:
+                ids = [values["id"] for values in rows]
+                settles += [ids] if len(planned) == 1 else [[i] for i in ids]
         committed_after = 0  # in autocommit mode, the steps done once the settlements committed
         if self._autocommit:
-            # One COMMIT (one log write) for the batch, not one a statement.
-            if len(steps) > 1 or any(not one_statement(self.d, op) for op, _ in pending):
-                steps = [BEGIN, *steps, COMMIT]
+            if any(not one_statement(self.d, op) for op, _ in pending):
+                steps, settles = [BEGIN, *steps, COMMIT], None
             committed_after = len(steps)
         elif not in_tx:
             steps.insert(0, BEGIN)
@@ -610,6 +615,10 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             if err.done >= committed_after:
                 self.delivery.committed(held)
                 held.clear()  # the batch committed; what failed came after
+            elif settles is not None:  # the settlements before the one that failed committed
+                kept = {i for ids in settles[:err.done] for i in ids}
+                self.delivery.committed([h for h in held if h.id in kept])
+                held[:] = [h for h in held if h.id not in kept]
             raise err.cause from None
         self.delivery.committed(held)
         if not claim:

@@ -218,38 +218,6 @@ async def dead_letter_async(conn: _v.AsyncMySQLConnection, *, id: int, attempt: 
     return cur.rowcount == 1
 
 
-# Ack or drop many rows: mark them processed.
-FINISH_MANY: Final[LiteralString] = """
-UPDATE `my_after_jobs`
-SET `processed_at` = %(now)s
-WHERE `id` IN %(id)s
-"""
-
-
-def finish_many(
-    conn: pymysql.connections.Connection[Any], *, id: Sequence[int], now: datetime.datetime,
-) -> int:
-    """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = _v.mysql_execute(conn, FINISH_MANY, {
-        "now": _v.naive_utc(now), "id": tuple(id),
-    })
-    return cur.rowcount
-
-
-async def finish_many_async(
-    conn: _v.AsyncMySQLConnection, *, id: Sequence[int], now: datetime.datetime,
-) -> int:
-    """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = await _v.mysql_execute_async(conn, FINISH_MANY, {
-        "now": _v.naive_utc(now), "id": tuple(id),
-    })
-    return cur.rowcount
-
-
 # Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO `my_after_jobs` (`grp`, `payload`)
@@ -732,19 +700,19 @@ async def requeue_async(
 
 
 OPS: Final = Operations(
-    claim=claim, release=release, finish=finish, dead_letter=dead_letter, finish_many=finish_many,
-    insert=insert, insert_many=insert_many, after_state=after_state, after_states=after_states,
+    claim=claim, release=release, finish=finish, dead_letter=dead_letter, insert=insert,
+    insert_many=insert_many, after_state=after_state, after_states=after_states,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, release=release_async, finish=finish_async, dead_letter=dead_letter_async,
-    finish_many=finish_many_async, insert=insert_async, insert_many=insert_many_async,
-    after_state=after_state_async, after_states=after_states_async,
+    insert=insert_async, insert_many=insert_many_async, after_state=after_state_async,
+    after_states=after_states_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS,
-    "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
+    "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT, "STATUS": STATUS, "PRUNE": PRUNE,
+    "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
     "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
     "AFTER_ADD": AFTER_ADD, "AFTER_SET": AFTER_SET, "AFTER_STATE": AFTER_STATE,
     "AFTER_STATES": AFTER_STATES,

@@ -328,38 +328,6 @@ async def dead_letter_async(conn: _v.AsyncMySQLConnection, *, id: str, attempt: 
     return cur.rowcount == 1
 
 
-# Ack or drop many rows: mark them processed.
-FINISH_MANY: Final[LiteralString] = """
-UPDATE `my_given_uuid_jobs`
-SET `processed_at` = %(now)s
-WHERE `id` IN %(id)s
-"""
-
-
-def finish_many(
-    conn: pymysql.connections.Connection[Any], *, id: Sequence[str], now: datetime.datetime,
-) -> int:
-    """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = _v.mysql_execute(conn, FINISH_MANY, {
-        "now": _v.naive_utc(now), "id": tuple(id),
-    })
-    return cur.rowcount
-
-
-async def finish_many_async(
-    conn: _v.AsyncMySQLConnection, *, id: Sequence[str], now: datetime.datetime,
-) -> int:
-    """Ack or drop many rows: mark them processed. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = await _v.mysql_execute_async(conn, FINISH_MANY, {
-        "now": _v.naive_utc(now), "id": tuple(id),
-    })
-    return cur.rowcount
-
-
 # Enqueue one row (inside the caller's transaction); returns its id. A column left at None takes
 # its DDL default.
 INSERT: Final[LiteralString] = """
@@ -786,24 +754,23 @@ async def requeue_async(
 
 OPS: Final = Operations(
     claim=claim, due_priorities=due_priorities, release=release, finish=finish,
-    retry_after=retry_after, dead_letter=dead_letter, finish_many=finish_many, insert=insert,
-    insert_unique=insert_unique, insert_many=insert_many,
+    retry_after=retry_after, dead_letter=dead_letter, insert=insert, insert_unique=insert_unique,
+    insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, due_priorities=due_priorities_async, release=release_async,
     finish=finish_async, retry_after=retry_after_async, dead_letter=dead_letter_async,
-    finish_many=finish_many_async, insert=insert_async, insert_unique=insert_unique_async,
-    insert_many=insert_many_async,
+    insert=insert_async, insert_unique=insert_unique_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE,
     "CLAIM_BY_PRIORITY": CLAIM_BY_PRIORITY, "NEXT_PRIORITY": NEXT_PRIORITY, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER,
-    "INSERT": INSERT, "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE,
-    "REPLACE_INSERT": REPLACE_INSERT, "KEY_ROW": KEY_ROW, "STATUS": STATUS, "PRUNE": PRUNE,
-    "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE, "REQUEUE_IDS": REQUEUE_IDS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE, "DEAD_LIST": DEAD_LIST,
+    "RETRY_AFTER": RETRY_AFTER, "DEAD_LETTER": DEAD_LETTER, "INSERT": INSERT,
+    "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE, "REPLACE_INSERT": REPLACE_INSERT,
+    "KEY_ROW": KEY_ROW, "STATUS": STATUS, "PRUNE": PRUNE, "PRUNABLE": PRUNABLE, "REQUEUE": REQUEUE,
+    "REQUEUE_IDS": REQUEUE_IDS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "DEAD_LIST": DEAD_LIST,
 }
 
 DESCRIPTOR: Final = TableDescriptor(

@@ -222,29 +222,6 @@ async def retry_after_async(
     return cur.rowcount == 1
 
 
-# Ack or drop many rows: delete them.
-FINISH_MANY: Final[LiteralString] = """
-DELETE FROM `my_replace_jobs`
-WHERE `id` IN %(id)s
-"""
-
-
-def finish_many(conn: pymysql.connections.Connection[Any], *, id: Sequence[int]) -> int:
-    """Ack or drop many rows: delete them. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = _v.mysql_execute(conn, FINISH_MANY, {"id": tuple(id)})
-    return cur.rowcount
-
-
-async def finish_many_async(conn: _v.AsyncMySQLConnection, *, id: Sequence[int]) -> int:
-    """Ack or drop many rows: delete them. The sequences hold one entry per row."""
-    if not id:
-        return 0
-    cur = await _v.mysql_execute_async(conn, FINISH_MANY, {"id": tuple(id)})
-    return cur.rowcount
-
-
 # Enqueue one row (inside the caller's transaction); returns its id.
 INSERT: Final[LiteralString] = """
 INSERT INTO `my_replace_jobs` (`order_id`, `kind`, `retry_after`, `payload`)
@@ -587,21 +564,20 @@ async def state_async(
 
 
 OPS: Final = Operations(
-    claim=claim, release=release, finish=finish, retry_after=retry_after, finish_many=finish_many,
-    insert=insert, insert_unique=insert_unique, insert_many=insert_many,
+    claim=claim, release=release, finish=finish, retry_after=retry_after, insert=insert,
+    insert_unique=insert_unique, insert_many=insert_many,
 )
 ASYNC_OPS: Final = Operations(
     claim=claim_async, release=release_async, finish=finish_async, retry_after=retry_after_async,
-    finish_many=finish_many_async, insert=insert_async, insert_unique=insert_unique_async,
-    insert_many=insert_many_async,
+    insert=insert_async, insert_unique=insert_unique_async, insert_many=insert_many_async,
 )
 
 STATEMENTS: Final = {
     "CLAIM": CLAIM, "CLAIM_COUNT": CLAIM_COUNT, "RELEASE": RELEASE, "FINISH": FINISH,
-    "FINISH_MANY": FINISH_MANY, "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT,
-    "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE, "REPLACE_INSERT": REPLACE_INSERT,
-    "DEBOUNCE": DEBOUNCE, "DEBOUNCE_INSERT": DEBOUNCE_INSERT, "KEY_ROW": KEY_ROW, "STATUS": STATUS,
-    "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL, "STATE": STATE,
+    "RETRY_AFTER": RETRY_AFTER, "INSERT": INSERT, "REPLACE_PICK": REPLACE_PICK, "REPLACE": REPLACE,
+    "REPLACE_INSERT": REPLACE_INSERT, "DEBOUNCE": DEBOUNCE, "DEBOUNCE_INSERT": DEBOUNCE_INSERT,
+    "KEY_ROW": KEY_ROW, "STATUS": STATUS, "CANCEL_PICK": CANCEL_PICK, "CANCEL": CANCEL,
+    "STATE": STATE,
 }
 
 DESCRIPTOR: Final = TableDescriptor(
