@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from dbcases import Layout, MakeQueue, Queue, keys_left_once_dry, pg_advisory_locks
 from genutil import import_path
+from limits_util import run_until
 
 from inboxgen import Worker
 from inboxgen.runtime.forms.row_lock import claim_takes_keys
@@ -270,7 +271,7 @@ def test_a_postgres_batch_whose_ack_is_refused_is_reported_with_the_servers_erro
     the batch is reported lost with the server's error (its rows run again), where the report
     named a closed connection (psycopg closes the connection of a failed pipeline)."""
     q = queue("postgres", Layout("row_lock", group=True, count_crashes=counted, dead="group",
-                              processed=False))
+                                 processed=False))
     assert "FINISH_MANY" in q.mod.STATEMENTS
     conn = q.connect()
     due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
@@ -299,16 +300,6 @@ def test_a_postgres_batch_whose_ack_is_refused_is_reported_with_the_servers_erro
 
 def serve_until_a_batch_is_lost(worker: Worker, caplog: pytest.LogCaptureFixture) -> list[str]:
     """Run `worker` until it has lost a batch's settlements; the ERROR lines saying so."""
-    async def serve() -> None:
-        await worker.start()
-        try:
-            deadline = asyncio.get_running_loop().time() + 30
-            while not worker.stats.settlements_lost:
-                assert asyncio.get_running_loop().time() < deadline, worker.stats
-                await asyncio.sleep(0.02)
-        finally:
-            await worker.shutdown()
-
     with caplog.at_level("ERROR", logger="inboxgen"):
-        asyncio.run(serve())
+        run_until(worker, lambda: worker.stats.settlements_lost > 0, 30, lambda: worker.stats)
     return [r.getMessage() for r in caplog.records if "were lost" in r.getMessage()]
