@@ -6,8 +6,10 @@ claim order, and `--jobs` due jobs; then:
   the generated module's functions, one round after another: p50 and p99 of a round, and p50 of
   the claim statement alone (what reads past the backlog; a round's commits wait on the disk).
   Its claims are the ones a worker would run: by priority where a worker would count enough
-  rows due later, and starting after the last row claimed where the table's claim takes a
-  start (at the head once a second);
+  rows due later (kept to the list of priorities with due rows, read once a second and after
+  a claim that came back short, where the table's claims keep to one: MySQL/MariaDB, a
+  partitioned PostgreSQL table), and starting after the last row claimed where the table's
+  claim takes a start (at the head once a second);
 - drain: as many due jobs again drained by an inboxgen Worker (10 workers, batch 1, as
   bench/drain.py), measured once its connections are open: jobs/s, and the CPU each job cost
   the server (PostgreSQL, MariaDB) and this process;
@@ -282,6 +284,8 @@ class Session:
 
         self.claim_s = 0.0
         self.by_priority = False  # the claim a worker would run (runtime/priorities.py)
+        self.priorities: list[int] = []  # the priorities a claim kept to a list keeps to
+        self.listed_at: float | None = None  # when they were read (None: read them again)
         self.start: ClaimStart | None = None  # where its claims start (runtime/claimstart.py)
 
     def timed(self, module: ModuleType, name: str, **values: Any) -> Any:
@@ -292,18 +296,28 @@ class Session:
         at = self.start.at() if self.start is not None and starts else None
         # A row lock's claim by priority runs its generic plan, as a worker runs it: the
         # setting in the round's transaction, which the worker sends with the claim and here
-        # goes before the timed statement; so does a lease's on a partitioned table. (The
-        # lease's claim on one table and the advisory read stand alone in autocommit, planned
-        # per call.)
-        if self.by_priority and self.dialect == "postgres" and name == "claim" \
+        # goes before the timed statement; so does a lease's claim and the advisory form's read
+        # on a partitioned table. (On one table those stand alone in autocommit, planned per
+        # call.)
+        if self.by_priority and self.dialect == "postgres" and name in ("claim", "candidates") \
                 and self.conn.info.transaction_status.name != "IDLE":
             self.conn.execute(GENERIC_PLANS_SQL)
+        # A claim kept to a list of priorities takes the list a worker reads once a second
+        # and after a claim that came back short (runtime/priorities.py).
+        listed = self.by_priority and hasattr(module, "due_priorities") and name in (
+            "claim", "candidates")
+        if listed and (self.listed_at is None or time.monotonic() - self.listed_at >= 1):
+            self.priorities = call(module, "due_priorities", self.conn,
+                                   **{k: v for k, v in values.items() if k in ("group", "now")})
+            self.listed_at = time.monotonic()
         started = time.perf_counter()
         try:
             rows = call(module, name, self.conn, by_priority=self.by_priority, **(at or {}),
-                        **values)
+                        **({"priorities": self.priorities} if listed else {}), **values)
         finally:
             self.claim_s = time.perf_counter() - started
+        if listed and len(rows) < values["limit"]:
+            self.listed_at = None
         if self.start is not None and starts:
             self.start.took(at, rows, values["limit"], self.claim_s)
         return rows
@@ -412,8 +426,13 @@ def one_round(q: Queue, s: Session) -> bool:
                 s.commit()
         return bool(rows)
     assert q.form == "advisory"
+    # By priority on a partitioned PostgreSQL table the read runs its generic plan in a
+    # transaction of its own (Session.timed sets it), as a worker runs it.
+    planned_once = s.dialect == "postgres" and q.partitioned and s.by_priority
+    if planned_once:
+        s.begin()
     rows = claim(m, "candidates", group=WORK, now=now(), limit=1)
-    if s.dialect == "mysql":
+    if s.dialect == "mysql" or planned_once:
         s.commit()  # the read's transaction (the other sessions are in autocommit)
     for r in rows:
         key = m.advisory_key(r)
@@ -458,15 +477,13 @@ def latencies(q: Queue, database: str, rounds: int, budget: float
 
 def by_priority(q: Queue, s: Session) -> bool:
     """Whether a worker would claim priority by priority: as runtime/priorities.py counts the
-    rows due later (SCHEDULED, PostgreSQL), once; the backlog does not change. On MySQL always,
-    where the module has the claim by priority (its claim() then reads the list of priorities
-    itself, at every claim here, where a worker reads it once a second)."""
+    rows due later (SCHEDULED, PostgreSQL), once; the backlog does not change. On MySQL/MariaDB
+    (no SCHEDULED) always. Where the claims by priority keep to a list of priorities (MySQL,
+    a partitioned PostgreSQL table), Session.timed reads the list as a worker does."""
     from inboxgen.runtime.priorities import WALK_FROM
 
-    if hasattr(q.module, "due_priorities"):
-        return True
     if not hasattr(q.module, "scheduled"):
-        return False
+        return hasattr(q.module, "due_priorities")
     return bool(call(q.module, "scheduled", s.conn, group=WORK, now=now(),
                      limit=WALK_FROM) >= WALK_FROM)
 
@@ -484,7 +501,13 @@ def claim_buffers(q: Queue, database: str) -> int | None:
     sql = (getattr(m, "CLAIM_BY_PRIORITY" if walk else "CLAIM", None)
            or getattr(m, "CANDIDATES_BY_PRIORITY" if walk else "CANDIDATES"))
     at = now()
+    s = Session("postgres", database)
+    # A claim kept to a list: the priorities that have due rows, as a worker reads them.
+    priorities = call(m, "due_priorities", s.conn, group=WORK, now=at) if walk and hasattr(
+        m, "due_priorities") else []
+    s.close()
     known = {"group": WORK, "now": at, "locked_until": at + dt.timedelta(seconds=30),
+             "priorities": priorities,
              "limit": 1, "row_key": f"inboxgen:{m.TABLE}:",
              # a lease claim from the head of the claim order
              "from_id": -(2**63), "from_priority": -(2**63),

@@ -198,7 +198,8 @@ class Operations:
     claim_turn: Callable[..., Any] | None = None
     claim_turn_end: Callable[..., Any] | None = None
     scheduled: Callable[..., Any] | None = None  # rows due later, for the claim's choice
-    # MySQL: the priorities that have due rows, which the claim by priority keeps to.
+    # MySQL, a partitioned PostgreSQL table: the priorities that have due rows, which the
+    # claim by priority keeps to.
     due_priorities: Callable[..., Any] | None = None
     held_back: Callable[..., Any] | None = None  # [flow] rows of keys at their limit, the same
     fifo_claim: Callable[..., Any] | None = None

@@ -302,6 +302,9 @@ class Layout:
     enqueued_at: bool = False  # a column the database fills with the insert's time
     # `after = "jobs_after"`: jobs that wait for others (a parents column; needs `dead`).
     after: bool = False
+    # PostgreSQL: the table partitioned by a hash of its id in this many partitions (each
+    # with the storage settings, which the partitioned table refuses); 0: one table.
+    partitions: int = 0
     names: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def name(self, role: str) -> str:
@@ -362,8 +365,15 @@ class Layout:
                 key.insert(1 if self.group else 0, "processed_at")
         elif self.processed:
             where = f" WHERE {names('processed_at')} IS NULL"
-        out = [f"CREATE TABLE jobs (\n{body}\n){options};",
-               f"CREATE INDEX jobs_claim ON jobs ({names(*key)}){where};"]
+        if self.partitions:
+            assert dialect == "postgres", "partitions: PostgreSQL's tables"
+            out = [f"CREATE TABLE jobs (\n{body}\n) PARTITION BY HASH ({names('id')});"]
+            out += [f"CREATE TABLE jobs_p{n} PARTITION OF jobs FOR VALUES WITH (MODULUS "
+                    f"{self.partitions}, REMAINDER {n}){options};"
+                    for n in range(self.partitions)]
+        else:
+            out = [f"CREATE TABLE jobs (\n{body}\n){options};"]
+        out.append(f"CREATE INDEX jobs_claim ON jobs ({names(*key)}){where};")
         if self.unique:
             grouped = ["group"] if self.group and self.unique_group else []
             out.append(f"CREATE UNIQUE INDEX jobs_once ON jobs ({names('account', *grouped)});")

@@ -47,6 +47,14 @@ class CountedChoice:
         """What the count said."""
         self.walks = n >= self._walk_from
 
+    def then(self) -> str | None:
+        """What the worker reads next, with the count's values, where the count calls for a
+        read more (then_read() takes its result); None: nothing."""
+        return None
+
+    def then_read(self, result: Any) -> None:
+        """What the read then() named returned."""
+
     def recount(self) -> None:
         """Count again before the next claim."""
         self._next = 0.0
@@ -63,6 +71,9 @@ class CountedChoice:
         self._counting = counting = asyncio.get_running_loop().create_future()
         try:
             self.counted(await self._calls(conn, self.op, **values))
+            then = self.then()
+            if then is not None:
+                self.then_read(await self._calls(conn, then, **values))
         finally:
             self._counting = None
             if not counting.done():

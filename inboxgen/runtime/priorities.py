@@ -11,6 +11,15 @@ stops counting at WALK_FROM) once a second (choices.py), and claims by priority 
 are WALK_FROM or more. Below that, reading past them costs the plain claim less than the twin's
 planning does (about 8,000 index entries on PostgreSQL 15; docs/performance.md).
 
+On a partitioned table each probe of that walk is made once per partition, so its module's
+twin keeps to a list instead (as MySQL's, below): the priorities that have due rows, read
+after each count that calls for the twin and after a claim that came back short (a priority
+that falls due in between waits up to a second), each priority's due rows read in a LATERAL
+of their own. Behind 10,000,000 rows due later in ten partitions it took 0.90 ms a claim
+against 1.85 for the walk. Below WALK_FROM the worker claims with the plain claim, as on one
+table: a partitioned table's lease claim and advisory read by priority run in a transaction
+of their own (below), which the plain statement, alone in autocommit, does not need.
+
 A row lock's pipelined round runs the twin's generic plan (Backend's GENERIC_PLANS, for the
 rest of the claim's transaction, sent with it), so it is planned once rather than at every
 call. The lease's claim and the advisory form's read are statements alone in autocommit: a
@@ -19,9 +28,10 @@ more than the planning (0.41x-0.67x against 0.95x-1.09x of the empty table, behi
 10,000,000 rows due later). On a partitioned table (Backend.check_server says so) planning
 the claim against every partition costs more than that round trip, and the lease's claim
 by priority runs its generic plan in a transaction of its own (docs/performance.md: claims
-of 1.76 ms -> 0.77-1.08 ms behind 10,000,000 such rows). A row lock whose handlers write
-in the job's transaction (transactional=True) keeps per-call plans too: the setting would
-hold for their statements.
+of 1.76 ms -> 0.77-1.08 ms behind 10,000,000 such rows), as does the advisory form's read by
+priority (0.52 -> 0.30 ms). A row lock whose handlers write in the job's transaction
+(transactional=True) keeps per-call plans too: the setting would hold for their statements;
+so does the advisory form's read where its handlers are transactional.
 
 Both claims take the same rows: the choice changes what a claim costs, never what it claims.
 
@@ -54,29 +64,40 @@ class PriorityChoice(CountedChoice):
     """One worker's choice between the plain claim and the claim by priority."""
 
     def __init__(self, calls: Calls, group: str | None) -> None:
-        # MySQL: the list of priorities the claim keeps to, rather than a count.
+        # MySQL, a partitioned PostgreSQL table: the list of priorities the claim keeps to.
         self._listed = calls.has("due_priorities")
-        super().__init__(calls, group, "due_priorities" if self._listed else "scheduled",
-                         WALK_FROM)
-        self._due: tuple[int, ...] = ()  # the last list (MySQL)
+        # PostgreSQL: the rows due later counted first (MySQL always claims by priority).
+        counts = calls.has("scheduled") or not self._listed
+        super().__init__(calls, group, "scheduled" if counts else "due_priorities", WALK_FROM)
+        self._due: tuple[int, ...] | None = None  # the last list (None: not read)
 
     @property
     def by_priority(self) -> bool:
         return self.walks
 
     def counted(self, n: Any) -> None:
-        if self._listed:
-            self._due = tuple(n)
+        if self.op == "due_priorities":
+            self.then_read(n)
             self.walks = True
             return
         super().counted(n)
 
+    def then(self) -> str | None:
+        """A table whose claims by priority keep to a list and count first: the list, while
+        the count calls for them."""
+        return "due_priorities" if self._listed and self.op != "due_priorities" and \
+            self.walks else None
+
+    def then_read(self, result: Any) -> None:
+        self._due = tuple(result)
+
     def claim_values(self) -> dict[str, Any]:
-        """What a claim takes besides the choice: the priorities it keeps to (MySQL)."""
+        """What a claim takes besides the choice: the priorities it keeps to, where it keeps
+        to a list (None where the list could not be read: the claim reads it)."""
         return {"priorities": self._due} if self._listed and self.walks else {}
 
     def came_short(self) -> None:
-        """A claim came back short: where the claim keeps to a list, read it again before the
-        next (a priority may have come due)."""
-        if self._listed:
+        """A claim came back short: where the claim by priority keeps to a list, read it again
+        before the next (a priority may have come due)."""
+        if self._listed and self.walks:
             self.recount()

@@ -199,6 +199,14 @@ BY_PRIORITY_LAYOUTS = [
                  id="row_lock-count_crashes-seats"),
     pytest.param(Layout(form="advisory", concurrency=50, key_concurrency=2),
                  id="advisory-seats"),
+    # A partitioned table: its claims by priority keep to the list due_priorities() reads.
+    pytest.param(Layout(form="row_lock", partitions=4), id="row_lock-partitioned"),
+    pytest.param(Layout(form="row_lock", count_crashes=True, group=True, dead="group",
+                        partitions=4), id="row_lock-count_crashes-group-partitioned"),
+    pytest.param(Layout(form="lease", partitions=4), id="lease-partitioned"),
+    pytest.param(Layout(form="advisory", partitions=4), id="advisory-partitioned"),
+    pytest.param(Layout(form="lease", group=True, concurrency=50, key_concurrency=2,
+                        partitions=4), id="lease-limits-partitioned"),
 ]
 
 
@@ -211,8 +219,12 @@ def schedule_ahead(q: Queue, conn: Any, scheduled: int) -> list[Any]:
     conn.commit()
     due = [q.add(conn, payload=f"due-{i}", priority=1, retry_after=at(-10)) for i in range(3)]
     conn.execute(f"ANALYZE {q.table_sql()}")
-    # No autovacuum: its pass over the indexes would count with the claims' reads.
-    conn.execute(f"ALTER TABLE {q.table_sql()} SET (autovacuum_enabled = false)")
+    # No autovacuum: its pass over the indexes would count with the claims' reads. (A
+    # partitioned table takes the setting on its partitions.)
+    parts = [r[0] for r in conn.execute("SELECT inhrelid::regclass::text FROM pg_inherits "
+                                        "WHERE inhparent = %s::regclass", (q.table_sql(),))]
+    for table in parts or [q.table_sql()]:
+        conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     conn.commit()
     return due
 
@@ -223,7 +235,8 @@ def claim_buffers(q: Queue, conn: Any, statement: str) -> int:
             "locked_until": T0 + dt.timedelta(seconds=LEASE), **FROM_THE_HEAD,
             # A limited claim's: the limits, as its claim() binds them.
             "queue": q.mod.TABLE, "concurrency": getattr(q.mod, "CONCURRENCY", None),
-            "key_concurrency": getattr(q.mod, "KEY_CONCURRENCY", None)}
+            "key_concurrency": getattr(q.mod, "KEY_CONCURRENCY", None),
+            "priorities": [1]}  # a claim kept to a list: the priority with due rows
     cur = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.mod.STATEMENTS[statement],
                        {k: args[k] for k in q.mod.DESCRIPTOR.statement_params[statement]})
     ((explained,),) = cur.fetchall()
@@ -238,7 +251,8 @@ def test_postgres_claim_by_priority_reads_no_scheduled_rows_of_a_more_urgent_pri
     """Rows due tomorrow at priority 0 sort before today's due rows at priority 1: the plain
     claim's one scan in claim order reads every one of them before it finds a due row
     (thousands of buffers at this size, growing with them). Its twin reads priority by
-    priority: a handful, and the same rows."""
+    priority (on a partitioned table, the priorities due_priorities() lists): a handful, and
+    the same rows."""
     q = queue("postgres", layout)
     conn = q.connect()
     due = schedule_ahead(q, conn, SCHEDULED_AHEAD)
@@ -272,8 +286,10 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
     """A worker on a table holding more rows due later than WALK_FROM claims by priority: all
     its claims and counts read fewer index blocks than one plain claim reads past them (as
     the server counts the blocks), and it runs the due rows. A row lock's claim by priority
-    runs its generic plan: GENERIC_PLANS goes before it, in its transaction (the lease's claim
-    and the advisory form's read are statements alone, with plans per call)."""
+    runs its generic plan: GENERIC_PLANS goes before it, in its transaction, as do a lease's
+    claim and an advisory read on a partitioned table (on one table those are statements
+    alone, with plans per call). On a partitioned table every claim carries the list of
+    priorities it keeps to."""
     from inboxgen import Worker
     from inboxgen.runtime.backends.base import GENERIC_PLANS, Backend
     from inboxgen.runtime.priorities import WALK_FROM
@@ -323,13 +339,21 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
     read = index_blocks_read() - before  # the worker's sessions reported theirs as they closed
     assert read < one_plain_claim, f"{read} index blocks read to claim 3 rows"
     claims = 0
+    listed: list[int] = []
     for steps in sent:
         for n, step in enumerate(steps):
             if isinstance(step, tuple) and step[0] in ("claim", "candidates"):
                 assert step[1].get("by_priority"), steps  # the worker chose the walk
-                assert (GENERIC_PLANS in steps[:n]) == (layout.form == "row_lock"), steps
+                planned_once = layout.form == "row_lock" or layout.partitions > 0
+                assert (GENERIC_PLANS in steps[:n]) == planned_once, steps
+                # The priorities with due rows: 1, or none once the due rows are taken.
+                assert ("priorities" in step[1]) == (layout.partitions > 0), step[1]
+                assert set(step[1].get("priorities") or ()) <= {1}, step[1]
+                listed += list(step[1].get("priorities") or ())
                 claims += 1
-    assert (claims > 0) == (layout.form != "advisory"), sent  # its read is a call alone
+    # (An advisory read on one table is a call alone.)
+    assert (claims > 0) == (layout.form != "advisory" or layout.partitions > 0), sent
+    assert bool(listed) == (layout.partitions > 0)
 
 
 KEPT = 20_000
@@ -408,7 +432,7 @@ MYSQL_BY_PRIORITY_LAYOUTS = [
 ]
 
 
-def mysql_schedule_around(q: Queue, conn: Any, scheduled: int, now: dt.datetime = T0
+def schedule_around(q: Queue, conn: Any, scheduled: int, now: dt.datetime = T0
                           ) -> list[Any]:
     """`scheduled` rows due a day after `now` at priority 0 and as many at priority 2, and three
     due rows at priority 1 between them (their ids returned): the plain claim reads every row
@@ -445,7 +469,7 @@ def test_mysql_claim_by_priority_reads_and_locks_no_row_due_later(
     and takes the same rows."""
     q = queue("mysql", layout)
     conn = q.connect()
-    due = mysql_schedule_around(q, conn, MYSQL_AHEAD)
+    due = schedule_around(q, conn, MYSQL_AHEAD)
     assert call(q.mod.due_priorities, conn, group="g", now=T0) == [1]
     # The claim statement a worker runs (the advisory form's read of candidates), in an open
     # transaction, rolled back; a counted claim's keys are unlocked after it.
@@ -496,11 +520,19 @@ def test_mysql_held_back_by_priority_counts_the_same_rows_and_reads_none_due_lat
     assert pages["HELD_BACK"] > 5 * pages["HELD_BACK_BY_PRIORITY"], pages
 
 
-def test_mysql_due_priorities_lists_those_with_a_due_row_of_the_group(
-        queue: MakeQueue) -> None:
+# Where the claims by priority keep to a list of priorities: MySQL/MariaDB, and a partitioned
+# PostgreSQL table.
+LISTED = [pytest.param("mysql", Layout(form="lease", group=True), id="mysql"),
+          pytest.param("postgres", Layout(form="lease", group=True, partitions=4),
+                       id="postgres-partitioned")]
+
+
+@pytest.mark.parametrize(("dialect", "layout"), LISTED)
+def test_due_priorities_lists_those_with_a_due_row_of_the_group(
+        queue: MakeQueue, dialect: str, layout: Layout) -> None:
     """due_priorities() walks the priorities of the worker's group's unfinished rows and keeps
     those whose first row is due (a row in work counts: its priority's claim passes over it)."""
-    q = queue("mysql", Layout(form="lease", group=True))
+    q = queue(dialect, layout)
     conn = q.connect()
     later = T0 + dt.timedelta(hours=1)
     for priority, due in ((-3, False), (0, True), (0, False), (4, False), (7, True)):
@@ -513,19 +545,22 @@ def test_mysql_due_priorities_lists_those_with_a_due_row_of_the_group(
     assert q.mod.due_priorities(conn, group="none", now=T0) == []
 
 
-@pytest.mark.parametrize("layout", MYSQL_BY_PRIORITY_LAYOUTS[:4])
-def test_mysql_worker_claims_by_priority_and_a_job_of_a_new_priority_runs(
-        queue: MakeQueue, layout: Layout) -> None:
-    """A MySQL worker claims by priority from its first claim on (the read of candidates too),
-    each claim kept to the priorities due_priorities() listed; a claim that came back short has
-    the list read again, so a job enqueued later at a priority no row had runs at the next
-    poll."""
+@pytest.mark.parametrize(("dialect", "layout"), [
+    *(pytest.param("mysql", *p.values, id=f"mysql-{p.id}") for p in MYSQL_BY_PRIORITY_LAYOUTS[:4]),
+    *(pytest.param("postgres", *p.values, id=f"postgres-{p.id}") for p in BY_PRIORITY_LAYOUTS
+      if "partitioned" in str(p.id))])
+def test_listed_worker_claims_by_priority_and_a_job_of_a_new_priority_runs(
+        queue: MakeQueue, dialect: str, layout: Layout) -> None:
+    """A worker on MySQL or on a partitioned PostgreSQL table claims by priority from its first
+    claim on (the read of candidates too), each claim kept to the priorities due_priorities()
+    listed; a claim that came back short has the list read again, so a job enqueued later at a
+    priority no row had runs at the next poll."""
     from inboxgen import Worker
 
-    q = queue("mysql", layout)
+    q = queue(dialect, layout)
     conn = q.connect()
     now = dt.datetime.now(dt.UTC)  # the worker's clock: the real one
-    due = mysql_schedule_around(q, conn, 5_000, now)
+    due = schedule_around(q, conn, 5_000, now)
     ran: list[Any] = []
     claims: list[dict[str, Any]] = []
 
@@ -575,7 +610,7 @@ def test_mysql_key_limited_worker_counts_held_back_rows_by_priority(queue: MakeQ
     q = queue("mysql", Layout(form="lease", key_concurrency=2))
     conn = q.connect()
     now = dt.datetime.now(dt.UTC)  # the worker's clock: the real one
-    due = mysql_schedule_around(q, conn, 2_000, now)
+    due = schedule_around(q, conn, 2_000, now)
     ran: list[Any] = []
     counts: list[dict[str, Any]] = []
 

@@ -310,7 +310,13 @@ class Renderer:
         return value
 
     def params(self, st: Statement) -> list[str]:
-        return [f"{py_str(p)}: {self.param_value(p)}" for p in st.params]
+        out = [f"{py_str(p)}: {self.param_value(p)}" for p in st.params]
+        # A claim whose twin by priority takes the priorities to keep to passes them to either
+        # (the plain statement names no such parameter, and the drivers bind by name).
+        twin = self.st.get(f"{st.name}_BY_PRIORITY")
+        if twin is not None and "priorities" in twin.params:
+            out.append(f'"priorities": {self.ids_from("priorities or ()")}')
+        return out
 
     def run(self, head: str, name: str, items: list[str] | str) -> list[str]:
         """`head` + `conn.execute(NAME, {params})` (the dialect's `executor`), as one line: the
@@ -1037,12 +1043,24 @@ class Renderer:
         docstring says of it and the lines that pick it (`none`: what the function returns
         where no priority has a due row, for a twin that takes the list); else `name` and
         nothing."""
-        if f"{name}_BY_PRIORITY" not in self.st:
+        twin = self.st.get(f"{name}_BY_PRIORITY")
+        if twin is None:
             return name, "", "", ()
-        return ("statement", ", by_priority: bool = False",
-                f" With `by_priority`, {name}_BY_PRIORITY: the due rows read priority by "
-                "priority, for a table holding many rows due later (`scheduled()`).",
-                (f"statement = {name}_BY_PRIORITY if by_priority else {name}",))
+        pick = (f"statement = {name}_BY_PRIORITY if by_priority else {name}",)
+        if "priorities" not in twin.params:
+            return ("statement", ", by_priority: bool = False",
+                    f" With `by_priority`, {name}_BY_PRIORITY: the due rows read priority by "
+                    "priority, for a table holding many rows due later (`scheduled()`).", pick)
+        nxt = self.st["NEXT_PRIORITY"]
+        args = ", ".join(f"{p}={p}" for p in nxt.params if p != "above")
+        return ("statement",
+                ", by_priority: bool = False, priorities: Sequence[int] | None = None",
+                f" With `by_priority`, {name}_BY_PRIORITY: the due rows of `priorities` alone "
+                "(None: those `due_priorities()` lists), so that no row due later is read.",
+                (*pick, "if by_priority and priorities is None:",
+                 f"    priorities = AWAIT_TWIN due_priorities(conn, {args})",
+                 "if by_priority and not priorities:",
+                 f"    return {none}  # no priority has a due row"))
 
     def fifo_head_claim(self) -> Func:
         """Hook: fifo_claim() on FIFO_HEAD, for dialects whose statements have it."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 from inboxgen.generate import catalog as cat
 from inboxgen.generate.dialects import LEASE, ROW_LOCK
 from inboxgen.generate.render.base import START_ARGS, Func, Renderer, Step, indented
-from inboxgen.generate.statements.base import Statement
 
 
 class MySQLRenderer(Renderer):
@@ -38,30 +37,6 @@ class MySQLRenderer(Renderer):
 
     def ids_from(self, name: str) -> str:
         return f"tuple({name})"
-
-    def params(self, st: Statement) -> list[str]:
-        # A claim whose twin by priority takes the priorities to keep to passes them to either
-        # (the plain statement names no such parameter, and the drivers bind by name; both
-        # write a tuple as a parenthesised list).
-        out = super().params(st)
-        twin = self.st.get(f"{st.name}_BY_PRIORITY")
-        if twin is not None and "priorities" in twin.params:
-            out.append('"priorities": tuple(priorities or ())')
-        return out
-
-    def by_priority(self, name: str, none: str = "[]") -> tuple[str, str, str, tuple[str, ...]]:
-        run, walk, doc, pick = super().by_priority(name, none)
-        if not pick or "priorities" not in self.st[f"{name}_BY_PRIORITY"].params:
-            return run, walk, doc, pick
-        nxt = self.st["NEXT_PRIORITY"]
-        args = ", ".join(f"{p}={p}" for p in nxt.params if p != "above")
-        return (run, walk + ", priorities: Sequence[int] | None = None",
-                f" With `by_priority`, {name}_BY_PRIORITY: the due rows of `priorities` alone "
-                "(None: those `due_priorities()` lists), so that no row due later is read.",
-                (*pick, "if by_priority and priorities is None:",
-                 f"    priorities = AWAIT_TWIN due_priorities(conn, {args})",
-                 "if by_priority and not priorities:",
-                 f"    return {none}  # no priority has a due row"))
 
     def insert_id(self, params: str) -> tuple[str, Step, bool]:
         """From the cursor's lastrowid where the id is AUTO_INCREMENT, or from the row where

@@ -819,6 +819,21 @@ class Statements:
         return (pr is not None and ra is not None and not pr.column.nullable
                 and not self.q.fifo and (self.q.limits is None or not self.q.limits.fair))
 
+    def next_priority(self) -> None:
+        """NEXT_PRIORITY: the first priority of unfinished rows above `above`, and whether its
+        first row is due (or in work): one probe of the claim index, a range from `above` on.
+        due_priorities() walks the priorities with it, for the claims kept to a list of them
+        (MySQL's; a partitioned PostgreSQL table's)."""
+        pr, ra = self.role("priority"), self.role("retry_after")
+        assert pr is not None and ra is not None
+        prc, rac = self.c(pr), self.c(ra)
+        self.add("NEXT_PRIORITY", "\n".join(x for x in (
+            f"SELECT {prc}, {rac} <= {self.p('now')}", f"FROM {self.t()}{self.force_index()}",
+            self.where([*self.unfinished(), f"{prc} > {self.p('above')}"]),
+            f"ORDER BY {prc}, {rac}", "LIMIT 1") if x),
+            "The first priority above `above`, and whether it has a due row (a row in work "
+            "counts).")
+
     def priority_walk(self) -> tuple[str, str]:
         """The recursive CTE that lists the priorities of unfinished rows in claim order, each
         found by one probe of the claim index, and its name."""

@@ -75,7 +75,11 @@ class MySQLStatements(Statements):
         priority before it reaches a due row, and as a locking read it locks each row it reads
         until its transaction ends (InnoDB keeps the locks of rows a condition turned away):
         behind 1,000,000 of them one claim held 2,000,000 row locks, and a row lock's ten
-        slots filled the buffer pool with lock heaps until the server aborted."""
+        slots filled the buffer pool with lock heaps until the server aborted. The list is
+        walked a probe per statement (NEXT_PRIORITY): in one statement (a recursive CTE)
+        MariaDB reads a correlated subquery's rows from the start of the group, not from the
+        priority before, and scans the group's rows for a GROUP BY unless its statistics are
+        fresh."""
         self.claims_of_form()
         if not self.by_priority:
             return
@@ -91,23 +95,6 @@ class MySQLStatements(Statements):
                          "(NEXT_PRIORITY walks them): each priority's due rows are one index "
                          "range, so that no row due later is read.")
         self.next_priority()
-
-    def next_priority(self) -> None:
-        """NEXT_PRIORITY: the first priority of unfinished rows above `above`, and whether its
-        first row is due (or in work): one probe of the claim index, a range from `above` on.
-        due_priorities() walks the priorities with it. A walk in one statement (a recursive
-        CTE) would not do: MariaDB reads a correlated subquery's rows from the start of the
-        group, not from the priority before, and scans the group's rows for a GROUP BY unless
-        its statistics are fresh."""
-        pr, ra = self.role("priority"), self.role("retry_after")
-        assert pr is not None and ra is not None
-        prc, rac = self.c(pr), self.c(ra)
-        self.add("NEXT_PRIORITY", "\n".join(x for x in (
-            f"SELECT {prc}, {rac} <= {self.p('now')}", f"FROM {self.t()}{self.force_index()}",
-            self.where([*self.unfinished(), f"{prc} > {self.p('above')}"]),
-            f"ORDER BY {prc}, {rac}", "LIMIT 1") if x),
-            "The first priority above `above`, and whether it has a due row (a row in work "
-            "counts).")
 
     def claims_of_form(self) -> None:
         form = self.q.form

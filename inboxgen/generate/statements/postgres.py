@@ -70,12 +70,33 @@ class PostgresStatements(Statements):
         finally:
             walked, self.out, self.walking = self.out, plain, False
         for st in walked:
-            if st.name in ("CLAIM", "CANDIDATES", "HELD_BACK"):
+            if st.name not in ("CLAIM", "CANDIDATES", "HELD_BACK"):
+                continue
+            if self.listed:
+                self.add(f"{st.name}_BY_PRIORITY", st.sql,
+                         f"{st.name} reading the due rows of each priority of `priorities` "
+                         "in turn (most urgent first: those due_priorities() lists as having "
+                         "due rows), so that no row due later at a more urgent priority is "
+                         "read.")
+            else:
                 self.add(f"{st.name}_BY_PRIORITY", st.sql,
                          f"{st.name} reading the due rows priority by priority, so that rows "
                          "due later at a more urgent priority are not read: for a table holding "
                          "many of them (SCHEDULED).")
         self.scheduled()
+        if self.listed:
+            self.next_priority()
+
+    @property
+    def listed(self) -> bool:
+        """Whether the claims by priority keep to a list of the priorities that have due rows
+        (`priorities`, walked by NEXT_PRIORITY once a second while SCHEDULED counts enough
+        rows due later) rather than finding them in the statement: a partitioned table's.
+        There each probe of a walk in the statement is made once per partition (behind
+        10,000,000 rows due later in ten partitions a claim by priority read 184 buffers
+        against 69 kept to the list, and took 1.85 ms against 0.90 ms). On one table the
+        walk's probes are one index descent each."""
+        return self.q.partitioned
 
     def due_by_priority(self, columns: str, lock: str, also: tuple[str, ...] = ()) -> str:
         """SELECT `columns` of the first `limit` due rows in claim order, priority by priority:
@@ -99,6 +120,18 @@ class PostgresStatements(Statements):
         ) if x)
         return "\n".join((cte, "SELECT due.*", f"FROM {walk}", "CROSS JOIN LATERAL (", inner,
                           ") AS due", f"LIMIT {self.p('limit')}"))
+
+    def priority_walk(self) -> tuple[str, str]:
+        # (SCHEDULED, which counts the rows due later of every priority, walks them all.)
+        if not (self.listed and self.walking):
+            return super().priority_walk()
+        pr = self.role("priority")
+        assert pr is not None
+        walk = "inboxgen_priorities"
+        # The list is in claim order, and each priority's LATERAL read follows it.
+        return (f"WITH {walk} ({self.c(pr)}) AS (\n"
+                f"    SELECT unnest({self.p('priorities')}::{pg_array_type(pr)})\n"
+                ")"), walk
 
     def scheduled(self) -> None:
         """SCHEDULED: how many unfinished rows are due later, counted up to `limit`, priority by

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import WorkerConfigError
+from inboxgen.runtime.backends.base import BEGIN, COMMIT, GENERIC_PLANS, StepFailed
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
@@ -25,6 +26,7 @@ from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
 from inboxgen.runtime.seats import SeatHolder, SlotSeat
 
 if TYPE_CHECKING:
+    from inboxgen.runtime.backends.base import ServerOffers
     from inboxgen.runtime.jobs import Held
 
 # The most candidates one round reads while the rows ahead are held by others.
@@ -61,6 +63,11 @@ class Advisory(Form):
         # [flow] limits: the seats this worker's jobs hold (runtime/seats.py).
         self._seats = (SeatHolder(self.d.seats, self.d.qualified_name)
                        if self.d.seats is not None else None)
+        # A partitioned table's read by priority runs its generic plan (offered()).
+        self._plan_once_by_priority = False
+
+    def offered(self, offers: ServerOffers) -> None:
+        self._plan_once_by_priority = offers.partitioned
 
     def claim_resources(self) -> None:
         # The form is the owner of its locks: one worker's, and never another's.
@@ -377,7 +384,19 @@ class AutocommitAdvisory(Advisory):
                 raise
 
     async def candidates(self, conn: Any, values: dict[str, Any]) -> list[Any]:
-        rows: list[Any] = await self.calls(conn, "candidates", **values)
+        if not (self._plan_once_by_priority and values.get("by_priority")):
+            rows: list[Any] = await self.calls(conn, "candidates", **values)
+            return rows
+        # On a partitioned table the read by priority runs its generic plan, in a transaction
+        # of its own sent in one pipeline: planned against every partition at each call, it
+        # cost more than the read (runtime/priorities.py).
+        backend = self.backend
+        steps = [BEGIN, GENERIC_PLANS, self.calls.step("candidates", values), COMMIT]
+        async with backend.pipeline(conn):
+            try:
+                (rows,) = await backend.together(conn, steps)
+            except StepFailed as err:
+                raise err.cause from None
         return rows
 
     async def lock(self, conn: Any, key: str) -> bool:

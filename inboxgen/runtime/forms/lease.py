@@ -198,6 +198,10 @@ class Lease(Form):
                         **self.priorities.claim_values()}
                 (n,) = await self.backend.alone([self.calls.step(choice.op, {**values, **walk})])
                 choice.counted(n)
+                then = choice.then()
+                if then is not None:
+                    (n,) = await self.backend.alone([self.calls.step(then, values)])
+                    choice.then_read(n)
         op, values = self.claim_call(now, limit, until)
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()

@@ -13,3 +13,27 @@ CREATE TABLE partitioned_jobs_1 PARTITION OF partitioned_jobs FOR VALUES FROM (1
           autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02);
 CREATE INDEX partitioned_jobs_claim ON partitioned_jobs (retry_after, id)
     WHERE processed_at IS NULL;
+-- A prioritized queue table partitioned by a hash of its id: its claims by priority keep to the
+-- priorities that have due rows (NEXT_PRIORITY), one LATERAL read each.
+CREATE TABLE hashed_jobs (
+    id BIGSERIAL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    retry_after TIMESTAMPTZ NOT NULL DEFAULT now(),
+    attempt INTEGER NOT NULL DEFAULT 0,
+    payload JSONB NOT NULL,
+    PRIMARY KEY (id)
+) PARTITION BY HASH (id);
+CREATE TABLE hashed_jobs_0 PARTITION OF hashed_jobs FOR VALUES WITH (MODULUS 2, REMAINDER 0)
+    WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+          autovacuum_vacuum_insert_scale_factor = 0);
+CREATE TABLE hashed_jobs_1 PARTITION OF hashed_jobs FOR VALUES WITH (MODULUS 2, REMAINDER 1)
+    WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+          autovacuum_vacuum_insert_scale_factor = 0);
+CREATE INDEX hashed_jobs_claim ON hashed_jobs (priority, retry_after, id);
+CREATE TABLE hashed_dead (
+    id BIGINT PRIMARY KEY,
+    priority INTEGER NOT NULL,
+    retry_after TIMESTAMPTZ NOT NULL,
+    attempt INTEGER NOT NULL,
+    payload JSONB NOT NULL
+);
