@@ -167,11 +167,14 @@ def production(name: str, **axes: str) -> Shape:
 
 def pinned() -> list[Shape]:
     """Shapes a level runs after its covering array, one step off a production shape where
-    generated statements differ that no pair need reach: the table a new user writes,
-    partitioned on PostgreSQL, whose claims by priority keep to a list of priorities, under
-    each form."""
-    return [production("priority_due", form=form, storage="partitioned")
-            for form in ("row_lock", "lease", "advisory")]
+    generated statements differ that no pair need reach, partitioned on PostgreSQL: the table
+    a new user writes, whose claims by priority keep to a list of priorities, under each
+    form; and a group claimed in id order, whose counted row lock's and lease's claims repeat
+    their start outside their subquery."""
+    return [*(production("priority_due", form=form, storage="partitioned")
+              for form in ("row_lock", "lease", "advisory")),
+            *(production("group_kept", form=form, storage="partitioned")
+              for form in ("row_lock", "lease"))]
 
 
 def production_seeds() -> list[Shape]:

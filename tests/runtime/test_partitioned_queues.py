@@ -150,3 +150,36 @@ def test_a_lease_claims_a_partitioned_table_by_priority_with_its_generic_plan(
     for steps, n in claims:
         assert steps[n][1]["by_priority"], steps  # the worker chose the walk
         assert (GENERIC_PLANS in steps[:n]) == partitioned, steps
+
+
+def _scanned(plan: dict[str, Any]) -> set[str]:
+    """The relations a plan (EXPLAIN ANALYZE, JSON) scanned: scans that ran at least once."""
+    out = ({plan["Relation Name"]} if "Relation Name" in plan and "Scan" in plan["Node Type"]
+           and plan.get("Actual Loops")
+           else set())
+    for child in plan.get("Plans", []):
+        out |= _scanned(child)
+    return out
+
+
+@pytest.mark.parametrize("form", ["lease", "row_lock_counted"])
+def test_a_claim_from_a_start_reads_no_partition_below_it(
+        form: str, queue: MakeQueue) -> None:
+    """On a table partitioned by range of id, a claim that starts after the last row claimed
+    reads only the partitions at or above its start: the UPDATE that takes the rows its
+    subquery picked (lease, a counted row lock) finds them by id, and probed every partition's
+    primary key until the start bounded it too."""
+    import datetime as dt
+
+    q = queue("postgres", ddl=ddl("postgres", form, False), spec=spec(form, False))
+    now = dt.datetime.now(dt.UTC)
+    with q.db.transaction() as conn:
+        q.mod.insert_many(conn, [q.mod.NewRow(payload={"n": n}) for n in range(JOBS)])
+    values = {"now": now, "locked_until": now + dt.timedelta(seconds=30), "limit": 2,
+              "from_id": 21, "row_key": f"inboxgen:{q.mod.TABLE}:"}
+    with q.db.transaction() as conn:
+        bound = {k: values[k] for k in q.mod.DESCRIPTOR.statement_params["CLAIM"]}
+        ((explained,),) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + q.mod.CLAIM,
+                                       bound).fetchall()
+        conn.rollback()
+    assert _scanned(explained[0]["Plan"]) == {"jobs_2"}

@@ -162,10 +162,20 @@ class PostgresStatements(Statements):
 
     def picked(self, lock: str, also: tuple[str, ...] = ()) -> str:
         if not self.walking:
-            return super().picked(lock, also)
+            return super().picked(lock, also) + self.start_bound(also)
         inner = self.due_by_priority(self.c(self.q.id), lock, also)
         return self.d.picked_by(self.c(self.q.id),
                                 "\n".join("    " + line for line in inner.splitlines()))
+
+    def start_bound(self, also: tuple[str, ...]) -> str:
+        """A partitioned table's UPDATE of picked rows that start at an id: the start again,
+        outside the subquery. The rows are found by their ids (`= ANY(ARRAY(...))`), which the
+        planner cannot bound, so the UPDATE probed the primary key of every partition; with
+        the start there it leaves out those below it where the table is partitioned by range
+        of id (a table whose old partitions hold processed rows, or another group's: a claim
+        of one row behind 1,000,000 read 9 buffers where it read 29)."""
+        start = f"{self.c(self.q.id)} >= {self.p('from_id')}"
+        return f"\n  AND {start}" if self.q.partitioned and start in also else ""
 
     def cancel(self) -> None:
         """The row is picked as a claim picks it (unheld)."""
