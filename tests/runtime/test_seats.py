@@ -129,9 +129,11 @@ def test_processes_started_later_get_seats_a_busy_one_holds(
     """A process of ten slots holds all six seats of the queue, its claims full, when two more
     start (all polling once a second). A busy slot keeps its seat across its rounds, but gives
     it up to a process that holds two fewer or less: each of the later processes runs a fair
-    part of the jobs, where they used to find every seat held at each poll and run none."""
+    part of the jobs, where they used to find every seat held at each poll and run none. (The
+    drain lasts long enough, about 20 s, that the later processes' start, which takes seconds
+    on a busy machine, is a small part of it: at 1,200 jobs one ran 98 once.)"""
     q = queue(dialect, layout(form, concurrency=6, count_crashes=count_crashes))
-    ids = add(q, ["a"] * 1200)
+    ids = add(q, ["a"] * 2400)
     logs = [tmp_path / f"w{n}.log" for n in range(3)]
     args = ("run", "--workers", "10", "--job-seconds", "0.05", "--poll-interval", "1")
     children = start_workers(q, logs[:1], *args)
