@@ -495,17 +495,15 @@ def claim_buffers(q: Queue, database: str) -> int | None:
     if q.dialect != "postgres":
         return None
     m = q.module
-    s = Session("postgres", database)
-    walk = by_priority(q, s)
-    s.close()
-    sql = (getattr(m, "CLAIM_BY_PRIORITY" if walk else "CLAIM", None)
-           or getattr(m, "CANDIDATES_BY_PRIORITY" if walk else "CANDIDATES"))
     at = now()
     s = Session("postgres", database)
+    walk = by_priority(q, s)
     # A claim kept to a list: the priorities that have due rows, as a worker reads them.
     priorities = call(m, "due_priorities", s.conn, group=WORK, now=at) if walk and hasattr(
         m, "due_priorities") else []
     s.close()
+    sql = (getattr(m, "CLAIM_BY_PRIORITY" if walk else "CLAIM", None)
+           or getattr(m, "CANDIDATES_BY_PRIORITY" if walk else "CANDIDATES"))
     known = {"group": WORK, "now": at, "locked_until": at + dt.timedelta(seconds=30),
              "priorities": priorities,
              "limit": 1, "row_key": f"inboxgen:{m.TABLE}:",
