@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,6 +63,16 @@ class CountedChoice:
     async def choose(self, conn: Any, now: _dt.datetime) -> None:
         """Count on `conn` when a count is due. While another slot counts, wait for its count:
         at a worker's start no slot claims before the first one."""
+        async def read(op: str, values: dict[str, Any]) -> Any:
+            return await self._calls(conn, op, **values)
+
+        await self.choose_with(read, now)
+
+    async def choose_with(self, read: Callable[[str, dict[str, Any]], Awaitable[Any]],
+                          now: _dt.datetime, count_takes: dict[str, Any] | None = None) -> None:
+        """choose(), each statement run by `read(op, values)`; `count_takes`: values the count
+        takes besides its own (a key-limited lease's count of held-back rows reads by priority
+        where its claim does)."""
         if self._counting is not None:
             await asyncio.shield(self._counting)
             return
@@ -70,10 +81,10 @@ class CountedChoice:
             return
         self._counting = counting = asyncio.get_running_loop().create_future()
         try:
-            self.counted(await self._calls(conn, self.op, **values))
+            self.counted(await read(self.op, {**values, **(count_takes or {})}))
             then = self.then()
             if then is not None:
-                self.then_read(await self._calls(conn, then, **values))
+                self.then_read(await read(then, values))
         finally:
             self._counting = None
             if not counting.done():

@@ -17,10 +17,8 @@ reading in claim order. Within a key, the claim order holds.
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, GENERIC_PLANS, StepFailed
 from inboxgen.runtime.choices import CountedChoice
 from inboxgen.values import KeyTurns, key_turns
 
@@ -70,19 +68,14 @@ async def claim_in_turn(backend: Backend, calls: Calls, claim: Step, *,
     returns its result. With `generic_plan` it runs its generic plan (a walk over the key's
     values, or a partitioned table's claim by priority): planned anew at each call, its
     planning costs more than the claim (PostgreSQL)."""
-    steps = [BEGIN, GENERIC_PLANS, claim, COMMIT] if generic_plan else [BEGIN, claim, COMMIT]
-    turned = calls.has("claim_turn")  # MySQL: the turn outlives the transaction
-    if turned:
-        # Should the wait give up, CLAIM reads nothing (it checks the turn is held).
-        steps = [calls.step("claim_turn", {}), *steps, calls.step("claim_turn_end", {})]
+    # MySQL: the turn outlives the transaction. Should its wait give up, CLAIM reads nothing
+    # (it checks the turn is held).
+    turned = calls.has("claim_turn")
     # One call: on PostgreSQL in pipeline mode (BEGIN, the turn and the claim's read travel
     # together, its marks with COMMIT), on MySQL one call on the connection's thread.
-    async with backend.session() as conn, backend.pipeline(conn):
-        try:
-            results = await backend.together(conn, steps)
-        except StepFailed as err:
-            if turned:  # give the turn up, whatever became of the claim
-                with contextlib.suppress(Exception):
-                    await backend.together(conn, [steps[-1]])
-            raise err.cause from None
-    return results[-2 if turned else -1]  # the claim's (the turn's end returns None)
+    async with backend.session() as conn:
+        (result,) = await backend.transaction_together(
+            conn, [claim], generic_plans=generic_plan,
+            before=calls.step("claim_turn", {}) if turned else None,
+            after=calls.step("claim_turn_end", {}) if turned else None)
+    return result

@@ -228,6 +228,28 @@ class Backend:
                 raise StepFailed(done, err) from err
         return results
 
+    async def transaction_together(self, conn: Any, steps: list[Step], *,
+                                   generic_plans: bool = False, before: Step | None = None,
+                                   after: Step | None = None) -> list[Any]:
+        """`steps` in a transaction of their own on `conn`, sent together (PostgreSQL: in one
+        pipeline), with `before` and `after` (calls) outside it (MySQL's claim turn);
+        returns the results of the calls among `steps`. With `generic_plans` the
+        transaction's statements run their generic plans. A step that fails raises the
+        driver's own error, after `after` is sent alone (the turn given up, whatever became
+        of the transaction)."""
+        body = [BEGIN, GENERIC_PLANS, *steps, COMMIT] if generic_plans else [BEGIN, *steps, COMMIT]
+        first = [before] if before is not None else []
+        last = [after] if after is not None else []
+        async with self.pipeline(conn):
+            try:
+                results = await self.together(conn, [*first, *body, *last])
+                return results[len(first):len(results) - len(last)]
+            except StepFailed as err:
+                if after is not None:
+                    with contextlib.suppress(Exception):
+                        await self.together(conn, [after])
+                raise err.cause from None
+
     async def begin_step(self, conn: Any) -> None:
         """BEGIN as a step of `together`."""
         await self.begin(conn)
@@ -397,10 +419,7 @@ class KeptConnections(Backend):
     async def alone(self, steps: list[Step]) -> list[Any]:
         # One transaction (one write turn on SQLite, one commit on MySQL).
         async with self.connection() as conn:
-            try:
-                return await self.together(conn, [BEGIN, *steps, COMMIT])
-            except StepFailed as err:
-                raise err.cause from None
+            return await self.transaction_together(conn, steps)
 
 
 class ThreadedBackend(KeptConnections):

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from inboxgen.errors import WorkerConfigError
-from inboxgen.runtime.backends.base import BEGIN, COMMIT, GENERIC_PLANS, StepFailed
 from inboxgen.runtime.batching import one_statement
 from inboxgen.runtime.claimstart import ClaimStart, claims_from_id
 from inboxgen.runtime.forms.base import Form, Parts
@@ -105,6 +104,8 @@ class Advisory(Form):
         started = time.monotonic()
         now = self.clock.now()
         await self.priorities.choose(conn, now)
+        if self.nothing_due(read_again=False):
+            return True  # drained: no listed priority has due rows
         candidates = await self.candidates(conn, {
             "group": group, "now": now, "limit": limit,
             "by_priority": self.priorities.by_priority, **self.priorities.claim_values(),
@@ -390,13 +391,8 @@ class AutocommitAdvisory(Advisory):
         # On a partitioned table the read by priority runs its generic plan, in a transaction
         # of its own sent in one pipeline: planned against every partition at each call, it
         # cost more than the read (runtime/priorities.py).
-        backend = self.backend
-        steps = [BEGIN, GENERIC_PLANS, self.calls.step("candidates", values), COMMIT]
-        async with backend.pipeline(conn):
-            try:
-                (rows,) = await backend.together(conn, steps)
-            except StepFailed as err:
-                raise err.cause from None
+        (rows,) = await self.backend.transaction_together(
+            conn, [self.calls.step("candidates", values)], generic_plans=True)
         return rows
 
     async def lock(self, conn: Any, key: str) -> bool:

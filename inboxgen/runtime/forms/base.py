@@ -230,11 +230,26 @@ class Form:
     async def claim(self, conn: Any, now: _dt.datetime, limit: int,
                     until: _dt.datetime | None = None, start: Start = None) -> list[Any]:
         await self.priorities.choose(conn, now)
+        if self.nothing_due():
+            return []
         op, values = self.claim_call(now, limit, until, start)
         started = time.monotonic()
         rows = self.claimed(await self.calls(conn, op, **values))
         self.claim_came(rows, limit, started)
         return rows
+
+    def nothing_due(self, *, read_again: bool = True) -> bool:
+        """Whether the claim keeps to a list of priorities and the last list read had none: the
+        claim is not sent (it would take nothing), the observers hear that nothing waits, and
+        with `read_again` the list is read before the next claim, as after one that came back
+        short (an advisory read, short by design, waits for the next count)."""
+        if not self.priorities.none_due:
+            return False
+        if read_again:
+            self.priorities.came_short()
+        if self.observation is not None and self._due is not None:
+            self.observation.lag(0.0)
+        return True
 
     def claim_came(self, rows: list[Any], limit: int, started: float) -> None:
         """A claim of `limit` rows begun at `started` (time.monotonic()) took `rows`: its

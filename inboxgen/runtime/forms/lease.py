@@ -192,16 +192,10 @@ class Lease(Form):
         # count of rows due later first, as the count of the keys' held-back rows reads as the
         # claim does (by priority, or in one scan).
         for choice in (self.priorities, self.keys):
-            values = choice.count_due(now)
-            if values is not None:
-                walk = {"by_priority": self.priorities.by_priority,
-                        **self.priorities.claim_values()}
-                (n,) = await self.backend.alone([self.calls.step(choice.op, {**values, **walk})])
-                choice.counted(n)
-                then = choice.then()
-                if then is not None:
-                    (n,) = await self.backend.alone([self.calls.step(then, values)])
-                    choice.then_read(n)
+            walk = {"by_priority": self.priorities.by_priority, **self.priorities.claim_values()}
+            await choice.choose_with(self._read_alone, now, walk)
+        if self.nothing_due():
+            return [], 0.0
         op, values = self.claim_call(now, limit, until)
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
@@ -229,6 +223,11 @@ class Lease(Form):
             for h in held:  # (a stop that cancels the read still finds them there)
                 self._ready.put_nowait(h)
         return [h.row for h in held], seconds
+
+    async def _read_alone(self, op: str, values: dict[str, Any]) -> Any:
+        """A count's read, one statement standing alone (Backend.alone)."""
+        (result,) = await self.backend.alone([self.calls.step(op, values)])
+        return result
 
     async def serve(self, index: int, worked: Callable[[], None]) -> None:
         """Slot `index`: deliver rows from the claimer, one handler at a time in claim order,
