@@ -296,9 +296,9 @@ class Session:
         at = self.start.at() if self.start is not None and starts else None
         # A row lock's claim by priority runs its generic plan, as a worker runs it: the
         # setting in the round's transaction, which the worker sends with the claim and here
-        # goes before the timed statement; so does a lease's claim and the advisory form's read
-        # on a partitioned table. (On one table those stand alone in autocommit, planned per
-        # call.)
+        # goes before the timed statement; so does a lease's claim, and the advisory form's
+        # read on a partitioned table. (On one table that read stands alone in autocommit,
+        # planned per call.)
         if self.by_priority and self.dialect == "postgres" and name in ("claim", "candidates") \
                 and self.conn.info.transaction_status.name != "IDLE":
             self.conn.execute(GENERIC_PLANS_SQL)
@@ -407,10 +407,9 @@ def one_round(q: Queue, s: Session) -> bool:
         return bool(rows)
     if q.form == "lease":
         at = now()
-        # On PostgreSQL the claim is one autocommit statement; by priority on a partitioned
-        # table, a transaction running its generic plan (Session.timed sets it), as a worker
-        # runs it.
-        together = s.dialect != "postgres" or (q.partitioned and s.by_priority)
+        # On PostgreSQL the claim is one autocommit statement; by priority, a transaction
+        # running its generic plan (Session.timed sets it), as a worker runs it.
+        together = s.dialect != "postgres" or s.by_priority
         if together:
             s.begin()
         rows = claim(m, "claim", group=WORK, now=at,

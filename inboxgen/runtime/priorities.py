@@ -16,23 +16,25 @@ twin keeps to a list instead (as MySQL's, below): the priorities that have due r
 after each count that calls for the twin and after a claim that came back short (a priority
 that falls due in between waits up to a second), each priority's due rows read in a LATERAL
 of their own; where the list is empty, a lease's claim and an advisory read are not sent
-(forms/base.py: nothing_due). Behind 10,000,000 rows due later in ten partitions it took 0.90 ms a claim
-against 1.85 for the walk. Below WALK_FROM the worker claims with the plain claim, as on one
-table: a partitioned table's lease claim and advisory read by priority run in a transaction
-of their own (below), which the plain statement, alone in autocommit, does not need.
+(forms/base.py: nothing_due). Behind 10,000,000 rows due later in ten partitions it took 0.90
+ms a claim against 1.85 for the walk. Below WALK_FROM the worker claims with the plain claim,
+as on one table: a lease's claim and a partitioned table's advisory read by priority run in a
+transaction of their own (below), which the plain statement, alone in autocommit, does not
+need.
 
 A row lock's pipelined round runs the twin's generic plan (Backend's GENERIC_PLANS, for the
 rest of the claim's transaction, sent with it), so it is planned once rather than at every
-call. The lease's claim and the advisory form's read are statements alone in autocommit: a
-transaction for the setting would make each two round trips, which cost the lease's drain
-more than the planning (0.41x-0.67x against 0.95x-1.09x of the empty table, behind
-10,000,000 rows due later). On a partitioned table (Backend.check_server says so) planning
-the claim against every partition costs more than that round trip, and the lease's claim
-by priority runs its generic plan in a transaction of its own (docs/performance.md: claims
-of 1.76 ms -> 0.77-1.08 ms behind 10,000,000 such rows), as does the advisory form's read by
-priority (0.52 -> 0.30 ms). A row lock whose handlers write in the job's transaction
-(transactional=True) keeps per-call plans too: the setting would hold for their statements;
-so does the advisory form's read where its handlers are transactional.
+call. So does the lease's claim by priority, in a transaction of its own sent in one pipeline
+(BEGIN, the setting, the claim, COMMIT): behind 10,000,000 rows due later, its claim took
+0.86x-0.91x of the plain claim on the empty table where per-call plans took 1.28x-1.48x, and
+the drain kept its rate (docs/performance.md). The advisory form's read is a statement alone
+in autocommit, once per round of each slot: in such a pipeline it cost an advisory drain on
+one table more than the planning (0.75x against 0.89x of the empty table), so it keeps
+per-call plans but on a partitioned table (Backend.check_server says so), where planning
+against every partition costs more (0.52 -> 0.30 ms a read). A row lock whose handlers write
+in the job's transaction (transactional=True) keeps per-call plans too: the setting would
+hold for their statements; so does the advisory form's read where its handlers are
+transactional.
 
 Both claims take the same rows: the choice changes what a claim costs, never what it claims.
 

@@ -95,12 +95,12 @@ SCHEDULED = 6000  # rows due later: more than WALK_FROM, so the worker claims by
 
 
 @pytest.mark.parametrize("partitioned", [True, False], ids=["partitioned", "plain"])
-def test_a_lease_claims_a_partitioned_table_by_priority_with_its_generic_plan(
+def test_a_lease_claims_by_priority_with_its_generic_plan(
         partitioned: bool, queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Behind rows due later at a more urgent priority, a lease worker claims by priority. On
-    a partitioned table (PostgreSQL) that claim runs its generic plan, GENERIC_PLANS before it
-    in a transaction of its own: planned against every partition at each call, it cost more
-    than the transaction's round trip. On one table it stands alone, planned per call."""
+    """Behind rows due later at a more urgent priority, a lease worker claims by priority, and
+    that claim runs its generic plan, GENERIC_PLANS before it in a transaction of its own, on
+    a partitioned table and on one table alike (PostgreSQL): planned at each call, it cost
+    more than the transaction, sent in one pipeline."""
     import datetime as dt
 
     from inboxgen.runtime.backends.base import GENERIC_PLANS, Backend
@@ -149,7 +149,7 @@ def test_a_lease_claims_a_partitioned_table_by_priority_with_its_generic_plan(
     assert claims
     for steps, n in claims:
         assert steps[n][1]["by_priority"], steps  # the worker chose the walk
-        assert (GENERIC_PLANS in steps[:n]) == partitioned, steps
+        assert GENERIC_PLANS in steps[:n], steps
 
 
 def _scanned(plan: dict[str, Any]) -> set[str]:

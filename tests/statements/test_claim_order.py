@@ -286,8 +286,8 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
     """A worker on a table holding more rows due later than WALK_FROM claims by priority: all
     its claims and counts read fewer index blocks than one plain claim reads past them (as
     the server counts the blocks), and it runs the due rows. A row lock's claim by priority
-    runs its generic plan: GENERIC_PLANS goes before it, in its transaction, as do a lease's
-    claim and an advisory read on a partitioned table (on one table those are statements
+    runs its generic plan: GENERIC_PLANS goes before it, in its transaction, as does a lease's
+    claim, and an advisory read on a partitioned table (on one table that read is a statement
     alone, with plans per call). On a partitioned table every claim carries the list of
     priorities it keeps to."""
     from inboxgen import Worker
@@ -344,7 +344,7 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
         for n, step in enumerate(steps):
             if isinstance(step, tuple) and step[0] in ("claim", "candidates"):
                 assert step[1].get("by_priority"), steps  # the worker chose the walk
-                planned_once = layout.form == "row_lock" or layout.partitions > 0
+                planned_once = layout.form != "advisory" or layout.partitions > 0
                 assert (GENERIC_PLANS in steps[:n]) == planned_once, steps
                 # The priorities with due rows: 1, or none once the due rows are taken.
                 assert ("priorities" in step[1]) == (layout.partitions > 0), step[1]

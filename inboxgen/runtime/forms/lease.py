@@ -29,7 +29,6 @@ from inboxgen.runtime.settler import FLUSH_MOST, LeaseSettler
 from inboxgen.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.backends.base import ServerOffers
     from inboxgen.runtime.jobs import Held
 
 log = logging.getLogger("inboxgen.worker")
@@ -82,11 +81,8 @@ class Lease(Form):
         # read before they are reported, MISSED_READS at a time (_start_claimer).
         self._checks: set[asyncio.Future[None]] = set()
         self._check_turns = asyncio.Semaphore(MISSED_READS)
-        # A partitioned table's claim by priority runs its generic plan (offered()).
-        self._plan_once_by_priority = False
-
-    def offered(self, offers: ServerOffers) -> None:
-        self._plan_once_by_priority = offers.partitioned
+        # PostgreSQL: the claim by priority runs its generic plan (runtime/priorities.py).
+        self._plan_once_by_priority = self.backend.dialect == "postgres"
 
     @property
     def connections(self) -> int:
@@ -200,9 +196,8 @@ class Lease(Form):
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
         # A walk over the key's values runs its generic plan, in a transaction of its own (a
-        # fair claim without limits takes no turn). The claim by priority does so only on a
-        # partitioned table, where planning against every partition costs more than that
-        # transaction's round trip (runtime/priorities.py).
+        # fair claim without limits takes no turn), and so does the claim by priority on
+        # PostgreSQL (runtime/priorities.py).
         generic_plan = self._fair is not None or self.keys.by_key or (
             self._plan_once_by_priority and self.priorities.by_priority)
         if self._limited or generic_plan:
