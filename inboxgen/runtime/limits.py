@@ -66,7 +66,7 @@ async def claim_in_turn(backend: Backend, calls: Calls, claim: Step, *,
                         generic_plan: bool) -> Any:
     """Run `claim` in a transaction of its own, under the claim turn where the table has one;
     returns its result. With `generic_plan` it runs its generic plan (a walk over the key's
-    values, or a partitioned table's claim by priority): planned anew at each call, its
+    values, or a lease's claim by priority): planned anew at each call, its
     planning costs more than the claim (PostgreSQL)."""
     # MySQL: the turn outlives the transaction. Should its wait give up, CLAIM reads nothing
     # (it checks the turn is held).

@@ -169,20 +169,24 @@ class Lease(Form):
             return len((await self._claim_once(limit, None))[0])
         start = self._start.at()
         got, seconds = await self._claim_once(limit, start)
+        if seconds is None:
+            return 0  # no claim sent: nothing is due (nothing_due)
         self._start.took(start, got, limit, seconds)
         # Short from a start, took() went back to the head. A limited claim that kept rows is
         # claimed again at once by the claimer's loop (the limits may have cut it short): a
         # claim from the head here would be a second one.
         if start is not None and len(got) < limit and not (self._limited and got):
             more, seconds = await self._claim_once(limit - len(got), None)
-            self._start.took(None, more, limit - len(got), seconds)
+            if seconds is not None:
+                self._start.took(None, more, limit - len(got), seconds)
             return len(got) + len(more)
         return len(got)
 
-    async def _claim_once(self, limit: int, start: Start) -> tuple[list[Any], float]:
+    async def _claim_once(self, limit: int, start: Start) -> tuple[list[Any], float | None]:
         """One claim of up to `limit` rows (from `start` on, where the claim takes one) into
         the slots' queue; returns the rows claimed, in claim order, and the seconds the claim
-        statement took (the counts a worker makes once a second left out)."""
+        statement took (the counts a worker makes once a second left out; None: no claim was
+        sent)."""
         now, until = self._lease_from_now()
         # Once a second, where the table has a claim by priority or a walk over the keys: the
         # count of rows due later first, as the count of the keys' held-back rows reads as the
@@ -191,7 +195,7 @@ class Lease(Form):
             walk = {"by_priority": self.priorities.by_priority, **self.priorities.claim_values()}
             await choice.choose_with(self._read_alone, now, walk)
         if self.nothing_due():
-            return [], 0.0
+            return [], None
         op, values = self.claim_call(now, limit, until)
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
