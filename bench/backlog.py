@@ -296,9 +296,8 @@ class Session:
         at = self.start.at() if self.start is not None and starts else None
         # A row lock's claim by priority runs its generic plan, as a worker runs it: the
         # setting in the round's transaction, which the worker sends with the claim and here
-        # goes before the timed statement; so does a lease's claim, and the advisory form's
-        # read on a partitioned table. (On one table that read stands alone in autocommit,
-        # planned per call.)
+        # goes before the timed statement; so does a lease's claim and the advisory form's
+        # read (a worker sends the setting with them in one round trip).
         if self.by_priority and self.dialect == "postgres" and name in ("claim", "candidates") \
                 and self.conn.info.transaction_status.name != "IDLE":
             self.conn.execute(GENERIC_PLANS_SQL)
@@ -407,8 +406,9 @@ def one_round(q: Queue, s: Session) -> bool:
         return bool(rows)
     if q.form == "lease":
         at = now()
-        # On PostgreSQL the claim is one autocommit statement; by priority, a transaction
-        # running its generic plan (Session.timed sets it), as a worker runs it.
+        # On PostgreSQL the claim is one autocommit statement; by priority, it runs its
+        # generic plan (Session.timed sets it in a transaction here; a worker sends the
+        # setting with the claim, in one round trip).
         together = s.dialect != "postgres" or s.by_priority
         if together:
             s.begin()
@@ -425,9 +425,9 @@ def one_round(q: Queue, s: Session) -> bool:
                 s.commit()
         return bool(rows)
     assert q.form == "advisory"
-    # By priority on a partitioned PostgreSQL table the read runs its generic plan in a
-    # transaction of its own (Session.timed sets it), as a worker runs it.
-    planned_once = s.dialect == "postgres" and q.partitioned and s.by_priority
+    # By priority on PostgreSQL the read runs its generic plan (Session.timed sets it in a
+    # transaction here; a worker sends the setting with the read, in one round trip).
+    planned_once = s.dialect == "postgres" and s.by_priority
     if planned_once:
         s.begin()
     rows = claim(m, "candidates", group=WORK, now=now(), limit=1)

@@ -18,23 +18,21 @@ that falls due in between waits up to a second), each priority's due rows read i
 of their own; where the list is empty, a lease's claim and an advisory read are not sent
 (forms/base.py: nothing_due). Behind 10,000,000 rows due later in ten partitions it took 0.90
 ms a claim against 1.85 for the walk. Below WALK_FROM the worker claims with the plain claim,
-as on one table: a lease's claim and a partitioned table's advisory read by priority run in a
-transaction of their own (below), which the plain statement, alone in autocommit, does not
-need.
+as on one table.
 
 A row lock's pipelined round runs the twin's generic plan (Backend's GENERIC_PLANS, for the
 rest of the claim's transaction, sent with it), so it is planned once rather than at every
-call. So does the lease's claim by priority, in a transaction of its own sent in one pipeline
-(BEGIN, the setting, the claim, COMMIT): behind 10,000,000 rows due later, its claim took
-0.86x-0.91x of the plain claim on the empty table where per-call plans took 1.28x-1.48x, and
-the drain kept its rate (docs/performance.md). The advisory form's read is a statement alone
-in autocommit, once per round of each slot: in such a pipeline it cost an advisory drain on
-one table more than the planning (0.75x against 0.89x of the empty table), so it keeps
-per-call plans but on a partitioned table (Backend.check_server says so), where planning
-against every partition costs more (0.52 -> 0.30 ms a read). A row lock whose handlers write
-in the job's transaction (transactional=True) keeps per-call plans too: the setting would
-hold for their statements; so does the advisory form's read where its handlers are
-transactional.
+call. So do the lease's claim by priority and the advisory form's read by priority, each a
+statement alone in autocommit: the setting goes with the statement in one pipeline, whose
+Sync ends the implicit transaction the two share (Backend.planned_once), one round trip as
+the statement alone. A transaction of its own (BEGIN, the setting, the statement, COMMIT)
+took two, the rows fetched before COMMIT went: it cost the lease's drain 0.96x and the
+advisory form's 0.76x of per-call plans behind 10,000,000 rows due later, where the setting
+sent with the statement drained them at 1.09x and 1.01x, the claims at 0.86x-0.96x of the
+plain claim on the empty table against 1.28x-1.55x (docs/performance.md). A row lock whose
+handlers write in the job's transaction (transactional=True) keeps per-call plans: the
+setting would hold for their statements; so does the advisory form's read where its
+handlers are transactional.
 
 Both claims take the same rows: the choice changes what a claim costs, never what it claims.
 

@@ -204,6 +204,36 @@ def test_generic_plans_hold_for_the_rest_of_the_transaction_only(driver: Driver)
     assert modes == ([("force_generic_plan", "off"), ("auto", "on")] if postgres else [])
 
 
+def test_a_call_planned_once_stands_alone_and_commits(driver: Driver) -> None:
+    """A call planned once (a lease's claim by priority, an advisory read by priority) stands
+    alone: it returns its result, and what it wrote is committed, seen by another connection.
+    On PostgreSQL its statement runs with the generic plan's settings, and the session is back
+    to its own once it returns."""
+    b, q, postgres = driver.backend, driver.q, driver.q.dialect == "postgres"
+    conn = q.connect()
+    ids = [q.add(conn, payload=p) for p in ("a", "b")]
+    conn.commit()
+    claim = driver.calls.step("claim", {"now": T0, "locked_until": at(30), "limit": 1,
+                                        "group": "g"})
+
+    async def body() -> tuple[list[Any], list[Any], list[Any]]:
+        first = await b.alone_planned_once(claim)
+        modes = []
+        async with b.session() as session:
+            second = await b.planned_once(session, claim)
+            if postgres:
+                from inboxgen.runtime.backends.postgres import _PlannedOnce
+
+                modes.append(tuple(await b.query(_PlannedOnce(session), SETTINGS)))
+                modes.append(tuple(await b.query(session, SETTINGS)))
+        return first, second, modes
+
+    first, second, modes = driver.run(body)
+    assert [q.id_of(row) for row in first + second] == ids
+    assert all(row["locked_until"] is not None for row in q.rows())  # both claims committed
+    assert modes == ([("force_generic_plan", "off"), ("auto", "on")] if postgres else [])
+
+
 def test_steps_alone_each_commit_and_return_their_results(driver: Driver) -> None:
     b, q = driver.backend, driver.q
     conn = q.connect()

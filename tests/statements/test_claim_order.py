@@ -286,12 +286,12 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
     """A worker on a table holding more rows due later than WALK_FROM claims by priority: all
     its claims and counts read fewer index blocks than one plain claim reads past them (as
     the server counts the blocks), and it runs the due rows. A row lock's claim by priority
-    runs its generic plan: GENERIC_PLANS goes before it, in its transaction, as does a lease's
-    claim, and an advisory read on a partitioned table (on one table that read is a statement
-    alone, with plans per call). On a partitioned table every claim carries the list of
-    priorities it keeps to."""
+    runs its generic plan: GENERIC_PLANS goes before it, in its transaction, and with a
+    lease's claim and an advisory read, each sent with its setting in one round trip. On a
+    partitioned table every claim carries the list of priorities it keeps to."""
     from inboxgen import Worker
     from inboxgen.runtime.backends.base import GENERIC_PLANS, Backend
+    from inboxgen.runtime.backends.postgres import PostgresBackend
     from inboxgen.runtime.priorities import WALK_FROM
     from inboxgen.testing import FakeClock
 
@@ -303,6 +303,13 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
         return await together(self, conn, steps)
 
     monkeypatch.setattr(Backend, "together", recorded)
+    planned_once = PostgresBackend.planned_once
+
+    async def recorded_planned_once(self: PostgresBackend, conn: Any, step: Any) -> Any:
+        sent.append([GENERIC_PLANS, step])  # the setting goes with the call (one round trip)
+        return await planned_once(self, conn, step)
+
+    monkeypatch.setattr(PostgresBackend, "planned_once", recorded_planned_once)
 
     q = queue("postgres", layout)
     conn = q.connect()
@@ -344,15 +351,13 @@ def test_postgres_worker_claims_by_priority_behind_many_rows_due_later(
         for n, step in enumerate(steps):
             if isinstance(step, tuple) and step[0] in ("claim", "candidates"):
                 assert step[1].get("by_priority"), steps  # the worker chose the walk
-                planned_once = layout.form != "advisory" or layout.partitions > 0
-                assert (GENERIC_PLANS in steps[:n]) == planned_once, steps
+                assert GENERIC_PLANS in steps[:n], steps
                 # The priorities with due rows: 1, or none once the due rows are taken.
                 assert ("priorities" in step[1]) == (layout.partitions > 0), step[1]
                 assert set(step[1].get("priorities") or ()) <= {1}, step[1]
                 listed += list(step[1].get("priorities") or ())
                 claims += 1
-    # (An advisory read on one table is a call alone.)
-    assert (claims > 0) == (layout.form != "advisory" or layout.partitions > 0), sent
+    assert claims > 0, sent
     assert bool(listed) == (layout.partitions > 0)
 
 

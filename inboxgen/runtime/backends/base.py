@@ -286,6 +286,19 @@ class Backend:
         one call."""
         raise NotImplementedError
 
+    async def alone_planned_once(self, step: Step) -> Any:
+        """A call standing alone (`alone`) that runs its generic plan where the server plans
+        prepared statements once (PostgreSQL 12 and later); returns its result."""
+        (result,) = await self.alone([step])
+        return result
+
+    async def planned_once(self, conn: Any, step: Step) -> Any:
+        """A call standing alone on `conn`'s session (an autocommit statement on PostgreSQL, a
+        transaction of its own elsewhere) that runs its generic plan where the server plans
+        prepared statements once; returns its result."""
+        (result,) = await self.transaction_together(conn, [step])
+        return result
+
     async def begin(self, conn: Any, *, immediate: bool = True) -> None:
         raise NotImplementedError
 

@@ -42,6 +42,30 @@ GENERIC_PLANS_SQL = ("SELECT set_config('plan_cache_mode', 'force_generic_plan',
                      "set_config('jit', 'off', true)")
 
 
+class _PlannedOnce:
+    """A connection whose execute() sends GENERIC_PLANS_SQL and the statement in one pipeline,
+    and returns once the pipeline's Sync has come back: the two share the implicit transaction
+    the Sync ends (and with it the setting), and the statement's rows wait in its cursor. One
+    round trip, as an autocommit statement alone; a transaction of its own (BEGIN, the
+    setting, the statement, COMMIT) took two, its rows fetched before the COMMIT was sent."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._sent = False
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        # One statement: a second would run in a transaction of its own.
+        assert not self._sent, "planned_once takes a call of one statement"
+        self._sent = True
+        conn = self._conn
+        async with conn.pipeline():
+            await conn.execute(GENERIC_PLANS_SQL)
+            return await conn.execute(query, params, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
 class PostgresBackend(Backend):
     """psycopg async connections from a pool that always keeps one connection spare."""
 
@@ -280,6 +304,17 @@ class PostgresBackend(Backend):
         # claim takes the same rows.
         if conn.info.server_version >= 120000:  # plan_cache_mode is PostgreSQL 12's
             await self.execute(conn, GENERIC_PLANS_SQL)
+
+    async def alone_planned_once(self, step: Step) -> Any:
+        async with self.session() as conn:
+            return await self.planned_once(conn, step)
+
+    async def planned_once(self, conn: Any, step: Step) -> Any:
+        assert not isinstance(step, str)
+        op, args = step
+        if conn.info.server_version < 120000:  # plan_cache_mode is PostgreSQL 12's
+            return await self.call(conn, op, **args)
+        return await self.call(_PlannedOnce(conn), op, **args)
 
     async def alone(self, steps: list[Step]) -> list[Any]:
         # Autocommit: each statement is its own transaction, one round trip.

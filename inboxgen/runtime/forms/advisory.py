@@ -25,7 +25,6 @@ from inboxgen.runtime.outcomes import DEAD_LETTER, FINISH, Settlement
 from inboxgen.runtime.seats import SeatHolder, SlotSeat
 
 if TYPE_CHECKING:
-    from inboxgen.runtime.backends.base import ServerOffers
     from inboxgen.runtime.jobs import Held
 
 # The most candidates one round reads while the rows ahead are held by others.
@@ -62,11 +61,8 @@ class Advisory(Form):
         # [flow] limits: the seats this worker's jobs hold (runtime/seats.py).
         self._seats = (SeatHolder(self.d.seats, self.d.qualified_name)
                        if self.d.seats is not None else None)
-        # A partitioned table's read by priority runs its generic plan (offered()).
-        self._plan_once_by_priority = False
-
-    def offered(self, offers: ServerOffers) -> None:
-        self._plan_once_by_priority = offers.partitioned
+        # PostgreSQL: the read by priority runs its generic plan (runtime/priorities.py).
+        self._plan_once_by_priority = self.backend.dialect == "postgres"
 
     def claim_resources(self) -> None:
         # The form is the owner of its locks: one worker's, and never another's.
@@ -385,14 +381,13 @@ class AutocommitAdvisory(Advisory):
                 raise
 
     async def candidates(self, conn: Any, values: dict[str, Any]) -> list[Any]:
+        rows: list[Any]
         if not (self._plan_once_by_priority and values.get("by_priority")):
-            rows: list[Any] = await self.calls(conn, "candidates", **values)
+            rows = await self.calls(conn, "candidates", **values)
             return rows
-        # On a partitioned table the read by priority runs its generic plan, in a transaction
-        # of its own sent in one pipeline: planned against every partition at each call, it
-        # cost more than the read (runtime/priorities.py).
-        (rows,) = await self.backend.transaction_together(
-            conn, [self.calls.step("candidates", values)], generic_plans=True)
+        # The read by priority runs its generic plan, the setting sent with it in one round
+        # trip: planned at each call, it cost more than the read (runtime/priorities.py).
+        rows = await self.backend.planned_once(conn, self.calls.step("candidates", values))
         return rows
 
     async def lock(self, conn: Any, key: str) -> bool:

@@ -199,14 +199,17 @@ class Lease(Form):
         op, values = self.claim_call(now, limit, until)
         step = self.calls.step(op, {**values, **(start or {}), "by_key": self.keys.by_key})
         started = time.monotonic()
-        # A walk over the key's values runs its generic plan, in a transaction of its own (a
-        # fair claim without limits takes no turn), and so does the claim by priority on
-        # PostgreSQL (runtime/priorities.py).
+        # A walk over the key's values runs its generic plan, and so does the claim by
+        # priority on PostgreSQL (runtime/priorities.py): a limited claim in its transaction
+        # (under the turn), one statement alone (a fair claim without limits, a claim by
+        # priority) with the setting in one round trip (Backend.alone_planned_once).
         generic_plan = self._fair is not None or self.keys.by_key or (
             self._plan_once_by_priority and self.priorities.by_priority)
-        if self._limited or generic_plan:
+        if self._limited:
             result = await claim_in_turn(self.backend, self.calls, step,
                                          generic_plan=generic_plan)
+        elif generic_plan:
+            result = await self.backend.alone_planned_once(step)
         else:
             # One statement standing alone: on PostgreSQL an autocommit statement, on a
             # threaded driver a transaction of its own in one call.
