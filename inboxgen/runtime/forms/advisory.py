@@ -61,8 +61,6 @@ class Advisory(Form):
         # [flow] limits: the seats this worker's jobs hold (runtime/seats.py).
         self._seats = (SeatHolder(self.d.seats, self.d.qualified_name)
                        if self.d.seats is not None else None)
-        # PostgreSQL: the read by priority runs its generic plan (runtime/priorities.py).
-        self._plan_once_by_priority = self.backend.dialect == "postgres"
 
     def claim_resources(self) -> None:
         # The form is the owner of its locks: one worker's, and never another's.
@@ -382,11 +380,12 @@ class AutocommitAdvisory(Advisory):
 
     async def candidates(self, conn: Any, values: dict[str, Any]) -> list[Any]:
         rows: list[Any]
-        if not (self._plan_once_by_priority and values.get("by_priority")):
+        if not values.get("by_priority"):
             rows = await self.calls(conn, "candidates", **values)
             return rows
-        # The read by priority runs its generic plan, the setting sent with it in one round
-        # trip: planned at each call, it cost more than the read (runtime/priorities.py).
+        # The read by priority runs its generic plan (autocommit sessions are PostgreSQL's),
+        # the setting sent with it in one round trip: planned at each call, it cost more than
+        # the read (runtime/priorities.py).
         rows = await self.backend.planned_once(conn, self.calls.step("candidates", values))
         return rows
 

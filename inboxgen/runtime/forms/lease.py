@@ -81,8 +81,6 @@ class Lease(Form):
         # read before they are reported, MISSED_READS at a time (_start_claimer).
         self._checks: set[asyncio.Future[None]] = set()
         self._check_turns = asyncio.Semaphore(MISSED_READS)
-        # PostgreSQL: the claim by priority runs its generic plan (runtime/priorities.py).
-        self._plan_once_by_priority = self.backend.dialect == "postgres"
 
     @property
     def connections(self) -> int:
@@ -203,8 +201,8 @@ class Lease(Form):
         # priority on PostgreSQL (runtime/priorities.py): a limited claim in its transaction
         # (under the turn), one statement alone (a fair claim without limits, a claim by
         # priority) with the setting in one round trip (Backend.alone_planned_once).
-        generic_plan = self._fair is not None or self.keys.by_key or (
-            self._plan_once_by_priority and self.priorities.by_priority)
+        # (Elsewhere the setting is nothing: Backend.alone_planned_once is `alone`.)
+        generic_plan = self._fair is not None or self.keys.by_key or self.priorities.by_priority
         if self._limited:
             result = await claim_in_turn(self.backend, self.calls, step,
                                          generic_plan=generic_plan)
