@@ -559,8 +559,8 @@ def test_listed_worker_claims_by_priority_and_a_job_of_a_new_priority_runs(
     """A worker on MySQL or on a partitioned PostgreSQL table claims by priority from its first
     claim on (the read of candidates too), each claim kept to the priorities due_priorities()
     listed; a claim that came back short has the list read again, so a job enqueued later at a
-    priority no row had runs at the next poll. While no listed priority has due rows, a lease
-    or advisory worker sends no claim (it would take nothing): its idle polls read the list."""
+    priority no row had runs at the next poll. While no listed priority has due rows, a worker
+    sends no claim (it would take nothing): its idle polls read the list."""
     from inboxgen import Worker
 
     q = queue(dialect, layout)
@@ -607,8 +607,7 @@ def test_listed_worker_claims_by_priority_and_a_job_of_a_new_priority_runs(
     assert sorted(ran) == sorted([*due, late])
     assert claims and all(c["by_priority"] and "priorities" in c for c in claims), claims[:3]
     assert {p for c in claims for p in c["priorities"]} == {-5, 1}
-    if layout.form in ("lease", "advisory"):  # (a row lock's claim rides with its round)
-        assert all(c["priorities"] for c in claims), [c["priorities"] for c in claims]
+    assert all(c["priorities"] for c in claims), [c["priorities"] for c in claims]
 
 
 def test_mysql_key_limited_worker_counts_held_back_rows_by_priority(queue: MakeQueue) -> None:

@@ -368,10 +368,15 @@ class PipelinedRowLock(RowLock):
         in_tx = False  # a claim's transaction is open on the connection
         pending: Pending = []
         while True:
-            limit = 0 if slots.stopping else await self.claim_limit(conn, seats)
+            none_due = not slots.stopping and await self.nothing_to_claim(conn)
+            limit = 0 if slots.stopping or none_due else await self.claim_limit(conn, seats)
             claim = limit > 0
-            rows, again = await self._send_round(conn, pipe, pending, held, commit=in_tx,
-                                                 claim=claim, limit=limit, idle=idle.due())
+            rows: list[Any] = []
+            again = False
+            if claim or in_tx:
+                rows, again = await self._send_round(conn, pipe, pending, held, commit=in_tx,
+                                                     claim=claim, limit=limit,
+                                                     idle=idle.due())
             in_tx, pending = claim, []
             held.clear()  # committed
             worked()
@@ -379,6 +384,10 @@ class PipelinedRowLock(RowLock):
                 if slots.stopping:
                     await self.give_seats(conn, seats)
                     return
+                if none_due:  # as a drained queue's slot waits
+                    await self.give_seats(conn, seats)
+                    await slots.wait(index, self.settings.poll_interval)
+                    continue
                 await slots.wait(index, await self.seat_wait(conn, seats))  # every seat is held
                 continue
             full = self.full_claim if seats is None else limit
@@ -395,6 +404,13 @@ class PipelinedRowLock(RowLock):
                 await self.give_seats(conn, seats)
                 if len(rows) < full and not again:
                     await slots.wait(index, self.settings.poll_interval)
+
+    async def nothing_to_claim(self, conn: Any) -> bool:
+        """Whether the claim keeps to a list of priorities and none of them has due rows
+        (Form.nothing_due): the slot then sends no claim, which would take nothing, and waits
+        a poll; the list is read again before its next claim."""
+        await self.priorities.choose(conn, self.clock.now())
+        return self.nothing_due()
 
     # [flow] concurrency (forms/seated_row_lock.py): the seats one slot holds. A table without
     # limits has none, and claims a batch.
@@ -524,11 +540,15 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             in_tx = False  # a transaction is open on the connection for the next settlements
             pending: Pending = []
             while True:
-                limit = 0 if slots.stopping else await self.claim_limit(conn, seats)
+                none_due = not slots.stopping and await self.nothing_to_claim(conn)
+                limit = 0 if slots.stopping or none_due else await self.claim_limit(conn, seats)
                 claim = limit > 0
-                rows, again = await self._send_counted(conn, pipe, pending, held, finished,
-                                                       in_tx=in_tx, claim=claim, limit=limit,
-                                                       idle=idle.due())
+                rows: list[Any] = []
+                again = False
+                if claim or in_tx or pending or finished:
+                    rows, again = await self._send_counted(conn, pipe, pending, held, finished,
+                                                           in_tx=in_tx, claim=claim,
+                                                           limit=limit, idle=idle.due())
                 in_tx, pending = claim, []
                 held.clear()  # committed, and their keys unlocked
                 worked()
@@ -536,6 +556,10 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                     if slots.stopping:
                         await self.give_seats(conn, seats)
                         return
+                    if none_due:  # as a drained queue's slot waits
+                        await self.give_seats(conn, seats)
+                        await slots.wait(index, self.settings.poll_interval)
+                        continue
                     # Every seat is held.
                     await slots.wait(index, await self.seat_wait(conn, seats))
                     continue
