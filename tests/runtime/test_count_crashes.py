@@ -303,3 +303,35 @@ def serve_until_a_batch_is_lost(worker: Worker, caplog: pytest.LogCaptureFixture
     with caplog.at_level("ERROR", logger="inboxgen"):
         run_until(worker, lambda: worker.stats.settlements_lost > 0, 30, lambda: worker.stats)
     return [r.getMessage() for r in caplog.records if "were lost" in r.getMessage()]
+
+
+def test_a_counted_batch_whose_settlements_lose_a_deadlock_settles_each_row_once(
+        queue: MakeQueue, caplog: pytest.LogCaptureFixture) -> None:
+    """MySQL's counted batch settles its rows in one transaction. Where the server rolls that
+    back (a deadlock with another session's claim; here a trigger raises one at the session's
+    first delete), each settlement runs again on its own: no job runs twice, none is lost."""
+    q = queue("mysql", Layout("row_lock", group=True, count_crashes=True, dead="group",
+                              processed=False))
+    conn = q.connect()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    q.mod.insert_many(conn, [q.new(grp="g", retry_after=due) for _ in range(8)])
+    conn.commit()
+    ids = q.ids()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TRIGGER lose_once BEFORE DELETE ON {q.table_sql()} FOR EACH ROW "
+                    "IF @inboxgen_lost IS NULL THEN SET @inboxgen_lost = 1; "
+                    "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, "
+                    "MESSAGE_TEXT = 'Deadlock found when trying to get lock'; END IF")
+    conn.commit()
+    delivered: list[Any] = []
+
+    def ack(job: Any) -> None:
+        delivered.append(job.id)
+
+    worker = Worker(q.mod.DESCRIPTOR, ack, database=q.target, group="g", workers=1, batch=4,
+                    poll_interval=0.05, listen=False)
+    with caplog.at_level("DEBUG", logger="inboxgen"):
+        run_until(worker, lambda: not q.rows(), 30, lambda: (delivered, q.rows()))
+    assert any("failed together" in r.getMessage() for r in caplog.records)
+    assert sorted(delivered) == sorted(ids)  # each once
+    assert worker.stats.settlements_lost == 0

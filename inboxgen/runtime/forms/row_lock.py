@@ -498,10 +498,10 @@ class PipelinedCountedRowLock(PipelinedRowLock):
     the open transaction, which keeps them from other claims until its COMMIT.
 
     Where the claim takes its rows' keys as it reads them (claim_takes_keys: MySQL, which has
-    no pipeline), the session runs in autocommit mode: each settlement statement, the claim and
-    its count commit on their own, and a round costs the settlements, the claim and the count,
-    without a COMMIT. A settlement of more than one statement (a dead letter copied to a table)
-    runs in a transaction of its own."""
+    no pipeline), the session runs in autocommit mode: the claim and its count commit on their
+    own, and a round costs the settlements, the claim and the count. A batch's settlements
+    commit together, in a transaction of their own (_settle_together; a settlement of more
+    than one statement, a dead letter copied to a table, always), a single one on its own."""
     needs_one_session = True  # each counted row's key is a session lock
 
     unfinished = CountedRowLock.unfinished
@@ -578,6 +578,25 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                     if len(rows) < limit and not again:
                         await slots.wait(index, self.settings.poll_interval)
 
+    async def _settle_together(self, conn: Any, pipe: Any, steps: list[Step]) -> bool:
+        """In autocommit mode, a batch's settlement statements in one transaction: one commit
+        where each would make its own. Returns whether they committed. Where the transaction
+        fails before its COMMIT (the server broke a deadlock with a claim that read one of the
+        rows, or refused a statement), it is rolled back whole and the caller runs the
+        statements again, each committing on its own: no row of the batch runs again for
+        another row's sake. The rows are held by their keys meanwhile."""
+        try:
+            await self.together(conn, pipe, [BEGIN, *steps, COMMIT], idle=False)
+            return True
+        except StepFailed as err:
+            if not isinstance(err.cause, Exception) or self.backend.disconnected(err.cause):
+                raise err.cause from None
+            log.debug("%s: a batch's settlements failed together (%s); each runs again on its "
+                      "own", self.name, first_line(err.cause))
+            with contextlib.suppress(Exception):
+                await self.backend.rollback(conn)
+            return False
+
     async def _send_counted(self, conn: Any, pipe: Any, pending: Pending, held: list[Held],
                             finished: list[Any], *, in_tx: bool, claim: bool, limit: int = 0,
                             idle: bool = False) -> tuple[list[Any], bool]:
@@ -601,6 +620,8 @@ class PipelinedCountedRowLock(PipelinedRowLock):
         if self._autocommit:
             if any(not one_statement(self.d, op) for op, _ in pending):
                 steps, settles = [BEGIN, *steps, COMMIT], None
+            elif len(steps) > 1 and await self._settle_together(conn, pipe, steps):
+                steps, settles = [], []
             committed_after = len(steps)
         elif not in_tx:
             steps.insert(0, BEGIN)
