@@ -294,13 +294,16 @@ class Session:
         # A claim, or the advisory form's read of candidates, starts as the worker's would.
         starts = self.start is not None and name in ("claim", "candidates")
         at = self.start.at() if self.start is not None and starts else None
-        # A row lock's claim by priority runs its generic plan, as a worker runs it: the
-        # setting in the round's transaction, which the worker sends with the claim and here
-        # goes before the timed statement; so does a lease's claim and the advisory form's
-        # read (a worker sends the setting with them in one round trip).
-        if self.by_priority and self.dialect == "postgres" and name in ("claim", "candidates") \
-                and self.conn.info.transaction_status.name != "IDLE":
-            self.conn.execute(GENERIC_PLANS_SQL)
+        # A claim by priority runs its generic plan, as a worker runs it: a row lock's with
+        # the setting in the round's transaction, which the worker sends with the claim and
+        # here goes before the timed statement; a lease's claim and the advisory form's read,
+        # standing alone, with the setting sent with them in one pipeline (PlannedOnce).
+        conn = self.conn
+        if self.by_priority and self.dialect == "postgres" and name in ("claim", "candidates"):
+            if conn.info.transaction_status.name != "IDLE":
+                conn.execute(GENERIC_PLANS_SQL)
+            else:
+                conn = PlannedOnce(conn)
         # A claim kept to a list of priorities takes the list a worker reads once a second
         # and after a claim that came back short (runtime/priorities.py).
         listed = self.by_priority and hasattr(module, "due_priorities") and name in (
@@ -311,7 +314,7 @@ class Session:
             self.listed_at = time.monotonic()
         started = time.perf_counter()
         try:
-            rows = call(module, name, self.conn, by_priority=self.by_priority, **(at or {}),
+            rows = call(module, name, conn, by_priority=self.by_priority, **(at or {}),
                         **({"priorities": self.priorities} if listed else {}), **values)
         finally:
             self.claim_s = time.perf_counter() - started
@@ -348,6 +351,22 @@ class Session:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class PlannedOnce:
+    """A psycopg connection whose execute() sends the generic plans' setting and the statement
+    in one pipeline, as a worker's `Backend.planned_once` does: one round trip."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, query: Any, params: Any = None) -> Any:
+        with self._conn.pipeline():
+            self._conn.execute(GENERIC_PLANS_SQL)
+            return self._conn.execute(query, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
 
 
 def call(module: ModuleType, name: str, conn: Any, **values: Any) -> Any:
@@ -406,10 +425,9 @@ def one_round(q: Queue, s: Session) -> bool:
         return bool(rows)
     if q.form == "lease":
         at = now()
-        # On PostgreSQL the claim is one autocommit statement; by priority, it runs its
-        # generic plan (Session.timed sets it in a transaction here; a worker sends the
-        # setting with the claim, in one round trip).
-        together = s.dialect != "postgres" or s.by_priority
+        # On PostgreSQL the claim is one autocommit statement; by priority, with its generic
+        # plan's setting in the same round trip (Session.timed).
+        together = s.dialect != "postgres"
         if together:
             s.begin()
         rows = claim(m, "claim", group=WORK, now=at,
@@ -425,13 +443,10 @@ def one_round(q: Queue, s: Session) -> bool:
                 s.commit()
         return bool(rows)
     assert q.form == "advisory"
-    # By priority on PostgreSQL the read runs its generic plan (Session.timed sets it in a
-    # transaction here; a worker sends the setting with the read, in one round trip).
-    planned_once = s.dialect == "postgres" and s.by_priority
-    if planned_once:
-        s.begin()
+    # By priority on PostgreSQL the read runs its generic plan, the setting sent with it in
+    # one round trip (Session.timed).
     rows = claim(m, "candidates", group=WORK, now=now(), limit=1)
-    if s.dialect == "mysql" or planned_once:
+    if s.dialect == "mysql":
         s.commit()  # the read's transaction (the other sessions are in autocommit)
     for r in rows:
         key = m.advisory_key(r)
