@@ -229,14 +229,20 @@ class Form:
 
     async def claim(self, conn: Any, now: _dt.datetime, limit: int,
                     until: _dt.datetime | None = None, start: Start = None) -> list[Any]:
-        await self.priorities.choose(conn, now)
-        if self.nothing_due():
+        if await self.nothing_to_claim(conn, now):
             return []
         op, values = self.claim_call(now, limit, until, start)
         started = time.monotonic()
         rows = self.claimed(await self.calls(conn, op, **values))
         self.claim_came(rows, limit, started)
         return rows
+
+    async def nothing_to_claim(self, conn: Any, now: _dt.datetime) -> bool:
+        """Choose the claim (once a second: one round trip more) and say whether it keeps to
+        a list of priorities none of which has due rows (nothing_due): then no claim is sent,
+        and the list is read again before the next."""
+        await self.priorities.choose(conn, now)
+        return self.nothing_due()
 
     def nothing_due(self, *, read_again: bool = True) -> bool:
         """Whether the claim keeps to a list of priorities and the last list read had none: the

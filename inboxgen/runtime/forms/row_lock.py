@@ -368,8 +368,7 @@ class PipelinedRowLock(RowLock):
         in_tx = False  # a claim's transaction is open on the connection
         pending: Pending = []
         while True:
-            none_due = not slots.stopping and await self.nothing_to_claim(conn)
-            limit = 0 if slots.stopping or none_due else await self.claim_limit(conn, seats)
+            limit, none_due = await self._next_limit(conn, seats)
             claim = limit > 0
             rows: list[Any] = []
             again = False
@@ -381,14 +380,8 @@ class PipelinedRowLock(RowLock):
             held.clear()  # committed
             worked()
             if not claim:
-                if slots.stopping:
-                    await self.give_seats(conn, seats)
+                if not await self._wait_unclaimed(conn, index, seats, none_due):
                     return
-                if none_due:  # as a drained queue's slot waits
-                    await self.give_seats(conn, seats)
-                    await slots.wait(index, self.settings.poll_interval)
-                    continue
-                await slots.wait(index, await self.seat_wait(conn, seats))  # every seat is held
                 continue
             full = self.full_claim if seats is None else limit
             if len(rows) == full:
@@ -405,12 +398,27 @@ class PipelinedRowLock(RowLock):
                 if len(rows) < full and not again:
                     await slots.wait(index, self.settings.poll_interval)
 
-    async def nothing_to_claim(self, conn: Any) -> bool:
-        """Whether the claim keeps to a list of priorities and none of them has due rows
-        (Form.nothing_due): the slot then sends no claim, which would take nothing, and waits
-        a poll; the list is read again before its next claim."""
-        await self.priorities.choose(conn, self.clock.now())
-        return self.nothing_due()
+    async def _next_limit(self, conn: Any, seats: Any) -> tuple[int, bool]:
+        """How many rows the slot's next round claims (0: none), and whether that is because
+        none is due (Form.nothing_to_claim: the claim would take nothing)."""
+        if self.slots.stopping:
+            return 0, False
+        if await self.nothing_to_claim(conn, self.clock.now()):
+            return 0, True
+        return await self.claim_limit(conn, seats), False
+
+    async def _wait_unclaimed(self, conn: Any, index: int, seats: Any, none_due: bool) -> bool:
+        """After a round that claimed nothing: wait as a drained queue's slot does where none
+        was due, else for a seat; False where the slot stops (its seats given up)."""
+        if self.slots.stopping:
+            await self.give_seats(conn, seats)
+            return False
+        if none_due:
+            await self.give_seats(conn, seats)
+            await self.slots.wait(index, self.settings.poll_interval)
+        else:  # every seat is held
+            await self.slots.wait(index, await self.seat_wait(conn, seats))
+        return True
 
     # [flow] concurrency (forms/seated_row_lock.py): the seats one slot holds. A table without
     # limits has none, and claims a batch.
@@ -437,13 +445,11 @@ class PipelinedRowLock(RowLock):
     async def drop_seats(self, conn: Any, seats: Any) -> None:
         """A round failed: end the session where the slot holds seats, which gives them up."""
 
-    async def claim_steps(self, conn: Any, start: Start, limit: int) -> list[Step]:
-        """A round's claim, as steps of `together`. The claim by priority goes after
-        GENERIC_PLANS: its generic plan, for the rest of the claim's transaction, where no
-        handler's statement runs (runtime/priorities.py)."""
-        now = self.clock.now()
-        await self.priorities.choose(conn, now)  # once a second: one round trip more
-        claim = self.calls.step(*self.claim_call(now, limit, start=start))
+    def claim_steps(self, start: Start, limit: int) -> list[Step]:
+        """A round's claim, as steps of `together`, chosen by the round's nothing_to_claim.
+        The claim by priority goes after GENERIC_PLANS: its generic plan, for the rest of the
+        claim's transaction, where no handler's statement runs (runtime/priorities.py)."""
+        claim = self.calls.step(*self.claim_call(self.clock.now(), limit, start=start))
         return [GENERIC_PLANS, claim] if self.priorities.by_priority else [claim]
 
     async def _send_round(self, conn: Any, pipe: Any, pending: Pending, held: list[Held], *,
@@ -460,7 +466,7 @@ class PipelinedRowLock(RowLock):
         start = self.claim_start()
         if claim:
             steps.append(COMMIT_BEGIN if commit else BEGIN)
-            steps += await self.claim_steps(conn, start, limit)
+            steps += self.claim_steps(start, limit)
         elif commit:
             steps.append(COMMIT)
         started = time.monotonic()
@@ -540,8 +546,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             in_tx = False  # a transaction is open on the connection for the next settlements
             pending: Pending = []
             while True:
-                none_due = not slots.stopping and await self.nothing_to_claim(conn)
-                limit = 0 if slots.stopping or none_due else await self.claim_limit(conn, seats)
+                limit, none_due = await self._next_limit(conn, seats)
                 claim = limit > 0
                 rows: list[Any] = []
                 again = False
@@ -553,15 +558,8 @@ class PipelinedCountedRowLock(PipelinedRowLock):
                 held.clear()  # committed, and their keys unlocked
                 worked()
                 if not claim:
-                    if slots.stopping:
-                        await self.give_seats(conn, seats)
+                    if not await self._wait_unclaimed(conn, index, seats, none_due):
                         return
-                    if none_due:  # as a drained queue's slot waits
-                        await self.give_seats(conn, seats)
-                        await slots.wait(index, self.settings.poll_interval)
-                        continue
-                    # Every seat is held.
-                    await slots.wait(index, await self.seat_wait(conn, seats))
                     continue
                 if len(rows) == limit:
                     slots.wake_waiting_slot()  # a full claim: more rows are likely due
@@ -645,7 +643,7 @@ class PipelinedCountedRowLock(PipelinedRowLock):
             steps.append(early)
         start = self.claim_start()
         if claim:
-            steps += await self.claim_steps(conn, start, limit)
+            steps += self.claim_steps(start, limit)
         if not self._autocommit:
             # The next BEGIN chained to the COMMIT: the late RELEASE then runs in the new
             # transaction (it unlocks session locks, as well there).
